@@ -1,0 +1,10 @@
+// Package channels installs and upgrades cluster addons from channel files, in
+// the kOps tradition.
+//
+// A channel (kind: Addons) lists addon releases. The package loads channels
+// from files, https:// and s3:// locations; picks, for each addon, the newest
+// release whose kubernetesVersion range fits the cluster; decides against the
+// install record on the cluster whether to apply it; applies it with
+// server-side apply in phases; prunes what the new release dropped; and writes
+// the install record as an annotation on a namespace, in a format kOps reads.
+package channels
