@@ -1,0 +1,46 @@
+# KOS — thin entry points; each target runs one go command or one script in tools/.
+SHELL := /usr/bin/env bash
+export GOTOOLCHAIN := local
+
+.PHONY: all build test unit verify generate demo demo-down bench tools clean
+
+all: build
+
+## build: compile every binary into bin/
+build:
+	go build -o bin/ ./cmd/...
+
+## test: what CI runs — install what the tests need, verify, run unit and integration tests
+test:
+	tools/test.sh
+
+## unit: unit tests only (no servers)
+unit:
+	go test -short ./...
+
+## verify: formatting, vet, import directions, generated code drift
+verify:
+	tools/verify.sh
+
+## generate: rewrite generated code
+generate:
+	tools/codegen/generate.sh
+
+## demo: the main job on the embedded local environment
+demo:
+	tools/demo/run.sh
+
+## demo-down: stop the local environment the demo started
+demo-down:
+	go run ./tools/localenv down
+
+## bench: benchmarks (figures are recorded in docs/benchmarks.md)
+bench:
+	tools/bench.sh
+
+## tools: build the servers the tests run (cached by version under .cache/)
+tools:
+	tools/kube/build.sh && tools/versitygw/build.sh
+
+clean:
+	rm -rf bin

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# deps.sh installs the Debian packages the tests and the demo use, when they
+# are missing. Everything else (etcd, kube-apiserver, versitygw) is built from
+# the Go module proxy by the build scripts under tools/.
+set -euo pipefail
+
+# Command → Debian package providing it. The channels tests need none yet:
+# their servers are built from the module proxy.
+declare -A wanted=()
+
+missing=()
+for cmd in "${!wanted[@]}"; do
+  command -v "$cmd" >/dev/null 2>&1 || missing+=("${wanted[$cmd]}")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "system packages: all present"
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "deps.sh: missing packages ${missing[*]}; install them with: sudo apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+echo "installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# test.sh is `make test`: it installs what the tests need on a bare machine,
+# checks the tree (tools/verify.sh), then runs the unit and integration tests
+# against real servers that the tests start themselves.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export GOTOOLCHAIN=local
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "installing system packages the tests need"
+tools/deps.sh
+
+step "building the control plane (etcd, kube-apiserver) from the Go module proxy (cached in .cache/)"
+KOS_KUBE_BIN_DIR=$(tools/kube/build.sh)
+export KOS_KUBE_BIN_DIR
+
+step "building the S3-compatible test server (versitygw) (cached in .cache/)"
+tools/versitygw/build.sh >/dev/null
+
+step "verifying the tree"
+tools/verify.sh
+
+step "running unit and integration tests"
+go test -count=1 -timeout 40m ${GOTEST_FLAGS:-} ./...

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# verify.sh is `make verify`: formatting, vet, tidy modules, the import
+# directions the architecture promises, and generated code that matches its
+# generators. It changes nothing; it fails and says what to run instead.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export GOTOOLCHAIN=local
+module=$(go list -m)
+fail=0
+
+echo "verify: gofmt"
+unformatted=$(gofmt -l $(git ls-files --cached --others --exclude-standard '*.go') 2>/dev/null || true)
+if [ -n "$unformatted" ]; then
+  echo "these files need gofmt (run: gofmt -w <file>):"; echo "$unformatted"; fail=1
+fi
+
+echo "verify: go vet"
+go vet ./... || fail=1
+
+echo "verify: go.mod is tidy"
+if ! go mod tidy -diff >/dev/null 2>&1; then
+  echo "go.mod/go.sum are not tidy (run: go mod tidy)"; fail=1
+fi
+
+echo "verify: import directions"
+# forbid PKG_PATTERN IMPORT_PREFIX WHY: no package matching the pattern may
+# depend (directly or not) on a package under the import prefix.
+forbid() {
+  local pattern=$1 prefix=$2 why=$3 bad
+  bad=$(go list -deps -f '{{.ImportPath}}' $pattern 2>/dev/null | grep -E "^${prefix}(/|$)" || true)
+  if [ -n "$bad" ]; then
+    echo "$pattern must not import $prefix ($why), but depends on:"; echo "$bad" | sed 's/^/  /'; fail=1
+  fi
+}
+forbid ./channels/... "$module/components" "the addon manager knows nothing of the SDN"
+forbid "./channels/... ./cmd/..." "$module/tools" "tools/ is for developers and CI; nothing that ships imports it"
+if [ -d components ]; then
+  forbid "./components/..." "$module/channels" "the SDN does not depend on the addon manager"
+  forbid "./components/..." "$module/tools" "tools/ is for developers and CI; nothing that ships imports it"
+fi
+if [ -d components/fabric/ovs ]; then
+  forbid ./components/fabric/ovs/... "k8s.io/client-go" "the OVS fabric talks to OVS only"
+fi
+
+if [ -x tools/codegen/verify.sh ]; then
+  echo "verify: generated code"
+  tools/codegen/verify.sh || { echo "generated code is stale (run: make generate)"; fail=1; }
+fi
+
+if [ $fail -ne 0 ]; then
+  echo "verify: FAILED"; exit 1
+fi
+echo "verify: ok"
