@@ -1,0 +1,19 @@
+// Package testenv runs a real, local Kubernetes control plane — etcd and
+// kube-apiserver built from the Go module proxy — for integration tests and
+// for people.
+//
+// Start brings up etcd and kube-apiserver on free loopback ports with a fresh
+// PKI: a serving certificate for 127.0.0.1 and localhost, an admin client
+// certificate in system:masters, the front-proxy (aggregation layer) CA and
+// client certificate, and a service-account key pair. RBAC is on and
+// discovery reports the real Kubernetes version. Main runs one such
+// environment for a whole test package.
+//
+// By default the processes belong to the caller: they die with it (on Linux,
+// through the parent-death signal) and on Env.Stop. With Options.Detach they
+// run in their own session and outlive the caller; Attach finds them again
+// from their folder, which is how tools/localenv stops and inspects them.
+//
+// There is no kube-controller-manager yet: no garbage collection, no default
+// ServiceAccounts, and namespaces hang in Terminating when deleted.
+package testenv

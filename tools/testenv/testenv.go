@@ -1,0 +1,617 @@
+package testenv
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// Options configure Start. The zero value starts a throwaway environment in
+// a new temporary folder, owned by the calling program.
+type Options struct {
+	// Dir is the working folder: certificates, kubeconfig, etcd data, logs,
+	// pid files and the state file env.json. "" means a new temporary folder
+	// that Stop removes. A folder used before keeps its certificates, its etcd
+	// data and, when they are free, its ports.
+	Dir string
+
+	// BinDir holds the etcd and kube-apiserver binaries; "" means
+	// $KOS_KUBE_BIN_DIR, else the folder tools/kube/build.sh builds them into.
+	BinDir string
+
+	// Detach runs the processes in a session of their own, so that they
+	// outlive the caller; Attach finds them again from Dir. Without it they
+	// die with the caller.
+	Detach bool
+
+	// Progress receives one line per step while starting; nil discards them.
+	Progress io.Writer
+
+	// Timeout bounds the wait for each component to become ready; 0 means
+	// two minutes, which leaves room for a busy two-core machine.
+	Timeout time.Duration
+
+	// APIServerFlags are extra kube-apiserver flags, given after the
+	// environment's own so that they win.
+	APIServerFlags []string
+
+	// Components names control-plane components to run besides etcd and
+	// kube-apiserver (kube-controller-manager, kube-scheduler and kubelet are
+	// planned). None is supported yet: naming one is an error.
+	Components []string
+}
+
+// Env is a running control plane. Its exported fields are read-only.
+type Env struct {
+	// Dir holds the certificates, the kubeconfig files, the etcd data and the
+	// logs (etcd.log, kube-apiserver.log).
+	Dir string
+	// Kubeconfig is the path of an admin kubeconfig whose client certificate
+	// is in the group system:masters.
+	Kubeconfig string
+	// RESTConfig is the admin client configuration, with QPS and burst raised
+	// well above client-go's defaults.
+	RESTConfig *rest.Config
+	// Version is the server's gitVersion, such as "v1.34.4".
+	Version string
+	// APIServerURL is https://127.0.0.1:<port>.
+	APIServerURL string
+	// EtcdURL is the client URL of the etcd kube-apiserver stores in.
+	EtcdURL string
+	// BinDir is the folder of the etcd and kube-apiserver binaries.
+	BinDir string
+
+	// CACertFile is the CA that signed kube-apiserver's serving certificate.
+	CACertFile string
+	// ClientCACertFile is the CA kube-apiserver trusts for client
+	// certificates (--client-ca-file).
+	ClientCACertFile string
+	// RequestHeaderCACertFile is the front-proxy CA: an aggregated API server
+	// trusts the identity headers of clients it signed.
+	RequestHeaderCACertFile string
+	// ProxyClientCertFile and ProxyClientKeyFile are the client certificate
+	// kube-apiserver presents to aggregated API servers; its common name is
+	// the one --requestheader-allowed-names admits.
+	ProxyClientCertFile, ProxyClientKeyFile string
+
+	mu        sync.Mutex
+	procs     []*process
+	detached  bool
+	removeDir bool
+	stopped   bool
+	timeout   time.Duration
+	progress  io.Writer
+}
+
+// stateFile names the file in Dir from which Attach finds an environment.
+const stateFile = "env.json"
+
+// envState is what the state file holds.
+type envState struct {
+	Version      string     `json:"version"`
+	APIServerURL string     `json:"apiServerURL"`
+	EtcdURL      string     `json:"etcdURL"`
+	BinDir       string     `json:"binDir"`
+	Detached     bool       `json:"detached"`
+	Processes    []*process `json:"processes"`
+}
+
+// The process names, which are also the names of their log and pid files.
+const (
+	etcdName      = "etcd"
+	apiServerName = "kube-apiserver"
+)
+
+// serviceAccountIssuer is the issuer of service-account tokens, the usual
+// in-cluster name of the API server.
+const serviceAccountIssuer = "https://kubernetes.default.svc.cluster.local"
+
+// Start starts etcd and kube-apiserver and returns once kube-apiserver is
+// ready and its system namespaces exist. On failure it stops what it started
+// and keeps Dir, whose logs say more than the error can.
+func Start(ctx context.Context, opts Options) (*Env, error) {
+	if len(opts.Components) > 0 {
+		return nil, fmt.Errorf("components %s: not supported yet (only etcd and kube-apiserver run)", strings.Join(opts.Components, ", "))
+	}
+	e := &Env{
+		detached: opts.Detach,
+		timeout:  opts.Timeout,
+		progress: opts.Progress,
+	}
+	if e.timeout <= 0 {
+		e.timeout = 2 * time.Minute
+	}
+	if e.progress == nil {
+		e.progress = io.Discard
+	}
+	if opts.Dir == "" {
+		dir, err := os.MkdirTemp("", "kos-testenv-")
+		if err != nil {
+			return nil, fmt.Errorf("creating a working folder: %w", err)
+		}
+		e.Dir, e.removeDir = dir, true
+	} else {
+		dir, err := filepath.Abs(opts.Dir)
+		if err != nil {
+			return nil, fmt.Errorf("resolving %s: %w", opts.Dir, err)
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("creating the working folder: %w", err)
+		}
+		e.Dir = dir
+	}
+	e.setFiles()
+
+	prev, err := readState(e.Dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	if prev != nil {
+		for _, p := range prev.Processes {
+			if p.running() {
+				return nil, fmt.Errorf("%s (pid %d) from an earlier start still runs in %s: stop that environment first", p.Name, p.PID, e.Dir)
+			}
+		}
+	}
+
+	if err := e.start(ctx, opts, prev); err != nil {
+		return nil, errors.Join(err, e.stopProcesses())
+	}
+	return e, nil
+}
+
+func (e *Env) setFiles() {
+	e.Kubeconfig = filepath.Join(e.Dir, "kubeconfig")
+	e.CACertFile = filepath.Join(e.Dir, caCertFile)
+	e.ClientCACertFile = filepath.Join(e.Dir, clientCACertFile)
+	e.RequestHeaderCACertFile = filepath.Join(e.Dir, frontProxyCACertFile)
+	e.ProxyClientCertFile = filepath.Join(e.Dir, frontProxyClientCertFile)
+	e.ProxyClientKeyFile = filepath.Join(e.Dir, frontProxyClientKeyFile)
+}
+
+func (e *Env) start(ctx context.Context, opts Options, prev *envState) error {
+	began := time.Now()
+	binDir, err := findBinaries(ctx, opts.BinDir)
+	if err != nil {
+		return err
+	}
+	e.BinDir = binDir
+	e.printf("using etcd and kube-apiserver from %s", binDir)
+
+	e.printf("writing certificates to %s", e.Dir)
+	if err := ensurePKI(e.Dir); err != nil {
+		return fmt.Errorf("writing certificates: %w", err)
+	}
+
+	var ps ports
+	etcd, err := e.startEtcd(ctx, &ps, etcdName, prev.process(etcdName))
+	if err != nil {
+		return err
+	}
+	e.EtcdURL = etcd.URL
+
+	if err := e.startAPIServer(ctx, &ps, opts.APIServerFlags, prev.process(apiServerName)); err != nil {
+		return err
+	}
+	if err := e.saveState(); err != nil {
+		return err
+	}
+	e.printf("ready in %s: Kubernetes %s at %s", time.Since(began).Round(10*time.Millisecond), e.Version, e.APIServerURL)
+	return nil
+}
+
+// startEtcd starts one etcd with its data in Dir/<name> and waits until it is
+// healthy. It retries with other ports when another program took one between
+// picking and binding it.
+func (e *Env) startEtcd(ctx context.Context, ps *ports, name string, prev *process) (*process, error) {
+	for attempt := 1; ; attempt++ {
+		clientPort, err := ps.pick(prev.port(false))
+		if err != nil {
+			return nil, err
+		}
+		peerPort, err := ps.pick(prev.port(true))
+		if err != nil {
+			return nil, err
+		}
+		clientURL := "http://127.0.0.1:" + strconv.Itoa(clientPort)
+		peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
+		args := []string{
+			"--name=" + name,
+			"--data-dir=" + filepath.Join(e.Dir, name),
+			"--listen-client-urls=" + clientURL,
+			"--advertise-client-urls=" + clientURL,
+			"--listen-peer-urls=" + peerURL,
+			"--initial-advertise-peer-urls=" + peerURL,
+			"--initial-cluster=" + name + "=" + peerURL,
+			// Tests and local use trade durability for speed.
+			"--unsafe-no-fsync",
+			"--log-level=warn",
+		}
+		e.printf("starting %s on %s", name, clientURL)
+		p, err := startProcess(e.Dir, name, filepath.Join(e.BinDir, "etcd"), args, e.detached)
+		if err != nil {
+			return nil, err
+		}
+		p.URL, p.PeerURL = clientURL, peerURL
+		e.procs = append(e.procs, p)
+		err = e.waitReady(ctx, p, func(ctx context.Context) error { return etcdHealthy(ctx, clientURL) })
+		if err == nil {
+			return p, nil
+		}
+		if attempt < 3 && portTaken(p) {
+			e.printf("%s lost a port to another program; retrying on other ports", name)
+			if err := e.stopLast(); err != nil {
+				return nil, err
+			}
+			prev = nil
+			continue
+		}
+		return nil, err
+	}
+}
+
+// startAPIServer starts kube-apiserver on the environment's etcd, waits until
+// it is ready, and fills in the client side of the Env.
+func (e *Env) startAPIServer(ctx context.Context, ps *ports, extraFlags []string, prev *process) error {
+	admin, err := loadKeyPair(filepath.Join(e.Dir, adminCertFile), filepath.Join(e.Dir, adminKeyFile))
+	if err != nil {
+		return fmt.Errorf("loading the admin certificate: %w", err)
+	}
+	caPEM, err := os.ReadFile(e.CACertFile)
+	if err != nil {
+		return fmt.Errorf("reading the CA certificate: %w", err)
+	}
+	file := func(name string) string { return filepath.Join(e.Dir, name) }
+	for attempt := 1; ; attempt++ {
+		port, err := ps.pick(prev.port(false))
+		if err != nil {
+			return err
+		}
+		url := "https://127.0.0.1:" + strconv.Itoa(port)
+		args := []string{
+			"--etcd-servers=" + e.EtcdURL,
+			"--bind-address=127.0.0.1",
+			"--advertise-address=127.0.0.1",
+			"--secure-port=" + strconv.Itoa(port),
+			"--tls-cert-file=" + file(servingCertFile),
+			"--tls-private-key-file=" + file(servingKeyFile),
+			"--client-ca-file=" + file(clientCACertFile),
+			"--authorization-mode=RBAC",
+			"--service-account-issuer=" + serviceAccountIssuer,
+			"--service-account-key-file=" + file(serviceAccountPubFile),
+			"--service-account-signing-key-file=" + file(serviceAccountKeyFile),
+			"--service-cluster-ip-range=10.96.0.0/16",
+			// Endpoints may not hold the loopback address it advertises.
+			"--endpoint-reconciler-type=none",
+			"--allow-privileged=true",
+			"--requestheader-client-ca-file=" + file(frontProxyCACertFile),
+			"--requestheader-allowed-names=" + frontProxyClientName,
+			"--requestheader-username-headers=X-Remote-User",
+			"--requestheader-group-headers=X-Remote-Group",
+			"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+			"--proxy-client-cert-file=" + file(frontProxyClientCertFile),
+			"--proxy-client-key-file=" + file(frontProxyClientKeyFile),
+		}
+		args = append(args, extraFlags...)
+		e.printf("starting %s on %s", apiServerName, url)
+		p, err := startProcess(e.Dir, apiServerName, filepath.Join(e.BinDir, apiServerName), args, e.detached)
+		if err != nil {
+			return err
+		}
+		p.URL = url
+		e.procs = append(e.procs, p)
+		e.APIServerURL = url
+		e.RESTConfig = newRESTConfig(url, caPEM, admin.certPEM, admin.keyPEM)
+		client, err := kubernetes.NewForConfig(e.RESTConfig)
+		if err != nil {
+			return fmt.Errorf("creating a client: %w", err)
+		}
+		e.printf("waiting for %s to be ready", apiServerName)
+		err = e.waitReady(ctx, p, func(ctx context.Context) error { return readyz(ctx, client) })
+		if err != nil && attempt < 3 && portTaken(p) {
+			e.printf("%s lost its port to another program; retrying on another port", apiServerName)
+			if err := e.stopLast(); err != nil {
+				return err
+			}
+			prev = nil
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		// Readiness does not wait for the system namespaces, and tests
+		// write into kube-system at once.
+		err = e.waitReady(ctx, p, func(ctx context.Context) error {
+			for _, ns := range []string{metav1.NamespaceDefault, metav1.NamespaceSystem, metav1.NamespacePublic} {
+				if _, err := client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		info, err := client.Discovery().ServerVersion()
+		if err != nil {
+			return fmt.Errorf("reading the server version: %w", err)
+		}
+		e.Version = info.GitVersion
+		return writeKubeconfig(e.Kubeconfig, url, caPEM, admin.certPEM, admin.keyPEM, adminUser)
+	}
+}
+
+// waitReady polls check until it succeeds, the process exits, ctx ends or
+// the environment's timeout passes. Its errors name the log to read.
+func (e *Env) waitReady(ctx context.Context, p *process, check func(context.Context) error) error {
+	deadline := time.Now().Add(e.timeout)
+	for {
+		if !p.running() {
+			return fmt.Errorf("%s exited while starting (%v); the end of its log %s:\n%s",
+				p.Name, p.exitError(), p.LogFile, logTail(p.LogFile, 15))
+		}
+		checkCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := check(checkCtx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after %s (last check: %v); see its log %s", p.Name, e.timeout, err, p.LogFile)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w", p.Name, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// portTaken reports whether p died because its port was in use.
+func portTaken(p *process) bool {
+	return !p.running() && strings.Contains(logTail(p.LogFile, 30), "address already in use")
+}
+
+// readyz asks kube-apiserver's /readyz.
+func readyz(ctx context.Context, client kubernetes.Interface) error {
+	body, err := client.CoreV1().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+	if err != nil {
+		return fmt.Errorf("/readyz: %w: %s", err, lastLines(string(body), 3))
+	}
+	return nil
+}
+
+// lastLines keeps the end of a long body, where /readyz lists what failed.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "; ")
+}
+
+// Ready returns nil when kube-apiserver answers /readyz with success.
+func (e *Env) Ready(ctx context.Context) error {
+	client, err := kubernetes.NewForConfig(e.RESTConfig)
+	if err != nil {
+		return fmt.Errorf("creating a client: %w", err)
+	}
+	return readyz(ctx, client)
+}
+
+var etcdNamePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// StartEtcd starts another etcd, named etcd-<name> in Dir (data, log and pid
+// file), on free loopback ports, and returns its client URL once it is
+// healthy. Stop stops it with the rest.
+func (e *Env) StartEtcd(ctx context.Context, name string) (string, error) {
+	if !etcdNamePattern.MatchString(name) {
+		return "", fmt.Errorf("etcd name %q: want lowercase letters, digits and inner dashes", name)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopped {
+		return "", errors.New("the environment is stopped")
+	}
+	full := etcdName + "-" + name
+	for _, p := range e.procs {
+		if p.Name == full && p.running() {
+			return "", fmt.Errorf("%s already runs at %s", full, p.URL)
+		}
+	}
+	var ps ports
+	p, err := e.startEtcd(ctx, &ps, full, nil)
+	if err != nil {
+		return "", errors.Join(err, e.stopLast())
+	}
+	if err := e.saveState(); err != nil {
+		return "", err
+	}
+	return p.URL, nil
+}
+
+// stopLast stops the most recently started process after a failed start.
+func (e *Env) stopLast() error {
+	if len(e.procs) == 0 {
+		return nil
+	}
+	p := e.procs[len(e.procs)-1]
+	e.procs = e.procs[:len(e.procs)-1]
+	return p.stop(stopGrace)
+}
+
+// stopGrace is how long a process has to exit on SIGTERM before SIGKILL.
+const stopGrace = 5 * time.Second
+
+// Stop stops every process of the environment, kube-apiserver before the
+// etcds it writes to, and removes Dir when Start made it. Calling it again
+// does nothing.
+func (e *Env) Stop() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopped {
+		return nil
+	}
+	e.stopped = true
+	if err := e.stopProcesses(); err != nil {
+		return err
+	}
+	if e.removeDir {
+		if err := os.RemoveAll(e.Dir); err != nil {
+			return fmt.Errorf("removing the working folder: %w", err)
+		}
+	}
+	return nil
+}
+
+func (e *Env) stopProcesses() error {
+	var errs []error
+	var etcds []*process
+	for _, p := range e.procs {
+		if p.Name == apiServerName {
+			errs = append(errs, p.stop(stopGrace))
+		} else {
+			etcds = append(etcds, p)
+		}
+	}
+	var wg sync.WaitGroup
+	etcdErrs := make([]error, len(etcds))
+	for i, p := range etcds {
+		wg.Go(func() { etcdErrs[i] = p.stop(stopGrace) })
+	}
+	wg.Wait()
+	return errors.Join(append(errs, etcdErrs...)...)
+}
+
+// ProcessStatus describes one process of an environment.
+type ProcessStatus struct {
+	// Name is the process's name, such as etcd or kube-apiserver.
+	Name string
+	// PID is its process id.
+	PID int
+	// URL is where it serves.
+	URL string
+	// LogFile is the path of its log.
+	LogFile string
+	// Running says whether it is alive.
+	Running bool
+}
+
+// Processes describes the processes of the environment, in start order.
+func (e *Env) Processes() []ProcessStatus {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]ProcessStatus, 0, len(e.procs))
+	for _, p := range e.procs {
+		out = append(out, ProcessStatus{Name: p.Name, PID: p.PID, URL: p.URL, LogFile: p.LogFile, Running: p.running()})
+	}
+	return out
+}
+
+// Attach returns the environment an earlier Start left in dir, typically a
+// detached one, so that another program can inspect or stop it. Its
+// processes may have stopped since: see Processes. It fails with an error
+// matching os.ErrNotExist when dir holds no environment.
+func Attach(dir string) (*Env, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("resolving %s: %w", dir, err)
+	}
+	st, err := readState(abs)
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{
+		Dir:          abs,
+		Version:      st.Version,
+		APIServerURL: st.APIServerURL,
+		EtcdURL:      st.EtcdURL,
+		BinDir:       st.BinDir,
+		procs:        st.Processes,
+		detached:     st.Detached,
+		timeout:      2 * time.Minute,
+		progress:     io.Discard,
+	}
+	e.setFiles()
+	if e.RESTConfig, err = loadRESTConfig(e.Kubeconfig); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func readState(dir string) (*envState, error) {
+	data, err := os.ReadFile(filepath.Join(dir, stateFile))
+	if err != nil {
+		return nil, fmt.Errorf("reading the environment state: %w", err)
+	}
+	var st envState
+	if err := json.Unmarshal(data, &st); err != nil {
+		return nil, fmt.Errorf("parsing %s: %w", filepath.Join(dir, stateFile), err)
+	}
+	return &st, nil
+}
+
+func (e *Env) saveState() error {
+	data, err := json.MarshalIndent(envState{
+		Version:      e.Version,
+		APIServerURL: e.APIServerURL,
+		EtcdURL:      e.EtcdURL,
+		BinDir:       e.BinDir,
+		Detached:     e.detached,
+		Processes:    e.procs,
+	}, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding the environment state: %w", err)
+	}
+	// Written whole and renamed, so that a reader never sees half of it.
+	tmp := filepath.Join(e.Dir, stateFile+".tmp")
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
+		return fmt.Errorf("writing the environment state: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(e.Dir, stateFile)); err != nil {
+		return fmt.Errorf("writing the environment state: %w", err)
+	}
+	return nil
+}
+
+// process returns the process of that name from an earlier start, or nil.
+func (st *envState) process(name string) *process {
+	if st == nil {
+		return nil
+	}
+	for _, p := range st.Processes {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// port returns the client (or peer) port an earlier start used, or 0.
+func (p *process) port(peer bool) int {
+	switch {
+	case p == nil:
+		return 0
+	case peer:
+		return urlPort(p.PeerURL)
+	default:
+		return urlPort(p.URL)
+	}
+}
+
+func (e *Env) printf(format string, args ...any) {
+	fmt.Fprintf(e.progress, format+"\n", args...)
+}
