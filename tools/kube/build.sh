@@ -32,6 +32,14 @@ kube_ldflags="-s -w \
 
 export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
 cd "$here"
+
+# Test packages run in parallel and each may call this script: one build at a
+# time, and whoever waited finds the binaries built.
+exec 9>"$out/.build.lock"
+if ! flock -n 9; then
+  echo "build.sh: another build into $out is running; waiting for it..." >&2
+  flock 9
+fi
 for bin in "${bins[@]}"; do
   if [ -x "$out/$bin" ]; then
     continue
