@@ -210,3 +210,67 @@ func TestIntegrationStart(t *testing.T) {
 		t.Errorf("second Stop: %v", err)
 	}
 }
+
+func TestIntegrationStartFailure(t *testing.T) {
+	tests := []struct {
+		name     string
+		opts     Options
+		wantErrs []string
+	}{
+		{
+			name:     "kube-apiserver refuses a flag",
+			opts:     Options{APIServerFlags: []string{"--no-such-flag"}},
+			wantErrs: []string{"kube-apiserver exited while starting", "kube-apiserver.log", "unknown flag: --no-such-flag"},
+		},
+		{
+			name:     "no binaries",
+			opts:     Options{BinDir: "/nonexistent-kos-bin"},
+			wantErrs: []string{"/nonexistent-kos-bin/etcd", "/nonexistent-kos-bin/kube-apiserver"},
+		},
+		{
+			name:     "components not built yet",
+			opts:     Options{Components: []string{"kube-controller-manager"}},
+			wantErrs: []string{"kube-controller-manager: not supported yet"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.opts.Dir = t.TempDir()
+			env, err := Start(t.Context(), tt.opts)
+			if err == nil {
+				_ = env.Stop()
+				t.Fatal("Start succeeded, want an error")
+			}
+			t.Logf("Start error: %v", err)
+			for _, want := range tt.wantErrs {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("Start error does not mention %q:\n%v", want, err)
+				}
+			}
+			if pids := processesUsing(t, tt.opts.Dir); len(pids) > 0 {
+				t.Errorf("processes %v still use %s after a failed Start", pids, tt.opts.Dir)
+			}
+		})
+	}
+}
+
+// processesUsing lists the processes whose command line mentions dir.
+func processesUsing(t *testing.T, dir string) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(cmdline), dir) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
