@@ -1,0 +1,135 @@
+// Package fabric is the node agent's seam to the local network: what the
+// agent asks of a node's switch (Interface), the attachments it speaks of, and
+// the pure functions that name them (MACAddress, InterfaceName).
+//
+// Two implementations exist: fabric/ovs programs a real Open vSwitch bridge,
+// and fabric/logging only logs and remembers, for scale tests without OVS.
+// This package itself depends on neither.
+package fabric
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+)
+
+// MaxVNI is the largest virtual network identifier KOS uses (21 bits).
+const MaxVNI = 1<<21 - 1
+
+// Interface is what the node agent needs from its node's switch. Every
+// method is safe for concurrent use; the attachment methods take batches so
+// that a reconcile of thousands costs a handful of switch operations.
+//
+// Creating is idempotent and repairs: creating an attachment that exists,
+// wholly or in part, leaves exactly what a fresh create would. Deleting one
+// that does not exist is not an error. A local and a remote attachment with
+// the same VNI and IP cannot both be installed; the one created last wins.
+type Interface interface {
+	// Ensure makes the bridge, the tunnel port and the default flows exist.
+	// It reports flowsLost when it had to re-install the default flows:
+	// the switch lost its flows (ovs-vswitchd restarted, or someone deleted
+	// them), so every attachment's flows are gone too and the caller must
+	// reconcile from List. On a fresh switch it reports true as well.
+	Ensure(ctx context.Context) (flowsLost bool, err error)
+
+	// CreateLocal creates or repairs attachments on this node: a network
+	// interface named InterfaceName with address MAC, and its flows.
+	CreateLocal(ctx context.Context, atts ...LocalAttachment) error
+	// DeleteLocal removes local attachments, their interfaces and flows.
+	DeleteLocal(ctx context.Context, atts ...LocalAttachment) error
+
+	// CreateRemote creates or updates attachments on other nodes: flows
+	// that tunnel their traffic to HostIP. Creating one again with another
+	// HostIP moves it.
+	CreateRemote(ctx context.Context, atts ...RemoteAttachment) error
+	// DeleteRemote removes the flows of remote attachments.
+	DeleteRemote(ctx context.Context, atts ...RemoteAttachment) error
+
+	// List reports what the switch holds, so that a restarted agent can
+	// adopt what matches, delete orphans and create what is missing.
+	List(ctx context.Context) (*Inventory, error)
+}
+
+// LocalAttachment is a network attachment on this node.
+type LocalAttachment struct {
+	// VNI is the virtual network, in [1, MaxVNI].
+	VNI uint32
+	// IP is the attachment's IPv4 address in that network.
+	IP netip.Addr
+}
+
+// MAC returns the attachment's MAC address.
+func (a LocalAttachment) MAC() net.HardwareAddr { return MACAddress(a.VNI, a.IP) }
+
+// InterfaceName returns the name of the attachment's network interface.
+func (a LocalAttachment) InterfaceName() string { return InterfaceName(a.MAC()) }
+
+// Validate returns an error when the attachment cannot be installed.
+func (a LocalAttachment) Validate() error { return validate(a.VNI, a.IP) }
+
+// String returns a short form for logs, such as 1/10.0.0.5.
+func (a LocalAttachment) String() string { return fmt.Sprintf("%d/%s", a.VNI, a.IP) }
+
+// RemoteAttachment is a network attachment on another node, in a virtual
+// network that has attachments on this one.
+type RemoteAttachment struct {
+	// VNI is the virtual network, in [1, MaxVNI].
+	VNI uint32
+	// IP is the attachment's IPv4 address in that network.
+	IP netip.Addr
+	// HostIP is the IPv4 address of the attachment's node: the far end of
+	// the tunnel.
+	HostIP netip.Addr
+}
+
+// MAC returns the attachment's MAC address.
+func (a RemoteAttachment) MAC() net.HardwareAddr { return MACAddress(a.VNI, a.IP) }
+
+// Validate returns an error when the attachment cannot be installed.
+func (a RemoteAttachment) Validate() error {
+	if err := validate(a.VNI, a.IP); err != nil {
+		return err
+	}
+	if !a.HostIP.Is4() {
+		return fmt.Errorf("host IP %v of %v is not an IPv4 address", a.HostIP, a)
+	}
+	return nil
+}
+
+// String returns a short form for logs, such as 1/10.0.0.5@192.168.0.2.
+func (a RemoteAttachment) String() string {
+	return fmt.Sprintf("%d/%s@%s", a.VNI, a.IP, a.HostIP)
+}
+
+func validate(vni uint32, ip netip.Addr) error {
+	var errs []error
+	if vni < 1 || vni > MaxVNI {
+		errs = append(errs, fmt.Errorf("VNI %d is not in [1,%d]", vni, MaxVNI))
+	}
+	if !ip.Is4() {
+		errs = append(errs, fmt.Errorf("IP %v of VNI %d is not an IPv4 address", ip, vni))
+	}
+	return errors.Join(errs...)
+}
+
+// Inventory is what a fabric found on its switch. Each list is sorted by VNI,
+// then IP.
+type Inventory struct {
+	// Local holds the local attachments that are whole: the interface with
+	// its MAC address and exactly the flows CreateLocal installs.
+	Local []LocalAttachment
+	// Remote holds the remote attachments that are whole: exactly the
+	// flows CreateRemote installs, all towards one host.
+	Remote []RemoteAttachment
+
+	// PartialLocal holds local attachments of which only some parts exist,
+	// or exist differently: an interface without its flows (as after an
+	// ovs-vswitchd restart), or flows without their interface. Creating
+	// such an attachment repairs it; deleting it removes what is left.
+	PartialLocal []LocalAttachment
+	// PartialRemote holds remote attachments with missing or disagreeing
+	// flows. HostIP is the one a flow names, if any.
+	PartialRemote []RemoteAttachment
+}
