@@ -1,0 +1,192 @@
+// Package validation checks KOS API objects. Its functions are pure: they look
+// only at the objects they are given and return every problem at once.
+package validation
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+
+	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/kos-sdn/kos/components/apis/network"
+)
+
+// MinVNI and MaxVNI bound the VXLAN network identifiers a Subnet may use.
+const (
+	MinVNI = 1
+	MaxVNI = 2097151
+)
+
+// privateRanges are the address blocks of RFC 1918.
+var privateRanges = []netip.Prefix{
+	netip.MustParsePrefix("10.0.0.0/8"),
+	netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.168.0.0/16"),
+}
+
+const insideOneRange = "must lie inside one RFC 1918 range (10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16)"
+
+var (
+	specPath   = field.NewPath("spec")
+	statusPath = field.NewPath("status")
+)
+
+// ValidateSubnet checks a Subnet being created.
+func ValidateSubnet(subnet *network.Subnet) field.ErrorList {
+	errs := apimachineryvalidation.ValidateObjectMeta(&subnet.ObjectMeta, true, apimachineryvalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
+	errs = append(errs, ValidateVNI(subnet.Spec.VNI, specPath.Child("vni"))...)
+	errs = append(errs, ValidateCIDR(subnet.Spec.IPv4, specPath.Child("ipv4"))...)
+	return errs
+}
+
+// ValidateSubnetUpdate checks an update of a Subnet's metadata or spec; the spec
+// is immutable.
+func ValidateSubnetUpdate(subnet, old *network.Subnet) field.ErrorList {
+	errs := apimachineryvalidation.ValidateObjectMetaUpdate(&subnet.ObjectMeta, &old.ObjectMeta, field.NewPath("metadata"))
+	errs = append(errs, apimachineryvalidation.ValidateImmutableField(subnet.Spec.IPv4, old.Spec.IPv4, specPath.Child("ipv4"))...)
+	errs = append(errs, apimachineryvalidation.ValidateImmutableField(subnet.Spec.VNI, old.Spec.VNI, specPath.Child("vni"))...)
+	return errs
+}
+
+// ValidateSubnetStatusUpdate checks an update of a Subnet's status: once
+// validated, a subnet stays validated.
+func ValidateSubnetStatusUpdate(subnet, old *network.Subnet) field.ErrorList {
+	errs := apimachineryvalidation.ValidateObjectMetaUpdate(&subnet.ObjectMeta, &old.ObjectMeta, field.NewPath("metadata"))
+	if old.Status.Validated && !subnet.Status.Validated {
+		errs = append(errs, field.Invalid(statusPath.Child("validated"), false, "may not change from true to false"))
+	}
+	return errs
+}
+
+// ValidateSubnetConflicts checks subnet against rivals, other subnets: a VNI's
+// subnets must live in one namespace and have disjoint CIDR blocks. Rivals of
+// another VNI, the subnet itself and rivals with a malformed block are ignored.
+func ValidateSubnetConflicts(subnet *network.Subnet, rivals []*network.Subnet) field.ErrorList {
+	var errs field.ErrorList
+	prefix, prefixErr := netip.ParsePrefix(subnet.Spec.IPv4)
+	for _, rival := range rivals {
+		if rival.Spec.VNI != subnet.Spec.VNI || (rival.Namespace == subnet.Namespace && rival.Name == subnet.Name) {
+			continue
+		}
+		if rival.Namespace != subnet.Namespace {
+			errs = append(errs, field.Invalid(specPath.Child("vni"), subnet.Spec.VNI,
+				fmt.Sprintf("same VNI but different namespace wrt %s/%s", rival.Namespace, rival.Name)))
+			continue
+		}
+		rivalPrefix, err := netip.ParsePrefix(rival.Spec.IPv4)
+		if prefixErr != nil || err != nil || !prefix.Overlaps(rivalPrefix) {
+			continue
+		}
+		errs = append(errs, field.Invalid(specPath.Child("ipv4"), subnet.Spec.IPv4,
+			fmt.Sprintf("CIDR overlaps with %s/%s's (%s)", rival.Namespace, rival.Name, rival.Spec.IPv4)))
+	}
+	return errs
+}
+
+// ValidateVNI checks that vni is a VNI a Subnet may use.
+func ValidateVNI(vni uint32, fldPath *field.Path) field.ErrorList {
+	if vni < MinVNI || vni > MaxVNI {
+		return field.ErrorList{field.Invalid(fldPath, vni, fmt.Sprintf("must be in [%d,%d]", MinVNI, MaxVNI))}
+	}
+	return nil
+}
+
+// ValidateCIDR checks that cidr is an IPv4 CIDR block, without host bits, that
+// lies inside one of the private ranges of RFC 1918.
+func ValidateCIDR(cidr string, fldPath *field.Path) field.ErrorList {
+	if cidr == "" {
+		return field.ErrorList{field.Required(fldPath, "an IPv4 CIDR block such as 10.1.0.0/16")}
+	}
+	prefix, err := netip.ParsePrefix(cidr)
+	if err != nil {
+		return field.ErrorList{field.Invalid(fldPath, cidr, "must be an IPv4 CIDR block such as 10.1.0.0/16")}
+	}
+	if !prefix.Addr().Is4() {
+		return field.ErrorList{field.Invalid(fldPath, cidr, "must be an IPv4 CIDR block, not IPv6")}
+	}
+	if masked := prefix.Masked(); masked != prefix {
+		return field.ErrorList{field.Invalid(fldPath, cidr, fmt.Sprintf("must have no host bits set (the block is %s)", masked))}
+	}
+	var overlapped []string
+	for _, r := range privateRanges {
+		if r.Bits() <= prefix.Bits() && r.Contains(prefix.Addr()) {
+			return nil
+		}
+		if r.Overlaps(prefix) {
+			overlapped = append(overlapped, r.String())
+		}
+	}
+	if len(overlapped) > 1 {
+		return field.ErrorList{field.Invalid(fldPath, cidr, fmt.Sprintf("spans %s; %s", strings.Join(overlapped, " and "), insideOneRange))}
+	}
+	return field.ErrorList{field.Invalid(fldPath, cidr, insideOneRange)}
+}
+
+// ValidateNetworkAttachment checks a NetworkAttachment being created.
+func ValidateNetworkAttachment(att *network.NetworkAttachment) field.ErrorList {
+	errs := apimachineryvalidation.ValidateObjectMeta(&att.ObjectMeta, true, apimachineryvalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
+	errs = append(errs, validateObjectName(att.Spec.Node, "node", specPath.Child("node"))...)
+	errs = append(errs, validateObjectName(att.Spec.Subnet, "Subnet", specPath.Child("subnet"))...)
+	return errs
+}
+
+// ValidateNetworkAttachmentUpdate checks an update of a NetworkAttachment's
+// metadata or spec; spec.node and spec.subnet are immutable.
+func ValidateNetworkAttachmentUpdate(att, old *network.NetworkAttachment) field.ErrorList {
+	errs := apimachineryvalidation.ValidateObjectMetaUpdate(&att.ObjectMeta, &old.ObjectMeta, field.NewPath("metadata"))
+	errs = append(errs, apimachineryvalidation.ValidateImmutableField(att.Spec.Node, old.Spec.Node, specPath.Child("node"))...)
+	errs = append(errs, apimachineryvalidation.ValidateImmutableField(att.Spec.Subnet, old.Spec.Subnet, specPath.Child("subnet"))...)
+	return errs
+}
+
+// ValidateNetworkAttachmentStatusUpdate checks an update of a NetworkAttachment's
+// status: the addresses in it, when set, must parse.
+func ValidateNetworkAttachmentStatusUpdate(att, old *network.NetworkAttachment) field.ErrorList {
+	errs := apimachineryvalidation.ValidateObjectMetaUpdate(&att.ObjectMeta, &old.ObjectMeta, field.NewPath("metadata"))
+	st := att.Status
+	if st.IPv4 != "" {
+		if a, err := netip.ParseAddr(st.IPv4); err != nil || !a.Is4() {
+			errs = append(errs, field.Invalid(statusPath.Child("ipv4"), st.IPv4, "must be an IPv4 address"))
+		}
+	}
+	if st.HostIP != "" {
+		if _, err := netip.ParseAddr(st.HostIP); err != nil {
+			errs = append(errs, field.Invalid(statusPath.Child("hostIP"), st.HostIP, "must be an IP address"))
+		}
+	}
+	if st.MACAddress != "" {
+		if _, err := net.ParseMAC(st.MACAddress); err != nil {
+			errs = append(errs, field.Invalid(statusPath.Child("macAddress"), st.MACAddress, "must be a MAC address"))
+		}
+	}
+	return errs
+}
+
+// ValidateIPLock checks an IPLock being created.
+func ValidateIPLock(lock *network.IPLock) field.ErrorList {
+	errs := apimachineryvalidation.ValidateObjectMeta(&lock.ObjectMeta, true, apimachineryvalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
+	errs = append(errs, validateObjectName(lock.Spec.SubnetName, "Subnet", specPath.Child("subnetName"))...)
+	return errs
+}
+
+// ValidateIPLockUpdate checks an update of an IPLock; its spec is immutable.
+func ValidateIPLockUpdate(lock, old *network.IPLock) field.ErrorList {
+	errs := apimachineryvalidation.ValidateObjectMetaUpdate(&lock.ObjectMeta, &old.ObjectMeta, field.NewPath("metadata"))
+	errs = append(errs, apimachineryvalidation.ValidateImmutableField(lock.Spec.SubnetName, old.Spec.SubnetName, specPath.Child("subnetName"))...)
+	return errs
+}
+
+// validateObjectName checks a reference to an object of kind by name.
+func validateObjectName(name, kind string, fldPath *field.Path) field.ErrorList {
+	if name == "" {
+		return field.ErrorList{field.Required(fldPath, "the name of a "+kind)}
+	}
+	var errs field.ErrorList
+	for _, msg := range apimachineryvalidation.NameIsDNSSubdomain(name, false) {
+		errs = append(errs, field.Invalid(fldPath, name, msg))
+	}
+	return errs
+}
