@@ -54,8 +54,8 @@ type keyPair struct {
 
 // ensurePKI writes the environment's certificates and keys into dir unless all
 // of them are already there, so that a restarted environment keeps the
-// credentials people saved.
-func ensurePKI(dir string) error {
+// credentials people saved. It reports whether it wrote them.
+func ensurePKI(dir string) (bool, error) {
 	all := []string{
 		caCertFile, caKeyFile, clientCACertFile, clientCAKeyFile,
 		frontProxyCACertFile, frontProxyCAKeyFile, frontProxyClientCertFile, frontProxyClientKeyFile,
@@ -70,20 +70,20 @@ func ensurePKI(dir string) error {
 		}
 	}
 	if !missing {
-		return nil
+		return false, nil
 	}
 
 	ca, err := newCA("kos-testenv-ca")
 	if err != nil {
-		return err
+		return false, err
 	}
 	clientCA, err := newCA("kos-testenv-client-ca")
 	if err != nil {
-		return err
+		return false, err
 	}
 	frontProxyCA, err := newCA("kos-testenv-front-proxy-ca")
 	if err != nil {
-		return err
+		return false, err
 	}
 	serving, err := ca.issue(&x509.Certificate{
 		Subject:     pkix.Name{CommonName: "kube-apiserver"},
@@ -97,27 +97,27 @@ func ensurePKI(dir string) error {
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.96.0.1")},
 	})
 	if err != nil {
-		return err
+		return false, err
 	}
 	admin, err := clientCA.issueClient(adminUser, []string{"system:masters"})
 	if err != nil {
-		return err
+		return false, err
 	}
 	frontProxyClient, err := frontProxyCA.issueClient(frontProxyClientName, nil)
 	if err != nil {
-		return err
+		return false, err
 	}
 	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return fmt.Errorf("generating the service-account key: %w", err)
+		return false, fmt.Errorf("generating the service-account key: %w", err)
 	}
 	saKeyPEM, err := encodeKey(saKey)
 	if err != nil {
-		return err
+		return false, err
 	}
 	saPubDER, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
 	if err != nil {
-		return fmt.Errorf("encoding the service-account public key: %w", err)
+		return false, fmt.Errorf("encoding the service-account public key: %w", err)
 	}
 
 	files := map[string][]byte{
@@ -132,10 +132,10 @@ func ensurePKI(dir string) error {
 	}
 	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
-			return fmt.Errorf("writing %s: %w", name, err)
+			return false, fmt.Errorf("writing %s: %w", name, err)
 		}
 	}
-	return nil
+	return true, nil
 }
 
 // newCA makes a self-signed certificate authority.

@@ -191,9 +191,14 @@ func (e *Env) start(ctx context.Context, opts Options, prev *envState) error {
 	e.BinDir = binDir
 	e.printf("using etcd and kube-apiserver from %s", binDir)
 
-	e.printf("writing certificates to %s", e.Dir)
-	if err := ensurePKI(e.Dir); err != nil {
+	wrote, err := ensurePKI(e.Dir)
+	if err != nil {
 		return fmt.Errorf("writing certificates: %w", err)
+	}
+	if wrote {
+		e.printf("wrote new certificates to %s", e.Dir)
+	} else {
+		e.printf("using the certificates in %s", e.Dir)
 	}
 
 	var ps ports
@@ -246,7 +251,9 @@ func (e *Env) startEtcd(ctx context.Context, ps *ports, name string, prev *proce
 			return nil, err
 		}
 		p.URL, p.PeerURL = clientURL, peerURL
-		e.procs = append(e.procs, p)
+		if err := e.track(p); err != nil {
+			return nil, err
+		}
 		err = e.waitReady(ctx, p, func(ctx context.Context) error { return etcdHealthy(ctx, clientURL) })
 		if err == nil {
 			return p, nil
@@ -312,7 +319,9 @@ func (e *Env) startAPIServer(ctx context.Context, ps *ports, extraFlags []string
 			return err
 		}
 		p.URL = url
-		e.procs = append(e.procs, p)
+		if err := e.track(p); err != nil {
+			return err
+		}
 		e.APIServerURL = url
 		e.RESTConfig = newRESTConfig(url, caPEM, admin.certPEM, admin.keyPEM)
 		client, err := kubernetes.NewForConfig(e.RESTConfig)
@@ -405,6 +414,9 @@ func lastLines(s string, n int) string {
 
 // Ready returns nil when kube-apiserver answers /readyz with success.
 func (e *Env) Ready(ctx context.Context) error {
+	if !e.running(apiServerName) {
+		return fmt.Errorf("%s is not running", apiServerName)
+	}
 	client, err := kubernetes.NewForConfig(e.RESTConfig)
 	if err != nil {
 		return fmt.Errorf("creating a client: %w", err)
@@ -441,6 +453,26 @@ func (e *Env) StartEtcd(ctx context.Context, name string) (string, error) {
 		return "", err
 	}
 	return p.URL, nil
+}
+
+// running reports whether the process of that name runs.
+func (e *Env) running(name string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, p := range e.procs {
+		if p.Name == name {
+			return p.running()
+		}
+	}
+	return false
+}
+
+// track adds a started process to the environment and records it in the
+// state file at once, so that a detached process whose starter is killed
+// half-way can still be found and stopped.
+func (e *Env) track(p *process) error {
+	e.procs = append(e.procs, p)
+	return e.saveState()
 }
 
 // stopLast stops the most recently started process after a failed start.

@@ -15,8 +15,8 @@ import (
 
 func TestEnsurePKI(t *testing.T) {
 	dir := t.TempDir()
-	if err := ensurePKI(dir); err != nil {
-		t.Fatal(err)
+	if wrote, err := ensurePKI(dir); err != nil || !wrote {
+		t.Fatalf("ensurePKI in an empty folder = %v, %v; want true, nil", wrote, err)
 	}
 	file := func(name string) string { return filepath.Join(dir, name) }
 
@@ -68,8 +68,8 @@ func TestEnsurePKI(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := ensurePKI(dir); err != nil {
-			t.Fatal(err)
+		if wrote, err := ensurePKI(dir); err != nil || wrote {
+			t.Fatalf("ensurePKI a second time = %v, %v; want false, nil", wrote, err)
 		}
 		after, err := os.ReadFile(file(adminCertFile))
 		if err != nil {
