@@ -100,7 +100,7 @@ func TestIntegrationSeveralInstances(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := string(rune('a'+k)); got != want {
+		if want := string(rune('a' + k)); got != want {
 			t.Errorf("instance %d sees external_ids:which=%s, want %s", k, got, want)
 		}
 	}
