@@ -85,6 +85,8 @@ served, but no pods run.`,
 			return nil
 		},
 	}
+	cmd.SetOut(out)
+	cmd.SetErr(errOut)
 	cmd.CompletionOptions.DisableDefaultCmd = true
 	cmd.PersistentFlags().StringVar(&o.dir, "dir", "", "folder of the environment (default <repository>/.cache/localenv)")
 	cmd.AddCommand(newUpCommand(o), newDownCommand(o), newStatusCommand(o), newEnvCommand(o))
