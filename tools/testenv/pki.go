@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -239,7 +238,7 @@ func loadKeyPair(certFile, keyFile string) (*keyPair, error) {
 	certBlock, _ := pem.Decode(certPEM)
 	keyBlock, _ := pem.Decode(keyPEM)
 	if certBlock == nil || keyBlock == nil {
-		return nil, errors.New("no PEM data in " + certFile + " or " + keyFile)
+		return nil, fmt.Errorf("no PEM data in %s or %s", certFile, keyFile)
 	}
 	cert, err := x509.ParseCertificate(certBlock.Bytes)
 	if err != nil {

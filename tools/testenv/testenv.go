@@ -63,7 +63,8 @@ type Env struct {
 	// is in the group system:masters.
 	Kubeconfig string
 	// RESTConfig is the admin client configuration, with QPS and burst raised
-	// well above client-go's defaults.
+	// well above client-go's defaults. Tests share it: change a copy
+	// (rest.CopyConfig), not it.
 	RESTConfig *rest.Config
 	// Version is the server's gitVersion, such as "v1.34.4".
 	Version string
