@@ -1,0 +1,186 @@
+// Package cli is the channels command line: cobra commands over package
+// channels, and the only place with flags for it.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/kos-sdn/kos/channels"
+)
+
+// Exit codes of Main.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+// Main runs the channels command with args (without the program name) and
+// returns its exit code: 0 on success, 1 when the command failed, 2 when it
+// was used wrongly. Errors are written to stderr as one line.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cmd := NewCommand(stdout, stderr)
+	cmd.SetArgs(args)
+	err := cmd.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintln(stderr, "error: "+oneLine(err.Error()))
+	var usage *usageError
+	if errors.As(err, &usage) {
+		return exitUsage
+	}
+	return exitError
+}
+
+// NewCommand returns the root command, writing output to stdout and warnings
+// to stderr.
+func NewCommand(stdout, stderr io.Writer) *cobra.Command {
+	o := &options{
+		config: genericclioptions.NewConfigFlags(true),
+		stdout: stdout,
+		stderr: stderr,
+	}
+	// Neither flag means anything here: objects carry their namespaces and
+	// channels keeps no disk cache.
+	o.config.Namespace = nil
+	o.config.CacheDir = nil
+
+	cmd := &cobra.Command{
+		Use:   "channels",
+		Short: "Install and upgrade cluster addons from channels",
+		Long: `channels installs and upgrades cluster addons from channels.
+
+A channel is a YAML file (kind: Addons) listing addon releases: a version,
+the manifest of each, the Kubernetes versions it fits. channels picks, for
+each addon, the newest release that fits the cluster; compares it with the
+install record kept as an annotation on a namespace (in the format kOps
+reads); and applies what is newer with server-side apply, pruning the objects
+the new release dropped.
+
+Channels are read from a path, an https:// URL or an s3:// URL.`,
+		Example: `  # Show what would change, then apply it.
+  channels apply channel ./bootstrap-channel.yaml
+  channels apply channel ./bootstrap-channel.yaml --yes
+
+  # See what is installed.
+  channels get addons`,
+		SilenceErrors:     true,
+		SilenceUsage:      true,
+		Args:              noArgs,
+		RunE:              groupRun,
+		PersistentPreRunE: o.setUpLogging,
+	}
+	cmd.SetOut(stdout)
+	cmd.SetErr(stderr)
+	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usageErrorf(c, "%v", err)
+	})
+	o.config.AddFlags(cmd.PersistentFlags())
+	cmd.PersistentFlags().IntVarP(&o.verbosity, "v", "v", 0, "Log verbosity: 0 logs only errors, 2 and more log each step")
+
+	cmd.AddCommand(newApplyCommand(o), newGetCommand(o))
+	return cmd
+}
+
+// options holds what every command shares.
+type options struct {
+	config    *genericclioptions.ConfigFlags
+	verbosity int
+	stdout    io.Writer
+	stderr    io.Writer
+}
+
+// client connects to the cluster the kubeconfig flags select.
+func (o *options) client() (*channels.Client, error) {
+	cfg, err := o.config.ToRESTConfig()
+	if err != nil {
+		if clientcmd.IsEmptyConfig(err) {
+			return nil, errors.New("no cluster configured: pass --kubeconfig or set KUBECONFIG")
+		}
+		return nil, fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	cfg.WarningHandler = rest.NewWarningWriter(o.stderr, rest.WarningWriterOptions{Deduplicate: true})
+	cfg.UserAgent = "channels"
+	return channels.NewClient(cfg)
+}
+
+// klogFlags holds klog's flags. klog is process-global, so they are
+// registered once.
+var (
+	klogOnce  sync.Once
+	klogFlags = flag.NewFlagSet("klog", flag.ContinueOnError)
+)
+
+// setUpLogging keeps klog quiet (errors only) unless -v asks for more: the
+// leader election library logs each lease attempt at level 0.
+func (o *options) setUpLogging(cmd *cobra.Command, _ []string) error {
+	klogOnce.Do(func() {
+		klog.InitFlags(klogFlags)
+		_ = klogFlags.Set("logtostderr", "false")
+		_ = klogFlags.Set("alsologtostderr", "false")
+		_ = klogFlags.Set("stderrthreshold", "ERROR")
+		klog.SetOutput(io.Discard)
+	})
+	if !cmd.Flags().Changed("v") {
+		return nil
+	}
+	if o.verbosity < 0 {
+		return usageErrorf(cmd, "-v must be 0 or more")
+	}
+	if o.verbosity > 0 {
+		_ = klogFlags.Set("logtostderr", "true")
+	}
+	return klogFlags.Set("v", strconv.Itoa(o.verbosity))
+}
+
+// usageError is a command used wrongly; Main exits 2 on it.
+type usageError struct {
+	msg  string
+	path string
+}
+
+func (e *usageError) Error() string {
+	return fmt.Sprintf("%s (see '%s --help')", e.msg, e.path)
+}
+
+func usageErrorf(cmd *cobra.Command, format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...), path: cmd.CommandPath()}
+}
+
+// noArgs refuses arguments to a command that groups subcommands, naming the
+// unknown subcommand.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageErrorf(cmd, "unknown command %q for %q", args[0], cmd.CommandPath())
+	}
+	return nil
+}
+
+// groupRun shows the help of a command that groups subcommands.
+func groupRun(cmd *cobra.Command, _ []string) error {
+	return cmd.Help()
+}
+
+// oneLine folds a multi-line message (errors.Join writes one error a line)
+// into one line.
+func oneLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	for i := range lines {
+		lines[i] = strings.TrimSpace(lines[i])
+	}
+	return strings.Join(lines, "; ")
+}

@@ -1,0 +1,205 @@
+package channels
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+)
+
+// The Lease that keeps two runs apart.
+const (
+	LeaseNamespace = "kube-system"
+	LeaseName      = "channels"
+)
+
+// Lease timing. A run renews the lease every retry period while it works; a
+// run that died holding it blocks others for at most leaseDuration.
+const (
+	leaseDuration = 15 * time.Second
+	renewDeadline = 10 * time.Second
+	retryPeriod   = time.Second
+)
+
+// NewIdentity returns a lease holder identity unique to this run: the host
+// name and a random suffix.
+func NewIdentity() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "channels"
+	}
+	return host + "_" + rand.String(8)
+}
+
+// withLease runs fn while holding the channels Lease, waiting for it as long
+// as another run holds it. fn's context is cancelled if the lease is lost.
+// The lease is released when fn returns, before withLease does.
+//
+// Errors the lease cannot recover from by waiting (such as being forbidden to
+// read or write Leases) end the wait with that error instead of retrying
+// forever, as leader election would.
+func (c *Client) withLease(ctx context.Context, identity string, r *reporter, fn func(context.Context) error) error {
+	if err := c.ensureNamespace(ctx, LeaseNamespace); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	lock := &watchedLock{
+		Interface: &resourcelock.LeaseLock{
+			LeaseMeta:  metav1.ObjectMeta{Namespace: LeaseNamespace, Name: LeaseName},
+			Client:     c.Kube.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
+		},
+		abort: cancel,
+	}
+	var (
+		workErr  error
+		workDone = make(chan struct{})
+		waitMu   sync.Mutex
+		waitedOn = map[string]bool{}
+	)
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		Name:            LeaseName,
+		LeaseDuration:   leaseDuration,
+		RenewDeadline:   renewDeadline,
+		RetryPeriod:     retryPeriod,
+		ReleaseOnCancel: true,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(leading context.Context) {
+				defer close(workDone)
+				// Cancelling ends the renew loop, which then releases the
+				// lease because of ReleaseOnCancel.
+				defer cancel()
+				r.report(EventLocked, "", "Acquired lease %s/%s", LeaseNamespace, LeaseName)
+				workErr = fn(leading)
+				if workErr != nil && leading.Err() != nil && ctx.Err() == nil {
+					workErr = fmt.Errorf("lost lease %s/%s to another run: %w", LeaseNamespace, LeaseName, workErr)
+				}
+			},
+			OnStoppedLeading: func() {},
+			OnNewLeader: func(holder string) {
+				// Called from its own goroutine on every change of holder.
+				waitMu.Lock()
+				defer waitMu.Unlock()
+				if holder == "" || holder == identity || waitedOn[holder] {
+					return
+				}
+				waitedOn[holder] = true
+				r.report(EventWaiting, "", "Waiting for another run (%s) to release lease %s/%s", holder, LeaseNamespace, LeaseName)
+			},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("configuring lease: %w", err)
+	}
+	elector.Run(ctx)
+	if lock.acquired() {
+		// Run launched fn in a goroutine and returned once the lease was
+		// released or lost; fn is done or about to see its context cancelled.
+		<-workDone
+		r.report(EventUnlocked, "", "Released lease %s/%s", LeaseNamespace, LeaseName)
+		return workErr
+	}
+	if err := lock.fatal(); err != nil {
+		return fmt.Errorf("taking lease %s/%s: %w", LeaseNamespace, LeaseName, err)
+	}
+	return fmt.Errorf("waiting for lease %s/%s: %w", LeaseNamespace, LeaseName, context.Cause(ctx))
+}
+
+// watchedLock wraps the lease lock to learn what leader election does not
+// tell: whether this run ever wrote the lease as its holder, and whether an
+// error means waiting is pointless.
+type watchedLock struct {
+	resourcelock.Interface
+	abort func()
+
+	mu   sync.Mutex
+	held bool
+	err  error
+}
+
+func (l *watchedLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	rec, raw, err := l.Interface.Get(ctx)
+	l.observe(err)
+	return rec, raw, err
+}
+
+func (l *watchedLock) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	err := l.Interface.Create(ctx, ler)
+	l.observeWrite(ler, err)
+	return err
+}
+
+func (l *watchedLock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	err := l.Interface.Update(ctx, ler)
+	l.observeWrite(ler, err)
+	return err
+}
+
+func (l *watchedLock) observeWrite(ler resourcelock.LeaderElectionRecord, err error) {
+	if err == nil && ler.HolderIdentity == l.Identity() {
+		l.mu.Lock()
+		l.held = true
+		l.mu.Unlock()
+	}
+	l.observe(err)
+}
+
+// observe aborts the wait on errors that retrying cannot cure.
+func (l *watchedLock) observe(err error) {
+	if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+		return
+	}
+	if !apierrors.IsForbidden(err) && !apierrors.IsUnauthorized(err) && !apierrors.IsInvalid(err) && !apierrors.IsMethodNotSupported(err) {
+		klog.V(2).InfoS("Lease request failed, retrying", "err", err)
+		return
+	}
+	l.mu.Lock()
+	if l.err == nil {
+		l.err = err
+	}
+	l.mu.Unlock()
+	if !l.acquired() {
+		l.abort()
+	}
+}
+
+func (l *watchedLock) acquired() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.held
+}
+
+func (l *watchedLock) fatal() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// ensureNamespace creates a namespace unless it exists.
+func (c *Client) ensureNamespace(ctx context.Context, name string) error {
+	_, err := c.Kube.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("reading namespace %s: %w", name, err)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	_, err = c.Kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{FieldManager: FieldManager})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,151 @@
+package channels
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/blang/semver/v4"
+)
+
+// Plan is what a run would do: for each addon the channels offer a release
+// of that fits the cluster, the release, its install record, and the
+// decision between them. Making a plan only reads the cluster.
+type Plan struct {
+	// ServerVersion is the cluster's version, pre-release and build dropped,
+	// as kubernetesVersion ranges were matched against it.
+	ServerVersion semver.Version
+	// Items holds one entry per addon, sorted by name.
+	Items []PlanItem
+}
+
+// PlanItem is the decision for one addon.
+type PlanItem struct {
+	// Addon is the release the channels offer.
+	Addon *Addon
+	// Current is the install record on the cluster; nil when there is none
+	// or it does not parse.
+	Current *Record
+	// Decision says whether to apply Addon over Current.
+	Decision Decision
+}
+
+// Plan reads the cluster's version and the install records of the addons,
+// and decides for each addon whether to apply the newest of releases that
+// fits the cluster. It makes one request for the version and one GET per
+// record namespace, and writes nothing.
+func (c *Client) Plan(ctx context.Context, releases []*Addon) (*Plan, error) {
+	info, err := c.Kube.Discovery().ServerVersion()
+	if err != nil {
+		return nil, fmt.Errorf("reading the server version: %w", err)
+	}
+	version, err := ServerVersion(info.GitVersion)
+	if err != nil {
+		return nil, err
+	}
+	selected := Select(releases, version)
+	items := make([]PlanItem, len(selected))
+	for i, a := range selected {
+		items[i] = PlanItem{Addon: a}
+	}
+	if err := c.decide(ctx, items); err != nil {
+		return nil, err
+	}
+	return &Plan{ServerVersion: version, Items: items}, nil
+}
+
+// decide reads the install records of items and sets their Current and
+// Decision.
+func (c *Client) decide(ctx context.Context, items []PlanItem) error {
+	namespaces := make([]string, len(items))
+	for i, it := range items {
+		namespaces[i] = it.Addon.Namespace
+	}
+	rs, err := c.readRecords(ctx, namespaces)
+	if err != nil {
+		return err
+	}
+	for i := range items {
+		a := items[i].Addon
+		items[i].Current = rs.lookup(a.Namespace, a.Name)
+		items[i].Decision = Decide(a, items[i].Current)
+	}
+	return nil
+}
+
+// Pending returns the items to apply.
+func (p *Plan) Pending() []PlanItem {
+	var out []PlanItem
+	for _, it := range p.Items {
+		if it.Decision.Apply {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+// skipped reports whether an item is worth showing although it will not be
+// applied: a newer release is refused, not merely up to date.
+func (it PlanItem) skipped() bool {
+	return !it.Decision.Apply && it.Decision.Reason != ReasonUpToDate
+}
+
+// HasRows reports whether WriteTable writes anything.
+func (p *Plan) HasRows() bool {
+	for _, it := range p.Items {
+		if it.Decision.Apply || it.skipped() {
+			return true
+		}
+	}
+	return false
+}
+
+// WriteTable writes the plan as a table of the addons to apply and the ones
+// refused (downgrades, records of a newer tool), with the installed and the
+// offered release of each:
+//
+//	NAME     CURRENT           UPDATE
+//	coredns  0.1.0 (k8s-1.29)  0.2.0 (k8s-1.29)
+//	metrics  -                 1.0.0
+//	old      2.0.0             1.0.0 skipped: downgrade refused
+//
+// Addons that are up to date are left out. It writes nothing when no row
+// remains.
+func (p *Plan) WriteTable(w io.Writer) error {
+	if !p.HasRows() {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tCURRENT\tUPDATE")
+	for _, it := range p.Items {
+		if !it.Decision.Apply && !it.skipped() {
+			continue
+		}
+		current := "-"
+		if it.Current != nil {
+			current = describeRelease(it.Current.Version, it.Current.ID)
+		}
+		update := describeRelease(it.Addon.VersionString(), it.Addon.ID)
+		if it.skipped() {
+			update += " skipped: " + it.Decision.Reason
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", it.Addon.Name, current, update)
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("writing plan: %w", err)
+	}
+	return nil
+}
+
+// describeRelease shows a version and an id as "0.1.0 (k8s-1.29)". A release
+// without a version (kOps writes such records) shows as "unversioned".
+func describeRelease(version, id string) string {
+	if version == "" {
+		version = "unversioned"
+	}
+	if id == "" {
+		return version
+	}
+	return version + " (" + id + ")"
+}

@@ -1,0 +1,80 @@
+package channels
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/blang/semver/v4"
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestPlanWriteTable(t *testing.T) {
+	v := func(s string) *semver.Version {
+		sv := semver.MustParse(s)
+		return &sv
+	}
+	item := func(name string, version *semver.Version, id string, current *Record) PlanItem {
+		a := &Addon{Name: name, Version: version, ID: id}
+		return PlanItem{Addon: a, Current: current, Decision: Decide(a, current)}
+	}
+	tests := []struct {
+		name  string
+		items []PlanItem
+		want  string
+	}{
+		{
+			name: "installs, upgrades, refusals; up-to-date addons left out",
+			items: []PlanItem{
+				item("coredns", v("0.2.0"), "k8s-1.29", &Record{Version: "0.1.0", ID: "k8s-1.29"}),
+				item("dns-new", v("1.0.0"), "", nil),
+				item("kops-made", v("1.0.0"), "k8s-1.29", &Record{ID: "k8s-1.28"}),
+				item("newer-tool", v("9.0.0"), "", &Record{Version: "1.0.0", SystemGeneration: 2}),
+				item("old", v("1.0.0"), "", &Record{Version: "2.0.0"}),
+				item("same", v("1.0.0"), "a", &Record{Version: "1.0.0", ID: "a"}),
+			},
+			want: "" +
+				"NAME        CURRENT                 UPDATE\n" +
+				"coredns     0.1.0 (k8s-1.29)        0.2.0 (k8s-1.29)\n" +
+				"dns-new     -                       1.0.0\n" +
+				"kops-made   unversioned (k8s-1.28)  1.0.0 (k8s-1.29)\n" +
+				"newer-tool  1.0.0                   9.0.0 skipped: record from a newer tool\n" +
+				"old         2.0.0                   1.0.0 skipped: downgrade refused\n",
+		},
+		{
+			name:  "nothing to show",
+			items: []PlanItem{item("same", v("1.0.0"), "", &Record{Version: "1.0.0"})},
+			want:  "",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			p := &Plan{Items: tt.items}
+			if err := p.WriteTable(&buf); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(buf.String(), tt.want); diff != "" {
+				t.Errorf("WriteTable() (-got +want):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestApplyErrorMessage(t *testing.T) {
+	err := &ApplyError{Failed: []AddonError{
+		{Addon: "a", Err: errors.New("applying ConfigMap ns/x: boom")},
+		{Addon: "b", Err: errors.Join(errors.New("one"), errors.New("two"))},
+	}}
+	got := err.Error()
+	want := `2 addons failed: addon "a": applying ConfigMap ns/x: boom; addon "b": one; two`
+	if got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+	inner := fmt.Errorf("wrapped: %w", err)
+	var ae *ApplyError
+	if !errors.As(inner, &ae) || len(ae.Failed) != 2 {
+		t.Errorf("errors.As(%v) did not find the ApplyError", inner)
+	}
+}

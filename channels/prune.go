@@ -1,0 +1,271 @@
+package channels
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/kos-sdn/kos/channels/api"
+)
+
+// listLimit is the page size of prune's lists.
+const listLimit = 500
+
+// pruneQuery is one list that looks for objects to prune.
+type pruneQuery struct {
+	mapping       *meta.RESTMapping
+	namespace     string // "" lists cluster-scoped kinds, or all namespaces
+	labelSelector string
+	fieldSelector string
+}
+
+// candidate is an object pruning deletes.
+type candidate struct {
+	key     objectKey
+	uid     types.UID
+	mapping *meta.RESTMapping
+}
+
+// prune deletes the objects of an addon that its new release does not have.
+// It lists, by the addon's selector, every kind the addon had (the record's
+// inventory) or has now, in the namespaces it used, and the kinds of its
+// prune spec as the spec narrows them; Namespaces and CRDs only when the
+// prune spec names them.
+// Objects a controller owns are left to their owner.
+func (w *addonWriter) prune(ctx context.Context, a *Addon, current *Record, in *applied, r *reporter) error {
+	if len(a.Selector) == 0 {
+		if a.Prune != nil {
+			return fmt.Errorf("refusing to prune addon %q: its selector is empty", a.Name)
+		}
+		if current != nil && current.Inventory != nil && len(current.Inventory.Kinds) > 0 {
+			r.report(EventNote, a.Name, "Not pruning: the addon has no selector")
+		}
+		return nil
+	}
+	queries, err := w.pruneQueries(ctx, a, current, in, r)
+	if err != nil {
+		return err
+	}
+	found := make([][]candidate, len(queries))
+	err = w.each(ctx, len(queries), func(ctx context.Context, i int) error {
+		var err error
+		found[i], err = w.list(ctx, queries[i], in)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+
+	// Delete in the reverse of apply order: webhooks before the servers they
+	// call, workloads before their config, namespaces last.
+	var byPhase [phaseCount][]candidate
+	seen := map[types.UID]bool{}
+	for _, cs := range found {
+		for _, c := range cs {
+			if seen[c.uid] {
+				continue
+			}
+			seen[c.uid] = true
+			p := PhaseOf(c.key.GroupKind)
+			byPhase[p] = append(byPhase[p], c)
+		}
+	}
+	for p := phaseCount - 1; p >= 0; p-- {
+		cs := byPhase[p]
+		sort.Slice(cs, func(i, j int) bool { return cs[i].key.String() < cs[j].key.String() })
+		err := w.each(ctx, len(cs), func(ctx context.Context, i int) error {
+			deleted, err := w.delete(ctx, cs[i])
+			if deleted {
+				r.report(EventPruned, a.Name, "Pruned %s", cs[i].key)
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pruneQueries works out the lists prune makes.
+func (w *addonWriter) pruneQueries(ctx context.Context, a *Addon, current *Record, in *applied, r *reporter) ([]pruneQuery, error) {
+	selector := labels.SelectorFromSet(a.Selector).String()
+
+	// The kinds the addon had or has, in the namespaces it had or has.
+	kinds := map[schema.GroupKind]bool{}
+	namespaces := map[string]bool{}
+	for gk := range in.kinds {
+		kinds[gk] = true
+	}
+	for ns := range in.namespaces {
+		namespaces[ns] = true
+	}
+	if current != nil && current.Inventory != nil {
+		for _, k := range current.Inventory.Kinds {
+			kinds[schema.ParseGroupKind(k)] = true
+		}
+		for _, ns := range current.Inventory.Namespaces {
+			namespaces[ns] = true
+		}
+	}
+	var extra []api.PruneKindSpec
+	if a.Prune != nil {
+		extra = a.Prune.Kinds
+	}
+	named := map[schema.GroupKind]bool{}
+	for _, k := range extra {
+		named[schema.GroupKind{Group: k.Group, Kind: k.Kind}] = true
+	}
+
+	var queries []pruneQuery
+	for _, gk := range sortedKinds(kinds) {
+		// A kind the prune spec names is listed as the spec says, below.
+		if named[gk] || neverPruned[gk] {
+			continue
+		}
+		m, ok, err := w.pruneMapping(ctx, a, gk, r)
+		if err != nil || !ok {
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if m.Scope.Name() != meta.RESTScopeNameNamespace {
+			queries = append(queries, pruneQuery{mapping: m, labelSelector: selector})
+			continue
+		}
+		for _, ns := range sortedStrings(namespaces) {
+			queries = append(queries, pruneQuery{mapping: m, namespace: ns, labelSelector: selector})
+		}
+	}
+	for _, k := range extra {
+		gk := schema.GroupKind{Group: k.Group, Kind: k.Kind}
+		sel := selector
+		if k.LabelSelector != "" {
+			if _, err := labels.Parse(k.LabelSelector); err != nil {
+				return nil, fmt.Errorf("prune kind %s: labelSelector: %w", gk, err)
+			}
+			sel += "," + k.LabelSelector
+		}
+		m, ok, err := w.pruneMapping(ctx, a, gk, r)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		q := pruneQuery{mapping: m, labelSelector: sel, fieldSelector: k.FieldSelector}
+		if m.Scope.Name() != meta.RESTScopeNameNamespace || len(k.Namespaces) == 0 {
+			queries = append(queries, q)
+			continue
+		}
+		for _, ns := range k.Namespaces {
+			q.namespace = ns
+			queries = append(queries, q)
+		}
+	}
+	return queries, nil
+}
+
+// pruneMapping maps a kind to prune. A kind the server does not serve (any
+// more) has nothing to prune: it is skipped with a note.
+func (w *addonWriter) pruneMapping(ctx context.Context, a *Addon, gk schema.GroupKind, r *reporter) (*meta.RESTMapping, bool, error) {
+	m, err := w.client.mapping(ctx, gk.WithVersion(""), false)
+	if meta.IsNoMatchError(err) {
+		r.report(EventNote, a.Name, "Not pruning %s: the server does not serve this kind", gk)
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("finding kind %s to prune: %w", gk, err)
+	}
+	return m, true, nil
+}
+
+// list returns the objects a query finds that the addon did not just apply.
+func (w *addonWriter) list(ctx context.Context, q pruneQuery, in *applied) ([]candidate, error) {
+	var ri dynamic.ResourceInterface = w.client.Dynamic.Resource(q.mapping.Resource)
+	if q.namespace != "" {
+		ri = w.client.Dynamic.Resource(q.mapping.Resource).Namespace(q.namespace)
+	}
+	gk := q.mapping.GroupVersionKind.GroupKind()
+	var out []candidate
+	opts := metav1.ListOptions{LabelSelector: q.labelSelector, FieldSelector: q.fieldSelector, Limit: listLimit}
+	for {
+		list, err := ri.List(ctx, opts)
+		if err != nil {
+			where := ""
+			if q.namespace != "" {
+				where = " in namespace " + q.namespace
+			}
+			return nil, fmt.Errorf("listing %s%s to prune: %w", gk, where, err)
+		}
+		for i := range list.Items {
+			u := &list.Items[i]
+			key := objectKey{GroupKind: gk, Namespace: u.GetNamespace(), Name: u.GetName()}
+			if in.keep[key] || u.GetDeletionTimestamp() != nil || ownedByController(u) {
+				continue
+			}
+			out = append(out, candidate{key: key, uid: u.GetUID(), mapping: q.mapping})
+		}
+		if list.GetContinue() == "" {
+			return out, nil
+		}
+		opts.Continue = list.GetContinue()
+	}
+}
+
+// ownedByController reports whether a controller owns the object: such
+// objects (the ReplicaSets of a Deployment, say) copy labels from their
+// owner, and deleting them would only make it create them again.
+func ownedByController(u *unstructured.Unstructured) bool {
+	for _, ref := range u.GetOwnerReferences() {
+		if ref.Controller != nil && *ref.Controller {
+			return true
+		}
+	}
+	return false
+}
+
+// delete deletes one object, only if it is still the one listed (same UID),
+// letting the garbage collector delete its dependents in the background.
+// It reports whether this call deleted it.
+func (w *addonWriter) delete(ctx context.Context, c candidate) (bool, error) {
+	var ri dynamic.ResourceInterface = w.client.Dynamic.Resource(c.mapping.Resource)
+	if c.key.Namespace != "" {
+		ri = w.client.Dynamic.Resource(c.mapping.Resource).Namespace(c.key.Namespace)
+	}
+	uid := c.uid
+	policy := metav1.DeletePropagationBackground
+	err := ri.Delete(ctx, c.key.Name, metav1.DeleteOptions{
+		Preconditions:     &metav1.Preconditions{UID: &uid},
+		PropagationPolicy: &policy,
+	})
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		// Gone already, or replaced by a new object of the same name since
+		// it was listed: nothing of ours to delete.
+		return false, nil
+	default:
+		return false, fmt.Errorf("pruning %s: %w", c.key, err)
+	}
+}
+
+func sortedKinds(set map[schema.GroupKind]bool) []schema.GroupKind {
+	out := make([]schema.GroupKind, 0, len(set))
+	for gk := range set {
+		out = append(out, gk)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out
+}
