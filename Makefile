@@ -2,7 +2,7 @@
 SHELL := /usr/bin/env bash
 export GOTOOLCHAIN := local
 
-.PHONY: all build test unit verify generate demo demo-down bench tools clean
+.PHONY: all build test verify generate demo demo-down bench tools clean
 
 all: build
 
@@ -13,10 +13,6 @@ build:
 ## test: what CI runs — install what the tests need, verify, run unit and integration tests
 test:
 	tools/test.sh
-
-## unit: unit tests only (no servers)
-unit:
-	go test -short ./...
 
 ## verify: formatting, vet, import directions, generated code drift
 verify:

@@ -4,9 +4,11 @@
 # the Go module proxy by the build scripts under tools/.
 set -euo pipefail
 
-# Command → Debian package providing it. The channels tests need none yet:
-# their servers are built from the module proxy.
-declare -A wanted=()
+# Command → Debian package providing it.
+declare -A wanted=(
+  [ovs-vswitchd]=openvswitch-switch # the node agent's fabric tests (userspace datapath)
+  [ip]=iproute2                     # network namespaces for simulated nodes
+)
 
 missing=()
 for cmd in "${!wanted[@]}"; do
