@@ -34,6 +34,8 @@ type Addon struct {
 	Prune *api.PruneSpec
 	// NeedsRollingUpdate marks nodes on an update.
 	NeedsRollingUpdate api.NeedsRollingUpdate
+	// NeedsPKI is kept from kOps channels; this tool provisions no PKI.
+	NeedsPKI bool
 	// Channel is the location of the channel the release came from.
 	Channel string
 	// Inline holds the manifest's bytes when the location was itself a plain
