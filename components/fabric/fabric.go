@@ -8,11 +8,13 @@
 package fabric
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 )
 
 // MaxVNI is the largest virtual network identifier KOS uses (21 bits).
@@ -132,4 +134,18 @@ type Inventory struct {
 	// PartialRemote holds remote attachments with missing or disagreeing
 	// flows. HostIP is the one a flow names, if any.
 	PartialRemote []RemoteAttachment
+}
+
+// Sort sorts each list of the inventory by VNI, then IP.
+func (inv *Inventory) Sort() {
+	for _, l := range [][]LocalAttachment{inv.Local, inv.PartialLocal} {
+		slices.SortFunc(l, func(a, b LocalAttachment) int {
+			return cmp.Or(cmp.Compare(a.VNI, b.VNI), a.IP.Compare(b.IP))
+		})
+	}
+	for _, l := range [][]RemoteAttachment{inv.Remote, inv.PartialRemote} {
+		slices.SortFunc(l, func(a, b RemoteAttachment) int {
+			return cmp.Or(cmp.Compare(a.VNI, b.VNI), a.IP.Compare(b.IP))
+		})
+	}
 }

@@ -1,0 +1,397 @@
+// Package ovs is the fabric that programs Open vSwitch: one bridge with a
+// VXLAN tunnel port, an internal port per local attachment, and the
+// OpenFlow flows that join them, all through the ovs-vsctl and ovs-ofctl
+// tools (github.com/digitalocean/go-openvswitch runs the latter).
+//
+// Which flows KOS wants is in flows.go, as values; how to get them into the
+// switch is in switch.go. Every flow carries a cookie naming the attachment
+// it belongs to, so listing and deleting need no memory of what was
+// installed: a restarted agent reads it all back from the switch.
+//
+// The package talks to OVS only; it never imports client-go.
+package ovs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	goovs "github.com/digitalocean/go-openvswitch/ovs"
+	"k8s.io/klog/v2"
+
+	"github.com/kos-sdn/kos/components/fabric"
+)
+
+// Defaults for Config.
+const (
+	DefaultBridge  = "kos"
+	DefaultTimeout = 30 * time.Second
+)
+
+// TunnelPort is the name of the bridge's VXLAN port.
+const TunnelPort = "vtep"
+
+// The external IDs of a local attachment's interface, which say what it is
+// for when the agent lists the switch after a restart.
+const (
+	externalIDVNI = "kos-vni"
+	externalIDIP  = "kos-ip"
+)
+
+// Config says which Open vSwitch to program and how.
+type Config struct {
+	// Bridge is the bridge to own; DefaultBridge when empty.
+	Bridge string
+	// DatapathType is the bridge's datapath_type. Empty leaves OVS's
+	// default, the kernel datapath of real nodes; "netdev" selects the
+	// userspace datapath, which needs no kernel module.
+	DatapathType string
+	// RunDir is the OVS run dir (OVS_RUNDIR), which selects the OVS
+	// instance when several run on one machine; empty for the default.
+	RunDir string
+	// Timeout bounds each OVS command; DefaultTimeout when zero.
+	Timeout time.Duration
+}
+
+// Fabric programs one bridge of one Open vSwitch. It implements
+// fabric.Interface and is safe for concurrent use.
+type Fabric struct {
+	bridge       string
+	datapathType string
+	ovs          *ovsClient
+
+	mu sync.Mutex
+	// tunnelPort is the OpenFlow number of the tunnel port, 0 while
+	// unknown. It changes only when ovs-vswitchd restarts, which Ensure
+	// notices and so re-reads it.
+	tunnelPort int
+}
+
+var _ fabric.Interface = (*Fabric)(nil)
+
+// New returns a fabric for the bridge cfg names. It does not touch the
+// switch: call Ensure first.
+func New(cfg Config) *Fabric {
+	if cfg.Bridge == "" {
+		cfg.Bridge = DefaultBridge
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	return &Fabric{
+		bridge:       cfg.Bridge,
+		datapathType: cfg.DatapathType,
+		ovs:          newOVSClient(cfg.RunDir, cfg.Timeout),
+	}
+}
+
+// Ensure creates the bridge and its tunnel port unless they exist and
+// installs the default flows unless they are there; flowsLost says it had
+// to. It also learns the tunnel port's number anew.
+func (f *Fabric) Ensure(ctx context.Context) (flowsLost bool, err error) {
+	if err := f.ovs.ensureBridge(ctx, f.bridge, f.datapathType, TunnelPort); err != nil {
+		return false, err
+	}
+	if _, err := f.refreshTunnelPort(ctx); err != nil {
+		return false, err
+	}
+	c := cookie(kindDefault, 0, netip.Addr{})
+	got, err := f.ovs.dumpFlows(ctx, f.bridge, flowsWithCookie(c))
+	if err != nil {
+		return false, err
+	}
+	want := defaultFlows()
+	if sameFlows(got, want) {
+		return false, nil
+	}
+	if err := f.ovs.bundle(ctx, f.bridge, []*goovs.MatchFlow{flowsWithCookie(c)}, want); err != nil {
+		return false, fmt.Errorf("installing the default flows: %w", err)
+	}
+	klog.V(2).InfoS("Installed the default flows", "bridge", f.bridge, "found", len(got))
+	return true, nil
+}
+
+// CreateLocal creates or repairs local attachments: their internal ports
+// in one ovs-vsctl transaction, then all their flows in one bundle that
+// first deletes whatever flows they had.
+func (f *Fabric) CreateLocal(ctx context.Context, atts ...fabric.LocalAttachment) error {
+	if err := validateAll(atts); err != nil {
+		return err
+	}
+	if len(atts) == 0 {
+		return nil
+	}
+	ports := make([]internalPort, 0, len(atts))
+	names := make([]string, 0, len(atts))
+	for _, a := range atts {
+		ports = append(ports, internalPort{
+			name: a.InterfaceName(),
+			mac:  a.MAC().String(),
+			externalIDs: map[string]string{
+				externalIDVNI: strconv.FormatUint(uint64(a.VNI), 10),
+				externalIDIP:  a.IP.String(),
+			},
+		})
+		names = append(names, a.InterfaceName())
+	}
+	if err := f.ovs.addInternalPorts(ctx, f.bridge, ports); err != nil {
+		return err
+	}
+	rows, err := f.ovs.interfaces(ctx, names...)
+	if err != nil {
+		return err
+	}
+	ofports := make(map[string]int, len(rows))
+	for _, r := range rows {
+		if r.OFPort <= 0 {
+			return fmt.Errorf("interface %s has no OpenFlow port (ofport %d): %s", r.Name, r.OFPort, r.Error)
+		}
+		ofports[r.Name] = r.OFPort
+	}
+	deletes := make([]*goovs.MatchFlow, 0, len(atts))
+	adds := make([]*goovs.Flow, 0, 3*len(atts))
+	for _, a := range atts {
+		port, ok := ofports[a.InterfaceName()]
+		if !ok {
+			return fmt.Errorf("interface %s of %v vanished while being created", a.InterfaceName(), a)
+		}
+		deletes = append(deletes, flowsWithCookie(cookie(kindLocal, a.VNI, a.IP)))
+		adds = append(adds, localFlows(a, port)...)
+	}
+	if err := f.ovs.bundle(ctx, f.bridge, deletes, adds); err != nil {
+		return err
+	}
+	klog.V(4).InfoS("Created local attachments", "bridge", f.bridge, "count", len(atts))
+	return nil
+}
+
+// DeleteLocal deletes local attachments: their flows in one bundle, then
+// their ports in one ovs-vsctl transaction.
+func (f *Fabric) DeleteLocal(ctx context.Context, atts ...fabric.LocalAttachment) error {
+	if err := validateAll(atts); err != nil {
+		return err
+	}
+	if len(atts) == 0 {
+		return nil
+	}
+	deletes := make([]*goovs.MatchFlow, 0, len(atts))
+	names := make([]string, 0, len(atts))
+	for _, a := range atts {
+		deletes = append(deletes, flowsWithCookie(cookie(kindLocal, a.VNI, a.IP)))
+		names = append(names, a.InterfaceName())
+	}
+	if err := f.ovs.bundle(ctx, f.bridge, deletes, nil); err != nil {
+		return err
+	}
+	if err := f.ovs.deletePorts(ctx, f.bridge, names); err != nil {
+		return err
+	}
+	klog.V(4).InfoS("Deleted local attachments", "bridge", f.bridge, "count", len(atts))
+	return nil
+}
+
+// CreateRemote creates, updates or repairs remote attachments: one bundle
+// that first deletes whatever flows they had, then adds theirs.
+func (f *Fabric) CreateRemote(ctx context.Context, atts ...fabric.RemoteAttachment) error {
+	if err := validateAll(atts); err != nil {
+		return err
+	}
+	if len(atts) == 0 {
+		return nil
+	}
+	vtep, err := f.tunnelPortNumber(ctx)
+	if err != nil {
+		return err
+	}
+	deletes := make([]*goovs.MatchFlow, 0, len(atts))
+	adds := make([]*goovs.Flow, 0, 2*len(atts))
+	for _, a := range atts {
+		deletes = append(deletes, flowsWithCookie(cookie(kindRemote, a.VNI, a.IP)))
+		adds = append(adds, remoteFlows(a, vtep)...)
+	}
+	if err := f.ovs.bundle(ctx, f.bridge, deletes, adds); err != nil {
+		return err
+	}
+	klog.V(4).InfoS("Created remote attachments", "bridge", f.bridge, "count", len(atts))
+	return nil
+}
+
+// DeleteRemote deletes the flows of remote attachments in one bundle.
+func (f *Fabric) DeleteRemote(ctx context.Context, atts ...fabric.RemoteAttachment) error {
+	if len(atts) == 0 {
+		return nil
+	}
+	deletes := make([]*goovs.MatchFlow, 0, len(atts))
+	for _, a := range atts {
+		// Only VNI and IP name the flows; a HostIP is not needed.
+		if err := (fabric.LocalAttachment{VNI: a.VNI, IP: a.IP}).Validate(); err != nil {
+			return fmt.Errorf("deleting remote attachment %v: %w", a, err)
+		}
+		deletes = append(deletes, flowsWithCookie(cookie(kindRemote, a.VNI, a.IP)))
+	}
+	if err := f.ovs.bundle(ctx, f.bridge, deletes, nil); err != nil {
+		return err
+	}
+	klog.V(4).InfoS("Deleted remote attachments", "bridge", f.bridge, "count", len(atts))
+	return nil
+}
+
+// List reads the bridge's ports, the Interface table and KOS's flows, and
+// sorts what it finds into whole and partial attachments.
+func (f *Fabric) List(ctx context.Context) (*fabric.Inventory, error) {
+	portNames, err := f.ovs.bridgePorts(ctx, f.bridge)
+	if err != nil {
+		return nil, err
+	}
+	onBridge := make(map[string]bool, len(portNames))
+	for _, p := range portNames {
+		onBridge[p] = true
+	}
+	rows, err := f.ovs.interfaces(ctx)
+	if err != nil {
+		return nil, err
+	}
+	flows, err := f.ovs.dumpFlows(ctx, f.bridge, allKOSFlows())
+	if err != nil {
+		return nil, err
+	}
+
+	vtep := 0
+	type localPort struct {
+		att  fabric.LocalAttachment
+		row  interfaceRow
+		seen bool
+	}
+	ports := map[uint64]*localPort{}
+	for _, r := range rows {
+		if !onBridge[r.Name] {
+			continue
+		}
+		if r.Name == TunnelPort {
+			vtep = r.OFPort
+			continue
+		}
+		att, ok := attachmentOf(r)
+		if !ok {
+			continue
+		}
+		ports[cookie(kindLocal, att.VNI, att.IP)] = &localPort{att: att, row: r}
+	}
+
+	byCookie := map[uint64][]*goovs.Flow{}
+	for _, fl := range flows {
+		byCookie[fl.Cookie] = append(byCookie[fl.Cookie], fl)
+	}
+
+	inv := &fabric.Inventory{}
+	for c, fls := range byCookie {
+		kind, vni, ip, ok := parseCookie(c)
+		switch {
+		case !ok:
+			klog.V(2).InfoS("Ignoring flows with an unknown KOS cookie", "bridge", f.bridge, "cookie", fmt.Sprintf("%#x", c), "count", len(fls))
+		case kind == kindLocal:
+			p := ports[c]
+			if p == nil {
+				inv.PartialLocal = append(inv.PartialLocal, fabric.LocalAttachment{VNI: vni, IP: ip})
+				continue
+			}
+			p.seen = true
+			if localWhole(p.att, p.row, fls) {
+				inv.Local = append(inv.Local, p.att)
+			} else {
+				inv.PartialLocal = append(inv.PartialLocal, p.att)
+			}
+		case kind == kindRemote:
+			att := fabric.RemoteAttachment{VNI: vni, IP: ip}
+			hosts := map[netip.Addr]bool{}
+			for _, fl := range fls {
+				if h, ok := tunnelDestination(fl); ok {
+					hosts[h] = true
+					att.HostIP = h
+				}
+			}
+			if len(hosts) == 1 && vtep > 0 && sameFlows(fls, remoteFlows(att, vtep)) {
+				inv.Remote = append(inv.Remote, att)
+			} else {
+				inv.PartialRemote = append(inv.PartialRemote, att)
+			}
+		}
+	}
+	for _, p := range ports {
+		if !p.seen {
+			inv.PartialLocal = append(inv.PartialLocal, p.att)
+		}
+	}
+	inv.Sort()
+	return inv, nil
+}
+
+// attachmentOf returns the local attachment an interface was made for, if
+// it was made for one: its external IDs name a valid one whose interface
+// name it has.
+func attachmentOf(r interfaceRow) (fabric.LocalAttachment, bool) {
+	vni, err := strconv.ParseUint(r.ExternalIDs[externalIDVNI], 10, 32)
+	if err != nil {
+		return fabric.LocalAttachment{}, false
+	}
+	ip, err := netip.ParseAddr(r.ExternalIDs[externalIDIP])
+	if err != nil {
+		return fabric.LocalAttachment{}, false
+	}
+	att := fabric.LocalAttachment{VNI: uint32(vni), IP: ip}
+	if att.Validate() != nil || att.InterfaceName() != r.Name {
+		return fabric.LocalAttachment{}, false
+	}
+	return att, true
+}
+
+// localWhole reports whether a local attachment's interface and flows are
+// exactly what CreateLocal makes.
+func localWhole(att fabric.LocalAttachment, r interfaceRow, flows []*goovs.Flow) bool {
+	return r.Type == "internal" && r.MAC == att.MAC().String() && r.OFPort > 0 &&
+		sameFlows(flows, localFlows(att, r.OFPort))
+}
+
+// tunnelPortNumber returns the tunnel port's OpenFlow number, reading it if
+// it is not known yet.
+func (f *Fabric) tunnelPortNumber(ctx context.Context) (int, error) {
+	f.mu.Lock()
+	port := f.tunnelPort
+	f.mu.Unlock()
+	if port > 0 {
+		return port, nil
+	}
+	return f.refreshTunnelPort(ctx)
+}
+
+func (f *Fabric) refreshTunnelPort(ctx context.Context) (int, error) {
+	rows, err := f.ovs.interfaces(ctx, TunnelPort)
+	if err != nil {
+		return 0, err
+	}
+	if len(rows) != 1 || rows[0].OFPort <= 0 {
+		var why string
+		if len(rows) == 1 {
+			why = rows[0].Error
+		}
+		return 0, fmt.Errorf("tunnel port %s has no OpenFlow port number: %s", TunnelPort, why)
+	}
+	f.mu.Lock()
+	f.tunnelPort = rows[0].OFPort
+	f.mu.Unlock()
+	return rows[0].OFPort, nil
+}
+
+func validateAll[A interface{ Validate() error }](atts []A) error {
+	var errs []error
+	for _, a := range atts {
+		if err := a.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
