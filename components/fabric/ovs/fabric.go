@@ -111,7 +111,7 @@ func (f *Fabric) Ensure(ctx context.Context) (flowsLost bool, err error) {
 	if err := f.ovs.bundle(ctx, f.bridge, []*goovs.MatchFlow{flowsWithCookie(c)}, want); err != nil {
 		return false, fmt.Errorf("installing the default flows: %w", err)
 	}
-	klog.V(2).InfoS("Installed the default flows", "bridge", f.bridge, "found", len(got))
+	klog.FromContext(ctx).V(2).Info("Installed the default flows", "bridge", f.bridge, "found", len(got))
 	return true, nil
 }
 
@@ -165,7 +165,7 @@ func (f *Fabric) CreateLocal(ctx context.Context, atts ...fabric.LocalAttachment
 	if err := f.ovs.bundle(ctx, f.bridge, deletes, adds); err != nil {
 		return err
 	}
-	klog.V(4).InfoS("Created local attachments", "bridge", f.bridge, "count", len(atts))
+	klog.FromContext(ctx).V(4).Info("Created local attachments", "bridge", f.bridge, "count", len(atts))
 	return nil
 }
 
@@ -190,7 +190,7 @@ func (f *Fabric) DeleteLocal(ctx context.Context, atts ...fabric.LocalAttachment
 	if err := f.ovs.deletePorts(ctx, f.bridge, names); err != nil {
 		return err
 	}
-	klog.V(4).InfoS("Deleted local attachments", "bridge", f.bridge, "count", len(atts))
+	klog.FromContext(ctx).V(4).Info("Deleted local attachments", "bridge", f.bridge, "count", len(atts))
 	return nil
 }
 
@@ -216,7 +216,7 @@ func (f *Fabric) CreateRemote(ctx context.Context, atts ...fabric.RemoteAttachme
 	if err := f.ovs.bundle(ctx, f.bridge, deletes, adds); err != nil {
 		return err
 	}
-	klog.V(4).InfoS("Created remote attachments", "bridge", f.bridge, "count", len(atts))
+	klog.FromContext(ctx).V(4).Info("Created remote attachments", "bridge", f.bridge, "count", len(atts))
 	return nil
 }
 
@@ -236,7 +236,7 @@ func (f *Fabric) DeleteRemote(ctx context.Context, atts ...fabric.RemoteAttachme
 	if err := f.ovs.bundle(ctx, f.bridge, deletes, nil); err != nil {
 		return err
 	}
-	klog.V(4).InfoS("Deleted remote attachments", "bridge", f.bridge, "count", len(atts))
+	klog.FromContext(ctx).V(4).Info("Deleted remote attachments", "bridge", f.bridge, "count", len(atts))
 	return nil
 }
 
@@ -292,7 +292,7 @@ func (f *Fabric) List(ctx context.Context) (*fabric.Inventory, error) {
 		kind, vni, ip, ok := parseCookie(c)
 		switch {
 		case !ok:
-			klog.V(2).InfoS("Ignoring flows with an unknown KOS cookie", "bridge", f.bridge, "cookie", fmt.Sprintf("%#x", c), "count", len(fls))
+			klog.FromContext(ctx).V(2).Info("Ignoring flows with an unknown KOS cookie", "bridge", f.bridge, "cookie", fmt.Sprintf("%#x", c), "count", len(fls))
 		case kind == kindLocal:
 			p := ports[c]
 			if p == nil {

@@ -317,3 +317,37 @@ func TestIntegrationInvalid(t *testing.T) {
 		t.Errorf("ports changed (-want +got):\n%s", diff)
 	}
 }
+
+// TestIntegrationSameAddress checks what happens when a local and a remote
+// attachment share VNI and IP, as when an address moves between nodes and
+// the agent learns of the new holder before the old one is gone: the one
+// created last takes the forwarding flows.
+func TestIntegrationSameAddress(t *testing.T) {
+	f, _ := startFabric(t)
+	ctx := t.Context()
+	rOverL1 := fabric.RemoteAttachment{VNI: l1.VNI, IP: l1.IP, HostIP: r1.HostIP}
+	if err := f.CreateLocal(ctx, l1); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.CreateRemote(ctx, rOverL1); err != nil {
+		t.Fatal(err)
+	}
+	want := &fabric.Inventory{PartialLocal: []fabric.LocalAttachment{l1}, Remote: []fabric.RemoteAttachment{rOverL1}}
+	if diff := diffInventory(want, list(t, f)); diff != "" {
+		t.Errorf("List with the remote created last differs (-want +got):\n%s", diff)
+	}
+	if err := f.CreateLocal(ctx, l1); err != nil {
+		t.Fatal(err)
+	}
+	want = &fabric.Inventory{Local: []fabric.LocalAttachment{l1}}
+	if diff := diffInventory(want, list(t, f)); diff != "" {
+		t.Errorf("List with the local created last differs (-want +got):\n%s", diff)
+	}
+	// Deleting the stale remote attachment leaves the local one whole.
+	if err := f.DeleteRemote(ctx, rOverL1); err != nil {
+		t.Fatal(err)
+	}
+	if diff := diffInventory(want, list(t, f)); diff != "" {
+		t.Errorf("List after deleting the remote differs (-want +got):\n%s", diff)
+	}
+}

@@ -47,7 +47,7 @@ func (c *ovsClient) run(ctx context.Context, stdin io.Reader, name string, args 
 	cmd.Stderr = &errBuf
 	start := time.Now()
 	stdout, err = cmd.Output()
-	klog.V(5).InfoS("Ran an OVS tool", "command", name, "args", args, "duration", time.Since(start), "err", err)
+	klog.FromContext(ctx).V(5).Info("Ran an OVS tool", "command", name, "args", args, "duration", time.Since(start), "err", err)
 	return stdout, errBuf.Bytes(), err
 }
 

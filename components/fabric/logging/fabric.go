@@ -1,0 +1,180 @@
+// Package logging is a fabric that programs nothing: it logs each operation
+// with klog and remembers, in memory, what a real switch would hold. It lets
+// many agents run on one machine for scale tests, and is a faithful fake
+// for the agent's tests: it validates as the OVS fabric does, lists whole
+// and partial attachments alike, and can lose its flows on request as an
+// ovs-vswitchd restart does.
+package logging
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"sync"
+
+	"k8s.io/klog/v2"
+
+	"github.com/kos-sdn/kos/components/fabric"
+)
+
+// key names an attachment: a VNI and an IP name at most one, local or remote.
+type key struct {
+	vni uint32
+	ip  netip.Addr
+}
+
+// local is what exists of a local attachment.
+type local struct {
+	att fabric.LocalAttachment
+	// flowsWhole is false when some of its flows are gone: after LoseFlows,
+	// or after a remote attachment with its VNI and IP took them over.
+	flowsWhole bool
+}
+
+// Fabric logs and remembers. It implements fabric.Interface and is safe for
+// concurrent use.
+type Fabric struct {
+	mu           sync.Mutex
+	defaultFlows bool
+	local        map[key]local
+	remote       map[key]fabric.RemoteAttachment
+}
+
+var _ fabric.Interface = (*Fabric)(nil)
+
+// New returns an empty fabric: no default flows, no attachments.
+func New() *Fabric {
+	return &Fabric{local: map[key]local{}, remote: map[key]fabric.RemoteAttachment{}}
+}
+
+// Ensure installs the default flows unless they are there, and says so.
+func (f *Fabric) Ensure(ctx context.Context) (flowsLost bool, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	lost := !f.defaultFlows
+	f.defaultFlows = true
+	if lost {
+		klog.FromContext(ctx).V(2).Info("Installed the default flows")
+	}
+	return lost, nil
+}
+
+// CreateLocal records local attachments as whole. One that had a remote
+// attachment's VNI and IP replaces it, as its flows would on a switch.
+func (f *Fabric) CreateLocal(ctx context.Context, atts ...fabric.LocalAttachment) error {
+	if err := validateAll(atts); err != nil {
+		return err
+	}
+	logger := klog.FromContext(ctx)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, a := range atts {
+		k := key{a.VNI, a.IP}
+		f.local[k] = local{att: a, flowsWhole: true}
+		delete(f.remote, k)
+		logger.V(2).Info("Created local attachment", "vni", a.VNI, "ip", a.IP, "mac", a.MAC().String(), "interface", a.InterfaceName())
+	}
+	return nil
+}
+
+// DeleteLocal forgets local attachments.
+func (f *Fabric) DeleteLocal(ctx context.Context, atts ...fabric.LocalAttachment) error {
+	if err := validateAll(atts); err != nil {
+		return err
+	}
+	logger := klog.FromContext(ctx)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, a := range atts {
+		delete(f.local, key{a.VNI, a.IP})
+		logger.V(2).Info("Deleted local attachment", "vni", a.VNI, "ip", a.IP, "interface", a.InterfaceName())
+	}
+	return nil
+}
+
+// CreateRemote records remote attachments, replacing one with the same VNI
+// and IP. A local attachment with that VNI and IP keeps its interface but
+// loses the flows that deliver to it, and so becomes partial.
+func (f *Fabric) CreateRemote(ctx context.Context, atts ...fabric.RemoteAttachment) error {
+	if err := validateAll(atts); err != nil {
+		return err
+	}
+	logger := klog.FromContext(ctx)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, a := range atts {
+		k := key{a.VNI, a.IP}
+		f.remote[k] = a
+		if l, ok := f.local[k]; ok {
+			l.flowsWhole = false
+			f.local[k] = l
+		}
+		logger.V(2).Info("Created remote attachment", "vni", a.VNI, "ip", a.IP, "mac", a.MAC().String(), "hostIP", a.HostIP)
+	}
+	return nil
+}
+
+// DeleteRemote forgets remote attachments; only their VNI and IP matter.
+func (f *Fabric) DeleteRemote(ctx context.Context, atts ...fabric.RemoteAttachment) error {
+	var errs []error
+	for _, a := range atts {
+		if err := (fabric.LocalAttachment{VNI: a.VNI, IP: a.IP}).Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	logger := klog.FromContext(ctx)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, a := range atts {
+		delete(f.remote, key{a.VNI, a.IP})
+		logger.V(2).Info("Deleted remote attachment", "vni", a.VNI, "ip", a.IP)
+	}
+	return nil
+}
+
+// List returns what the fabric holds.
+func (f *Fabric) List(ctx context.Context) (*fabric.Inventory, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	inv := &fabric.Inventory{}
+	for _, l := range f.local {
+		if l.flowsWhole {
+			inv.Local = append(inv.Local, l.att)
+		} else {
+			inv.PartialLocal = append(inv.PartialLocal, l.att)
+		}
+	}
+	for _, r := range f.remote {
+		inv.Remote = append(inv.Remote, r)
+	}
+	inv.Sort()
+	return inv, nil
+}
+
+// LoseFlows forgets every flow, as an ovs-vswitchd restart does: the
+// default flows and remote attachments are gone, and local attachments
+// keep only their interfaces.
+func (f *Fabric) LoseFlows() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.defaultFlows = false
+	clear(f.remote)
+	for k, l := range f.local {
+		l.flowsWhole = false
+		f.local[k] = l
+	}
+	klog.V(2).InfoS("Lost every flow")
+}
+
+func validateAll[A interface{ Validate() error }](atts []A) error {
+	var errs []error
+	for _, a := range atts {
+		if err := a.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
