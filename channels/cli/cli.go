@@ -90,7 +90,7 @@ Channels are read from a path, an https:// URL or an s3:// URL.`,
 		return usageErrorf(c, "%v", err)
 	})
 	o.config.AddFlags(cmd.PersistentFlags())
-	cmd.PersistentFlags().IntVarP(&o.verbosity, "v", "v", 0, "Log verbosity: 0 logs only errors, 2 and more log each step")
+	cmd.PersistentFlags().IntVarP(&o.verbosity, "v", "v", 0, "Log verbosity: 0 logs nothing, 1 and more log to stderr, 2 and more log each step")
 
 	cmd.AddCommand(newApplyCommand(o), newGetCommand(o))
 	return cmd
@@ -111,7 +111,7 @@ func (o *options) client() (*channels.Client, error) {
 		if clientcmd.IsEmptyConfig(err) {
 			return nil, errors.New("no cluster configured: pass --kubeconfig or set KUBECONFIG")
 		}
-		return nil, fmt.Errorf("loading kubeconfig: %w", err)
+		return nil, fmt.Errorf("loading kubeconfig: %w (check --kubeconfig, --context and KUBECONFIG)", err)
 	}
 	cfg.WarningHandler = rest.NewWarningWriter(o.stderr, rest.WarningWriterOptions{Deduplicate: true})
 	cfg.UserAgent = "channels"
@@ -125,14 +125,16 @@ var (
 	klogFlags = flag.NewFlagSet("klog", flag.ContinueOnError)
 )
 
-// setUpLogging keeps klog quiet (errors only) unless -v asks for more: the
-// leader election library logs each lease attempt at level 0.
+// setUpLogging silences klog unless -v asks for it. The leader election
+// library logs every lease attempt, and logs as errors the benign races of
+// two runs and of a release; the errors that matter reach the user as the
+// command's error instead.
 func (o *options) setUpLogging(cmd *cobra.Command, _ []string) error {
 	klogOnce.Do(func() {
 		klog.InitFlags(klogFlags)
 		_ = klogFlags.Set("logtostderr", "false")
 		_ = klogFlags.Set("alsologtostderr", "false")
-		_ = klogFlags.Set("stderrthreshold", "ERROR")
+		_ = klogFlags.Set("stderrthreshold", "FATAL")
 		klog.SetOutput(io.Discard)
 	})
 	if !cmd.Flags().Changed("v") {

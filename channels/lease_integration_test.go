@@ -1,0 +1,169 @@
+package channels
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// timeline records the events of several runs in the one order they
+// happened.
+type timeline struct {
+	mu     sync.Mutex
+	events []string // "<run> <type>"
+}
+
+func (tl *timeline) add(run string, e Event) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	tl.events = append(tl.events, run+" "+string(e.Type))
+}
+
+func (tl *timeline) snapshot() []string {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	return append([]string(nil), tl.events...)
+}
+
+// checkNotInterleaved fails unless, between one run's Locked and Unlocked,
+// the other run did nothing but wait.
+func checkNotInterleaved(t *testing.T, events []string, runs ...string) {
+	t.Helper()
+	for _, run := range runs {
+		locked := false
+		for _, e := range events {
+			switch e {
+			case run + " Locked":
+				locked = true
+			case run + " Unlocked":
+				locked = false
+			default:
+				if locked && e[:len(run)] != run && e[len(e)-len("Waiting"):] != "Waiting" {
+					t.Errorf("%q happened while %s held the lease; timeline: %v", e, run, events)
+				}
+			}
+		}
+	}
+}
+
+func TestIntegrationConcurrentRunsDoNotInterleave(t *testing.T) {
+	dir := t.TempDir()
+	many := func(prefix string) string {
+		var docs []string
+		for i := range 20 {
+			docs = append(docs, configMap("default", fmt.Sprintf("%s-%02d", prefix, i), "1"))
+		}
+		return manifest(docs...)
+	}
+	first := writeChannel(t, dir, "first.yaml", testRelease{Name: "lease-first", Version: "1.0.0", Manifest: many("lease-first")})
+	second := writeChannel(t, dir, "second.yaml", testRelease{Name: "lease-second", Version: "1.0.0", Manifest: many("lease-second")})
+
+	// Run A holds the lease until run B reports that it waits for it, so the
+	// two runs overlap for certain.
+	tl := &timeline{}
+	bWaiting := make(chan struct{})
+	var once sync.Once
+	var wg sync.WaitGroup
+	results := map[string]runResult{}
+	var mu sync.Mutex
+	start := func(name, loc string, onEvent func(Event)) {
+		wg.Go(func() {
+			res := runWith(t, newTestClient(t), ApplyOptions{Identity: "test-" + name, OnEvent: func(e Event) {
+				tl.add(name, e)
+				if onEvent != nil {
+					onEvent(e)
+				}
+			}}, loc)
+			mu.Lock()
+			results[name] = res
+			mu.Unlock()
+		})
+	}
+	start("A", first, func(e Event) {
+		if e.Type != EventLocked {
+			return
+		}
+		select {
+		case <-bWaiting:
+		case <-time.After(30 * time.Second):
+			t.Errorf("run B never reported waiting for the lease")
+		}
+	})
+	// B starts once A holds the lease.
+	waitForHolder(t, "test-A")
+	start("B", second, func(e Event) {
+		if e.Type == EventWaiting {
+			once.Do(func() { close(bWaiting) })
+		}
+	})
+	wg.Wait()
+
+	for name, res := range results {
+		if res.err != nil {
+			t.Errorf("run %s: %v", name, res.err)
+		}
+	}
+	events := tl.snapshot()
+	want := []string{"A Locked", "B Waiting", "A Applied", "A Unlocked", "B Locked", "B Applied", "B Unlocked"}
+	if diff := cmp.Diff(events, want); diff != "" {
+		t.Errorf("timeline (-got +want):\n%s", diff)
+	}
+	checkNotInterleaved(t, events, "A", "B")
+	for _, name := range []string{"lease-first", "lease-second"} {
+		if recordOf(t, "kube-system", name) == "" {
+			t.Errorf("addon %s has no record", name)
+		}
+	}
+}
+
+func TestIntegrationConcurrentRunsOfOneChannelApplyOnce(t *testing.T) {
+	dir := t.TempDir()
+	loc := writeChannel(t, dir, "channel.yaml", testRelease{Name: "lease-once", Version: "1.0.0", Manifest: configMap("default", "lease-once", "1")})
+	tl := &timeline{}
+	var wg sync.WaitGroup
+	var errs [2]error
+	for i, name := range []string{"C", "D"} {
+		wg.Go(func() {
+			res := runWith(t, newTestClient(t), ApplyOptions{OnEvent: func(e Event) { tl.add(name, e) }}, loc)
+			errs[i] = res.err
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("run %d: %v", i, err)
+		}
+	}
+	events := tl.snapshot()
+	checkNotInterleaved(t, events, "C", "D")
+	applied := 0
+	for _, e := range events {
+		if e[2:] == string(EventApplied) {
+			applied++
+		}
+	}
+	// Both planned to install; the one that got the lease second read the
+	// record again and found it applied (unless it planned after that).
+	if applied != 1 {
+		t.Errorf("%d runs applied the addon, want 1; timeline %v", applied, events)
+	}
+}
+
+// waitForHolder waits until the channels Lease names holder.
+func waitForHolder(t *testing.T, holder string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		l, err := kube(t).CoordinationV1().Leases(LeaseNamespace).Get(context.Background(), LeaseName, metav1.GetOptions{})
+		if err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == holder {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("the lease never named %s as its holder", holder)
+}
