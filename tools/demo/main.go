@@ -79,8 +79,7 @@ func run(ctx context.Context) error {
 	}
 
 	stage.Store(2)
-	say("Now the channel publishes hello 1.1.0 (drops the hello-legacy ConfigMap, two replicas)")
-	say("and greetings 0.2.0 (a second Greeting; the greetings-reader ClusterRole is gone).")
+	say("Now the channel publishes hello 1.1.0 (two replicas, no hello-legacy ConfigMap) and greetings 0.2.0 (a second Greeting, no greetings-reader ClusterRole). Upgrading prunes what the new releases dropped:")
 	if err := d.channels("apply", "channel", url); err != nil {
 		return err
 	}
