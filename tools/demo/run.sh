@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# run.sh is `make demo`: it starts a fresh local control plane, builds the channels CLI, and walks through installing and
-# upgrading addons from a channel served over HTTPS. The control plane keeps
+# run.sh is `make demo`: it starts a fresh local control plane, builds the
+# channels CLI, and walks through installing and upgrading addons from a
+# channel served over HTTPS. The control plane keeps
 # running afterwards; `make demo-down` stops it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
