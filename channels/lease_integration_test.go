@@ -3,11 +3,13 @@ package channels
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -166,4 +168,57 @@ func waitForHolder(t *testing.T, holder string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("the lease never named %s as its holder", holder)
+}
+
+func TestIntegrationLeaseForbiddenFailsFast(t *testing.T) {
+	ctx := context.Background()
+	k := kube(t)
+	// The user may read namespaces, so it can plan, but not touch Leases.
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "test-channels-reader"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list"}}},
+	}
+	if _, err := k.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "test-channels-reader"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "channels-reader"}},
+	}
+	if _, err := k.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, cfg, err := env.NewUserKubeconfig("channels-reader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loc := writeChannel(t, t.TempDir(), "channel.yaml", testRelease{Name: "lease-forbidden", Version: "1.0.0", Manifest: configMap("default", "lease-forbidden", "1")})
+	releases, err := Load(ctx, NewFetcher(), loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// RBAC takes effect once the authorizer's informers see the binding.
+	var plan *Plan
+	deadline := time.Now().Add(10 * time.Second)
+	for plan, err = c.Plan(ctx, releases); err != nil && time.Now().Before(deadline); plan, err = c.Plan(ctx, releases) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("Plan as a namespace reader: %v", err)
+	}
+
+	began := time.Now()
+	err = c.Apply(ctx, plan, ApplyOptions{})
+	t.Logf("Apply: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "lease kube-system/channels") || !strings.Contains(err.Error(), "forbidden") {
+		t.Errorf("Apply without rights on Leases: error %v, want one naming the lease and saying forbidden", err)
+	}
+	if took := time.Since(began); took > 5*time.Second {
+		t.Errorf("Apply took %s to give up, want it to fail fast", took)
+	}
 }

@@ -85,7 +85,7 @@ func (o *options) applyChannels(cmd *cobra.Command, locations []string, yes bool
 	}
 	plan, err := client.Plan(ctx, releases)
 	if err != nil {
-		return fmt.Errorf("%w (check --kubeconfig and --context)", err)
+		return withHint(err, "check --kubeconfig and --context")
 	}
 	if err := plan.WriteTable(o.stdout); err != nil {
 		return err
@@ -110,7 +110,7 @@ func (o *options) applyChannels(cmd *cobra.Command, locations []string, yes bool
 	})
 	var failed *channels.ApplyError
 	if errors.As(err, &failed) {
-		return fmt.Errorf("%w; addons that failed keep their install records: fix the cause and run again", err)
+		return withHint(err, "addons that failed keep their install records: fix the cause and run again")
 	}
 	return err
 }

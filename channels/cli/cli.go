@@ -111,7 +111,7 @@ func (o *options) client() (*channels.Client, error) {
 		if clientcmd.IsEmptyConfig(err) {
 			return nil, errors.New("no cluster configured: pass --kubeconfig or set KUBECONFIG")
 		}
-		return nil, fmt.Errorf("loading kubeconfig: %w (check --kubeconfig, --context and KUBECONFIG)", err)
+		return nil, withHint(fmt.Errorf("loading kubeconfig: %w", err), "check --kubeconfig, --context and KUBECONFIG")
 	}
 	cfg.WarningHandler = rest.NewWarningWriter(o.stderr, rest.WarningWriterOptions{Deduplicate: true})
 	cfg.UserAgent = "channels"
@@ -162,6 +162,18 @@ func (e *usageError) Error() string {
 func usageErrorf(cmd *cobra.Command, format string, args ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, args...), path: cmd.CommandPath()}
 }
+
+// hintError adds what to do to an error.
+type hintError struct {
+	err  error
+	hint string
+}
+
+func (e *hintError) Error() string { return e.err.Error() + "; " + e.hint }
+
+func (e *hintError) Unwrap() error { return e.err }
+
+func withHint(err error, hint string) error { return &hintError{err: err, hint: hint} }
 
 // noArgs refuses arguments to a command that groups subcommands, naming the
 // unknown subcommand.

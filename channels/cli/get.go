@@ -72,7 +72,7 @@ func (o *options) getAddons(cmd *cobra.Command, output string) error {
 	}
 	installed, err := client.Installed(cmd.Context())
 	if err != nil {
-		return fmt.Errorf("%w (check --kubeconfig and --context)", err)
+		return withHint(err, "check --kubeconfig and --context")
 	}
 	rows := make([]addonRow, len(installed))
 	for i, in := range installed {
