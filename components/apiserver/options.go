@@ -1,0 +1,134 @@
+package apiserver
+
+import (
+	"errors"
+	"fmt"
+	"net"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apiserver/pkg/endpoints/openapi"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
+	"k8s.io/apiserver/pkg/util/compatibility"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	cliflag "k8s.io/component-base/cli/flag"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	netutils "k8s.io/utils/net"
+
+	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
+	generatedopenapi "github.com/kos-sdn/kos/components/generated/openapi"
+)
+
+// DefaultEtcdPrefix is the etcd key prefix under which kos-apiserver keeps its
+// objects unless --etcd-prefix says otherwise.
+const DefaultEtcdPrefix = "/kos"
+
+// Options are the settings of kos-apiserver, as its command line gives them.
+type Options struct {
+	// Recommended are the generic settings of an extension API server: etcd,
+	// serving, delegated authentication and authorization, audit, admission,
+	// the kubeconfig of the main cluster and more.
+	Recommended *genericoptions.RecommendedOptions
+	// ServerRun are the generic limits and timeouts of serving.
+	ServerRun *genericoptions.ServerRunOptions
+	// Logs configures logging.
+	Logs *logsapi.LoggingConfiguration
+	// AlternateDNS are more names for the self-signed serving certificate made
+	// when no certificate is given.
+	AlternateDNS []string
+}
+
+// NewOptions returns the default settings of kos-apiserver.
+func NewOptions() *Options {
+	o := &Options{
+		Recommended: genericoptions.NewRecommendedOptions(DefaultEtcdPrefix, Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion)),
+		ServerRun:   genericoptions.NewServerRunOptions(),
+		Logs:        logsapi.NewLoggingConfiguration(),
+	}
+	// Objects are stored as v1alpha1, whatever version a client used.
+	o.Recommended.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(v1alpha1.SchemeGroupVersion, schema.GroupKind{Group: v1alpha1.GroupName})
+	return o
+}
+
+// Flags returns the command-line flags of kos-apiserver, by section.
+func (o *Options) Flags() cliflag.NamedFlagSets {
+	var fss cliflag.NamedFlagSets
+	// The universal flags include --feature-gates and --emulated-version.
+	o.ServerRun.AddUniversalFlags(fss.FlagSet("generic"))
+	o.Recommended.Etcd.AddFlags(fss.FlagSet("etcd"))
+	o.Recommended.SecureServing.AddFlags(fss.FlagSet("secure serving"))
+	fss.FlagSet("secure serving").StringSliceVar(&o.AlternateDNS, "alternate-dns", o.AlternateDNS,
+		"More DNS names for the self-signed serving certificate made when --tls-cert-file is not given (localhost and 127.0.0.1 are always in it).")
+	o.Recommended.Authentication.AddFlags(fss.FlagSet("authentication"))
+	o.Recommended.Authorization.AddFlags(fss.FlagSet("authorization"))
+	o.Recommended.CoreAPI.AddFlags(fss.FlagSet("main cluster"))
+	o.Recommended.Admission.AddFlags(fss.FlagSet("admission"))
+	o.Recommended.Audit.AddFlags(fss.FlagSet("audit"))
+	o.Recommended.Features.AddFlags(fss.FlagSet("features"))
+	o.Recommended.EgressSelector.AddFlags(fss.FlagSet("egress selector"))
+	o.Recommended.Traces.AddFlags(fss.FlagSet("traces"))
+	logsapi.AddFlags(o.Logs, fss.FlagSet("logs"))
+	return fss
+}
+
+// Complete fills in the settings that follow from others.
+func (o *Options) Complete() error {
+	if err := o.ServerRun.Complete(); err != nil {
+		return fmt.Errorf("completing the server settings: %w", err)
+	}
+	return nil
+}
+
+// Validate returns every problem of the settings at once.
+func (o *Options) Validate() error {
+	var errs []error
+	errs = append(errs, o.ServerRun.Validate()...)
+	errs = append(errs, o.Recommended.Validate()...)
+	errs = append(errs, o.ServerRun.ComponentGlobalsRegistry.Validate()...)
+	if err := logsapi.Validate(o.Logs, nil, nil).ToAggregate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(o.Recommended.Etcd.StorageConfig.Transport.ServerList) == 0 {
+		errs = append(errs, errors.New("--etcd-servers must name at least one etcd server"))
+	}
+	return utilerrors.NewAggregate(errs)
+}
+
+// Config turns the settings into the server's configuration: it makes a
+// self-signed serving certificate when none is given, and connects to the main
+// cluster for delegated authentication, authorization and admission.
+func (o *Options) Config() (*Config, error) {
+	err := o.Recommended.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost", o.AlternateDNS, []net.IP{netutils.ParseIPSloppy("127.0.0.1")})
+	if err != nil {
+		return nil, fmt.Errorf("making a self-signed serving certificate: %w", err)
+	}
+	generic := genericapiserver.NewRecommendedConfig(Codecs)
+	namer := openapi.NewDefinitionNamer(Scheme)
+	generic.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, namer)
+	generic.OpenAPIConfig.Info.Title = "KOS"
+	generic.OpenAPIConfig.Info.Version = v1alpha1.SchemeGroupVersion.Version
+	generic.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(generatedopenapi.GetOpenAPIDefinitions, namer)
+	generic.OpenAPIV3Config.Info.Title = "KOS"
+	generic.OpenAPIV3Config.Info.Version = v1alpha1.SchemeGroupVersion.Version
+
+	if err := o.ServerRun.ApplyTo(&generic.Config); err != nil {
+		return nil, fmt.Errorf("applying the server settings: %w", err)
+	}
+	if err := o.Recommended.ApplyTo(generic); err != nil {
+		return nil, fmt.Errorf("applying the settings: %w", err)
+	}
+	return &Config{Generic: generic}, nil
+}
+
+func init() {
+	// The logging flags consult feature gates of their own, which must be
+	// known to the server's gate before flags are parsed.
+	utilruntime.Must(logsapi.AddFeatureGates(utilfeature.DefaultMutableFeatureGate))
+}
+
+// compatibilityRegistry is where the server's effective version and feature
+// gates live; it is a process global of k8s.io/apiserver.
+var compatibilityRegistry = compatibility.DefaultComponentGlobalsRegistry

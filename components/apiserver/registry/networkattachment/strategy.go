@@ -1,0 +1,221 @@
+// Package networkattachment holds the storage of NetworkAttachments: how the
+// server creates, updates and validates them, which write section each status
+// change belongs to, and which fields select them.
+package networkattachment
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/registry/generic"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/apiserver/pkg/storage/names"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	"github.com/kos-sdn/kos/components/apis/network"
+	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
+	"github.com/kos-sdn/kos/components/apis/network/validation"
+)
+
+// strategy is how NetworkAttachments are created and how their main endpoint
+// updates them: clients write the spec, the server keeps the status and the
+// write sections.
+type strategy struct {
+	runtime.ObjectTyper
+	names.NameGenerator
+	clock clock.PassiveClock
+}
+
+func newStrategy(typer runtime.ObjectTyper, clk clock.PassiveClock) *strategy {
+	return &strategy{ObjectTyper: typer, NameGenerator: names.SimpleNameGenerator, clock: clk}
+}
+
+// NamespaceScoped returns true: NetworkAttachments live in namespaces.
+func (*strategy) NamespaceScoped() bool { return true }
+
+// PrepareForCreate drops any status the client sent and starts the write
+// sections with the spec.
+func (s *strategy) PrepareForCreate(_ context.Context, obj runtime.Object) {
+	att := obj.(*network.NetworkAttachment)
+	att.Status = network.NetworkAttachmentStatus{}
+	att.ExtendedMetadata = network.ExtendedObjectMeta{Writes: network.WriteSet{}.Stamp(network.SectionSpec, s.clock.Now())}
+}
+
+// PrepareForUpdate keeps the stored status and write sections, and stamps the
+// spec section when the spec changes.
+func (s *strategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
+	att, oldAtt := obj.(*network.NetworkAttachment), old.(*network.NetworkAttachment)
+	att.Status = oldAtt.Status
+	att.ExtendedMetadata = oldAtt.ExtendedMetadata
+	if !equality.Semantic.DeepEqual(att.Spec, oldAtt.Spec) {
+		att.ExtendedMetadata.Writes = oldAtt.ExtendedMetadata.Writes.Stamp(network.SectionSpec, s.clock.Now())
+	}
+}
+
+// Validate checks a new attachment.
+func (*strategy) Validate(_ context.Context, obj runtime.Object) field.ErrorList {
+	return validation.ValidateNetworkAttachment(obj.(*network.NetworkAttachment))
+}
+
+// WarningsOnCreate returns no warnings.
+func (*strategy) WarningsOnCreate(context.Context, runtime.Object) []string { return nil }
+
+// AllowCreateOnUpdate returns false: attachments are created by POST only.
+func (*strategy) AllowCreateOnUpdate() bool { return false }
+
+// AllowUnconditionalUpdate returns true: an update need not name a resourceVersion.
+func (*strategy) AllowUnconditionalUpdate() bool { return true }
+
+// Canonicalize does nothing: attachments have one form.
+func (*strategy) Canonicalize(runtime.Object) {}
+
+// ValidateUpdate checks an update: spec.node and spec.subnet are immutable.
+func (*strategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
+	return validation.ValidateNetworkAttachmentUpdate(obj.(*network.NetworkAttachment), old.(*network.NetworkAttachment))
+}
+
+// WarningsOnUpdate returns no warnings.
+func (*strategy) WarningsOnUpdate(context.Context, runtime.Object, runtime.Object) []string {
+	return nil
+}
+
+// GetResetFields returns the fields the main endpoint keeps as they were.
+func (*strategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+	return map[fieldpath.APIVersion]*fieldpath.Set{
+		fieldpath.APIVersion(v1alpha1.SchemeGroupVersion.String()): fieldpath.NewSet(
+			fieldpath.MakePathOrDie("status"),
+			fieldpath.MakePathOrDie("extendedMetadata"),
+		),
+	}
+}
+
+// statusStrategy is how the status endpoint updates NetworkAttachments: only
+// the status changes, and the server stamps each status section that does.
+type statusStrategy struct {
+	*strategy
+}
+
+// PrepareForUpdate keeps everything of the stored attachment but its status,
+// and stamps the sections of the status that changed.
+func (s statusStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
+	att, oldAtt := obj.(*network.NetworkAttachment), old.(*network.NetworkAttachment)
+	att.Spec = oldAtt.Spec
+	att.Labels, att.Annotations = oldAtt.Labels, oldAtt.Annotations
+	att.Finalizers, att.OwnerReferences = oldAtt.Finalizers, oldAtt.OwnerReferences
+	att.ExtendedMetadata = oldAtt.ExtendedMetadata
+	now := s.clock.Now()
+	for _, sec := range statusSections {
+		if !equality.Semantic.DeepEqual(sec.part(&att.Status), sec.part(&oldAtt.Status)) {
+			att.ExtendedMetadata.Writes = att.ExtendedMetadata.Writes.Stamp(sec.name, now)
+		}
+	}
+}
+
+// statusSections maps each write section of an attachment's status to the
+// fields it covers.
+var statusSections = []struct {
+	name string
+	part func(*network.NetworkAttachmentStatus) any
+}{
+	{network.SectionAddress, func(st *network.NetworkAttachmentStatus) any {
+		return struct {
+			IPv4               string
+			AddressVNI         uint32
+			LockUID            string
+			AddressContention  bool
+			IPAMErrors         []string
+			SubnetCreationTime *metav1.Time
+		}{st.IPv4, st.AddressVNI, st.LockUID, st.AddressContention, st.Errors.IPAM, st.SubnetCreationTime}
+	}},
+	{network.SectionImpl, func(st *network.NetworkAttachmentStatus) any {
+		return struct {
+			MACAddress, IfcName, HostIP string
+			HostErrors                  []string
+		}{st.MACAddress, st.IfcName, st.HostIP, st.Errors.Host}
+	}},
+	{network.SectionExecReport, func(st *network.NetworkAttachmentStatus) any {
+		return st.PostCreateExecReport
+	}},
+}
+
+// ValidateUpdate checks a status update: the addresses in it must parse.
+func (statusStrategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
+	return validation.ValidateNetworkAttachmentStatusUpdate(obj.(*network.NetworkAttachment), old.(*network.NetworkAttachment))
+}
+
+// GetResetFields returns the fields the status endpoint keeps as they were.
+func (statusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+	return map[fieldpath.APIVersion]*fieldpath.Set{
+		fieldpath.APIVersion(v1alpha1.SchemeGroupVersion.String()): fieldpath.NewSet(
+			fieldpath.MakePathOrDie("spec"),
+			fieldpath.MakePathOrDie("metadata", "labels"),
+			fieldpath.MakePathOrDie("metadata", "annotations"),
+			fieldpath.MakePathOrDie("metadata", "finalizers"),
+			fieldpath.MakePathOrDie("metadata", "ownerReferences"),
+			fieldpath.MakePathOrDie("extendedMetadata"),
+		),
+	}
+}
+
+// GetAttrs returns the labels and selectable fields of a NetworkAttachment.
+func GetAttrs(obj runtime.Object) (labels.Set, fields.Set, error) {
+	att, ok := obj.(*network.NetworkAttachment)
+	if !ok {
+		return nil, nil, fmt.Errorf("not a NetworkAttachment: %T", obj)
+	}
+	return att.Labels, selectableFields(att), nil
+}
+
+func selectableFields(att *network.NetworkAttachment) fields.Set {
+	return generic.AddObjectMetaFieldsSet(fields.Set{
+		v1alpha1.FieldNode:       att.Spec.Node,
+		v1alpha1.FieldSubnet:     att.Spec.Subnet,
+		v1alpha1.FieldIPv4:       att.Status.IPv4,
+		v1alpha1.FieldHostIP:     att.Status.HostIP,
+		v1alpha1.FieldAddressVNI: strconv.FormatUint(uint64(att.Status.AddressVNI), 10),
+	}, &att.ObjectMeta, true)
+}
+
+// match returns the predicate that selects NetworkAttachments by label and
+// field. The server's cache indexes the two fields the node agents select by.
+func match(label labels.Selector, field fields.Selector) storage.SelectionPredicate {
+	return storage.SelectionPredicate{
+		Label:       label,
+		Field:       field,
+		GetAttrs:    GetAttrs,
+		IndexFields: []string{v1alpha1.FieldNode, v1alpha1.FieldAddressVNI},
+	}
+}
+
+// nodeIndex indexes NetworkAttachments by spec.node in the server's cache.
+func nodeIndex(obj any) ([]string, error) {
+	att, ok := obj.(*network.NetworkAttachment)
+	if !ok {
+		return nil, fmt.Errorf("not a NetworkAttachment: %T", obj)
+	}
+	return []string{att.Spec.Node}, nil
+}
+
+// addressVNIIndex indexes NetworkAttachments by status.addressVNI in the
+// server's cache.
+func addressVNIIndex(obj any) ([]string, error) {
+	att, ok := obj.(*network.NetworkAttachment)
+	if !ok {
+		return nil, fmt.Errorf("not a NetworkAttachment: %T", obj)
+	}
+	return []string{strconv.FormatUint(uint64(att.Status.AddressVNI), 10)}, nil
+}
+
+// nodeTrigger lets the cache hand an attachment's watch events only to the
+// watchers of its node among those that select by spec.node.
+func nodeTrigger(obj runtime.Object) string {
+	return obj.(*network.NetworkAttachment).Spec.Node
+}
