@@ -8,11 +8,14 @@ package apiserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/healthz"
 
 	"github.com/kos-sdn/kos/components/apis/network"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
@@ -76,6 +79,20 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, fmt.Errorf("installing the %s API group: %w", network.GroupName, err)
+	}
+	if ca := c.generic.SecureServing.ClientCA; ca != nil {
+		// The client CA comes from a ConfigMap of the main cluster, loaded
+		// some moments after the server starts; until then every client
+		// certificate is ignored and its requests run as anonymous.
+		err := generic.AddReadyzChecks(healthz.NamedCheck("client-ca", func(*http.Request) error {
+			if len(ca.CurrentCABundleContent()) == 0 {
+				return errors.New("the client CA of the main cluster is not loaded yet")
+			}
+			return nil
+		}))
+		if err != nil {
+			return nil, fmt.Errorf("adding the client CA readiness check: %w", err)
+		}
 	}
 	return &Server{generic: generic}, nil
 }
