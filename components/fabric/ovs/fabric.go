@@ -63,6 +63,7 @@ type Fabric struct {
 	bridge       string
 	datapathType string
 	ovs          *ovsClient
+	flows        *flowBatcher
 
 	mu sync.Mutex
 	// tunnelPort is the OpenFlow number of the tunnel port, 0 while
@@ -82,10 +83,12 @@ func New(cfg Config) *Fabric {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultTimeout
 	}
+	client := newOVSClient(cfg.RunDir, cfg.Timeout)
 	return &Fabric{
 		bridge:       cfg.Bridge,
 		datapathType: cfg.DatapathType,
-		ovs:          newOVSClient(cfg.RunDir, cfg.Timeout),
+		ovs:          client,
+		flows:        &flowBatcher{ovs: client, bridge: cfg.Bridge},
 	}
 }
 
@@ -108,7 +111,7 @@ func (f *Fabric) Ensure(ctx context.Context) (flowsLost bool, err error) {
 	if sameFlows(got, want) {
 		return false, nil
 	}
-	if err := f.ovs.bundle(ctx, f.bridge, []*goovs.MatchFlow{flowsWithCookie(c)}, want); err != nil {
+	if err := f.flows.apply(ctx, []*goovs.MatchFlow{flowsWithCookie(c)}, want); err != nil {
 		return false, fmt.Errorf("installing the default flows: %w", err)
 	}
 	klog.FromContext(ctx).V(2).Info("Installed the default flows", "bridge", f.bridge, "found", len(got))
@@ -162,7 +165,7 @@ func (f *Fabric) CreateLocal(ctx context.Context, atts ...fabric.LocalAttachment
 		deletes = append(deletes, flowsWithCookie(cookie(kindLocal, a.VNI, a.IP)))
 		adds = append(adds, localFlows(a, port)...)
 	}
-	if err := f.ovs.bundle(ctx, f.bridge, deletes, adds); err != nil {
+	if err := f.flows.apply(ctx, deletes, adds); err != nil {
 		return err
 	}
 	klog.FromContext(ctx).V(4).Info("Created local attachments", "bridge", f.bridge, "count", len(atts))
@@ -184,7 +187,7 @@ func (f *Fabric) DeleteLocal(ctx context.Context, atts ...fabric.LocalAttachment
 		deletes = append(deletes, flowsWithCookie(cookie(kindLocal, a.VNI, a.IP)))
 		names = append(names, a.InterfaceName())
 	}
-	if err := f.ovs.bundle(ctx, f.bridge, deletes, nil); err != nil {
+	if err := f.flows.apply(ctx, deletes, nil); err != nil {
 		return err
 	}
 	if err := f.ovs.deletePorts(ctx, f.bridge, names); err != nil {
@@ -213,7 +216,7 @@ func (f *Fabric) CreateRemote(ctx context.Context, atts ...fabric.RemoteAttachme
 		deletes = append(deletes, flowsWithCookie(cookie(kindRemote, a.VNI, a.IP)))
 		adds = append(adds, remoteFlows(a, vtep)...)
 	}
-	if err := f.ovs.bundle(ctx, f.bridge, deletes, adds); err != nil {
+	if err := f.flows.apply(ctx, deletes, adds); err != nil {
 		return err
 	}
 	klog.FromContext(ctx).V(4).Info("Created remote attachments", "bridge", f.bridge, "count", len(atts))
@@ -233,7 +236,7 @@ func (f *Fabric) DeleteRemote(ctx context.Context, atts ...fabric.RemoteAttachme
 		}
 		deletes = append(deletes, flowsWithCookie(cookie(kindRemote, a.VNI, a.IP)))
 	}
-	if err := f.ovs.bundle(ctx, f.bridge, deletes, nil); err != nil {
+	if err := f.flows.apply(ctx, deletes, nil); err != nil {
 		return err
 	}
 	klog.FromContext(ctx).V(4).Info("Deleted remote attachments", "bridge", f.bridge, "count", len(atts))

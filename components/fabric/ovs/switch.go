@@ -265,20 +265,33 @@ func ovsdbMap(raw json.RawMessage) (map[string]string, error) {
 	return out, nil
 }
 
-// bundle deletes and adds flows in one OpenFlow bundle: one ovs-ofctl run,
-// applied atomically, so packets never see half of a change. Deletions
-// come first, so a bundle can replace an attachment's flows.
-func (c *ovsClient) bundle(ctx context.Context, bridge string, deletes []*goovs.MatchFlow, adds []*goovs.Flow) error {
-	if len(deletes) == 0 && len(adds) == 0 {
+// flowMod is a change to a bridge's flows: deletions, then additions.
+type flowMod struct {
+	deletes []*goovs.MatchFlow
+	adds    []*goovs.Flow
+}
+
+// bundle applies flow changes, in order, in one OpenFlow bundle: one
+// ovs-ofctl run, applied atomically, so packets never see half of a change.
+// A change can thus replace flows by deleting them first.
+func (c *ovsClient) bundle(ctx context.Context, bridge string, mods ...flowMod) error {
+	var nDel, nAdd int
+	for _, m := range mods {
+		nDel += len(m.deletes)
+		nAdd += len(m.adds)
+	}
+	if nDel == 0 && nAdd == 0 {
 		return nil
 	}
 	err := c.lib(ctx).OpenFlow.AddFlowBundle(bridge, func(tx *goovs.FlowTransaction) error {
-		tx.Delete(deletes...)
-		tx.Add(adds...)
+		for _, m := range mods {
+			tx.Delete(m.deletes...)
+			tx.Add(m.adds...)
+		}
 		return tx.Commit()
 	})
 	if err != nil {
-		return fmt.Errorf("deleting %d and adding %d flows on bridge %s: %w", len(deletes), len(adds), bridge, err)
+		return fmt.Errorf("deleting %d and adding %d flows on bridge %s: %w", nDel, nAdd, bridge, err)
 	}
 	return nil
 }
