@@ -76,7 +76,8 @@ func Start(ctx context.Context, opts Options) (inst *Instance, err error) {
 		}
 	}()
 	if i.Dir == "" {
-		if i.Dir, err = os.MkdirTemp("", "ovsenv-"); err != nil {
+		sweepDirs()
+		if i.Dir, err = os.MkdirTemp("", ownedName(opts.Detach)+"-"); err != nil {
 			return nil, fmt.Errorf("creating the instance folder: %w", err)
 		}
 		i.state.OwnDir = true
@@ -303,6 +304,21 @@ func (i *Instance) saveState() error {
 		return fmt.Errorf("saving the instance state: %w", err)
 	}
 	return nil
+}
+
+// sweepDirs removes the instance folders that processes which died before
+// they could stop their instances left in the temporary folder. Errors are
+// ignored: another process may be sweeping the same ones.
+func sweepDirs() {
+	dirs, err := filepath.Glob(filepath.Join(os.TempDir(), "ovsenv-*"))
+	if err != nil {
+		return
+	}
+	for _, d := range dirs {
+		if ownerGone(filepath.Base(d)) {
+			_ = os.RemoveAll(d)
+		}
+	}
 }
 
 // findSchema finds the vswitch database schema that the installed Open

@@ -22,10 +22,29 @@ const netnsDir = "/run/netns"
 // netnsSeq numbers the namespaces this program names itself.
 var netnsSeq atomic.Int64
 
-// ownedNetnsName matches the names NewNetns gives namespaces that belong to
-// a process: ovsenv-<pid>-<n>. A detached instance's namespace is named
-// ovsenv-d<pid>-<n> and never matches, so sweeping leaves it alone.
-var ownedNetnsName = regexp.MustCompile(`^ovsenv-([0-9]+)-[0-9]+$`)
+// ownedName matches the names this package gives the namespaces and folders
+// that belong to a process: ovsenv-<pid>-<suffix>. Those of a detached
+// instance are named ovsenv-d<pid>-<suffix> and never match, so sweeping
+// leaves them alone.
+var ownedNamePattern = regexp.MustCompile(`^ovsenv-([0-9]+)-[0-9]+$`)
+
+// ownedName is the start of the names of what this process creates.
+func ownedName(detach bool) string {
+	if detach {
+		return fmt.Sprintf("ovsenv-d%d", os.Getpid())
+	}
+	return fmt.Sprintf("ovsenv-%d", os.Getpid())
+}
+
+// ownerGone reports whether name is owned by a process that no longer runs.
+func ownerGone(name string) bool {
+	m := ownedNamePattern.FindStringSubmatch(name)
+	if m == nil {
+		return false
+	}
+	pid, err := strconv.Atoi(m[1])
+	return err == nil && !alive(pid)
+}
 
 // Netns is a named network namespace (as ip-netns makes them).
 type Netns struct {
@@ -44,11 +63,7 @@ func NewNetns(ctx context.Context, name string) (*Netns, error) {
 func newNetns(ctx context.Context, name string, detach bool) (*Netns, error) {
 	if name == "" {
 		sweepNetns(ctx)
-		prefix := "ovsenv-"
-		if detach {
-			prefix = "ovsenv-d"
-		}
-		name = fmt.Sprintf("%s%d-%d", prefix, os.Getpid(), netnsSeq.Add(1))
+		name = fmt.Sprintf("%s-%d", ownedName(detach), netnsSeq.Add(1))
 	}
 	if _, err := run(exec.CommandContext(ctx, "ip", "netns", "add", name)); err != nil {
 		return nil, fmt.Errorf("creating network namespace: %w", err)
@@ -69,11 +84,7 @@ func sweepNetns(ctx context.Context) {
 		return
 	}
 	for _, e := range entries {
-		m := ownedNetnsName.FindStringSubmatch(e.Name())
-		if m == nil {
-			continue
-		}
-		if pid, err := strconv.Atoi(m[1]); err == nil && !alive(pid) {
+		if ownerGone(e.Name()) {
 			_ = exec.CommandContext(ctx, "ip", "netns", "delete", e.Name()).Run()
 		}
 	}
