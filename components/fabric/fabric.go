@@ -26,8 +26,10 @@ const MaxVNI = 1<<21 - 1
 //
 // Creating is idempotent and repairs: creating an attachment that exists,
 // wholly or in part, leaves exactly what a fresh create would. Deleting one
-// that does not exist is not an error. A local and a remote attachment with
-// the same VNI and IP cannot both be installed; the one created last wins.
+// that does not exist is not an error. A VNI and IP name one attachment, so
+// when a local and a remote one share them (an address that moved between
+// nodes) the one created last takes the forwarding: a remote one leaves the
+// local one partial, a local one replaces the remote one.
 type Interface interface {
 	// Ensure makes the bridge, the tunnel port and the default flows exist.
 	// It reports flowsLost when it had to re-install the default flows:

@@ -16,7 +16,9 @@
 // however that happens, and Stop ends them in order (ovs-vswitchd, then
 // ovsdb-server, each first asked to exit through ovs-appctl) and removes what
 // Start created. With Options.Detach they outlive this program instead, and
-// Attach finds them again from their folder.
+// Attach finds them again from their folder. Namespaces and folders that a
+// process left behind when it died before it could stop its instances are
+// removed by the next process that starts one.
 //
 // Only the userspace datapath is assumed: create bridges with
 // datapath_type=netdev in the same ovs-vsctl command that adds them.
