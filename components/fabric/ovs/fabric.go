@@ -1,12 +1,16 @@
 // Package ovs is the fabric that programs Open vSwitch: one bridge with a
 // VXLAN tunnel port, an internal port per local attachment, and the
 // OpenFlow flows that join them, all through the ovs-vsctl and ovs-ofctl
-// tools (github.com/digitalocean/go-openvswitch runs the latter).
+// tools (github.com/digitalocean/go-openvswitch runs ovs-ofctl).
 //
 // Which flows KOS wants is in flows.go, as values; how to get them into the
 // switch is in switch.go. Every flow carries a cookie naming the attachment
 // it belongs to, so listing and deleting need no memory of what was
 // installed: a restarted agent reads it all back from the switch.
+//
+// Flow changes go out in OpenFlow bundles, atomically; changes that
+// concurrent callers make while a bundle is in flight share the next one
+// (batch.go), because each ovs-ofctl run costs as much as a thousand flows.
 //
 // The package talks to OVS only; it never imports client-go.
 package ovs
@@ -67,8 +71,8 @@ type Fabric struct {
 
 	mu sync.Mutex
 	// tunnelPort is the OpenFlow number of the tunnel port, 0 while
-	// unknown. It changes only when ovs-vswitchd restarts, which Ensure
-	// notices and so re-reads it.
+	// unknown. OVS keeps port numbers across restarts of ovs-vswitchd, but
+	// Ensure re-reads it all the same.
 	tunnelPort int
 }
 
