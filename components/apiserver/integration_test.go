@@ -68,7 +68,7 @@ func (c apiClients) each() map[string]*kosclient.Clientset {
 
 // newNamespace creates a namespace in the main cluster, where the server's
 // namespace lifecycle admission looks for it.
-func newNamespace(t *testing.T) string {
+func newNamespace(t testing.TB) string {
 	t.Helper()
 	kube, err := kubernetes.NewForConfig(env.RESTConfig)
 	if err != nil {
@@ -97,7 +97,7 @@ func newAttachment(ns, name, node, subnet string) *v1alpha1.NetworkAttachment {
 	}
 }
 
-func mustCreateSubnet(t *testing.T, c kosclient.Interface, s *v1alpha1.Subnet) *v1alpha1.Subnet {
+func mustCreateSubnet(t testing.TB, c kosclient.Interface, s *v1alpha1.Subnet) *v1alpha1.Subnet {
 	t.Helper()
 	got, err := c.NetworkV1alpha1().Subnets(s.Namespace).Create(context.Background(), s, metav1.CreateOptions{})
 	if err != nil {
@@ -106,7 +106,7 @@ func mustCreateSubnet(t *testing.T, c kosclient.Interface, s *v1alpha1.Subnet) *
 	return got
 }
 
-func mustCreateAttachment(t *testing.T, c kosclient.Interface, a *v1alpha1.NetworkAttachment) *v1alpha1.NetworkAttachment {
+func mustCreateAttachment(t testing.TB, c kosclient.Interface, a *v1alpha1.NetworkAttachment) *v1alpha1.NetworkAttachment {
 	t.Helper()
 	got, err := c.NetworkV1alpha1().NetworkAttachments(a.Namespace).Create(context.Background(), a, metav1.CreateOptions{})
 	if err != nil {
