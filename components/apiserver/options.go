@@ -1,7 +1,6 @@
 package apiserver
 
 import (
-	"errors"
 	"fmt"
 	"net"
 
@@ -90,9 +89,6 @@ func (o *Options) Validate() error {
 	errs = append(errs, o.ServerRun.ComponentGlobalsRegistry.Validate()...)
 	if err := logsapi.Validate(o.Logs, nil, nil).ToAggregate(); err != nil {
 		errs = append(errs, err)
-	}
-	if len(o.Recommended.Etcd.StorageConfig.Transport.ServerList) == 0 {
-		errs = append(errs, errors.New("--etcd-servers must name at least one etcd server"))
 	}
 	return utilerrors.NewAggregate(errs)
 }
