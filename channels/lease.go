@@ -67,6 +67,7 @@ func (c *Client) withLease(ctx context.Context, identity string, r *reporter, fn
 		workDone = make(chan struct{})
 		waitMu   sync.Mutex
 		waitedOn = map[string]bool{}
+		finished bool
 	)
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
@@ -92,7 +93,7 @@ func (c *Client) withLease(ctx context.Context, identity string, r *reporter, fn
 				// Called from its own goroutine on every change of holder.
 				waitMu.Lock()
 				defer waitMu.Unlock()
-				if holder == "" || holder == identity || waitedOn[holder] {
+				if finished || holder == "" || holder == identity || waitedOn[holder] {
 					return
 				}
 				waitedOn[holder] = true
@@ -104,6 +105,11 @@ func (c *Client) withLease(ctx context.Context, identity string, r *reporter, fn
 		return fmt.Errorf("configuring lease: %w", err)
 	}
 	elector.Run(ctx)
+	// Leader election reports new holders from goroutines of their own,
+	// which may run late: none may report after this point.
+	waitMu.Lock()
+	finished = true
+	waitMu.Unlock()
 	if lock.acquired() {
 		// Run launched fn in a goroutine and returned once the lease was
 		// released or lost; fn is done or about to see its context cancelled.
