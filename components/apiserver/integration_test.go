@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -894,6 +895,44 @@ func testKubectl(t *testing.T, clients apiClients) {
 		}
 		if diff := cmp.Diff(got, want); diff != "" {
 			t.Errorf("kubectl get kos (-got +want):\n%s", diff)
+		}
+	})
+
+	t.Run("apply --server-side", func(t *testing.T) {
+		manifest := filepath.Join(t.TempDir(), "subnet.yaml")
+		yaml := `apiVersion: network.example.com/v1alpha1
+kind: Subnet
+metadata:
+  name: applied
+  namespace: ` + ns + `
+extendedMetadata:
+  writes:
+  - section: spec
+    serverTime: "2001-01-01T00:00:00.000000Z"
+spec:
+  ipv4: 10.81.0.0/16
+  vni: 81
+status:
+  validated: true
+`
+		if err := os.WriteFile(manifest, []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 { // the second apply is a no-op update
+			kubectl(t, "--cache-dir="+cacheDir, "apply", "--server-side", "--field-manager=test", "-f", manifest)
+		}
+		got, err := clients.aggregated.NetworkV1alpha1().Subnets(ns).Get(ctx, "applied", metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("getting the applied subnet: %v", err)
+		}
+		if got.Spec != (v1alpha1.SubnetSpec{IPv4: "10.81.0.0/16", VNI: 81}) {
+			t.Errorf("applied spec = %+v", got.Spec)
+		}
+		if got.Status.Validated {
+			t.Errorf("server-side apply validated the subnet")
+		}
+		if at, _ := got.ExtendedMetadata.Writes.Time(v1alpha1.SectionSpec); at.Year() == 2001 {
+			t.Errorf("server-side apply forged the spec write time: %v", got.ExtendedMetadata.Writes)
 		}
 	})
 
