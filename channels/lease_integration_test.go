@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
 )
 
 // timeline records the events of several runs in the one order they
@@ -62,8 +63,10 @@ func TestIntegrationConcurrentRunsDoNotInterleave(t *testing.T) {
 		}
 		return manifest(docs...)
 	}
-	first := writeChannel(t, dir, "first.yaml", testRelease{Name: "lease-first", Version: "1.0.0", Manifest: many("lease-first")})
-	second := writeChannel(t, dir, "second.yaml", testRelease{Name: "lease-second", Version: "1.0.0", Manifest: many("lease-second")})
+	// Names unique to this run let the test run again on one cluster.
+	firstName, secondName := "lease-first-"+rand.String(5), "lease-second-"+rand.String(5)
+	first := writeChannel(t, dir, "first.yaml", testRelease{Name: firstName, Version: "1.0.0", Manifest: many(firstName)})
+	second := writeChannel(t, dir, "second.yaml", testRelease{Name: secondName, Version: "1.0.0", Manifest: many(secondName)})
 
 	// Run A holds the lease until run B reports that it waits for it, so the
 	// two runs overlap for certain.
@@ -116,7 +119,7 @@ func TestIntegrationConcurrentRunsDoNotInterleave(t *testing.T) {
 		t.Errorf("timeline (-got +want):\n%s", diff)
 	}
 	checkNotInterleaved(t, events, "A", "B")
-	for _, name := range []string{"lease-first", "lease-second"} {
+	for _, name := range []string{firstName, secondName} {
 		if recordOf(t, "kube-system", name) == "" {
 			t.Errorf("addon %s has no record", name)
 		}
@@ -125,7 +128,8 @@ func TestIntegrationConcurrentRunsDoNotInterleave(t *testing.T) {
 
 func TestIntegrationConcurrentRunsOfOneChannelApplyOnce(t *testing.T) {
 	dir := t.TempDir()
-	loc := writeChannel(t, dir, "channel.yaml", testRelease{Name: "lease-once", Version: "1.0.0", Manifest: configMap("default", "lease-once", "1")})
+	addon := "lease-once-" + rand.String(5)
+	loc := writeChannel(t, dir, "channel.yaml", testRelease{Name: addon, Version: "1.0.0", Manifest: configMap("default", addon, "1")})
 	tl := &timeline{}
 	var wg sync.WaitGroup
 	var errs [2]error
