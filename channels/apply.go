@@ -55,8 +55,11 @@ type ApplyError struct {
 
 // AddonError is why one addon failed.
 type AddonError struct {
+	// Addon names the addon.
 	Addon string
-	Err   error
+	// Err says what failed: the objects the server refused, a manifest
+	// that did not verify, a prune or record write that failed.
+	Err error
 }
 
 // Error names every failed addon and why, on one line.

@@ -135,18 +135,21 @@ type watchedLock struct {
 	err  error
 }
 
+// Get reads the lease.
 func (l *watchedLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
 	rec, raw, err := l.Interface.Get(ctx)
 	l.observe(err)
 	return rec, raw, err
 }
 
+// Create creates the lease, holding it.
 func (l *watchedLock) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
 	err := l.Interface.Create(ctx, ler)
 	l.observeWrite(ler, err)
 	return err
 }
 
+// Update writes the lease: taking, renewing or releasing it.
 func (l *watchedLock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
 	err := l.Interface.Update(ctx, ler)
 	l.observeWrite(ler, err)
