@@ -1,0 +1,232 @@
+package subnetvalidator
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
+)
+
+// Reasons of the Events the validator records on subnets.
+const (
+	// ReasonValidated is the reason of the Normal event of a validated subnet.
+	ReasonValidated = "Validated"
+	// ReasonConflict is the reason of the Warning event of a subnet that
+	// conflicts with others.
+	ReasonConflict = "Conflict"
+)
+
+// sync brings the status of the subnet named by key up to date. A validated
+// subnet stays validated; any other is compared with every subnet of its VNI
+// that a live list from the server returns.
+func (c *Controller) sync(ctx context.Context, key string) error {
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		// A malformed key never becomes well formed: do not retry.
+		klog.FromContext(ctx).Error(err, "Dropping a malformed key", "key", key)
+		return nil
+	}
+	subnet, err := c.subnets.Subnets(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		// The subnets that failed because of this one may be valid now.
+		for _, dependent := range c.conflicts.forget(key) {
+			c.queue.Add(dependent)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading subnet %s from the cache: %w", key, err)
+	}
+	// A subnet deleted and created again under the same name may no longer
+	// conflict with those that failed because of its predecessor.
+	for _, dependent := range c.conflicts.staleDependents(key, subnet.UID) {
+		c.queue.Add(dependent)
+	}
+	if subnet.Status.Validated {
+		c.conflicts.record(key, nil)
+		return nil
+	}
+
+	// The cache may lack a rival created a moment ago, which another copy of
+	// this controller may be validating right now; only a live list sees
+	// every subnet that exists when it runs.
+	live, err := c.client.NetworkV1alpha1().Subnets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector(v1alpha1.FieldVNI, strconv.FormatUint(uint64(subnet.Spec.VNI), 10)).String(),
+	})
+	if err != nil {
+		return fmt.Errorf("listing the subnets of VNI %d: %w", subnet.Spec.VNI, err)
+	}
+	var self *v1alpha1.Subnet
+	for i := range live.Items {
+		if s := &live.Items[i]; s.Namespace == namespace && s.Name == name {
+			self = s
+		}
+	}
+	if self == nil || self.UID != subnet.UID || self.Status.Validated {
+		// Deleted, replaced or validated since the cache saw it: the
+		// informer will bring the news and another sync.
+		return nil
+	}
+
+	rivals, problems := Conflicts(self, live.Items)
+	c.conflicts.record(key, rivals)
+	want := v1alpha1.SubnetStatus{Validated: len(problems) == 0, Errors: problems}
+	if apiequality.Semantic.DeepEqual(self.Status, want) {
+		return nil
+	}
+	updated := self.DeepCopy()
+	updated.Status = want
+	// The update carries the resourceVersion of the listed subnet: it fails
+	// when the subnet changed or was replaced since the list.
+	result, err := c.client.NetworkV1alpha1().Subnets(namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	if err != nil {
+		return fmt.Errorf("updating the status of subnet %s: %w", key, err)
+	}
+	logger := klog.FromContext(ctx)
+	if want.Validated {
+		logger.V(2).Info("Validated a subnet", "subnet", klog.KObj(result), "vni", result.Spec.VNI, "ipv4", result.Spec.IPv4)
+		c.recorder.Eventf(result, corev1.EventTypeNormal, ReasonValidated, "Subnet %s on VNI %d conflicts with no other subnet", result.Spec.IPv4, result.Spec.VNI)
+		c.observeLatency(result)
+	} else {
+		logger.V(2).Info("Subnet conflicts with others", "subnet", klog.KObj(result), "errors", problems)
+		c.recorder.Event(result, corev1.EventTypeWarning, ReasonConflict, strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// observeLatency records the time from the subnet's creation to its
+// validation, as the server stamped them.
+func (c *Controller) observeLatency(s *v1alpha1.Subnet) {
+	if c.latency == nil {
+		return
+	}
+	created, ok1 := s.ExtendedMetadata.Writes.Time(v1alpha1.SectionSpec)
+	validated, ok2 := s.ExtendedMetadata.Writes.Time(v1alpha1.SectionStatus)
+	if ok1 && ok2 {
+		c.latency.Observe(validated.Sub(created.Time).Seconds())
+	}
+}
+
+// Conflicts compares subnet with others, subnets of any VNI, and returns the
+// rivals it conflicts with (by namespace/name key, with their UIDs) and the
+// problems, sorted, in the words status.errors uses. A rival conflicts when it
+// has the same VNI and lives in another namespace, or lives in the same
+// namespace with an overlapping CIDR block. The subnet itself is skipped.
+func Conflicts(subnet *v1alpha1.Subnet, others []v1alpha1.Subnet) (map[string]types.UID, []string) {
+	rivals := map[string]types.UID{}
+	var problems []string
+	block, blockErr := netip.ParsePrefix(subnet.Spec.IPv4)
+	for i := range others {
+		o := &others[i]
+		if o.Spec.VNI != subnet.Spec.VNI || (o.Namespace == subnet.Namespace && o.Name == subnet.Name) {
+			continue
+		}
+		key := o.Namespace + "/" + o.Name
+		if o.Namespace != subnet.Namespace {
+			rivals[key] = o.UID
+			problems = append(problems, fmt.Sprintf("same VNI but different namespace wrt %s", key))
+			continue
+		}
+		// The server accepts only well-formed blocks; a malformed one can
+		// overlap nothing.
+		other, err := netip.ParsePrefix(o.Spec.IPv4)
+		if blockErr != nil || err != nil || !block.Overlaps(other) {
+			continue
+		}
+		rivals[key] = o.UID
+		problems = append(problems, fmt.Sprintf("CIDR overlaps with %s's (%s)", key, o.Spec.IPv4))
+	}
+	slices.Sort(problems)
+	return rivals, problems
+}
+
+// conflictsCache associates each subnet with the subnets whose validation
+// failed because of it, so that its deletion (or replacement) re-checks them.
+// It is safe for concurrent use.
+type conflictsCache struct {
+	mu sync.Mutex
+	// dependents maps a rival's key to the subnets that failed because of
+	// it, each with the UID the rival had then.
+	dependents map[string]map[string]types.UID
+	// rivals maps a failed subnet's key to the keys of its rivals: the
+	// inverse of dependents.
+	rivals map[string][]string
+}
+
+func newConflictsCache() *conflictsCache {
+	return &conflictsCache{dependents: map[string]map[string]types.UID{}, rivals: map[string][]string{}}
+}
+
+// record replaces what the cache knows of the rivals of dependent.
+func (cc *conflictsCache) record(dependent string, rivals map[string]types.UID) {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	cc.dropDependent(dependent)
+	for rival, uid := range rivals {
+		if cc.dependents[rival] == nil {
+			cc.dependents[rival] = map[string]types.UID{}
+		}
+		cc.dependents[rival][dependent] = uid
+		cc.rivals[dependent] = append(cc.rivals[dependent], rival)
+	}
+}
+
+// forget removes a deleted subnet and returns the subnets that failed
+// because of it.
+func (cc *conflictsCache) forget(key string) []string {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	cc.dropDependent(key)
+	var out []string
+	for dependent := range cc.dependents[key] {
+		out = append(out, dependent)
+	}
+	delete(cc.dependents, key)
+	slices.Sort(out)
+	return out
+}
+
+// staleDependents returns, and forgets, the subnets that failed because of
+// an earlier subnet of that key, one whose UID was not uid.
+func (cc *conflictsCache) staleDependents(key string, uid types.UID) []string {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	var out []string
+	for dependent, seen := range cc.dependents[key] {
+		if seen != uid {
+			out = append(out, dependent)
+			delete(cc.dependents[key], dependent)
+		}
+	}
+	if len(cc.dependents[key]) == 0 {
+		delete(cc.dependents, key)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// dropDependent removes dependent from the dependents of each of its
+// rivals. The caller holds mu.
+func (cc *conflictsCache) dropDependent(dependent string) {
+	for _, rival := range cc.rivals[dependent] {
+		delete(cc.dependents[rival], dependent)
+		if len(cc.dependents[rival]) == 0 {
+			delete(cc.dependents, rival)
+		}
+	}
+	delete(cc.rivals, dependent)
+}
