@@ -1,0 +1,472 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
+	"github.com/kos-sdn/kos/components/fabric"
+	kosclient "github.com/kos-sdn/kos/components/generated/clientset/versioned"
+	kosinformers "github.com/kos-sdn/kos/components/generated/informers/externalversions/network/v1alpha1"
+)
+
+// Defaults for Config.
+const (
+	DefaultFlowCheckPeriod = 5 * time.Second
+	DefaultReconcilePeriod = 2 * time.Minute
+	DefaultExecTimeout     = 30 * time.Second
+)
+
+// Config is what an Agent needs.
+type Config struct {
+	// NodeName is the node the agent serves: the spec.node of its local
+	// attachments.
+	NodeName string
+	// HostIP is the node's address on the underlay: where other nodes
+	// tunnel traffic for this node's attachments. It goes into the
+	// status.hostIP of each local attachment.
+	HostIP netip.Addr
+	// Client reaches the KOS API.
+	Client kosclient.Interface
+	// Fabric is the node's switch.
+	Fabric fabric.Interface
+	// Recorder records Events about local attachments; nil records none.
+	Recorder record.EventRecorder
+	// Registerer is where the agent's metrics are registered; nil
+	// registers them nowhere.
+	Registerer prometheus.Registerer
+	// AllowedPrograms are the absolute paths of the programs that
+	// postCreateExec and postDeleteExec may run; none when empty.
+	AllowedPrograms []string
+	// FlowCheckPeriod is how often the agent asks the fabric whether its
+	// flows were lost (as when ovs-vswitchd restarts), which triggers a
+	// full reconcile. DefaultFlowCheckPeriod when zero.
+	FlowCheckPeriod time.Duration
+	// ReconcilePeriod is how often a full reconcile repairs drift even when
+	// no flows were lost. DefaultReconcilePeriod when zero.
+	ReconcilePeriod time.Duration
+	// ExecTimeout bounds each postCreateExec and postDeleteExec command.
+	// DefaultExecTimeout when zero.
+	ExecTimeout time.Duration
+}
+
+// addressIndex indexes attachments by the address they hold (address.String).
+const addressIndex = "address"
+
+// addressLocks is how many locks guard fabric operations by address.
+const addressLocks = 64
+
+// Agent is the node agent: it keeps the node's fabric in line with the
+// attachments of this node and with those of the other nodes in the same
+// virtual networks, and reports each local attachment's interface in its
+// status.
+//
+// It watches its local attachments with one informer (spec.node) and, for
+// each relevant network, the attachments of that network with one more
+// (status.addressVNI), started when the network gains its first local
+// attachment and stopped when it loses its last. Handlers only enqueue
+// attachment keys; workers sync one key at a time (sync.go).
+type Agent struct {
+	node     string
+	hostIP   netip.Addr
+	client   kosclient.Interface
+	fabric   fabric.Interface
+	recorder record.EventRecorder
+	metrics  *metrics
+	exec     *execPolicy
+
+	flowCheckPeriod time.Duration
+	reconcilePeriod time.Duration
+
+	queue workqueue.TypedRateLimitingInterface[string]
+
+	localInformer cache.SharedIndexInformer
+
+	// fabricMu is held for reading while a worker changes the fabric and
+	// for writing by a full reconcile, which needs the fabric to itself.
+	fabricMu sync.RWMutex
+	// addrLocks serialise the fabric operations on one address, which two
+	// attachments may claim at once.
+	addrLocks [addressLocks]sync.Mutex
+	addrSeed  maphash.Seed
+
+	// mu guards the fields below it.
+	mu sync.Mutex
+	// installed is what the agent believes the fabric holds, by address.
+	installed map[address]placement
+	// keyAddress holds the address each attachment was last synced at, so
+	// that the address is settled again once the attachment moves or goes.
+	keyAddress map[string]address
+	// locals holds what a deleted local attachment needs to clean up
+	// after it: its postDeleteExec.
+	locals map[string]localRecord
+	// reports holds the reports of postCreateExec runs, until the
+	// attachment is gone.
+	reports   map[string]*pendingReport
+	relevance *relevance
+	networks  map[network]*networkInformer
+	// ctx is Run's context, for the informers started later.
+	ctx context.Context
+
+	// health is what /healthz reports.
+	healthMu      sync.Mutex
+	ready         bool
+	lastCheck     time.Time
+	lastCheckErr  error
+	lastReconcile time.Time
+}
+
+// localRecord is what the agent remembers of a local attachment whose
+// interface it created.
+type localRecord struct {
+	uid            string
+	postDeleteExec []string
+	vars           execVars
+}
+
+// networkInformer watches the attachments of one relevant network.
+type networkInformer struct {
+	informer cache.SharedIndexInformer
+	cancel   context.CancelFunc
+}
+
+// New returns an agent for cfg. It starts nothing: call Run.
+func New(cfg Config) (*Agent, error) {
+	var errs []error
+	if cfg.NodeName == "" {
+		errs = append(errs, errors.New("no node name"))
+	}
+	if !cfg.HostIP.Is4() {
+		errs = append(errs, fmt.Errorf("host IP %v is not an IPv4 address", cfg.HostIP))
+	}
+	if cfg.Client == nil {
+		errs = append(errs, errors.New("no KOS API client"))
+	}
+	if cfg.Fabric == nil {
+		errs = append(errs, errors.New("no fabric"))
+	}
+	for _, p := range cfg.AllowedPrograms {
+		if !isAbsClean(p) {
+			errs = append(errs, fmt.Errorf("allowed program %q is not an absolute, clean path", p))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
+	a := &Agent{
+		node:            cfg.NodeName,
+		hostIP:          cfg.HostIP,
+		client:          cfg.Client,
+		fabric:          cfg.Fabric,
+		recorder:        cfg.Recorder,
+		metrics:         m,
+		exec:            &execPolicy{allowed: sets.New(cfg.AllowedPrograms...), timeout: orDefault(cfg.ExecTimeout, DefaultExecTimeout), now: time.Now},
+		flowCheckPeriod: orDefault(cfg.FlowCheckPeriod, DefaultFlowCheckPeriod),
+		reconcilePeriod: orDefault(cfg.ReconcilePeriod, DefaultReconcilePeriod),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kos-agent"},
+		),
+		addrSeed:   maphash.MakeSeed(),
+		installed:  map[address]placement{},
+		keyAddress: map[string]address{},
+		locals:     map[string]localRecord{},
+		reports:    map[string]*pendingReport{},
+		relevance:  newRelevance(),
+		networks:   map[network]*networkInformer{},
+	}
+	if a.recorder == nil {
+		// A FakeRecorder without a channel drops every event.
+		a.recorder = &record.FakeRecorder{}
+	}
+	nodeSelector := fields.OneTermEqualSelector(v1alpha1.FieldNode, a.node).String()
+	a.localInformer = kosinformers.NewFilteredNetworkAttachmentInformer(a.client, metav1.NamespaceAll, 0,
+		cache.Indexers{addressIndex: indexByAddress},
+		func(o *metav1.ListOptions) { o.FieldSelector = nodeSelector })
+	if _, err := a.localInformer.AddEventHandler(a.handler(informerLocal, nil)); err != nil {
+		return nil, fmt.Errorf("watching local attachments: %w", err)
+	}
+	return a, nil
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+// handler returns the event handler of an informer: it counts the
+// notification and enqueues the attachment's key when keep (if any) says
+// the attachment matters to that informer.
+func (a *Agent) handler(informer string, keep func(*v1alpha1.NetworkAttachment) bool) cache.ResourceEventHandler {
+	enqueue := func(event string, obj any) {
+		a.metrics.notifications.WithLabelValues(informer, event).Inc()
+		if keep != nil {
+			att, ok := obj.(*v1alpha1.NetworkAttachment)
+			if !ok {
+				if tomb, isTomb := obj.(cache.DeletedFinalStateUnknown); isTomb {
+					att, ok = tomb.Obj.(*v1alpha1.NetworkAttachment)
+				}
+			}
+			if ok && !keep(att) {
+				return
+			}
+		}
+		key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+		if err != nil {
+			utilruntime.HandleError(err)
+			return
+		}
+		a.queue.Add(key)
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { enqueue("add", obj) },
+		UpdateFunc: func(_, obj any) { enqueue("update", obj) },
+		DeleteFunc: func(obj any) { enqueue("delete", obj) },
+	}
+}
+
+// indexByAddress indexes an attachment by the address IPAM gave it.
+func indexByAddress(obj any) ([]string, error) {
+	att, ok := obj.(*v1alpha1.NetworkAttachment)
+	if !ok {
+		return nil, nil
+	}
+	if addr, ok := addressOf(att); ok {
+		return []string{addr.String()}, nil
+	}
+	return nil, nil
+}
+
+// addressOf returns the address IPAM gave an attachment, if it has a valid
+// one.
+func addressOf(att *v1alpha1.NetworkAttachment) (address, bool) {
+	vni := att.Status.AddressVNI
+	if vni == 0 || vni > fabric.MaxVNI || att.Status.IPv4 == "" {
+		return address{}, false
+	}
+	ip, err := netip.ParseAddr(att.Status.IPv4)
+	if err != nil || !ip.Is4() {
+		return address{}, false
+	}
+	return address{vni: vni, ip: ip}, true
+}
+
+// Run runs the agent until ctx is done. It starts the informers, waits
+// for their caches, reconciles the fabric (retrying until that succeeds),
+// then starts workers that sync attachments and a loop that checks the
+// fabric for lost flows and reconciles it periodically. When ctx is done
+// it shuts the queue down, waits for the workers and the loop to return,
+// and stops the informers; every goroutine it started has stopped when it
+// returns. It returns an error only when the caches never synced.
+func (a *Agent) Run(ctx context.Context, workers int) error {
+	defer utilruntime.HandleCrash()
+	logger := klog.FromContext(ctx).WithValues("node", a.node)
+	ctx = klog.NewContext(ctx, logger)
+	logger.Info("Starting the agent", "hostIP", a.hostIP, "workers", workers)
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer a.stopNetworkInformers()
+	defer a.queue.ShutDown()
+	a.mu.Lock()
+	a.ctx = ctx
+	a.mu.Unlock()
+
+	wg.Go(func() { a.localInformer.RunWithContext(ctx) })
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, a.localInformer.HasSynced) {
+		return errors.New("the cache of local attachments did not sync")
+	}
+	// The networks of the local attachments must be watched, and their
+	// caches full, before the first reconcile can tell orphans.
+	for _, obj := range a.localInformer.GetStore().List() {
+		att := obj.(*v1alpha1.NetworkAttachment)
+		addr, ok := addressOf(att)
+		a.setRelevance(ctx, keyOf(att), network{att.Namespace, addr.vni}, ok)
+	}
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, a.networkInformersSynced) {
+		return errors.New("the caches of the relevant networks did not sync")
+	}
+
+	for a.reconcileFabric(ctx, reconcileStart) != nil {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(a.flowCheckPeriod):
+		}
+	}
+	a.healthMu.Lock()
+	a.ready = true
+	a.healthMu.Unlock()
+
+	for range workers {
+		wg.Go(func() { wait.UntilWithContext(ctx, a.runWorker, time.Second) })
+	}
+	wg.Go(func() { a.checkFabric(ctx) })
+	logger.Info("Agent started")
+	<-ctx.Done()
+	logger.Info("Stopping the agent")
+	return nil
+}
+
+func keyOf(att *v1alpha1.NetworkAttachment) string {
+	return att.Namespace + "/" + att.Name
+}
+
+// networkInformersSynced reports whether every network informer has synced.
+func (a *Agent) networkInformersSynced() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, ni := range a.networks {
+		if !ni.informer.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+// setRelevance records the network of a local attachment (in is false when
+// it has none) and starts or stops network informers as networks become
+// relevant or irrelevant.
+func (a *Agent) setRelevance(ctx context.Context, key string, n network, in bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	gained, lost := a.relevance.set(key, n, in)
+	if lost.vni != 0 {
+		a.stopNetworkInformerLocked(ctx, lost)
+	}
+	if gained.vni != 0 {
+		a.startNetworkInformerLocked(ctx, gained)
+	}
+}
+
+// startNetworkInformerLocked starts watching the attachments of network n.
+// Its initial list enqueues every attachment of n. a.mu is held.
+func (a *Agent) startNetworkInformerLocked(ctx context.Context, n network) {
+	selector := fields.OneTermEqualSelector(v1alpha1.FieldAddressVNI, fmt.Sprint(n.vni)).String()
+	inf := kosinformers.NewFilteredNetworkAttachmentInformer(a.client, n.namespace, 0,
+		cache.Indexers{addressIndex: indexByAddress},
+		func(o *metav1.ListOptions) { o.FieldSelector = selector })
+	// The local informer enqueues this node's attachments already.
+	remoteOnly := func(att *v1alpha1.NetworkAttachment) bool { return att.Spec.Node != a.node }
+	if _, err := inf.AddEventHandler(a.handler(informerNetwork, remoteOnly)); err != nil {
+		utilruntime.HandleErrorWithContext(ctx, err, "Watching a network failed", "network", n)
+		return
+	}
+	// Informers outlive the sync that starts them: they run on Run's
+	// context, until the network stops being relevant.
+	base := a.ctx
+	if base == nil {
+		base = ctx
+	}
+	infCtx, cancel := context.WithCancel(base)
+	a.networks[n] = &networkInformer{informer: inf, cancel: cancel}
+	go inf.RunWithContext(infCtx)
+	a.metrics.informerStarts.Inc()
+	a.metrics.networks.Set(float64(len(a.networks)))
+	klog.FromContext(ctx).V(2).Info("Watching a network", "network", n)
+}
+
+// stopNetworkInformerLocked stops watching network n and enqueues the
+// remote attachments installed for it, whose syncs will then remove them.
+// a.mu is held.
+func (a *Agent) stopNetworkInformerLocked(ctx context.Context, n network) {
+	ni, ok := a.networks[n]
+	if !ok {
+		return
+	}
+	ni.cancel()
+	delete(a.networks, n)
+	a.metrics.informerStopped.Inc()
+	a.metrics.networks.Set(float64(len(a.networks)))
+	for addr, p := range a.installed {
+		if addr.vni == n.vni && p.kind != local && p.owner != "" && namespaceOf(p.owner) == n.namespace {
+			a.queue.Add(p.owner)
+		}
+	}
+	klog.FromContext(ctx).V(2).Info("Stopped watching a network", "network", n)
+}
+
+func (a *Agent) stopNetworkInformers() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for n, ni := range a.networks {
+		ni.cancel()
+		delete(a.networks, n)
+	}
+}
+
+func namespaceOf(key string) string {
+	ns, _, _ := cache.SplitMetaNamespaceKey(key)
+	return ns
+}
+
+// runWorker syncs keys from the queue until it shuts down.
+func (a *Agent) runWorker(ctx context.Context) {
+	for a.processNextItem(ctx) {
+	}
+}
+
+func (a *Agent) processNextItem(ctx context.Context) bool {
+	key, shutdown := a.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer a.queue.Done(key)
+	if err := a.sync(ctx, key); err != nil {
+		utilruntime.HandleErrorWithContext(ctx, err, "Syncing an attachment failed; will retry", "key", key)
+		a.queue.AddRateLimited(key)
+		return true
+	}
+	a.queue.Forget(key)
+	return true
+}
+
+// addrLock returns the lock of an address.
+func (a *Agent) addrLock(addr address) *sync.Mutex {
+	var h maphash.Hash
+	h.SetSeed(a.addrSeed)
+	b := addr.ip.As4()
+	h.Write(b[:])
+	h.WriteByte(byte(addr.vni))
+	h.WriteByte(byte(addr.vni >> 8))
+	h.WriteByte(byte(addr.vni >> 16))
+	return &a.addrLocks[h.Sum64()%addressLocks]
+}
+
+// Healthy returns nil when the agent is working: its first reconcile is
+// done and its last check of the fabric succeeded recently.
+func (a *Agent) Healthy() error {
+	a.healthMu.Lock()
+	defer a.healthMu.Unlock()
+	switch {
+	case !a.ready:
+		return errors.New("the first reconcile of the fabric is not done")
+	case a.lastCheckErr != nil:
+		return fmt.Errorf("checking the fabric: %w", a.lastCheckErr)
+	case time.Since(a.lastCheck) > 3*a.flowCheckPeriod+time.Minute:
+		return fmt.Errorf("the fabric was last checked at %s", a.lastCheck.Format(time.RFC3339))
+	}
+	return nil
+}

@@ -1,0 +1,32 @@
+// Package agent is the KOS node agent (kos-agent): on one node it turns the
+// NetworkAttachments of that node, and those of every virtual network they
+// are in, into interfaces and flows on the node's switch through the
+// fabric seam, and reports each local attachment's interface in its status.
+//
+// It learns what is relevant to its node and nothing else, with 1+R
+// informers: one on the attachments whose spec.node is this node, and one
+// per relevant network (a namespace and VNI with at least one local
+// attachment) on status.addressVNI. A network's informer starts when the
+// network gains its first local attachment and stops when it loses its
+// last; its remote attachments then leave the fabric.
+//
+// The switch is keyed by address (VNI and IP), which two attachments may
+// claim at once while an address moves; a local claim wins over a remote
+// one, then the later address write. The agent remembers what it put on the
+// switch, and reconciles fully against what the switch reports (List) on
+// start, when the switch lost its flows (an ovs-vswitchd restart), and
+// periodically: it adopts what matches, deletes orphans and creates what is
+// missing.
+//
+// Commands of spec.postCreateExec and spec.postDeleteExec run only when
+// they name, verbatim, a program on the agent's allow-list, with ${ifname},
+// ${ipv4} and ${mac} expanded and no shell. postCreateExec runs once the
+// interface is ready and its report goes into status.postCreateExecReport;
+// postDeleteExec runs once the interface of a deleted attachment is gone,
+// and only if this agent saw the attachment's interface made (a deletion
+// while the agent was down leaves no trace to run it from), and its report
+// goes to the log.
+//
+// The library takes no flags: NewCommand builds the kos-agent command,
+// whose flags fill an Options.
+package agent

@@ -1,0 +1,119 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/util/sets"
+)
+
+var testVars = execVars{ifname: "kos060000050001", ipv4: "10.0.0.5", mac: "06:00:00:05:00:01"}
+
+func TestExpand(t *testing.T) {
+	tests := []struct {
+		name    string
+		command []string
+		want    []string
+	}{
+		{"nothing to expand", []string{"/bin/true"}, []string{"/bin/true"}},
+		{"each variable", []string{"/sbin/ip", "link", "set", "${ifname}", "address", "${mac}"}, []string{"/sbin/ip", "link", "set", "kos060000050001", "address", "06:00:00:05:00:01"}},
+		{"inside an argument, twice", []string{"/bin/echo", "${ipv4}/24 on ${ifname}, ${ipv4}"}, []string{"/bin/echo", "10.0.0.5/24 on kos060000050001, 10.0.0.5"}},
+		{"others stay", []string{"/bin/echo", "$ifname", "${HOME}", "$(id)", "${ifname"}, []string{"/bin/echo", "$ifname", "${HOME}", "$(id)", "${ifname"}},
+		{"the program too", []string{"${ifname}"}, []string{"kos060000050001"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(expand(tc.command, testVars), tc.want); diff != "" {
+				t.Errorf("expand(%q) (-got +want):\n%s", tc.command, diff)
+			}
+		})
+	}
+}
+
+func TestExecCheck(t *testing.T) {
+	p := &execPolicy{allowed: sets.New("/bin/echo", "/usr/sbin/ip")}
+	tests := []struct {
+		name    string
+		command []string
+		allowed bool
+	}{
+		{"allowed", []string{"/bin/echo", "hi"}, true},
+		{"allowed, no arguments", []string{"/usr/sbin/ip"}, true},
+		{"not on the list", []string{"/bin/sh", "-c", "echo hi"}, false},
+		{"a bare name is not looked up", []string{"echo", "hi"}, false},
+		{"not clean", []string{"/bin/../bin/echo"}, false},
+		{"not clean either", []string{"/bin//echo"}, false},
+		{"relative", []string{"bin/echo"}, false},
+		{"a variable does not name the program", []string{"${ifname}"}, false},
+		{"empty", nil, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := p.check(tc.command)
+			if got := err == nil; got != tc.allowed {
+				t.Errorf("check(%q) = %v, want allowed %t", tc.command, err, tc.allowed)
+			}
+			if err != nil && len(tc.command) > 0 && !errors.Is(err, errNotAllowed) {
+				t.Errorf("check(%q) = %v, want errNotAllowed", tc.command, err)
+			}
+		})
+	}
+}
+
+func TestExecRun(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Fatalf("looking for sh: %v", err)
+	}
+	echo, err := exec.LookPath("echo")
+	if err != nil {
+		t.Fatalf("looking for echo: %v", err)
+	}
+	start := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	clock := func() time.Time { return start }
+	p := &execPolicy{allowed: sets.New(sh, echo), timeout: 2 * time.Second, now: clock}
+	long := strings.Repeat("x", 3*maxExecOutput)
+	tests := []struct {
+		name       string
+		command    []string
+		exitStatus int32
+		stdout     string
+		stderr     string // a prefix of the report's
+	}{
+		{"ok", []string{echo, "${ifname}", "${ipv4}", "${mac}"}, 0, "kos060000050001 10.0.0.5 06:00:00:05:00:01\n", ""},
+		{"exit status and stderr", []string{sh, "-c", "echo out; echo err >&2; exit 3"}, 3, "out\n", "err\n"},
+		{"refused", []string{"/bin/false"}, -1, "", `"/bin/false": program is not on the agent's allow-list`},
+		{"output is bounded", []string{sh, "-c", "printf " + long}, 0, long[:maxExecOutput], ""},
+		{"killed after the timeout", []string{sh, "-c", "sleep 30"}, -1, "", "killed after 2s"},
+		{"does not exist", []string{sh + "-not-there"}, -1, "", ""},
+	}
+	p.allowed.Insert(sh + "-not-there")
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := p.run(context.Background(), tc.command, testVars)
+			if diff := cmp.Diff(r.Command, expand(tc.command, testVars)); diff != "" {
+				t.Errorf("command (-got +want):\n%s", diff)
+			}
+			if r.ExitStatus != tc.exitStatus {
+				t.Errorf("exit status %d, want %d (stderr %q)", r.ExitStatus, tc.exitStatus, r.StdErr)
+			}
+			if r.StdOut != tc.stdout {
+				t.Errorf("stdout %q, want %q", r.StdOut, tc.stdout)
+			}
+			if !strings.HasPrefix(r.StdErr, tc.stderr) {
+				t.Errorf("stderr %q, want it to start with %q", r.StdErr, tc.stderr)
+			}
+			if tc.exitStatus < 0 && r.StdErr == "" {
+				t.Errorf("a command that did not run reports no reason")
+			}
+			if !r.StartTime.Time.Equal(start) || !r.StopTime.Time.Equal(start) {
+				t.Errorf("times %v..%v, want both %v", r.StartTime, r.StopTime, start)
+			}
+		})
+	}
+}

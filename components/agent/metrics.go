@@ -1,0 +1,105 @@
+package agent
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Informer names in the notification counter.
+const (
+	informerLocal   = "local"
+	informerNetwork = "network"
+)
+
+// metrics are the agent's Prometheus metrics. Each agent has its own, so
+// that many can run in one process; they are registered where Config says.
+type metrics struct {
+	fabricOps       *prometheus.HistogramVec
+	fabricErrors    *prometheus.CounterVec
+	createToReady   prometheus.Histogram
+	localAtts       prometheus.Gauge
+	remoteAtts      prometheus.Gauge
+	networks        prometheus.Gauge
+	notifications   *prometheus.CounterVec
+	reconciles      *prometheus.CounterVec
+	statusWrites    prometheus.Counter
+	execs           *prometheus.CounterVec
+	informerStarts  prometheus.Counter
+	informerStopped prometheus.Counter
+}
+
+// latencyBuckets span a millisecond to a minute.
+var latencyBuckets = prometheus.ExponentialBucketsRange(0.001, 60, 20)
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	const ns, sub = "kos", "agent"
+	m := &metrics{
+		fabricOps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Subsystem: sub, Name: "fabric_operation_duration_seconds",
+			Help:    "How long fabric operations took, by operation (ensure, list, create_local, delete_local, create_remote, delete_remote).",
+			Buckets: latencyBuckets,
+		}, []string{"operation"}),
+		fabricErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "fabric_operation_errors_total",
+			Help: "Fabric operations that failed, by operation.",
+		}, []string{"operation"}),
+		createToReady: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: ns, Subsystem: sub, Name: "attachment_create_to_ready_seconds",
+			Help:    "From the server's write of a local attachment's spec to its write of the status that made it ready (status.impl), as the server recorded both.",
+			Buckets: latencyBuckets,
+		}),
+		localAtts: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "local_attachments",
+			Help: "Local attachments the fabric holds.",
+		}),
+		remoteAtts: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "remote_attachments",
+			Help: "Remote attachments the fabric holds.",
+		}),
+		networks: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "relevant_networks",
+			Help: "Virtual networks with a local attachment, each watched by an informer of its own.",
+		}),
+		notifications: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "attachment_notifications_total",
+			Help: "Attachment notifications from the informers, by informer (local, network) and event (add, update, delete).",
+		}, []string{"informer", "event"}),
+		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "reconciles_total",
+			Help: "Full reconciles of the fabric against the attachments, by reason (start, flows_lost, periodic, retry) and result (ok, error).",
+		}, []string{"reason", "result"}),
+		statusWrites: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "status_writes_total",
+			Help: "Status updates written for local attachments.",
+		}),
+		execs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "execs_total",
+			Help: "Commands of postCreateExec and postDeleteExec, by which (create, delete) and result (ok, failed, refused).",
+		}, []string{"which", "result"}),
+		informerStarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "network_informer_starts_total",
+			Help: "Network informers started, as networks became relevant.",
+		}),
+		informerStopped: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "network_informer_stops_total",
+			Help: "Network informers stopped, as networks stopped being relevant.",
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var errs []error
+	for _, c := range []prometheus.Collector{
+		m.fabricOps, m.fabricErrors, m.createToReady, m.localAtts, m.remoteAtts, m.networks,
+		m.notifications, m.reconciles, m.statusWrites, m.execs, m.informerStarts, m.informerStopped,
+	} {
+		if err := reg.Register(c); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return m, nil
+}

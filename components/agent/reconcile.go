@@ -1,0 +1,242 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+
+	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
+	"github.com/kos-sdn/kos/components/fabric"
+)
+
+// Reasons for a full reconcile, in metrics and logs.
+const (
+	reconcileStart     = "start"
+	reconcileFlowsLost = "flows_lost"
+	reconcilePeriodic  = "periodic"
+	reconcileRetry     = "retry"
+)
+
+// checkFabric asks the fabric every flowCheckPeriod whether it lost its
+// flows, and reconciles fully when it did, every reconcilePeriod, and after
+// a reconcile that failed. It returns when ctx is done.
+func (a *Agent) checkFabric(ctx context.Context) {
+	ticker := time.NewTicker(a.flowCheckPeriod)
+	defer ticker.Stop()
+	last, retry := time.Now(), false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		reason := ""
+		switch {
+		case retry:
+			reason = reconcileRetry
+		case time.Since(last) >= a.reconcilePeriod:
+			reason = reconcilePeriodic
+		default:
+			lost, err := a.ensure(ctx)
+			if err != nil || !lost {
+				continue
+			}
+			reason = reconcileFlowsLost
+		}
+		err := a.reconcileFabric(ctx, reason)
+		retry = err != nil
+		if err == nil {
+			last = time.Now()
+		}
+	}
+}
+
+// ensure asks the fabric to make its bridge and default flows exist, and
+// reports whether its flows were lost. It records the outcome for Healthy.
+func (a *Agent) ensure(ctx context.Context) (bool, error) {
+	var lost bool
+	err := a.timed("ensure", func() error {
+		var err error
+		lost, err = a.fabric.Ensure(ctx)
+		return err
+	})
+	a.healthMu.Lock()
+	a.lastCheck, a.lastCheckErr = time.Now(), err
+	a.healthMu.Unlock()
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Checking the fabric failed")
+		return false, err
+	}
+	if lost {
+		klog.FromContext(ctx).Info("The fabric lost its flows")
+	}
+	return lost, nil
+}
+
+// reconcileFabric makes the fabric hold exactly what the caches want, with
+// the fabric to itself: it lists what the fabric holds, adopts what
+// matches, deletes orphans and creates or repairs the rest, in four
+// batches. Attachments whose placement changed are enqueued, for their
+// status.
+func (a *Agent) reconcileFabric(ctx context.Context, reason string) error {
+	a.fabricMu.Lock()
+	defer a.fabricMu.Unlock()
+	err := a.reconcileLocked(ctx, reason)
+	result := "ok"
+	if err != nil {
+		result = "error"
+		klog.FromContext(ctx).Error(err, "Reconciling the fabric failed", "reason", reason)
+	}
+	a.metrics.reconciles.WithLabelValues(reason, result).Inc()
+	return err
+}
+
+func (a *Agent) reconcileLocked(ctx context.Context, reason string) error {
+	began := time.Now()
+	lost, err := a.ensure(ctx)
+	if err != nil {
+		return err
+	}
+	var inv *fabric.Inventory
+	err = a.timed("list", func() error {
+		var err error
+		inv, err = a.fabric.List(ctx)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("listing the fabric: %w", err)
+	}
+	want, deferred := a.wantedAll()
+	plan := planReconcile(inv, want, deferred)
+
+	var errs []error
+	failed := func(err error, addrs []address) {
+		errs = append(errs, err)
+		for _, addr := range addrs {
+			plan.after[addr] = placement{kind: unknown, owner: want[addr].owner}
+		}
+	}
+	if len(plan.deleteLocal) > 0 {
+		if err := a.timed(opDeleteLocal.String(), func() error { return a.fabric.DeleteLocal(ctx, plan.deleteLocal...) }); err != nil {
+			failed(fmt.Errorf("deleting %d local attachments: %w", len(plan.deleteLocal), err), localAddresses(plan.deleteLocal))
+		}
+	}
+	if len(plan.deleteRemote) > 0 {
+		if err := a.timed(opDeleteRemote.String(), func() error { return a.fabric.DeleteRemote(ctx, plan.deleteRemote...) }); err != nil {
+			failed(fmt.Errorf("deleting %d remote attachments: %w", len(plan.deleteRemote), err), remoteAddresses(plan.deleteRemote))
+		}
+	}
+	if len(plan.createLocal) > 0 {
+		if err := a.timed(opCreateLocal.String(), func() error { return a.fabric.CreateLocal(ctx, plan.createLocal...) }); err != nil {
+			failed(fmt.Errorf("creating %d local attachments: %w", len(plan.createLocal), err), localAddresses(plan.createLocal))
+		}
+	}
+	if len(plan.createRemote) > 0 {
+		if err := a.timed(opCreateRemote.String(), func() error { return a.fabric.CreateRemote(ctx, plan.createRemote...) }); err != nil {
+			failed(fmt.Errorf("creating %d remote attachments: %w", len(plan.createRemote), err), remoteAddresses(plan.createRemote))
+		}
+	}
+
+	a.mu.Lock()
+	old := a.installed
+	a.installed = map[address]placement{}
+	a.metrics.localAtts.Set(0)
+	a.metrics.remoteAtts.Set(0)
+	for addr, p := range plan.after {
+		a.setInstalledLocked(addr, p)
+	}
+	a.mu.Unlock()
+	// Attachments that gained or lost their place must see to their status.
+	for addr, p := range plan.after {
+		if o := old[addr]; o.owner != p.owner || !o.sameOnSwitch(p) {
+			for _, owner := range []string{o.owner, p.owner} {
+				if owner != "" {
+					a.queue.Add(owner)
+				}
+			}
+		}
+	}
+	for addr, o := range old {
+		if _, ok := plan.after[addr]; !ok && o.owner != "" {
+			a.queue.Add(o.owner)
+		}
+	}
+	klog.FromContext(ctx).Info("Reconciled the fabric", "reason", reason, "flowsLost", lost,
+		"adopted", plan.adopted,
+		"deletedLocal", len(plan.deleteLocal), "deletedRemote", len(plan.deleteRemote),
+		"createdLocal", len(plan.createLocal), "createdRemote", len(plan.createRemote),
+		"duration", time.Since(began))
+	a.healthMu.Lock()
+	a.lastReconcile = time.Now()
+	a.healthMu.Unlock()
+	return errors.Join(errs...)
+}
+
+func localAddresses(atts []fabric.LocalAttachment) []address {
+	addrs := make([]address, len(atts))
+	for i, l := range atts {
+		addrs[i] = address{l.VNI, l.IP}
+	}
+	return addrs
+}
+
+func remoteAddresses(atts []fabric.RemoteAttachment) []address {
+	addrs := make([]address, len(atts))
+	for i, r := range atts {
+		addrs[i] = address{r.VNI, r.IP}
+	}
+	return addrs
+}
+
+// wantedAll returns what the fabric should hold at every address, from the
+// caches, by the rules of wanted. The function it also returns reports the
+// addresses of networks whose informers have not synced yet, about which
+// the caches cannot tell.
+func (a *Agent) wantedAll() (map[address]placement, func(address) bool) {
+	want := map[address]placement{}
+	winners := map[address]*v1alpha1.NetworkAttachment{}
+	for _, obj := range a.localInformer.GetStore().List() {
+		att := obj.(*v1alpha1.NetworkAttachment)
+		addr, ok := addressOf(att)
+		if !ok {
+			continue
+		}
+		if w := winners[addr]; w == nil || newer(att, w) {
+			winners[addr] = att
+			want[addr] = placement{kind: local, owner: keyOf(att)}
+		}
+	}
+	a.mu.Lock()
+	var synced []*networkInformer
+	unsynced := sets.New[uint32]()
+	for n, ni := range a.networks {
+		if ni.informer.HasSynced() {
+			synced = append(synced, ni)
+		} else {
+			unsynced.Insert(n.vni)
+		}
+	}
+	a.mu.Unlock()
+	for _, ni := range synced {
+		for _, obj := range ni.informer.GetStore().List() {
+			att := obj.(*v1alpha1.NetworkAttachment)
+			addr, ok := addressOf(att)
+			if !ok {
+				continue
+			}
+			host, ok := a.remoteHost(att)
+			if !ok || want[addr].kind == local {
+				continue
+			}
+			if w := winners[addr]; w == nil || newer(att, w) {
+				winners[addr] = att
+				want[addr] = placement{kind: remote, hostIP: host, owner: keyOf(att)}
+			}
+		}
+	}
+	return want, func(addr address) bool { return unsynced.Has(addr.vni) }
+}
