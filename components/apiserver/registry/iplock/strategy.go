@@ -13,34 +13,28 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/storage"
-	"k8s.io/apiserver/pkg/storage/names"
 	"k8s.io/utils/clock"
-	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"github.com/kos-sdn/kos/components/apis/network"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/apis/network/validation"
+	"github.com/kos-sdn/kos/components/apiserver/registry"
 )
 
 // strategy is how IPLocks are created and updated: clients write the spec, the
 // server keeps the write sections.
 type strategy struct {
-	runtime.ObjectTyper
-	names.NameGenerator
-	clock clock.PassiveClock
+	registry.Strategy
 }
 
 func newStrategy(typer runtime.ObjectTyper, clk clock.PassiveClock) *strategy {
-	return &strategy{ObjectTyper: typer, NameGenerator: names.SimpleNameGenerator, clock: clk}
+	return &strategy{Strategy: registry.NewStrategy(typer, clk, registry.ResetFields([]string{"extendedMetadata"}))}
 }
-
-// NamespaceScoped returns true: IPLocks live in the namespace of their attachment.
-func (*strategy) NamespaceScoped() bool { return true }
 
 // PrepareForCreate starts the write sections with the spec.
 func (s *strategy) PrepareForCreate(_ context.Context, obj runtime.Object) {
 	lock := obj.(*network.IPLock)
-	lock.ExtendedMetadata = network.ExtendedObjectMeta{Writes: network.WriteSet{}.Stamp(network.SectionSpec, s.clock.Now())}
+	lock.ExtendedMetadata = network.ExtendedObjectMeta{Writes: network.WriteSet{}.Stamp(network.SectionSpec, s.Clock.Now())}
 }
 
 // PrepareForUpdate keeps the stored write sections, and stamps the spec
@@ -49,7 +43,7 @@ func (s *strategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) 
 	lock, oldLock := obj.(*network.IPLock), old.(*network.IPLock)
 	lock.ExtendedMetadata = oldLock.ExtendedMetadata
 	if !equality.Semantic.DeepEqual(lock.Spec, oldLock.Spec) {
-		lock.ExtendedMetadata.Writes = oldLock.ExtendedMetadata.Writes.Stamp(network.SectionSpec, s.clock.Now())
+		lock.ExtendedMetadata.Writes = oldLock.ExtendedMetadata.Writes.Stamp(network.SectionSpec, s.Clock.Now())
 	}
 }
 
@@ -58,36 +52,9 @@ func (*strategy) Validate(_ context.Context, obj runtime.Object) field.ErrorList
 	return validation.ValidateIPLock(obj.(*network.IPLock))
 }
 
-// WarningsOnCreate returns no warnings.
-func (*strategy) WarningsOnCreate(context.Context, runtime.Object) []string { return nil }
-
-// AllowCreateOnUpdate returns false: creating a lock by POST is what takes an
-// address, and a PUT must not take one by accident.
-func (*strategy) AllowCreateOnUpdate() bool { return false }
-
-// AllowUnconditionalUpdate returns true: an update need not name a resourceVersion.
-func (*strategy) AllowUnconditionalUpdate() bool { return true }
-
-// Canonicalize does nothing: locks have one form.
-func (*strategy) Canonicalize(runtime.Object) {}
-
 // ValidateUpdate checks an update: the spec is immutable.
 func (*strategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
 	return validation.ValidateIPLockUpdate(obj.(*network.IPLock), old.(*network.IPLock))
-}
-
-// WarningsOnUpdate returns no warnings.
-func (*strategy) WarningsOnUpdate(context.Context, runtime.Object, runtime.Object) []string {
-	return nil
-}
-
-// GetResetFields returns the fields clients cannot set.
-func (*strategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
-	return map[fieldpath.APIVersion]*fieldpath.Set{
-		fieldpath.APIVersion(v1alpha1.SchemeGroupVersion.String()): fieldpath.NewSet(
-			fieldpath.MakePathOrDie("extendedMetadata"),
-		),
-	}
 }
 
 // GetAttrs returns the labels and selectable fields of an IPLock.

@@ -16,37 +16,32 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/storage"
-	"k8s.io/apiserver/pkg/storage/names"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"github.com/kos-sdn/kos/components/apis/network"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/apis/network/validation"
+	"github.com/kos-sdn/kos/components/apiserver/registry"
 )
 
 // strategy is how NetworkAttachments are created and how their main endpoint
 // updates them: clients write the spec, the server keeps the status and the
 // write sections.
 type strategy struct {
-	runtime.ObjectTyper
-	names.NameGenerator
-	clock clock.PassiveClock
+	registry.Strategy
 }
 
 func newStrategy(typer runtime.ObjectTyper, clk clock.PassiveClock) *strategy {
-	return &strategy{ObjectTyper: typer, NameGenerator: names.SimpleNameGenerator, clock: clk}
+	return &strategy{Strategy: registry.NewStrategy(typer, clk, registry.MainResetFields)}
 }
-
-// NamespaceScoped returns true: NetworkAttachments live in namespaces.
-func (*strategy) NamespaceScoped() bool { return true }
 
 // PrepareForCreate drops any status the client sent and starts the write
 // sections with the spec.
 func (s *strategy) PrepareForCreate(_ context.Context, obj runtime.Object) {
 	att := obj.(*network.NetworkAttachment)
 	att.Status = network.NetworkAttachmentStatus{}
-	att.ExtendedMetadata = network.ExtendedObjectMeta{Writes: network.WriteSet{}.Stamp(network.SectionSpec, s.clock.Now())}
+	att.ExtendedMetadata = network.ExtendedObjectMeta{Writes: network.WriteSet{}.Stamp(network.SectionSpec, s.Clock.Now())}
 }
 
 // PrepareForUpdate keeps the stored status and write sections, and stamps the
@@ -56,7 +51,7 @@ func (s *strategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) 
 	att.Status = oldAtt.Status
 	att.ExtendedMetadata = oldAtt.ExtendedMetadata
 	if !equality.Semantic.DeepEqual(att.Spec, oldAtt.Spec) {
-		att.ExtendedMetadata.Writes = oldAtt.ExtendedMetadata.Writes.Stamp(network.SectionSpec, s.clock.Now())
+		att.ExtendedMetadata.Writes = oldAtt.ExtendedMetadata.Writes.Stamp(network.SectionSpec, s.Clock.Now())
 	}
 }
 
@@ -65,36 +60,9 @@ func (*strategy) Validate(_ context.Context, obj runtime.Object) field.ErrorList
 	return validation.ValidateNetworkAttachment(obj.(*network.NetworkAttachment))
 }
 
-// WarningsOnCreate returns no warnings.
-func (*strategy) WarningsOnCreate(context.Context, runtime.Object) []string { return nil }
-
-// AllowCreateOnUpdate returns false: attachments are created by POST only.
-func (*strategy) AllowCreateOnUpdate() bool { return false }
-
-// AllowUnconditionalUpdate returns true: an update need not name a resourceVersion.
-func (*strategy) AllowUnconditionalUpdate() bool { return true }
-
-// Canonicalize does nothing: attachments have one form.
-func (*strategy) Canonicalize(runtime.Object) {}
-
 // ValidateUpdate checks an update: spec.node and spec.subnet are immutable.
 func (*strategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
 	return validation.ValidateNetworkAttachmentUpdate(obj.(*network.NetworkAttachment), old.(*network.NetworkAttachment))
-}
-
-// WarningsOnUpdate returns no warnings.
-func (*strategy) WarningsOnUpdate(context.Context, runtime.Object, runtime.Object) []string {
-	return nil
-}
-
-// GetResetFields returns the fields the main endpoint keeps as they were.
-func (*strategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
-	return map[fieldpath.APIVersion]*fieldpath.Set{
-		fieldpath.APIVersion(v1alpha1.SchemeGroupVersion.String()): fieldpath.NewSet(
-			fieldpath.MakePathOrDie("status"),
-			fieldpath.MakePathOrDie("extendedMetadata"),
-		),
-	}
 }
 
 // statusStrategy is how the status endpoint updates NetworkAttachments: only
@@ -103,15 +71,19 @@ type statusStrategy struct {
 	*strategy
 }
 
+// GetResetFields returns the fields the status endpoint keeps as they were.
+func (statusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+	return registry.StatusResetFields
+}
+
 // PrepareForUpdate keeps everything of the stored attachment but its status,
 // and stamps the sections of the status that changed.
 func (s statusStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
 	att, oldAtt := obj.(*network.NetworkAttachment), old.(*network.NetworkAttachment)
 	att.Spec = oldAtt.Spec
-	att.Labels, att.Annotations = oldAtt.Labels, oldAtt.Annotations
-	att.Finalizers, att.OwnerReferences = oldAtt.Finalizers, oldAtt.OwnerReferences
+	registry.KeepMetadata(&att.ObjectMeta, &oldAtt.ObjectMeta)
 	att.ExtendedMetadata = oldAtt.ExtendedMetadata
-	now := s.clock.Now()
+	now := s.Clock.Now()
 	for _, sec := range statusSections {
 		if !equality.Semantic.DeepEqual(sec.part(&att.Status), sec.part(&oldAtt.Status)) {
 			att.ExtendedMetadata.Writes = att.ExtendedMetadata.Writes.Stamp(sec.name, now)
@@ -149,20 +121,6 @@ var statusSections = []struct {
 // ValidateUpdate checks a status update: the addresses in it must parse.
 func (statusStrategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
 	return validation.ValidateNetworkAttachmentStatusUpdate(obj.(*network.NetworkAttachment), old.(*network.NetworkAttachment))
-}
-
-// GetResetFields returns the fields the status endpoint keeps as they were.
-func (statusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
-	return map[fieldpath.APIVersion]*fieldpath.Set{
-		fieldpath.APIVersion(v1alpha1.SchemeGroupVersion.String()): fieldpath.NewSet(
-			fieldpath.MakePathOrDie("spec"),
-			fieldpath.MakePathOrDie("metadata", "labels"),
-			fieldpath.MakePathOrDie("metadata", "annotations"),
-			fieldpath.MakePathOrDie("metadata", "finalizers"),
-			fieldpath.MakePathOrDie("metadata", "ownerReferences"),
-			fieldpath.MakePathOrDie("extendedMetadata"),
-		),
-	}
 }
 
 // GetAttrs returns the labels and selectable fields of a NetworkAttachment.

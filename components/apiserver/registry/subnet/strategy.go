@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/storage"
-	"k8s.io/apiserver/pkg/storage/names"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
@@ -22,6 +21,7 @@ import (
 	"github.com/kos-sdn/kos/components/apis/network"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/apis/network/validation"
+	"github.com/kos-sdn/kos/components/apiserver/registry"
 )
 
 // rivalsFunc lists the subnets with a VNI, in every namespace, from the server's
@@ -31,27 +31,22 @@ type rivalsFunc func(ctx context.Context, vni uint32) ([]*network.Subnet, error)
 // strategy is how Subnets are created and how their main endpoint updates them:
 // clients write the spec, the server keeps the status and the write sections.
 type strategy struct {
-	runtime.ObjectTyper
-	names.NameGenerator
-	clock clock.PassiveClock
+	registry.Strategy
 	// rivals is set once the store that serves it exists; nil skips the
 	// conflict check.
 	rivals rivalsFunc
 }
 
 func newStrategy(typer runtime.ObjectTyper, clk clock.PassiveClock) *strategy {
-	return &strategy{ObjectTyper: typer, NameGenerator: names.SimpleNameGenerator, clock: clk}
+	return &strategy{Strategy: registry.NewStrategy(typer, clk, registry.MainResetFields)}
 }
-
-// NamespaceScoped returns true: Subnets live in namespaces.
-func (*strategy) NamespaceScoped() bool { return true }
 
 // PrepareForCreate drops any status the client sent: a new subnet is not
 // validated. It starts the write sections with the spec.
 func (s *strategy) PrepareForCreate(_ context.Context, obj runtime.Object) {
 	subnet := obj.(*network.Subnet)
 	subnet.Status = network.SubnetStatus{}
-	subnet.ExtendedMetadata = network.ExtendedObjectMeta{Writes: network.WriteSet{}.Stamp(network.SectionSpec, s.clock.Now())}
+	subnet.ExtendedMetadata = network.ExtendedObjectMeta{Writes: network.WriteSet{}.Stamp(network.SectionSpec, s.Clock.Now())}
 }
 
 // PrepareForUpdate keeps the stored status and write sections: the main
@@ -61,7 +56,7 @@ func (s *strategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) 
 	subnet.Status = oldSubnet.Status
 	subnet.ExtendedMetadata = oldSubnet.ExtendedMetadata
 	if !equality.Semantic.DeepEqual(subnet.Spec, oldSubnet.Spec) {
-		subnet.ExtendedMetadata.Writes = oldSubnet.ExtendedMetadata.Writes.Stamp(network.SectionSpec, s.clock.Now())
+		subnet.ExtendedMetadata.Writes = oldSubnet.ExtendedMetadata.Writes.Stamp(network.SectionSpec, s.Clock.Now())
 	}
 }
 
@@ -84,36 +79,9 @@ func (s *strategy) Validate(ctx context.Context, obj runtime.Object) field.Error
 	return validation.ValidateSubnetConflicts(subnet, rivals)
 }
 
-// WarningsOnCreate returns no warnings.
-func (*strategy) WarningsOnCreate(context.Context, runtime.Object) []string { return nil }
-
-// AllowCreateOnUpdate returns false: subnets are created by POST only.
-func (*strategy) AllowCreateOnUpdate() bool { return false }
-
-// AllowUnconditionalUpdate returns true: an update need not name a resourceVersion.
-func (*strategy) AllowUnconditionalUpdate() bool { return true }
-
-// Canonicalize does nothing: subnets have one form.
-func (*strategy) Canonicalize(runtime.Object) {}
-
 // ValidateUpdate checks an update: the spec is immutable.
 func (*strategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
 	return validation.ValidateSubnetUpdate(obj.(*network.Subnet), old.(*network.Subnet))
-}
-
-// WarningsOnUpdate returns no warnings.
-func (*strategy) WarningsOnUpdate(context.Context, runtime.Object, runtime.Object) []string {
-	return nil
-}
-
-// GetResetFields returns the fields the main endpoint keeps as they were.
-func (*strategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
-	return map[fieldpath.APIVersion]*fieldpath.Set{
-		fieldpath.APIVersion(v1alpha1.SchemeGroupVersion.String()): fieldpath.NewSet(
-			fieldpath.MakePathOrDie("status"),
-			fieldpath.MakePathOrDie("extendedMetadata"),
-		),
-	}
 }
 
 // statusStrategy is how the status endpoint updates Subnets: only the status
@@ -122,35 +90,25 @@ type statusStrategy struct {
 	*strategy
 }
 
+// GetResetFields returns the fields the status endpoint keeps as they were.
+func (statusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+	return registry.StatusResetFields
+}
+
 // PrepareForUpdate keeps everything of the stored subnet but its status.
 func (s statusStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
 	subnet, oldSubnet := obj.(*network.Subnet), old.(*network.Subnet)
 	subnet.Spec = oldSubnet.Spec
-	subnet.Labels, subnet.Annotations = oldSubnet.Labels, oldSubnet.Annotations
-	subnet.Finalizers, subnet.OwnerReferences = oldSubnet.Finalizers, oldSubnet.OwnerReferences
+	registry.KeepMetadata(&subnet.ObjectMeta, &oldSubnet.ObjectMeta)
 	subnet.ExtendedMetadata = oldSubnet.ExtendedMetadata
 	if !equality.Semantic.DeepEqual(subnet.Status, oldSubnet.Status) {
-		subnet.ExtendedMetadata.Writes = oldSubnet.ExtendedMetadata.Writes.Stamp(network.SectionStatus, s.clock.Now())
+		subnet.ExtendedMetadata.Writes = oldSubnet.ExtendedMetadata.Writes.Stamp(network.SectionStatus, s.Clock.Now())
 	}
 }
 
 // ValidateUpdate checks a status update: a validated subnet stays validated.
 func (statusStrategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
 	return validation.ValidateSubnetStatusUpdate(obj.(*network.Subnet), old.(*network.Subnet))
-}
-
-// GetResetFields returns the fields the status endpoint keeps as they were.
-func (statusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
-	return map[fieldpath.APIVersion]*fieldpath.Set{
-		fieldpath.APIVersion(v1alpha1.SchemeGroupVersion.String()): fieldpath.NewSet(
-			fieldpath.MakePathOrDie("spec"),
-			fieldpath.MakePathOrDie("metadata", "labels"),
-			fieldpath.MakePathOrDie("metadata", "annotations"),
-			fieldpath.MakePathOrDie("metadata", "finalizers"),
-			fieldpath.MakePathOrDie("metadata", "ownerReferences"),
-			fieldpath.MakePathOrDie("extendedMetadata"),
-		),
-	}
 }
 
 // GetAttrs returns the labels and selectable fields of a Subnet.
