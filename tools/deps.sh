@@ -4,15 +4,22 @@
 # the Go module proxy by the build scripts under tools/.
 set -euo pipefail
 
-# Command → Debian package providing it.
+# Command (or absolute path) → Debian package providing it.
 declare -A wanted=(
   [ovs-vswitchd]=openvswitch-switch # the node agent's fabric tests (userspace datapath)
   [ip]=iproute2                     # network namespaces for simulated nodes
+  [containerd]=containerd           # the single-node cluster's container runtime
+  [runc]=runc                       # ... and its OCI runtime
+  [/usr/lib/cni/bridge]=containernetworking-plugins # ... and its CNI plugins
 )
 
 missing=()
 for cmd in "${!wanted[@]}"; do
-  command -v "$cmd" >/dev/null 2>&1 || missing+=("${wanted[$cmd]}")
+  if [[ $cmd == /* ]]; then
+    [ -e "$cmd" ] || missing+=("${wanted[$cmd]}")
+  else
+    command -v "$cmd" >/dev/null 2>&1 || missing+=("${wanted[$cmd]}")
+  fi
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "system packages: all present"
