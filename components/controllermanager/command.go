@@ -1,0 +1,54 @@
+package controllermanager
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+	"k8s.io/component-base/logs"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/klog/v2"
+)
+
+// NewCommand returns the kos-controller-manager command. It writes help to
+// out; errors go to errOut.
+func NewCommand(out, errOut io.Writer) *cobra.Command {
+	o := NewOptions()
+	cmd := &cobra.Command{
+		Use:   "kos-controller-manager",
+		Short: "Validate KOS subnets and give network attachments their addresses",
+		Long: `kos-controller-manager runs the KOS controllers: the subnet validator, which
+marks a Subnet validated when no other subnet of its VNI overlaps it or lives in
+another namespace, and IPAM, which gives each NetworkAttachment an address of
+its subnet by creating an IPLock. With --leader-elect (the default) only the
+holder of a Lease in the main cluster runs them. It serves Prometheus metrics
+and health checks on --metrics-bind-address.`,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("kos-controller-manager takes no arguments, got %q", args)
+			}
+			if err := logsapi.ValidateAndApply(o.Logs, nil); err != nil {
+				return err
+			}
+			defer logs.FlushLogs()
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			cfg, err := o.Config()
+			if err != nil {
+				return err
+			}
+			m, err := New(cfg)
+			if err != nil {
+				return err
+			}
+			ctx := klog.NewContext(cmd.Context(), klog.Background().WithName(Component))
+			return m.Run(ctx)
+		},
+	}
+	cmd.SetOut(out)
+	cmd.SetErr(errOut)
+	o.AddFlags(cmd.Flags())
+	return cmd
+}

@@ -1,0 +1,143 @@
+package controllermanager
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	logsapi "k8s.io/component-base/logs/api/v1"
+)
+
+// Options are the command-line settings of kos-controller-manager.
+type Options struct {
+	// Kubeconfig is the main cluster's kubeconfig; "" means the in-cluster
+	// configuration.
+	Kubeconfig string
+	// QPS and Burst limit the requests to each API server.
+	QPS   float32
+	Burst int
+
+	// KOSServer is the URL of kos-apiserver for direct access; "" reaches
+	// the KOS API through the main cluster's kube-apiserver.
+	KOSServer string
+	// KOSCAFile is the CA bundle that signed kos-apiserver's serving
+	// certificate, for direct access.
+	KOSCAFile string
+
+	SubnetValidatorWorkers int
+	IPAMWorkers            int
+	ResyncPeriod           time.Duration
+
+	MetricsAddress string
+
+	LeaderElect                                                bool
+	LeaderElectNamespace, LeaderElectName, LeaderElectIdentity string
+	LeaseDuration, RenewDeadline, RetryPeriod                  time.Duration
+
+	Logs *logsapi.LoggingConfiguration
+}
+
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	return &Options{
+		QPS:                    50,
+		Burst:                  100,
+		SubnetValidatorWorkers: 2,
+		IPAMWorkers:            4,
+		ResyncPeriod:           10 * time.Minute,
+		MetricsAddress:         ":9295",
+		LeaderElect:            true,
+		LeaderElectNamespace:   "example-com",
+		LeaderElectName:        Component,
+		LeaseDuration:          15 * time.Second,
+		RenewDeadline:          10 * time.Second,
+		RetryPeriod:            2 * time.Second,
+		Logs:                   logsapi.NewLoggingConfiguration(),
+	}
+}
+
+// AddFlags adds the options' flags to fs.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the main cluster; empty means the in-cluster configuration.")
+	fs.Float32Var(&o.QPS, "kube-api-qps", o.QPS, "Requests per second to each API server.")
+	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "Requests in a burst to each API server.")
+	fs.StringVar(&o.KOSServer, "kos-api-server", o.KOSServer, "URL of kos-apiserver, such as https://kos-apiserver.example-com.svc, for direct access; empty reaches the KOS API through the main cluster's kube-apiserver.")
+	fs.StringVar(&o.KOSCAFile, "kos-api-ca-file", o.KOSCAFile, "CA bundle of kos-apiserver's serving certificate, with --kos-api-server.")
+	fs.IntVar(&o.SubnetValidatorWorkers, "subnet-validator-workers", o.SubnetValidatorWorkers, "Subnets validated at once.")
+	fs.IntVar(&o.IPAMWorkers, "ipam-workers", o.IPAMWorkers, "Attachments given addresses at once.")
+	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "How often every object is checked again; 0 means never.")
+	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", o.MetricsAddress, "Address of /metrics, /healthz and /readyz; empty serves none.")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Run the controllers only while holding the Lease, so that one manager of several works.")
+	fs.StringVar(&o.LeaderElectNamespace, "leader-elect-resource-namespace", o.LeaderElectNamespace, "Namespace of the Lease.")
+	fs.StringVar(&o.LeaderElectName, "leader-elect-resource-name", o.LeaderElectName, "Name of the Lease.")
+	fs.StringVar(&o.LeaderElectIdentity, "leader-elect-identity", o.LeaderElectIdentity, "Identity in the Lease; empty means the host name and a random suffix.")
+	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration, "How long others wait after the last renewal before they take the Lease.")
+	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", o.RenewDeadline, "How long the leader tries to renew before it gives up leading.")
+	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod, "How long to wait between tries to take or renew the Lease.")
+	logsapi.AddFlags(o.Logs, fs)
+}
+
+// Validate reports every problem of the options at once.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.QPS <= 0 || o.Burst <= 0 {
+		errs = append(errs, fmt.Errorf("--kube-api-qps and --kube-api-burst must be positive, got %v and %d", o.QPS, o.Burst))
+	}
+	if o.SubnetValidatorWorkers < 1 || o.IPAMWorkers < 1 {
+		errs = append(errs, fmt.Errorf("--subnet-validator-workers and --ipam-workers must be at least 1, got %d and %d", o.SubnetValidatorWorkers, o.IPAMWorkers))
+	}
+	if o.KOSCAFile != "" && o.KOSServer == "" {
+		errs = append(errs, errors.New("--kos-api-ca-file needs --kos-api-server"))
+	}
+	if o.LeaderElect && !(o.LeaseDuration > o.RenewDeadline && o.RenewDeadline > o.RetryPeriod && o.RetryPeriod > 0) {
+		errs = append(errs, fmt.Errorf("leader election needs lease duration > renew deadline > retry period > 0, got %s, %s, %s", o.LeaseDuration, o.RenewDeadline, o.RetryPeriod))
+	}
+	return errors.Join(errs...)
+}
+
+// Config loads the kubeconfig and returns the manager's configuration.
+func (o *Options) Config() (Config, error) {
+	kube, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	if err != nil {
+		return Config{}, fmt.Errorf("loading the main cluster's client configuration: %w", err)
+	}
+	kube.QPS, kube.Burst = o.QPS, o.Burst
+	kos := rest.CopyConfig(kube)
+	if o.KOSServer != "" {
+		// The same identity, presented to kos-apiserver, which asks the
+		// main cluster about it.
+		kos.Host = o.KOSServer
+		kos.APIPath = ""
+		if o.KOSCAFile != "" {
+			kos.TLSClientConfig.CAData, kos.TLSClientConfig.CAFile = nil, o.KOSCAFile
+		}
+	}
+	cfg := Config{
+		Kube:                   kube,
+		KOS:                    kos,
+		SubnetValidatorWorkers: o.SubnetValidatorWorkers,
+		IPAMWorkers:            o.IPAMWorkers,
+		ResyncPeriod:           o.ResyncPeriod,
+		MetricsAddress:         o.MetricsAddress,
+	}
+	if o.LeaderElect {
+		identity := o.LeaderElectIdentity
+		if identity == "" {
+			host, err := os.Hostname()
+			if err != nil {
+				return Config{}, fmt.Errorf("reading the host name for the leader election identity: %w", err)
+			}
+			identity = host + "_" + uuid.NewString()
+		}
+		cfg.LeaderElection = &LeaderElection{
+			Namespace: o.LeaderElectNamespace, Name: o.LeaderElectName, Identity: identity,
+			LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod,
+		}
+	}
+	return cfg, nil
+}
