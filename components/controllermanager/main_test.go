@@ -10,7 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -231,6 +230,18 @@ func (s *snapshot) noConflictingValidated() error {
 	return nil
 }
 
+// hasRivals reports whether two subnets conflict, validated or not.
+func (s *snapshot) hasRivals() bool {
+	for i, a := range s.subnets {
+		for _, b := range s.subnets[i+1:] {
+			if a.Spec.VNI == b.Spec.VNI && (a.Namespace != b.Namespace || netip.MustParsePrefix(a.Spec.IPv4).Overlaps(netip.MustParsePrefix(b.Spec.IPv4))) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // addressesSettled returns an error unless every attachment of a validated
 // subnet holds an address of that subnet backed by its own lock, or is
 // reported out of addresses in a subnet that is indeed full; unless every
@@ -321,10 +332,3 @@ func assignable(cidr string) int {
 	return size
 }
 
-// deleteAll deletes objects, ignoring those already gone.
-func ignoreNotFound(err error) error {
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
-}
