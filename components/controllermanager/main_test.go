@@ -331,4 +331,3 @@ func assignable(cidr string) int {
 	}
 	return size
 }
-
