@@ -1,0 +1,119 @@
+package controllermanager
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/spf13/pflag"
+)
+
+const testKubeconfig = `apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster:
+    server: https://127.0.0.1:6443
+    insecure-skip-tls-verify: true
+users:
+- name: u
+  user:
+    token: secret
+contexts:
+- name: ctx
+  context: {cluster: c, user: u}
+current-context: ctx
+`
+
+func TestOptionsConfig(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(testKubeconfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	type summary struct {
+		KubeHost, KOSHost, KOSCAFile string
+		QPS                          float32
+		Burst                        int
+		Leader                       bool
+		Identity                     string
+		IPAMWorkers                  int
+		Metrics                      string
+	}
+	tests := []struct {
+		name string
+		args []string
+		want summary
+	}{
+		{"defaults: aggregated, elected", nil, summary{
+			KubeHost: "https://127.0.0.1:6443", KOSHost: "https://127.0.0.1:6443",
+			QPS: 50, Burst: 100, Leader: true, IPAMWorkers: 4, Metrics: ":9295",
+		}},
+		{"direct, no election", []string{
+			"--kos-api-server=https://kos.example-com.svc:443", "--kos-api-ca-file=/ca.crt",
+			"--leader-elect=false", "--kube-api-qps=7", "--kube-api-burst=9", "--ipam-workers=8", "--metrics-bind-address=",
+		}, summary{
+			KubeHost: "https://127.0.0.1:6443", KOSHost: "https://kos.example-com.svc:443", KOSCAFile: "/ca.crt",
+			QPS: 7, Burst: 9, IPAMWorkers: 8,
+		}},
+		{"named identity", []string{"--leader-elect-identity=me"}, summary{
+			KubeHost: "https://127.0.0.1:6443", KOSHost: "https://127.0.0.1:6443",
+			QPS: 50, Burst: 100, Leader: true, Identity: "me", IPAMWorkers: 4, Metrics: ":9295",
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := NewOptions()
+			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+			o.AddFlags(fs)
+			if err := fs.Parse(append([]string{"--kubeconfig=" + kubeconfig}, tc.args...)); err != nil {
+				t.Fatal(err)
+			}
+			if err := o.Validate(); err != nil {
+				t.Fatalf("Validate: %v", err)
+			}
+			cfg, err := o.Config()
+			if err != nil {
+				t.Fatalf("Config: %v", err)
+			}
+			got := summary{
+				KubeHost: cfg.Kube.Host, KOSHost: cfg.KOS.Host, KOSCAFile: cfg.KOS.TLSClientConfig.CAFile,
+				QPS: cfg.KOS.QPS, Burst: cfg.KOS.Burst, Leader: cfg.LeaderElection != nil,
+				IPAMWorkers: cfg.IPAMWorkers, Metrics: cfg.MetricsAddress,
+			}
+			if cfg.LeaderElection != nil {
+				if tc.want.Identity == "" {
+					if cfg.LeaderElection.Identity == "" {
+						t.Error("empty generated identity")
+					}
+				} else {
+					got.Identity = cfg.LeaderElection.Identity
+				}
+			}
+			if diff := cmp.Diff(got, tc.want); diff != "" {
+				t.Errorf("config (-got +want):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(*Options)
+	}{
+		{"no workers", func(o *Options) { o.IPAMWorkers = 0 }},
+		{"CA without server", func(o *Options) { o.KOSCAFile = "/ca.crt" }},
+		{"renew deadline beyond the lease", func(o *Options) { o.RenewDeadline = o.LeaseDuration }},
+		{"no QPS", func(o *Options) { o.QPS = 0 }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := NewOptions()
+			tc.change(o)
+			if err := o.Validate(); err == nil {
+				t.Error("Validate: got nil, want an error")
+			}
+		})
+	}
+}
