@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -309,6 +309,10 @@ func implOf(st *v1alpha1.NetworkAttachmentStatus) implStatus {
 	return implStatus{mac: st.MACAddress, ifcName: st.IfcName, hostIP: st.HostIP, hostErrors: st.Errors.Host}
 }
 
+func (s implStatus) equal(o implStatus) bool {
+	return s.mac == o.mac && s.ifcName == o.ifcName && s.hostIP == o.hostIP && slices.Equal(s.hostErrors, o.hostErrors)
+}
+
 func (s implStatus) ready() bool { return s.hostIP != "" && len(s.hostErrors) == 0 }
 
 // wantImpl returns what the status of a local attachment should say about
@@ -336,7 +340,7 @@ func (a *Agent) syncLocalStatus(ctx context.Context, att *v1alpha1.NetworkAttach
 	if settleErr != nil {
 		a.recorder.Event(att, corev1.EventTypeWarning, reasonFabricError, settleErr.Error())
 	}
-	if !apiequality.Semantic.DeepEqual(want, got) {
+	if !want.equal(got) {
 		st := att.DeepCopy()
 		st.Status.MACAddress, st.Status.IfcName, st.Status.HostIP = want.mac, want.ifcName, want.hostIP
 		st.Status.Errors.Host = want.hostErrors

@@ -1,0 +1,21 @@
+// Command kos-agent is the KOS node agent: it programs this node's switch
+// for the network attachments of its node and of their virtual networks.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/kos-sdn/kos/components/agent"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := agent.NewCommand(os.Stdout, os.Stderr).ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,102 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/component-base/logs"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/component-base/term"
+	"k8s.io/klog/v2"
+)
+
+// NewCommand returns the kos-agent command. It writes help to out; errors go
+// to errOut.
+func NewCommand(out, errOut io.Writer) *cobra.Command {
+	o := NewOptions()
+	cmd := &cobra.Command{
+		Use:   "kos-agent",
+		Short: "Run the KOS node agent: attachments to interfaces and flows on this node's switch",
+		Long: `kos-agent runs on every node with KOS network attachments. It watches the
+attachments of its node, and those of every virtual network they are in, and
+programs the node's Open vSwitch bridge to match: an interface and three flows
+per local attachment, two flows per remote one, tunnelled over VXLAN to the
+other nodes. It writes each local attachment's interface name, MAC address and
+host IP into its status, and reconciles the switch on start, after
+ovs-vswitchd restarts and periodically. It serves Prometheus metrics and
+/healthz on --metrics-bind-address.`,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("kos-agent takes no arguments, got %q", args)
+			}
+			if err := logsapi.ValidateAndApply(o.Logs, nil); err != nil {
+				return err
+			}
+			defer logs.FlushLogs()
+			cliflag.PrintFlags(cmd.Flags())
+			if err := o.Complete(); err != nil {
+				return err
+			}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			s, err := o.Config(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return s.Run(cmd.Context())
+		},
+	}
+	cmd.SetOut(out)
+	cmd.SetErr(errOut)
+	fss := o.Flags()
+	for _, fs := range fss.FlagSets {
+		cmd.Flags().AddFlagSet(fs)
+	}
+	cols, _, _ := term.TerminalSize(out)
+	cliflag.SetUsageAndHelpFunc(cmd, fss, cols)
+	return cmd
+}
+
+// Run serves /metrics and /healthz and runs the agent until ctx is done; it
+// returns once the agent and the HTTP server have stopped.
+func (s *Server) Run(ctx context.Context) error {
+	defer s.broadcaster.Shutdown()
+	logger := klog.FromContext(ctx)
+	l, err := net.Listen("tcp", s.MetricsBindAddress)
+	if err != nil {
+		return fmt.Errorf("serving metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := s.Agent.Healthy(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	logger.Info("Serving metrics and health", "address", l.Addr().String())
+
+	runErr := s.Agent.Run(ctx, s.Workers)
+
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	shutdownErr := srv.Shutdown(shutdownCtx)
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		shutdownErr = errors.Join(shutdownErr, err)
+	}
+	return errors.Join(runErr, shutdownErr)
+}

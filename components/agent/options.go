@@ -1,0 +1,247 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+	cliflag "k8s.io/component-base/cli/flag"
+	logsapi "k8s.io/component-base/logs/api/v1"
+
+	"github.com/kos-sdn/kos/components/fabric"
+	"github.com/kos-sdn/kos/components/fabric/logging"
+	"github.com/kos-sdn/kos/components/fabric/ovs"
+	kosclient "github.com/kos-sdn/kos/components/generated/clientset/versioned"
+	kosscheme "github.com/kos-sdn/kos/components/generated/clientset/versioned/scheme"
+)
+
+// Fabric names for Options.Fabric.
+const (
+	FabricOVS     = "ovs"
+	FabricLogging = "logging"
+)
+
+// DefaultMetricsBindAddress is where kos-agent serves /metrics and /healthz.
+const DefaultMetricsBindAddress = ":9294"
+
+// Options are the settings of kos-agent, as its command line gives them.
+type Options struct {
+	// NodeName is this node's name; the host name when empty.
+	NodeName string
+	// HostIP is this node's IPv4 address on the underlay.
+	HostIP string
+
+	// Fabric is FabricOVS or FabricLogging.
+	Fabric string
+	// Bridge, DatapathType and OVSRunDir select and shape the OVS bridge.
+	Bridge       string
+	DatapathType string
+	OVSRunDir    string
+
+	// Workers is how many attachments are synced at once.
+	Workers int
+	// QPS and Burst limit the requests to each API server.
+	QPS   float32
+	Burst int
+	// Kubeconfig reaches the main cluster, for Events and, unless
+	// KOSServer is set, the KOS API through the aggregator. Empty means the
+	// in-cluster configuration.
+	Kubeconfig string
+	// KOSServer, when set, is the URL of kos-apiserver for direct access,
+	// with the main cluster's identity (kos-apiserver asks the main
+	// cluster about it).
+	KOSServer string
+	// KOSCAFile is the CA bundle of kos-apiserver's serving certificate,
+	// for direct access.
+	KOSCAFile string
+
+	// AllowedPrograms may run as postCreateExec and postDeleteExec.
+	AllowedPrograms []string
+	// MetricsBindAddress is where /metrics and /healthz are served.
+	MetricsBindAddress string
+	// FlowCheckPeriod, ReconcilePeriod and ExecTimeout are as in Config.
+	FlowCheckPeriod time.Duration
+	ReconcilePeriod time.Duration
+	ExecTimeout     time.Duration
+
+	// Logs configures logging.
+	Logs *logsapi.LoggingConfiguration
+}
+
+// NewOptions returns the default settings of kos-agent.
+func NewOptions() *Options {
+	return &Options{
+		Fabric:             FabricOVS,
+		Bridge:             ovs.DefaultBridge,
+		Workers:            4,
+		QPS:                50,
+		Burst:              100,
+		MetricsBindAddress: DefaultMetricsBindAddress,
+		FlowCheckPeriod:    DefaultFlowCheckPeriod,
+		ReconcilePeriod:    DefaultReconcilePeriod,
+		ExecTimeout:        DefaultExecTimeout,
+		Logs:               logsapi.NewLoggingConfiguration(),
+	}
+}
+
+// Flags returns the command-line flags of kos-agent, by section.
+func (o *Options) Flags() cliflag.NamedFlagSets {
+	var fss cliflag.NamedFlagSets
+	fs := fss.FlagSet("node")
+	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "The name of this node, as attachments' spec.node names it. Defaults to the host name.")
+	fs.StringVar(&o.HostIP, "host-ip", o.HostIP, "This node's IPv4 address on the underlay, where other nodes tunnel traffic for its attachments. Required.")
+
+	fs = fss.FlagSet("fabric")
+	fs.StringVar(&o.Fabric, "fabric", o.Fabric, `The switch to program: "ovs" (Open vSwitch) or "logging" (logs and remembers only, for scale tests).`)
+	fs.StringVar(&o.Bridge, "bridge", o.Bridge, "The OVS bridge to own.")
+	fs.StringVar(&o.DatapathType, "datapath-type", o.DatapathType, `The bridge's datapath_type: empty for OVS's default (the kernel datapath), "netdev" for the userspace one.`)
+	fs.StringVar(&o.OVSRunDir, "ovs-run-dir", o.OVSRunDir, "The run dir (OVS_RUNDIR) of the Open vSwitch to program; empty for the default.")
+	fs.DurationVar(&o.FlowCheckPeriod, "flow-check-period", o.FlowCheckPeriod, "How often to check whether the switch lost its flows (as when ovs-vswitchd restarts).")
+	fs.DurationVar(&o.ReconcilePeriod, "reconcile-period", o.ReconcilePeriod, "How often to reconcile the switch fully against the attachments, repairing drift.")
+
+	fs = fss.FlagSet("API access")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "The kubeconfig of the main cluster, for Events and, without --kos-api-server, the KOS API through the aggregator. Empty means the in-cluster configuration.")
+	fs.StringVar(&o.KOSServer, "kos-api-server", o.KOSServer, "URL of kos-apiserver, such as https://kos-apiserver.example-com.svc, for direct access with the main cluster's identity; empty reaches the KOS API through the main cluster's kube-apiserver.")
+	fs.StringVar(&o.KOSCAFile, "kos-api-ca-file", o.KOSCAFile, "CA bundle of kos-apiserver's serving certificate, with --kos-api-server.")
+	fs.Float32Var(&o.QPS, "kube-api-qps", o.QPS, "Requests per second to each API server.")
+	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "Burst of requests to each API server.")
+	fs.IntVar(&o.Workers, "workers", o.Workers, "How many attachments to sync at once.")
+
+	fs = fss.FlagSet("exec")
+	fs.StringSliceVar(&o.AllowedPrograms, "allowed-programs", o.AllowedPrograms, "Absolute paths of the programs that attachments' postCreateExec and postDeleteExec may run; none when empty.")
+	fs.DurationVar(&o.ExecTimeout, "exec-timeout", o.ExecTimeout, "How long a postCreateExec or postDeleteExec command may run.")
+
+	fs = fss.FlagSet("metrics")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Where to serve /metrics and /healthz over HTTP.")
+
+	logsapi.AddFlags(o.Logs, fss.FlagSet("logs"))
+	return fss
+}
+
+// Complete fills in the settings that follow from others.
+func (o *Options) Complete() error {
+	if o.NodeName == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("finding the node name: %w", err)
+		}
+		o.NodeName = strings.ToLower(host)
+	}
+	return nil
+}
+
+// Validate returns every problem with the settings at once.
+func (o *Options) Validate() error {
+	var errs []error
+	if ip, err := netip.ParseAddr(o.HostIP); err != nil || !ip.Is4() {
+		errs = append(errs, fmt.Errorf("--host-ip %q: want an IPv4 address", o.HostIP))
+	}
+	if o.Fabric != FabricOVS && o.Fabric != FabricLogging {
+		errs = append(errs, fmt.Errorf("--fabric %q: want %q or %q", o.Fabric, FabricOVS, FabricLogging))
+	}
+	if o.Workers < 1 {
+		errs = append(errs, fmt.Errorf("--workers %d: want at least 1", o.Workers))
+	}
+	if o.QPS <= 0 || o.Burst < 1 {
+		errs = append(errs, fmt.Errorf("--kube-api-qps %g and --kube-api-burst %d: want both positive", o.QPS, o.Burst))
+	}
+	if o.KOSCAFile != "" && o.KOSServer == "" {
+		errs = append(errs, errors.New("--kos-api-ca-file needs --kos-api-server"))
+	}
+	for _, p := range o.AllowedPrograms {
+		if !isAbsClean(p) {
+			errs = append(errs, fmt.Errorf("--allowed-programs: %q is not an absolute, clean path", p))
+		}
+	}
+	for name, d := range map[string]time.Duration{"--flow-check-period": o.FlowCheckPeriod, "--reconcile-period": o.ReconcilePeriod, "--exec-timeout": o.ExecTimeout} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s %s: want a positive duration", name, d))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Server is a configured kos-agent: the agent and what serves it.
+type Server struct {
+	// Agent is the node agent.
+	Agent *Agent
+	// Workers is how many attachments the agent syncs at once.
+	Workers int
+	// Registry holds the agent's metrics and the process's.
+	Registry *prometheus.Registry
+	// MetricsBindAddress is where /metrics and /healthz are served.
+	MetricsBindAddress string
+
+	broadcaster record.EventBroadcaster
+}
+
+// Config builds the clients, the fabric and the agent the settings describe.
+// ctx bounds the Event broadcaster, which Server.Run also stops.
+func (o *Options) Config(ctx context.Context) (*Server, error) {
+	mainCfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("loading the main cluster's configuration: %w", err)
+	}
+	mainCfg.QPS, mainCfg.Burst = o.QPS, o.Burst
+	mainCfg.UserAgent = "kos-agent/" + o.NodeName
+	kosCfg := rest.CopyConfig(mainCfg)
+	if o.KOSServer != "" {
+		kosCfg.Host, kosCfg.APIPath = o.KOSServer, ""
+		if o.KOSCAFile != "" {
+			kosCfg.TLSClientConfig.CAData, kosCfg.TLSClientConfig.CAFile = nil, o.KOSCAFile
+		}
+	}
+	kube, err := kubernetes.NewForConfig(mainCfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the main cluster's client: %w", err)
+	}
+	kos, err := kosclient.NewForConfig(kosCfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the KOS API's client: %w", err)
+	}
+
+	var fab fabric.Interface
+	switch o.Fabric {
+	case FabricLogging:
+		fab = logging.New()
+	default:
+		fab = ovs.New(ovs.Config{Bridge: o.Bridge, DatapathType: o.DatapathType, RunDir: o.OVSRunDir})
+	}
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	recorder := broadcaster.NewRecorder(kosscheme.Scheme, corev1.EventSource{Component: "kos-agent", Host: o.NodeName})
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	hostIP, _ := netip.ParseAddr(o.HostIP)
+	a, err := New(Config{
+		NodeName:        o.NodeName,
+		HostIP:          hostIP,
+		Client:          kos,
+		Fabric:          fab,
+		Recorder:        recorder,
+		Registerer:      reg,
+		AllowedPrograms: o.AllowedPrograms,
+		FlowCheckPeriod: o.FlowCheckPeriod,
+		ReconcilePeriod: o.ReconcilePeriod,
+		ExecTimeout:     o.ExecTimeout,
+	})
+	if err != nil {
+		broadcaster.Shutdown()
+		return nil, err
+	}
+	return &Server{Agent: a, Workers: o.Workers, Registry: reg, MetricsBindAddress: o.MetricsBindAddress, broadcaster: broadcaster}, nil
+}
