@@ -18,7 +18,9 @@ type Options struct {
 	// Kubeconfig is the main cluster's kubeconfig; "" means the in-cluster
 	// configuration.
 	Kubeconfig string
-	// QPS and Burst limit the requests to each API server.
+	// QPS and Burst limit the requests to each API server. Each address
+	// takes two requests (the lock and the status) and an Event, so the
+	// defaults are well above client-go's.
 	QPS   float32
 	Burst int
 
@@ -45,8 +47,8 @@ type Options struct {
 // NewOptions returns the defaults.
 func NewOptions() *Options {
 	return &Options{
-		QPS:                    50,
-		Burst:                  100,
+		QPS:                    200,
+		Burst:                  400,
 		SubnetValidatorWorkers: 2,
 		IPAMWorkers:            4,
 		ResyncPeriod:           10 * time.Minute,
