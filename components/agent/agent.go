@@ -123,13 +123,15 @@ type Agent struct {
 	networks  map[network]*networkInformer
 	// ctx is Run's context, for the informers started later.
 	ctx context.Context
+	// informers tracks the goroutines of the network informers, which
+	// Run waits for.
+	informers sync.WaitGroup
 
 	// health is what /healthz reports.
-	healthMu      sync.Mutex
-	ready         bool
-	lastCheck     time.Time
-	lastCheckErr  error
-	lastReconcile time.Time
+	healthMu     sync.Mutex
+	ready        bool
+	lastCheck    time.Time
+	lastCheckErr error
 }
 
 // localRecord is what the agent remembers of a local attachment whose
@@ -287,6 +289,7 @@ func (a *Agent) Run(ctx context.Context, workers int) error {
 	logger.Info("Starting the agent", "hostIP", a.hostIP, "workers", workers)
 
 	var wg sync.WaitGroup
+	defer a.informers.Wait()
 	defer wg.Wait()
 	defer a.stopNetworkInformers()
 	defer a.queue.ShutDown()
@@ -382,15 +385,15 @@ func (a *Agent) startNetworkInformerLocked(ctx context.Context, n network) {
 	}
 	infCtx, cancel := context.WithCancel(base)
 	a.networks[n] = &networkInformer{informer: inf, cancel: cancel}
-	go inf.RunWithContext(infCtx)
+	a.informers.Go(func() { inf.RunWithContext(infCtx) })
 	a.metrics.informerStarts.Inc()
 	a.metrics.networks.Set(float64(len(a.networks)))
 	klog.FromContext(ctx).V(2).Info("Watching a network", "network", n)
 }
 
 // stopNetworkInformerLocked stops watching network n and enqueues the
-// remote attachments installed for it, whose syncs will then remove them.
-// a.mu is held.
+// remote attachments synced from it, whose syncs will then remove them from
+// the fabric and forget them. a.mu is held.
 func (a *Agent) stopNetworkInformerLocked(ctx context.Context, n network) {
 	ni, ok := a.networks[n]
 	if !ok {
@@ -403,6 +406,13 @@ func (a *Agent) stopNetworkInformerLocked(ctx context.Context, n network) {
 	for addr, p := range a.installed {
 		if addr.vni == n.vni && p.kind != local && p.owner != "" && namespaceOf(p.owner) == n.namespace {
 			a.queue.Add(p.owner)
+		}
+	}
+	// Those that never made it into the fabric (no host IP yet) must be
+	// forgotten too: no informer will tell of them again.
+	for key, addr := range a.keyAddress {
+		if addr.vni == n.vni && namespaceOf(key) == n.namespace {
+			a.queue.Add(key)
 		}
 	}
 	klog.FromContext(ctx).V(2).Info("Stopped watching a network", "network", n)

@@ -19,7 +19,7 @@ import (
 
 // startControllers runs the real controllers (subnet validator and IPAM)
 // in this process until the test ends.
-func startControllers(t *testing.T) {
+func startControllers(t testing.TB) {
 	t.Helper()
 	m, err := controllermanager.New(controllermanager.Config{Kube: env.RESTConfig, KOS: directConfig(t)})
 	if err != nil {

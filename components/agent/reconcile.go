@@ -170,9 +170,6 @@ func (a *Agent) reconcileLocked(ctx context.Context, reason string) error {
 		"deletedLocal", len(plan.deleteLocal), "deletedRemote", len(plan.deleteRemote),
 		"createdLocal", len(plan.createLocal), "createdRemote", len(plan.createRemote),
 		"duration", time.Since(began))
-	a.healthMu.Lock()
-	a.lastReconcile = time.Now()
-	a.healthMu.Unlock()
 	return errors.Join(errs...)
 }
 
