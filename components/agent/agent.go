@@ -281,7 +281,8 @@ func addressOf(att *v1alpha1.NetworkAttachment) (address, bool) {
 // fabric for lost flows and reconciles it periodically. When ctx is done
 // it shuts the queue down, waits for the workers and the loop to return,
 // and stops the informers; every goroutine it started has stopped when it
-// returns. It returns an error only when the caches never synced.
+// returns. It never gives up on its own, retrying what fails instead, so
+// it returns nil. Run may be called once.
 func (a *Agent) Run(ctx context.Context, workers int) error {
 	defer utilruntime.HandleCrash()
 	logger := klog.FromContext(ctx).WithValues("node", a.node)
@@ -299,7 +300,7 @@ func (a *Agent) Run(ctx context.Context, workers int) error {
 
 	wg.Go(func() { a.localInformer.RunWithContext(ctx) })
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, a.localInformer.HasSynced) {
-		return errors.New("the cache of local attachments did not sync")
+		return nil // ctx ended: only that stops the wait
 	}
 	// The networks of the local attachments must be watched, and their
 	// caches full, before the first reconcile can tell orphans.
@@ -309,7 +310,7 @@ func (a *Agent) Run(ctx context.Context, workers int) error {
 		a.setRelevance(ctx, keyOf(att), network{att.Namespace, addr.vni}, ok)
 	}
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, a.networkInformersSynced) {
-		return errors.New("the caches of the relevant networks did not sync")
+		return nil
 	}
 
 	for a.reconcileFabric(ctx, reconcileStart) != nil {

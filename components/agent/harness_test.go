@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/prometheus/client_golang/prometheus"
@@ -236,7 +235,7 @@ func startAgent(t testing.TB, cfg agent.Config) *runningAgent {
 	if _, bench := t.(*testing.B); bench {
 		// A benchmark's log is always printed; fifty agents' would
 		// drown its figures.
-		logger = logr.Discard()
+		logger = klog.Logger{} // the zero logger discards
 	}
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 	r := &runningAgent{agent: a, registry: reg, cancel: cancel, done: make(chan error, 1)}
