@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -65,8 +66,9 @@ layer set up. The binaries are built from the Go module proxy on first use
 holding them. Everything lives in one folder: certificates, kubeconfig, etcd
 data, logs and pid files.
 
-There is no controller manager, scheduler or kubelet: objects are stored and
-served, but no pods run.`,
+Without --cluster there is no controller manager, scheduler or kubelet:
+objects are stored and served, but no pods run. up --cluster adds them, with a
+node whose pods really run.`,
 		Example: `  go run ./tools/localenv up
   eval "$(go run ./tools/localenv env)"
   kubectl get namespaces
@@ -93,25 +95,48 @@ served, but no pods run.`,
 	return cmd
 }
 
+// upOptions are the flags of up.
+type upOptions struct {
+	timeout    time.Duration
+	cluster    bool
+	nodeLabels map[string]string
+}
+
 func newUpCommand(o *options) *cobra.Command {
-	timeout := 2 * time.Minute
+	u := &upOptions{
+		timeout: 2 * time.Minute,
+		nodeLabels: map[string]string{
+			"role.kos.example.com/control":  "true",
+			"role.kos.example.com/workload": "true",
+		},
+	}
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Start the control plane in the background, or say that it already runs",
 		Long: `up starts etcd and kube-apiserver detached, so that they keep running after
 the command returns, waits until kube-apiserver is ready and writes DIR/kubeconfig.
 When they already run it says so and succeeds. A folder used before keeps its
-certificates, its data and, when free, its ports.`,
+certificates, its data and, when free, its ports.
+
+With --cluster it also starts kube-controller-manager, kube-scheduler and a node:
+containerd and kubelet in a network namespace of their own, joined to the host
+by a veth pair, where pods really run. kube-apiserver then listens on the host's
+end of that link instead of loopback. Images come from DIR's containerd only
+(import them with ctr, see the output), never from a registry. down stops the
+node and removes every trace of it from the host.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runUp(cmd.Context(), o, timeout)
+			return runUp(cmd.Context(), o, u)
 		},
 	}
-	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "how long to wait for each component to become ready")
+	cmd.Flags().DurationVar(&u.timeout, "timeout", u.timeout, "how long to wait for each component to become ready")
+	cmd.Flags().BoolVar(&u.cluster, "cluster", false, "also run kube-controller-manager, kube-scheduler and a node with kubelet and containerd")
+	cmd.Flags().StringToStringVar(&u.nodeLabels, "node-labels", u.nodeLabels, "labels of the node, with --cluster")
 	return cmd
 }
 
-func runUp(ctx context.Context, o *options, timeout time.Duration) error {
+func runUp(ctx context.Context, o *options, u *upOptions) error {
+	timeout := u.timeout
 	env, err := testenv.Attach(o.dir)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -120,6 +145,8 @@ func runUp(ctx context.Context, o *options, timeout time.Duration) error {
 	default:
 		running, all := countRunning(env.Processes())
 		switch {
+		case running == all && u.cluster && env.Node == nil:
+			return fmt.Errorf("the environment in %s runs without a node: run down, then up --cluster", o.dir)
 		case running == all:
 			if err := waitReady(ctx, env, timeout); err != nil {
 				return fmt.Errorf("the environment in %s runs but is not ready (%w); see the logs there, or run down and up again", o.dir, err)
@@ -135,7 +162,12 @@ func runUp(ctx context.Context, o *options, timeout time.Duration) error {
 		}
 	}
 
-	env, err = testenv.Start(ctx, testenv.Options{Dir: o.dir, Detach: true, Progress: o.err, Timeout: timeout})
+	opts := testenv.Options{Dir: o.dir, Detach: true, Progress: o.err, Timeout: timeout}
+	if u.cluster {
+		opts.Components = []string{testenv.KubeControllerManager, testenv.KubeScheduler, testenv.Kubelet}
+		opts.Node.Labels = u.nodeLabels
+	}
+	env, err = testenv.Start(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -171,6 +203,13 @@ Stop it:
   %s down
 Logs are in %s.
 `, env.Version, env.APIServerURL, env.EtcdURL, shellQuote(env.Kubeconfig), o.selfCommand(), env.Dir)
+	if n := env.Node; n != nil {
+		fmt.Fprintf(o.out, `
+Node %s (IP %s, pods in %s) runs pods in network namespace %s.
+Import images (docker-format tarballs) into its containerd:
+  ctr --address %s --namespace k8s.io images import IMAGES.tar
+`, n.Name, n.IP, n.PodCIDR, n.Netns, shellQuote(n.ContainerdAddress))
+	}
 }
 
 // selfCommand is how to run this command again, with --dir when it is not
@@ -209,12 +248,19 @@ Nothing to stop is not an error.`,
 			if err := env.Stop(); err != nil {
 				return err
 			}
-			// In the order Env.Stop stops them: kube-apiserver, then the etcds.
-			for _, apiServer := range []bool{true, false} {
+			// In the order Env.Stop stops them: the node, kube-apiserver's
+			// clients, kube-apiserver, then the etcds.
+			first := []string{"kubelet", "containerd", testenv.KubeScheduler, testenv.KubeControllerManager, "kube-apiserver"}
+			for _, name := range first {
 				for _, p := range procs {
-					if p.Running && (p.Name == "kube-apiserver") == apiServer {
+					if p.Running && p.Name == name {
 						fmt.Fprintf(o.out, "Stopped %s (pid %d).\n", p.Name, p.PID)
 					}
+				}
+			}
+			for _, p := range procs {
+				if p.Running && !slices.Contains(first, p.Name) {
+					fmt.Fprintf(o.out, "Stopped %s (pid %d).\n", p.Name, p.PID)
 				}
 			}
 			return purgeDir(o, purge)
@@ -257,7 +303,7 @@ environment is stopped, partly stopped or not ready, and 1 on other errors.`,
 				if p.Running {
 					state = "running"
 				}
-				fmt.Fprintf(o.out, "%-16s %-8s pid %-8d %s\n", p.Name, state, p.PID, p.URL)
+				fmt.Fprintf(o.out, "%-23s %-8s pid %-8d %s\n", p.Name, state, p.PID, p.URL)
 			}
 			if running, all := countRunning(procs); running < all {
 				return &codeError{exitNotRunning, fmt.Errorf("%d of %d processes run: start with %s up", running, all, o.selfCommand())}

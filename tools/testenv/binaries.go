@@ -20,9 +20,6 @@ const BinDirEnv = "KOS_KUBE_BIN_DIR"
 // modulePath is the module whose root RepoRoot looks for.
 const modulePath = "github.com/kos-sdn/kos"
 
-// requiredBinaries are the programs Start runs.
-var requiredBinaries = []string{"etcd", "kube-apiserver"}
-
 // RepoRoot returns the root folder of the KOS repository: the folder of this
 // package's source two levels up when the binary was built from a checkout,
 // else the nearest folder above the working directory whose go.mod declares
@@ -63,13 +60,19 @@ func isRepoRoot(dir string) bool {
 	return false
 }
 
-// findBinaries returns the folder holding etcd and kube-apiserver: binDir,
-// else $KOS_KUBE_BIN_DIR, else the folder tools/kube/build.sh builds them
-// into. The build's progress goes to stderr so that a cold first build, which
-// takes minutes, is not silent.
-func findBinaries(ctx context.Context, binDir string) (string, error) {
+// findBinaries returns the folder holding the programs names: binDir, else
+// $KOS_KUBE_BIN_DIR when it holds them all, else the folder
+// tools/kube/build.sh builds them into. The build's progress goes to stderr
+// so that a cold first build, which takes minutes, is not silent.
+func findBinaries(ctx context.Context, binDir string, names []string) (string, error) {
 	if binDir == "" {
 		binDir = os.Getenv(BinDirEnv)
+		// A folder made for fewer components than these (by make test,
+		// say) is no reason to fail: build.sh adds the others to its
+		// cache.
+		if binDir != "" && checkBinaries(binDir, names) != nil {
+			binDir = ""
+		}
 	}
 	if binDir == "" {
 		root, err := RepoRoot()
@@ -78,7 +81,7 @@ func findBinaries(ctx context.Context, binDir string) (string, error) {
 		}
 		script := filepath.Join(root, "tools", "kube", "build.sh")
 		var stdout bytes.Buffer
-		cmd := exec.CommandContext(ctx, "bash", append([]string{script}, requiredBinaries...)...)
+		cmd := exec.CommandContext(ctx, "bash", append([]string{script}, names...)...)
 		cmd.Stdout = &stdout
 		cmd.Stderr = os.Stderr
 		if err := cmd.Run(); err != nil {
@@ -94,18 +97,24 @@ func findBinaries(ctx context.Context, binDir string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("resolving %s: %w", binDir, err)
 	}
+	if err := checkBinaries(abs, names); err != nil {
+		return "", fmt.Errorf("control-plane binaries in %s: %w", abs, err)
+	}
+	return abs, nil
+}
+
+// checkBinaries returns an error for each of names that is not an
+// executable file in dir.
+func checkBinaries(dir string, names []string) error {
 	var errs []error
-	for _, name := range requiredBinaries {
-		info, err := os.Stat(filepath.Join(abs, name))
+	for _, name := range names {
+		info, err := os.Stat(filepath.Join(dir, name))
 		switch {
 		case err != nil:
 			errs = append(errs, err)
 		case info.IsDir() || info.Mode()&0o111 == 0:
-			errs = append(errs, fmt.Errorf("%s is not an executable file", filepath.Join(abs, name)))
+			errs = append(errs, fmt.Errorf("%s is not an executable file", filepath.Join(dir, name)))
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return "", fmt.Errorf("control-plane binaries in %s: %w", abs, err)
-	}
-	return abs, nil
+	return errors.Join(errs...)
 }

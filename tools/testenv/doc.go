@@ -14,6 +14,20 @@
 // run in their own session and outlive the caller; Attach finds them again
 // from their folder, which is how tools/localenv stops and inspects them.
 //
-// There is no kube-controller-manager yet: no garbage collection, no default
-// ServiceAccounts, and namespaces hang in Terminating when deleted.
+// Options.Components adds the rest of a cluster, each built like
+// kube-apiserver: kube-controller-manager (garbage collection, default
+// ServiceAccounts, Deployments, ...), kube-scheduler, and a node whose pods
+// really run. The node is a network namespace of its own, joined to the host
+// by a veth pair on a private link network, where containerd (Debian's, with
+// runc and the Debian CNI plugins, and a pause image built by
+// tools/images) and kubelet run with every file they can be told about under
+// Dir; kube-apiserver then listens on the host's end of the link. Images come
+// only from tarballs imported with Env.ImportImages. Stop removes every trace
+// of the node: processes (shims and containers too), mounts, cgroups, the
+// namespace and its link, and, when the last node on the host stops, the few
+// fixed host paths kubelet and containerd create and the kernel settings
+// kubelet changes. A node whose owner died is cleaned up by the next node
+// that starts. Without kube-controller-manager there is no garbage
+// collection, no default ServiceAccounts, and namespaces hang in Terminating
+// when deleted.
 package testenv

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,10 +49,14 @@ type Options struct {
 	// environment's own so that they win.
 	APIServerFlags []string
 
-	// Components names control-plane components to run besides etcd and
-	// kube-apiserver (kube-controller-manager, kube-scheduler and kubelet are
-	// planned). None is supported yet: naming one is an error.
+	// Components names cluster components to run besides etcd and
+	// kube-apiserver: KubeControllerManager, KubeScheduler and Kubelet (a
+	// node whose pods really run). tools/kube/build.sh builds the ones
+	// missing from BinDir.
 	Components []string
+
+	// Node describes the node that the Kubelet component runs.
+	Node NodeOptions
 }
 
 // Env is a running control plane. Its exported fields are read-only.
@@ -74,6 +79,9 @@ type Env struct {
 	EtcdURL string
 	// BinDir is the folder of the etcd and kube-apiserver binaries.
 	BinDir string
+	// Node is the node, when the environment runs the Kubelet component;
+	// kube-apiserver then listens on Node.HostIP instead of loopback.
+	Node *Node
 
 	// CACertFile is the CA that signed kube-apiserver's serving certificate.
 	CACertFile string
@@ -90,6 +98,8 @@ type Env struct {
 
 	mu        sync.Mutex
 	procs     []*process
+	comps     components
+	node      *nodeState
 	detached  bool
 	removeDir bool
 	stopped   bool
@@ -108,6 +118,7 @@ type envState struct {
 	BinDir       string     `json:"binDir"`
 	Detached     bool       `json:"detached"`
 	Processes    []*process `json:"processes"`
+	Node         *nodeState `json:"node,omitempty"`
 }
 
 // The process names, which are also the names of their log and pid files.
@@ -124,10 +135,12 @@ const serviceAccountIssuer = "https://kubernetes.default.svc.cluster.local"
 // ready and its system namespaces exist. On failure it stops what it started
 // and keeps Dir, whose logs say more than the error can.
 func Start(ctx context.Context, opts Options) (*Env, error) {
-	if len(opts.Components) > 0 {
-		return nil, fmt.Errorf("components %s: not supported yet (only etcd and kube-apiserver run)", strings.Join(opts.Components, ", "))
+	comps, err := parseComponents(opts.Components)
+	if err != nil {
+		return nil, err
 	}
 	e := &Env{
+		comps:    comps,
 		detached: opts.Detach,
 		timeout:  opts.Timeout,
 		progress: opts.Progress,
@@ -185,12 +198,12 @@ func (e *Env) setFiles() {
 
 func (e *Env) start(ctx context.Context, opts Options, prev *envState) error {
 	began := time.Now()
-	binDir, err := findBinaries(ctx, opts.BinDir)
+	binDir, err := findBinaries(ctx, opts.BinDir, e.comps.binaries())
 	if err != nil {
 		return err
 	}
 	e.BinDir = binDir
-	e.printf("using etcd and kube-apiserver from %s", binDir)
+	e.printf("using %s from %s", strings.Join(e.comps.binaries(), ", "), binDir)
 
 	wrote, err := ensurePKI(e.Dir)
 	if err != nil {
@@ -202,6 +215,12 @@ func (e *Env) start(ctx context.Context, opts Options, prev *envState) error {
 		e.printf("using the certificates in %s", e.Dir)
 	}
 
+	if e.comps.kubelet {
+		if err := e.prepareNode(ctx, opts.Node); err != nil {
+			return err
+		}
+	}
+
 	var ps ports
 	etcd, err := e.startEtcd(ctx, &ps, etcdName, prev.process(etcdName))
 	if err != nil {
@@ -210,6 +229,9 @@ func (e *Env) start(ctx context.Context, opts Options, prev *envState) error {
 	e.EtcdURL = etcd.URL
 
 	if err := e.startAPIServer(ctx, &ps, opts.APIServerFlags, prev.process(apiServerName)); err != nil {
+		return err
+	}
+	if err := e.startCluster(ctx, &ps, prev); err != nil {
 		return err
 	}
 	if err := e.saveState(); err != nil {
@@ -288,16 +310,17 @@ func (e *Env) startAPIServer(ctx context.Context, ps *ports, extraFlags []string
 		if err != nil {
 			return err
 		}
-		url := "https://127.0.0.1:" + strconv.Itoa(port)
+		addr := e.apiServerAddress()
+		url := "https://" + addr + ":" + strconv.Itoa(port)
 		args := []string{
 			"--etcd-servers=" + e.EtcdURL,
-			"--bind-address=127.0.0.1",
-			"--advertise-address=127.0.0.1",
+			"--bind-address=" + addr,
+			"--advertise-address=" + addr,
 			"--secure-port=" + strconv.Itoa(port),
 			"--tls-cert-file=" + file(servingCertFile),
 			"--tls-private-key-file=" + file(servingKeyFile),
 			"--client-ca-file=" + file(clientCACertFile),
-			"--authorization-mode=RBAC",
+			"--authorization-mode=" + e.authorizationModes(),
 			"--service-account-issuer=" + serviceAccountIssuer,
 			"--service-account-key-file=" + file(serviceAccountPubFile),
 			"--service-account-signing-key-file=" + file(serviceAccountKeyFile),
@@ -313,6 +336,8 @@ func (e *Env) startAPIServer(ctx context.Context, ps *ports, extraFlags []string
 			"--proxy-client-cert-file=" + file(frontProxyClientCertFile),
 			"--proxy-client-key-file=" + file(frontProxyClientKeyFile),
 		}
+		// Later flags win: the cluster's replace some of the above.
+		args = append(args, e.apiServerClusterFlags()...)
 		args = append(args, extraFlags...)
 		e.printf("starting %s on %s", apiServerName, url)
 		p, err := startProcess(e.Dir, apiServerName, filepath.Join(e.BinDir, apiServerName), args, e.detached)
@@ -511,12 +536,20 @@ func (e *Env) Stop() error {
 }
 
 func (e *Env) stopProcesses() error {
-	var errs []error
+	// The node first, then kube-apiserver's clients, then kube-apiserver,
+	// and the etcds it writes to last.
+	errs := []error{e.stopNode()}
+	first := []string{kubeletName, containerdName, KubeScheduler, KubeControllerManager, apiServerName}
+	for _, name := range first {
+		for _, p := range e.procs {
+			if p.Name == name {
+				errs = append(errs, p.stop(stopGrace))
+			}
+		}
+	}
 	var etcds []*process
 	for _, p := range e.procs {
-		if p.Name == apiServerName {
-			errs = append(errs, p.stop(stopGrace))
-		} else {
+		if !slices.Contains(first, p.Name) {
 			etcds = append(etcds, p)
 		}
 	}
@@ -526,7 +559,8 @@ func (e *Env) stopProcesses() error {
 		wg.Go(func() { etcdErrs[i] = p.stop(stopGrace) })
 	}
 	wg.Wait()
-	return errors.Join(append(errs, etcdErrs...)...)
+	errs = append(errs, etcdErrs...)
+	return errors.Join(append(errs, e.removeNode())...)
 }
 
 // ProcessStatus describes one process of an environment.
@@ -574,11 +608,15 @@ func Attach(dir string) (*Env, error) {
 		EtcdURL:      st.EtcdURL,
 		BinDir:       st.BinDir,
 		procs:        st.Processes,
+		node:         st.Node,
 		detached:     st.Detached,
 		timeout:      2 * time.Minute,
 		progress:     io.Discard,
 	}
 	e.setFiles()
+	if e.node != nil {
+		e.Node = e.node.public()
+	}
 	if e.RESTConfig, err = loadRESTConfig(e.Kubeconfig); err != nil {
 		return nil, err
 	}
@@ -605,6 +643,7 @@ func (e *Env) saveState() error {
 		BinDir:       e.BinDir,
 		Detached:     e.detached,
 		Processes:    e.procs,
+		Node:         e.node,
 	}, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encoding the environment state: %w", err)

@@ -228,9 +228,9 @@ func TestIntegrationStartFailure(t *testing.T) {
 			wantErrs: []string{"/nonexistent-kos-bin/etcd", "/nonexistent-kos-bin/kube-apiserver"},
 		},
 		{
-			name:     "components not built yet",
-			opts:     Options{Components: []string{"kube-controller-manager"}},
-			wantErrs: []string{"kube-controller-manager: not supported yet"},
+			name:     "unknown component",
+			opts:     Options{Components: []string{KubeScheduler, "kube-proxy"}},
+			wantErrs: []string{`unknown component "kube-proxy"`},
 		},
 	}
 	for _, tt := range tests {

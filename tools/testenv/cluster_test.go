@@ -1,0 +1,327 @@
+package testenv
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"io/fs"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// update rewrites the golden files in testdata instead of comparing.
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+func TestParseComponents(t *testing.T) {
+	tests := []struct {
+		names    []string
+		want     components
+		wantBins []string
+		wantErr  string
+	}{
+		{names: nil, wantBins: []string{"etcd", "kube-apiserver"}},
+		{
+			names:    []string{Kubelet, KubeScheduler, KubeControllerManager},
+			want:     components{controllerManager: true, scheduler: true, kubelet: true},
+			wantBins: []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet"},
+		},
+		{
+			names:    []string{KubeControllerManager},
+			want:     components{controllerManager: true},
+			wantBins: []string{"etcd", "kube-apiserver", "kube-controller-manager"},
+		},
+		{names: []string{"kube-proxy", "etcd"}, wantErr: `unknown component "kube-proxy"`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.names, ","), func(t *testing.T) {
+			got, err := parseComponents(tt.names)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.Contains(err.Error(), `"etcd"`) {
+					t.Fatalf("parseComponents: got error %v, want one naming %s and etcd", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Errorf("parseComponents: got %+v, want %+v", got, tt.want)
+			}
+			if diff := cmp.Diff(tt.wantBins, got.binaries()); diff != "" {
+				t.Errorf("binaries (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestFreeSubnet(t *testing.T) {
+	p := netip.MustParsePrefix
+	tests := []struct {
+		name    string
+		pool    netip.Prefix
+		bits    int
+		used    []netip.Prefix
+		want    netip.Prefix
+		wantErr bool
+	}{
+		{name: "empty", pool: p("192.168.250.0/24"), bits: 30, want: p("192.168.250.0/30")},
+		{name: "first taken", pool: p("192.168.250.0/24"), bits: 30, used: []netip.Prefix{p("192.168.250.1/32")}, want: p("192.168.250.4/30")},
+		{name: "wide route", pool: p("10.244.0.0/16"), bits: 24, used: []netip.Prefix{p("10.244.0.0/23")}, want: p("10.244.2.0/24")},
+		{name: "pool inside a used network", pool: p("10.244.0.0/16"), bits: 24, used: []netip.Prefix{p("10.0.0.0/8")}, wantErr: true},
+		{name: "other networks", pool: p("192.168.250.0/24"), bits: 30, used: []netip.Prefix{p("192.0.2.0/24")}, want: p("192.168.250.0/30")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := freeSubnet(tt.pool, tt.bits, tt.used)
+			if tt.wantErr {
+				if err == nil {
+					t.Fatalf("freeSubnet: got %s, want an error", got)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Errorf("freeSubnet: got %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestNewNodeState(t *testing.T) {
+	ctx := t.Context()
+	n, err := newNodeState(ctx, "/tmp/env", NodeOptions{
+		Link:    netip.MustParsePrefix("192.168.77.5/30"),
+		PodCIDR: netip.MustParsePrefix("10.99.0.0/24"),
+		Labels:  map[string]string{"a": "b"},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Name != defaultNodeName || n.NodeDir != "/tmp/env/node" || n.Link.String() != "192.168.77.4/30" ||
+		n.hostIP().String() != "192.168.77.5" || n.nodeIP().String() != "192.168.77.6" {
+		t.Errorf("node: got name %s, folder %s, link %s (host %s, node %s)", n.Name, n.NodeDir, n.Link, n.hostIP(), n.nodeIP())
+	}
+	if n.Netns != n.HostLink || len(n.HostLink) > 15 || n.CgroupRoot != "/"+n.Netns {
+		t.Errorf("node names: netns %q, host link %q, cgroup %q; want one short name", n.Netns, n.HostLink, n.CgroupRoot)
+	}
+
+	// Picked networks avoid the other nodes'.
+	other := &nodeState{Link: netip.MustParsePrefix("192.168.250.0/30"), PodCIDR: netip.MustParsePrefix("10.244.0.0/24")}
+	n, err = newNodeState(ctx, "/tmp/env", NodeOptions{}, []*nodeState{other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Link.Overlaps(other.Link) || n.PodCIDR.Overlaps(other.PodCIDR) || !linkPool.Contains(n.Link.Addr()) || !podPool.Contains(n.PodCIDR.Addr()) {
+		t.Errorf("picked link %s and pods %s next to a node with %s and %s", n.Link, n.PodCIDR, other.Link, other.PodCIDR)
+	}
+
+	_, err = newNodeState(ctx, "/tmp/env", NodeOptions{
+		Link:    netip.MustParsePrefix("10.1.0.0/31"),
+		PodCIDR: netip.MustParsePrefix("10.1.0.0/24"),
+	}, nil)
+	for _, want := range []string{"want an IPv4 network of /30 or wider", "overlaps pod CIDR"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("bad networks: got error %v, want one saying %q", err, want)
+		}
+	}
+}
+
+func TestUnescapeMountPath(t *testing.T) {
+	for in, want := range map[string]string{
+		`/plain`:           "/plain",
+		`/with\040space`:   "/with space",
+		`/tab\011and\134b`: "/tab\tand\\b",
+		`/short\04`:        `/short\04`,
+		`/not\999octal`:    `/not\999octal`,
+	} {
+		if got := unescapeMountPath(in); got != want {
+			t.Errorf("unescapeMountPath(%q): got %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestConfigs compares the configurations a node writes with golden files;
+// run with -update to rewrite them.
+func TestConfigs(t *testing.T) {
+	n := &nodeState{
+		Dir:        "/env",
+		NodeDir:    "/env/node",
+		Name:       "kos-node",
+		Labels:     map[string]string{"role.kos.example.com/workload": "true", "role.kos.example.com/control": "true"},
+		Link:       netip.MustParsePrefix("192.168.250.0/30"),
+		PodCIDR:    netip.MustParsePrefix("10.244.0.0/24"),
+		CgroupRoot: "/kos-01020304",
+	}
+	dir := t.TempDir()
+	n.NodeDir = filepath.Join(dir, "node")
+	if err := writeCNIConfig(n); err != nil {
+		t.Fatal(err)
+	}
+	kubelet, err := writeKubeletConfig("/env", n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(path string) string {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.ReplaceAll(string(data), dir, "/env")
+	}
+	n.NodeDir = "/env/node"
+	got := map[string]string{
+		"containerd.toml":      containerdConfig("/env/node/containerd", ContainerdOptions{SandboxImage: "kos.example.com/pause:1", CNIConfDir: "/env/node/net.d"}),
+		"kubelet.json":         read(kubelet),
+		"kubelet-args.txt":     strings.Join(kubeletArgs("/env/node/kubelet.json", n), "\n") + "\n",
+		"10-kos-node.conflist": read(filepath.Join(dir, "node", "net.d", "10-kos-node.conflist")),
+	}
+	for name, content := range got {
+		golden := filepath.Join("testdata", name)
+		if *update {
+			if err := os.MkdirAll("testdata", 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(golden, []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		want, err := os.ReadFile(golden)
+		if err != nil {
+			t.Fatalf("%v (run the test with -update to write it)", err)
+		}
+		if diff := cmp.Diff(string(want), content); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", name, diff)
+		}
+	}
+	var js any
+	if err := json.Unmarshal([]byte(got["kubelet.json"]), &js); err != nil {
+		t.Errorf("kubelet.json is not JSON: %v", err)
+	}
+}
+
+// TestHostState checks the record of what nodes changed on the host: the
+// first node in records the host, a node whose owner died is cleaned up
+// after, and the last node out puts the host back.
+func TestHostState(t *testing.T) {
+	dir := t.TempDir()
+	oldLock, oldState, oldPaths, oldSysctls, oldSysctlDir := hostLockFile, hostStateFile, hostPaths, hostSysctls, sysctlDir
+	t.Cleanup(func() {
+		hostLockFile, hostStateFile, hostPaths, hostSysctls, sysctlDir = oldLock, oldState, oldPaths, oldSysctls, oldSysctlDir
+	})
+	hostLockFile = filepath.Join(dir, "host.lock")
+	hostStateFile = filepath.Join(dir, "host.json")
+	existing := filepath.Join(dir, "existing")
+	created := filepath.Join(dir, "created")
+	if err := os.Mkdir(existing, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	hostPaths = []string{existing, created}
+	// Kernel settings as files of a folder of the test's: a node of
+	// another test package may be changing the real ones.
+	sysctlDir = filepath.Join(dir, "sys")
+	hostSysctls = []string{"kernel.panic"}
+	if err := os.MkdirAll(filepath.Join(sysctlDir, "kernel"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeSysctl("kernel.panic", "1"); err != nil {
+		t.Fatal(err)
+	}
+
+	self, selfBinary := selfOwner()
+	// A process that has exited, and so owns nothing any more.
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	node := func(name string, pid int, binary string) func([]*nodeState) (*nodeState, error) {
+		return func([]*nodeState) (*nodeState, error) {
+			nodeDir := filepath.Join(dir, name)
+			if err := os.Mkdir(nodeDir, 0o755); err != nil {
+				return nil, err
+			}
+			return &nodeState{Dir: nodeDir, NodeDir: nodeDir, Name: name, OwnerPID: pid, OwnerBinary: binary}, nil
+		}
+	}
+	warn := func(err error) { t.Errorf("sweep: %v", err) }
+
+	a, err := joinHost(node("a", self, selfBinary), warn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A node makes the path; a node that joins later must not record it
+	// as the host's own.
+	if err := os.Mkdir(created, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// As kubelet changes the kernel's settings.
+	if err := writeSysctl("kernel.panic", "10"); err != nil {
+		t.Fatal(err)
+	}
+	b, err := joinHost(node("b", dead.Process.Pid, "true"), warn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := readHostState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{created}, st.Created); diff != "" {
+		t.Errorf("created paths (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]string{"kernel.panic": "1"}, st.Sysctls); diff != "" {
+		t.Errorf("sysctls (-want +got):\n%s", diff)
+	}
+	if len(st.Nodes) != 2 {
+		t.Fatalf("got %d nodes, want a and b", len(st.Nodes))
+	}
+
+	// b's owner is gone: the next join sweeps it.
+	c, err := joinHost(node("c", self, selfBinary), warn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err = readHostState(); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, n := range st.Nodes {
+		names = append(names, n.Name)
+	}
+	if diff := cmp.Diff([]string{"a", "c"}, names); diff != "" {
+		t.Errorf("nodes after sweeping b (-want +got):\n%s", diff)
+	}
+	_ = b
+
+	if err := leaveHost(a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(created); err != nil {
+		t.Errorf("a node left while c runs, and %s went: %v", created, err)
+	}
+	if got, _ := readSysctl("kernel.panic"); got != "10" {
+		t.Errorf("kernel.panic after a node left while c runs: got %q, want 10 still", got)
+	}
+	if err := leaveHost(c); err != nil {
+		t.Fatal(err)
+	}
+	for _, gone := range []string{created, hostStateFile, hostLockFile} {
+		if _, err := os.Stat(gone); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("after the last node left, %s is still there (%v)", gone, err)
+		}
+	}
+	if _, err := os.Stat(existing); err != nil {
+		t.Errorf("%s existed before the nodes and must stay: %v", existing, err)
+	}
+	if got, err := readSysctl("kernel.panic"); err != nil || got != "1" {
+		t.Errorf("kernel.panic after the last node left: got %q (%v), want 1 as before", got, err)
+	}
+}

@@ -1,0 +1,433 @@
+package clustertest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
+
+	"github.com/kos-sdn/kos/tools/images"
+	"github.com/kos-sdn/kos/tools/testenv"
+)
+
+// The images the tests run: the hello server, and echo, a host program
+// packed with the shared libraries it needs.
+const (
+	helloTag = "kos.example.com/testenv/hello:1"
+	echoTag  = "kos.example.com/testenv/echo:1"
+)
+
+// nodeLabels are the labels issue 6's addons select nodes by.
+var nodeLabels = map[string]string{
+	"role.kos.example.com/control":  "true",
+	"role.kos.example.com/workload": "true",
+}
+
+func TestIntegrationCluster(t *testing.T) {
+	before := snapshotHost(t)
+	tarball := buildImages(t)
+
+	// The first start of a program pays for building the pause image and
+	// for everything cold; the second shows the steady cost. The second
+	// runs detached, as tools/localenv does, and is stopped from its folder
+	// alone.
+	for i, name := range []string{"first start", "second start, detached"} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			detach := i == 1
+			began := time.Now()
+			env, err := testenv.Start(t.Context(), testenv.Options{
+				Dir:        dir,
+				Components: []string{testenv.KubeControllerManager, testenv.KubeScheduler, testenv.Kubelet},
+				Node:       testenv.NodeOptions{Labels: nodeLabels},
+				Progress:   testWriter{t},
+				Detach:     detach,
+			})
+			if err != nil {
+				t.Fatalf("starting the cluster: %v", err)
+			}
+			t.Logf("cluster ready in %s (start %d)", time.Since(began).Round(10*time.Millisecond), i+1)
+			stopped := false
+			t.Cleanup(func() {
+				if !stopped {
+					_ = env.Stop()
+				}
+			})
+
+			if i == 0 {
+				testWorkloads(t, env, tarball)
+			} else {
+				testNode(t, env)
+			}
+			t.Logf("memory: %s", memory(t, env))
+
+			node := *env.Node
+			if detach {
+				attached, err := testenv.Attach(dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if diff := cmp.Diff(node, *attached.Node, cmp.Comparer(func(a, b netip.Addr) bool { return a == b }),
+					cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
+					t.Errorf("attached node (-started +attached):\n%s", diff)
+				}
+				env = attached
+			}
+			stopped = true
+			began = time.Now()
+			if err := env.Stop(); err != nil {
+				t.Fatalf("stopping the cluster: %v", err)
+			}
+			t.Logf("stopped in %s", time.Since(began).Round(10*time.Millisecond))
+			checkHostRestored(t, before, dir, node)
+		})
+	}
+}
+
+// testNode checks the node: Ready with the labels asked for, at the IP the
+// environment says.
+func testNode(t *testing.T, env *testenv.Env) {
+	client := kubernetes.NewForConfigOrDie(env.RESTConfig)
+	node, err := client.CoreV1().Nodes().Get(t.Context(), env.Node.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range nodeLabels {
+		if node.Labels[k] != v {
+			t.Errorf("node label %s: got %q, want %q", k, node.Labels[k], v)
+		}
+	}
+	var internal []string
+	for _, a := range node.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			internal = append(internal, a.Address)
+		}
+	}
+	if diff := cmp.Diff([]string{env.Node.IP.String()}, internal); diff != "" {
+		t.Errorf("node InternalIP (-want +got):\n%s", diff)
+	}
+}
+
+func testWorkloads(t *testing.T, env *testenv.Env, tarball string) {
+	ctx := t.Context()
+	testNode(t, env)
+	began := time.Now()
+	if err := env.ImportImages(ctx, tarball); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("imported the images in %s", time.Since(began).Round(time.Millisecond))
+
+	client := kubernetes.NewForConfigOrDie(env.RESTConfig)
+	ns := "clustertest"
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Pods are refused until the namespace has its default ServiceAccount.
+	waitFor(t, 30*time.Second, "the default ServiceAccount", func() error {
+		_, err := client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err
+	})
+
+	began = time.Now()
+	replicas := int32(2)
+	deploy := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "hello"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "hello"}},
+			Template: helloPod("hello", 8080, false),
+		},
+	}
+	if _, err := client.AppsV1().Deployments(ns).Create(ctx, deploy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ds := &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "hello-ds"},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "hello-ds"}},
+			Template: helloPod("hello-ds", 8080, false),
+		},
+	}
+	ds.Spec.Template.Spec.NodeSelector = map[string]string{"role.kos.example.com/workload": "true"}
+	if _, err := client.AppsV1().DaemonSets(ns).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	host := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "hello-host"}, Spec: helloPod("hello-host", 18080, true).Spec}
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, host, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	echo := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "echo"},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{
+				Name: "echo", Image: echoTag, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"/usr/bin/echo", "echo from a host binary"},
+			}},
+		},
+	}
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, echo, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	waitFor(t, 2*time.Minute, "the Deployment, DaemonSet and host-network pod to be ready", func() error {
+		d, err := client.AppsV1().Deployments(ns).Get(ctx, "hello", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if d.Status.ReadyReplicas != replicas {
+			return fmt.Errorf("deployment: %d of %d replicas ready", d.Status.ReadyReplicas, replicas)
+		}
+		ds, err := client.AppsV1().DaemonSets(ns).Get(ctx, "hello-ds", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if ds.Status.NumberReady != 1 || ds.Status.DesiredNumberScheduled != 1 {
+			return fmt.Errorf("daemonset: %d of %d ready", ds.Status.NumberReady, ds.Status.DesiredNumberScheduled)
+		}
+		return podReady(ctx, client, ns, "hello-host")
+	})
+	t.Logf("Deployment, DaemonSet and host-network pod ready %s after creation", time.Since(began).Round(10*time.Millisecond))
+
+	pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=hello"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != int(replicas) {
+		t.Fatalf("got %d hello pods, want %d", len(pods.Items), replicas)
+	}
+	first, second := pods.Items[0], pods.Items[1]
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != env.Node.Name || !env.Node.PodCIDR.Contains(mustAddr(t, p.Status.PodIP)) {
+			t.Errorf("pod %s: on node %q at %s, want on %s in %s", p.Name, p.Spec.NodeName, p.Status.PodIP, env.Node.Name, env.Node.PodCIDR)
+		}
+	}
+
+	t.Run("logs", func(t *testing.T) {
+		logs, err := client.CoreV1().Pods(ns).GetLogs(first.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := "hello: " + first.Name + " listening on :8080"; !strings.Contains(string(logs), want) {
+			t.Errorf("logs of %s: got %q, want a line %q", first.Name, logs, want)
+		}
+	})
+
+	t.Run("exec", func(t *testing.T) {
+		// From one pod to another over the node's pod bridge.
+		out := execIn(t, env, ns, first.Name, "hello", "get", "http://"+second.Status.PodIP+":8080/")
+		if want := "hello from " + second.Name + "\n"; out != want {
+			t.Errorf("exec in %s: got %q, want %q", first.Name, out, want)
+		}
+	})
+
+	t.Run("host network", func(t *testing.T) {
+		p, err := client.CoreV1().Pods(ns).Get(ctx, "hello-host", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Status.PodIP != env.Node.IP.String() {
+			t.Errorf("host-network pod IP: got %s, want the node's %s", p.Status.PodIP, env.Node.IP)
+		}
+		// The pod shares the node's network namespace: the host reaches
+		// it at the node's IP, as kube-apiserver reaches the kubelet. It
+		// also shares the host's UTS namespace, so it has the host's name.
+		hostname, err := os.Hostname()
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := httpGet(t, "http://"+env.Node.IP.String()+":18080/")
+		if want := "hello from " + hostname + "\n"; body != want {
+			t.Errorf("GET from the host-network pod: got %q, want %q", body, want)
+		}
+	})
+
+	t.Run("host reaches pods", func(t *testing.T) {
+		// As kube-apiserver reaches aggregated API servers that run as
+		// pods.
+		body := httpGet(t, "http://"+first.Status.PodIP+":8080/")
+		if want := "hello from " + first.Name + "\n"; body != want {
+			t.Errorf("GET from pod %s: got %q, want %q", first.Name, body, want)
+		}
+	})
+
+	t.Run("host binary image", func(t *testing.T) {
+		waitFor(t, time.Minute, "the echo pod to succeed", func() error {
+			p, err := client.CoreV1().Pods(ns).Get(ctx, "echo", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if p.Status.Phase == corev1.PodFailed {
+				return fmt.Errorf("echo failed: %+v", p.Status.ContainerStatuses)
+			}
+			if p.Status.Phase != corev1.PodSucceeded {
+				return fmt.Errorf("echo is %s", p.Status.Phase)
+			}
+			return nil
+		})
+		logs, err := client.CoreV1().Pods(ns).GetLogs("echo", &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := string(logs), "echo from a host binary\n"; got != want {
+			t.Errorf("echo's logs: got %q, want %q", got, want)
+		}
+	})
+}
+
+// helloPod is a pod template of the hello server on port, ready when it
+// answers /healthz.
+func helloPod(app string, port int32, hostNetwork bool) corev1.PodTemplateSpec {
+	return corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": app}},
+		Spec: corev1.PodSpec{
+			HostNetwork:                   hostNetwork,
+			TerminationGracePeriodSeconds: new(int64),
+			Containers: []corev1.Container{{
+				Name:            "hello",
+				Image:           helloTag,
+				ImagePullPolicy: corev1.PullNever,
+				Args:            []string{"-listen", ":" + strconv.Itoa(int(port))},
+				Ports:           []corev1.ContainerPort{{ContainerPort: port}},
+				ReadinessProbe: &corev1.Probe{
+					ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+						Path: "/healthz", Port: intstr.FromInt32(port),
+					}},
+					PeriodSeconds: 1,
+				},
+			}},
+		},
+	}
+}
+
+// buildImages builds the test images into one tarball.
+func buildImages(t *testing.T) string {
+	t.Helper()
+	ctx := t.Context()
+	dir := t.TempDir()
+	began := time.Now()
+	hello, err := images.GoImage(ctx, images.GoOptions{OutDir: filepath.Join(dir, "bin")}, images.Config{},
+		"github.com/kos-sdn/kos/tools/testenv/clustertest/hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := images.HostBinaries(ctx, "/usr/bin/echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer, err := images.Layer(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	echo, err := images.New(images.Config{Entrypoint: []string{"/usr/bin/echo"}}, layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tarball := filepath.Join(dir, "images.tar")
+	if err := images.Write(tarball, map[string]v1.Image{helloTag: hello, echoTag: echo}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("built the test images in %s", time.Since(began).Round(time.Millisecond))
+	return tarball
+}
+
+// execIn runs a command in a pod's container through kube-apiserver and the
+// kubelet, as kubectl exec does, and returns its standard output.
+func execIn(t *testing.T, env *testenv.Env, ns, pod string, command ...string) string {
+	t.Helper()
+	client := kubernetes.NewForConfigOrDie(env.RESTConfig)
+	req := client.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Command: command, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	exec, err := remotecommand.NewSPDYExecutor(env.RESTConfig, http.MethodPost, req.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if err := exec.StreamWithContext(t.Context(), remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr}); err != nil {
+		t.Fatalf("exec %v in %s: %v (stderr: %s)", command, pod, err, stderr.String())
+	}
+	return stdout.String()
+}
+
+func podReady(ctx context.Context, client kubernetes.Interface, ns, name string) error {
+	p, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			return nil
+		}
+	}
+	return fmt.Errorf("pod %s is %s, not ready: %+v", name, p.Status.Phase, p.Status.ContainerStatuses)
+}
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
+}
+
+// waitFor polls check every 200ms until it succeeds, failing the test with
+// its last error after timeout.
+func waitFor(t *testing.T, timeout time.Duration, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting %s for %s: %v", timeout, what, err)
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatalf("waiting for %s: %v (last: %v)", what, t.Context().Err(), err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func mustAddr(t *testing.T, s string) netip.Addr {
+	t.Helper()
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		t.Fatalf("pod IP %q: %v", s, err)
+	}
+	return a
+}

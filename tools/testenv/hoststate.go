@@ -1,0 +1,372 @@
+package testenv
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// A node changes things that belong to the whole host: kubelet rewrites a few
+// kernel settings, and kubelet, containerd and its shims create folders at
+// fixed paths whatever their configuration says. Several nodes may run at
+// once (tests in parallel, a local environment next to them), so the first
+// node to start records what the host was like, and the last one to stop
+// puts it back. The record lives in hostStateFile, changed only under an
+// exclusive lock of hostLockFile, and both files are gone when no node runs.
+//
+// The record also lists every running node with what it takes to clean up
+// after it, so that a node whose owner died without stopping it (a killed
+// test) is swept by the next node that starts.
+var (
+	hostLockFile  = filepath.Join(os.TempDir(), "kos-testenv-host.lock")
+	hostStateFile = filepath.Join(os.TempDir(), "kos-testenv-host.json")
+)
+
+// hostSysctls are the kernel settings kubelet changes when they differ from
+// what it wants (see setupKernelTunables in kubelet's container manager).
+var hostSysctls = []string{
+	"kernel.panic",
+	"kernel.panic_on_oops",
+	"kernel.keys.root_maxbytes",
+	"kernel.keys.root_maxkeys",
+	"vm.overcommit_memory",
+	"vm.panic_on_oom",
+}
+
+// hostPaths are the fixed host paths kubelet, containerd and its shims
+// create even when told to keep their files elsewhere: the device-plugin
+// folder, the symlinks to container logs, libcni's result cache, the shims'
+// sockets and ctr's fifos.
+var hostPaths = []string{
+	"/var/lib/kubelet",
+	"/var/log/containers",
+	"/var/log/pods",
+	"/var/lib/cni",
+	"/run/containerd",
+}
+
+// hostState is the content of hostStateFile.
+type hostState struct {
+	// Sysctls are the values of hostSysctls before the first node started.
+	Sysctls map[string]string `json:"sysctls"`
+	// Created are the hostPaths that did not exist then.
+	Created []string `json:"created"`
+	// Nodes are the nodes running now.
+	Nodes []*nodeState `json:"nodes"`
+}
+
+// hostLock is the exclusive lock on the host state.
+type hostLock struct {
+	f *os.File
+}
+
+// lockHost takes the exclusive lock on the host state, waiting for it.
+func lockHost() (*hostLock, error) {
+	for {
+		f, err := os.OpenFile(hostLockFile, os.O_CREATE|os.O_RDWR, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("opening the host lock: %w", err)
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("taking the host lock: %w", err)
+		}
+		// The last node out removes the lock file: a lock taken on a file
+		// that was removed meanwhile guards nothing, so try again.
+		var held, named unix.Stat_t
+		if unix.Fstat(int(f.Fd()), &held) == nil && unix.Stat(hostLockFile, &named) == nil &&
+			held.Ino == named.Ino && held.Dev == named.Dev {
+			return &hostLock{f: f}, nil
+		}
+		f.Close()
+	}
+}
+
+// unlock releases the lock; with remove, it first removes the lock file,
+// which only the last node out does.
+func (l *hostLock) unlock(remove bool) {
+	if remove {
+		_ = os.Remove(hostLockFile)
+	}
+	// Closing releases the lock.
+	_ = l.f.Close()
+}
+
+// readHostState reads the record; with no record it returns an empty one.
+func readHostState() (*hostState, error) {
+	data, err := os.ReadFile(hostStateFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return &hostState{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the host state: %w", err)
+	}
+	var st hostState
+	if err := json.Unmarshal(data, &st); err != nil {
+		return nil, fmt.Errorf("parsing %s: %w", hostStateFile, err)
+	}
+	return &st, nil
+}
+
+// write saves the record, or removes it when no node runs.
+func (st *hostState) write() error {
+	if len(st.Nodes) == 0 {
+		if err := os.Remove(hostStateFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("removing the host state: %w", err)
+		}
+		return nil
+	}
+	data, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding the host state: %w", err)
+	}
+	tmp := hostStateFile + ".tmp"
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o600); err != nil {
+		return fmt.Errorf("writing the host state: %w", err)
+	}
+	if err := os.Rename(tmp, hostStateFile); err != nil {
+		return fmt.Errorf("writing the host state: %w", err)
+	}
+	return nil
+}
+
+// snapshot records the host as it is now, before any node changes it.
+func (st *hostState) snapshot() error {
+	st.Sysctls = map[string]string{}
+	for _, name := range hostSysctls {
+		value, err := readSysctl(name)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		st.Sysctls[name] = value
+	}
+	st.Created = nil
+	for _, p := range hostPaths {
+		if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) {
+			st.Created = append(st.Created, p)
+		}
+	}
+	return nil
+}
+
+// restore puts the host back as snapshot found it: the kernel settings, and
+// no trace of the paths that did not exist. Mounts under those paths are
+// detached first.
+func (st *hostState) restore() error {
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(st.Sysctls)) {
+		if err := writeSysctl(name, st.Sysctls[name]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, p := range st.Created {
+		if err := unmountUnder(p); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := os.RemoveAll(p); err != nil {
+			errs = append(errs, fmt.Errorf("removing %s: %w", p, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// joinHost registers a node that is about to start, as build makes it
+// knowing the other running nodes. The first node records the host's state;
+// nodes whose owners died are swept first, and warn hears what could not be
+// cleaned up after them.
+func joinHost(build func(others []*nodeState) (*nodeState, error), warn func(error)) (*nodeState, error) {
+	lock, err := lockHost()
+	if err != nil {
+		return nil, err
+	}
+	defer lock.unlock(false)
+	st, err := readHostState()
+	if err != nil {
+		return nil, err
+	}
+	if err := st.sweep(); err != nil {
+		// What a dead node left behind is no reason not to start
+		// another.
+		warn(err)
+	}
+	if len(st.Nodes) == 0 {
+		// Nobody runs: whatever the record said has been put back, and
+		// the host as it is now is what to restore at the end.
+		if err := st.snapshot(); err != nil {
+			return nil, err
+		}
+	}
+	n, err := build(st.Nodes)
+	if err != nil {
+		return nil, errors.Join(err, st.write())
+	}
+	st.Nodes = append(st.Nodes, n)
+	return n, st.write()
+}
+
+// updateHost replaces the record of a node, such as when its owner changes.
+func updateHost(n *nodeState) error {
+	lock, err := lockHost()
+	if err != nil {
+		return err
+	}
+	defer lock.unlock(false)
+	st, err := readHostState()
+	if err != nil {
+		return err
+	}
+	for i, other := range st.Nodes {
+		if other.Dir == n.Dir {
+			st.Nodes[i] = n
+		}
+	}
+	return st.write()
+}
+
+// leaveHost unregisters a stopped node; the last node out restores the host.
+func leaveHost(n *nodeState) error {
+	lock, err := lockHost()
+	if err != nil {
+		return err
+	}
+	st, err := readHostState()
+	if err != nil {
+		lock.unlock(false)
+		return err
+	}
+	st.Nodes = slices.DeleteFunc(st.Nodes, func(other *nodeState) bool { return other.Dir == n.Dir })
+	err = st.sweep()
+	if len(st.Nodes) == 0 {
+		err = errors.Join(err, st.restore())
+	}
+	err = errors.Join(err, st.write())
+	lock.unlock(len(st.Nodes) == 0)
+	return err
+}
+
+// sweep cleans up after the nodes whose owners are gone and drops them from
+// the record; when none is left, it restores the host.
+func (st *hostState) sweep() error {
+	var errs []error
+	var live []*nodeState
+	for _, n := range st.Nodes {
+		if n.ownerAlive() {
+			live = append(live, n)
+			continue
+		}
+		errs = append(errs, n.cleanUp())
+	}
+	dead := len(live) < len(st.Nodes)
+	st.Nodes = live
+	if dead && len(live) == 0 {
+		errs = append(errs, st.restore())
+	}
+	return errors.Join(errs...)
+}
+
+// readSysctl reads a kernel setting such as kernel.panic.
+func readSysctl(name string) (string, error) {
+	data, err := os.ReadFile(sysctlPath(name))
+	if err != nil {
+		return "", fmt.Errorf("reading %s: %w", name, err)
+	}
+	return strings.TrimSpace(string(data)), nil
+}
+
+// writeSysctl sets a kernel setting, unless it already has that value.
+func writeSysctl(name, value string) error {
+	if now, err := readSysctl(name); err == nil && now == value {
+		return nil
+	}
+	if err := os.WriteFile(sysctlPath(name), []byte(value+"\n"), 0o644); err != nil {
+		return fmt.Errorf("restoring %s to %s: %w", name, value, err)
+	}
+	return nil
+}
+
+// sysctlDir is where the kernel settings are files.
+var sysctlDir = "/proc/sys"
+
+func sysctlPath(name string) string {
+	return filepath.Join(sysctlDir, strings.ReplaceAll(name, ".", "/"))
+}
+
+// unmountUnder detaches every mount at or below dir, deepest first.
+func unmountUnder(dir string) error {
+	points, err := mountPointsUnder(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, p := range points {
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmounting %s: %w", p, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// mountPointsUnder lists the mount points at or below dir, deepest first.
+func mountPointsUnder(dir string) ([]string, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("reading the mount table: %w", err)
+	}
+	dir = filepath.Clean(dir)
+	var points []string
+	for line := range strings.SplitSeq(string(data), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 5 {
+			continue
+		}
+		p := unescapeMountPath(fields[4])
+		if p == dir || strings.HasPrefix(p, dir+"/") {
+			points = append(points, p)
+		}
+	}
+	// Longer paths first: a mount inside another must go before it. A
+	// path mounted twice appears twice, once per layer.
+	slices.SortStableFunc(points, func(a, b string) int { return len(b) - len(a) })
+	return points, nil
+}
+
+// unescapeMountPath undoes the octal escapes (\040 for a space) of
+// /proc/self/mountinfo.
+func unescapeMountPath(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var v byte
+			ok := true
+			for _, c := range []byte(s[i+1 : i+4]) {
+				if c < '0' || c > '7' {
+					ok = false
+					break
+				}
+				v = v*8 + (c - '0')
+			}
+			if ok {
+				b.WriteByte(v)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
