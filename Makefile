@@ -26,9 +26,9 @@ generate:
 demo:
 	tools/demo/run.sh
 
-## demo-down: stop the local environment the demo started
+## demo-down: stop everything the demo started
 demo-down:
-	go run ./tools/localenv down
+	tools/demo/down.sh
 
 ## bench: benchmarks (figures are recorded in docs/benchmarks.md)
 bench:

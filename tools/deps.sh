@@ -8,6 +8,7 @@ set -euo pipefail
 declare -A wanted=(
   [ovs-vswitchd]=openvswitch-switch # the node agent's fabric tests (userspace datapath)
   [ip]=iproute2                     # network namespaces for simulated nodes
+  [ping]=iputils-ping               # the demo pings across the overlay
   [containerd]=containerd           # the single-node cluster's container runtime
   [runc]=runc                       # ... and its OCI runtime
   [/usr/lib/cni/bridge]=containernetworking-plugins # ... and its CNI plugins

@@ -1,7 +1,14 @@
-// Command demo walks a person through the channels addon manager on the local
-// control plane: it serves an example channel over HTTPS, shows the plan,
-// applies it, publishes a second release and applies that, showing what is
-// updated and pruned. `make demo` runs it after starting the control plane.
+// Command demo walks a person through KOS on the local control plane.
+//
+// Part one is the channels addon manager: it serves an example channel over
+// HTTPS, shows the plan, applies it, publishes a second release and applies
+// that, showing what is updated and pruned. Part two is the SDN:
+// kos-apiserver, kos-controller-manager and a kos-agent on each of two
+// simulated nodes, a subnet and an attachment per node, and a ping between
+// them across the VXLAN overlay.
+//
+// `make demo` builds the binaries, starts the control plane and runs
+// `demo`; `make demo-down` runs `demo down` and stops the control plane.
 package main
 
 import (
@@ -24,7 +31,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx)
+	err := run(ctx, os.Args[1:])
 	stop()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
@@ -32,19 +39,58 @@ func main() {
 	}
 }
 
-func run(ctx context.Context) error {
-	kubeconfig := flag.String("kubeconfig", ".cache/localenv/kubeconfig", "kubeconfig of the cluster to install the example addons into")
-	channelsBin := flag.String("channels", ".cache/bin/channels", "path of the channels binary")
-	flag.Parse()
-
-	kc, err := filepath.Abs(*kubeconfig)
+func run(ctx context.Context, args []string) error {
+	flags := flag.NewFlagSet("demo", flag.ContinueOnError)
+	flags.Usage = func() {
+		fmt.Fprintf(flags.Output(), "Usage: demo [flags]       run the demo on a started local control plane\n       demo [flags] down  stop the SDN parts it started (then stop the control plane with localenv down)\n\nFlags:\n")
+		flags.PrintDefaults()
+	}
+	envDir := flags.String("env-dir", ".cache/localenv", "folder of the local control plane (go run ./tools/localenv up)")
+	binDir := flags.String("bin-dir", ".cache/bin", "folder holding the channels, kos-controller-manager and kos-agent binaries")
+	if err := flags.Parse(args); err != nil {
+		return err
+	}
+	dir, err := filepath.Abs(*envDir)
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(kc); err != nil {
-		return fmt.Errorf("no kubeconfig at %s: start the control plane first (go run ./tools/localenv up)", kc)
+	switch flags.Arg(0) {
+	case "down":
+		return downSDN(dir)
+	case "":
+	default:
+		return fmt.Errorf("unknown command %q; run demo -h", flags.Arg(0))
 	}
 
+	bin, err := filepath.Abs(*binDir)
+	if err != nil {
+		return err
+	}
+	d := &demo{ctx: ctx, envDir: dir, binDir: bin, kubeconfig: filepath.Join(dir, "kubeconfig")}
+	if _, err := os.Stat(d.kubeconfig); err != nil {
+		return fmt.Errorf("no kubeconfig at %s: start the control plane first (go run ./tools/localenv up)", d.kubeconfig)
+	}
+	if err := d.runChannels(ctx); err != nil {
+		return err
+	}
+	if err := d.runSDN(ctx); err != nil {
+		return err
+	}
+
+	say("Done. Everything is still running:")
+	fmt.Printf("    export KUBECONFIG=%s\n", d.kubeconfig)
+	fmt.Printf("    kubectl get configmaps,deployments -n hello\n")
+	fmt.Printf("    kubectl get greetings -A\n")
+	fmt.Printf("    %s get addons\n", filepath.Join(bin, "channels"))
+	fmt.Printf("    kubectl get subnets,networkattachments -n %s -o wide\n", demoNamespace)
+	fmt.Printf("    ip netns exec %sguest-b ping %s\n", netnsPrefix, "<guest-a's address>")
+	fmt.Printf("Logs are in %s. Stop it all with: make demo-down\n", dir)
+	return nil
+}
+
+// runChannels installs and upgrades two addons from a channel served over
+// HTTPS.
+func (d *demo) runChannels(ctx context.Context) error {
 	srv, stage, err := serveChannel()
 	if err != nil {
 		return err
@@ -55,11 +101,10 @@ func run(ctx context.Context) error {
 		return err
 	}
 	defer os.Remove(caFile)
+	d.caFile = caFile
 
 	url := srv.URL + "/channel.yaml"
-	d := &demo{ctx: ctx, bin: *channelsBin, kubeconfig: kc, caFile: caFile}
-
-	say("The example channel is served over HTTPS at %s.", url)
+	say("Part one: the channels addon manager. The example channel is served over HTTPS at %s.", url)
 	say("It lists two addons, hello (a Deployment, Service and ConfigMaps) and greetings (a CRD with custom resources).")
 	say("Without --yes, channels only shows what it would do:")
 	if err := d.channels("apply", "channel", url); err != nil {
@@ -86,17 +131,7 @@ func run(ctx context.Context) error {
 	if err := d.channels("apply", "channel", url, "--yes"); err != nil {
 		return err
 	}
-	if err := d.channels("get", "addons"); err != nil {
-		return err
-	}
-
-	say("Done. The control plane is still running:")
-	fmt.Printf("    export KUBECONFIG=%s\n", kc)
-	fmt.Printf("    kubectl get configmaps,deployments -n hello\n")
-	fmt.Printf("    kubectl get greetings -A\n")
-	fmt.Printf("    %s get addons\n", d.bin)
-	fmt.Printf("Stop it with: make demo-down\n")
-	return nil
+	return d.channels("get", "addons")
 }
 
 // serveChannel serves the example channel folder on 127.0.0.1 over TLS.
@@ -139,19 +174,31 @@ func writeCA(srv *httptest.Server) (string, error) {
 
 type demo struct {
 	ctx        context.Context
-	bin        string
+	envDir     string
+	binDir     string
 	kubeconfig string
 	caFile     string
 }
 
 // channels runs the channels binary as a person would, echoing the command.
 func (d *demo) channels(args ...string) error {
-	fmt.Printf("\n$ channels %s\n", strings.Join(args, " "))
-	cmd := exec.CommandContext(d.ctx, d.bin, append(args, "--kubeconfig", d.kubeconfig)...)
-	cmd.Env = append(os.Environ(), "SSL_CERT_FILE="+d.caFile)
+	return d.show("channels", filepath.Join(d.binDir, "channels"), args, "SSL_CERT_FILE="+d.caFile)
+}
+
+// kubectl runs kubectl against the local control plane, echoing the command.
+func (d *demo) kubectl(args ...string) error {
+	return d.show("kubectl", "kubectl", args)
+}
+
+// show echoes a command as a person would type it, then runs it with the
+// local control plane's kubeconfig.
+func (d *demo) show(name, path string, args []string, env ...string) error {
+	fmt.Printf("\n$ %s %s\n", name, strings.Join(args, " "))
+	cmd := exec.CommandContext(d.ctx, path, append(args, "--kubeconfig", d.kubeconfig)...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("channels %s: %w", strings.Join(args, " "), err)
+		return fmt.Errorf("%s %s: %w", name, strings.Join(args, " "), err)
 	}
 	return nil
 }

@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# run.sh is `make demo`: it starts a fresh local control plane, builds the
-# channels CLI, and walks through installing and upgrading addons from a
-# channel served over HTTPS. The control plane keeps
-# running afterwards; `make demo-down` stops it.
+# run.sh is `make demo`: it builds the binaries, starts a fresh local control
+# plane, and runs the demo: installing and upgrading addons from a channel
+# served over HTTPS, then the KOS SDN on two simulated nodes with a ping
+# across the VXLAN overlay. Everything keeps running afterwards;
+# `make demo-down` stops it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export GOTOOLCHAIN=local
 
-echo "==> Building the channels CLI"
-go build -o .cache/bin/channels ./cmd/channels
+echo "==> Installing the system packages the demo uses (Open vSwitch, iproute2, ping)"
+tools/deps.sh
+
+echo "==> Building channels, kos-apiserver, kos-controller-manager and kos-agent"
+go build -o .cache/bin/ ./cmd/...
 
 echo "==> Starting a fresh local control plane (etcd and kube-apiserver, built from the Go module proxy on first use)"
-# The story starts from an empty cluster, so a previous demo's one is removed.
-go run ./tools/localenv down --purge >/dev/null
+# The story starts from an empty cluster, so a previous demo's is removed.
+tools/demo/down.sh --purge >/dev/null
 go run ./tools/localenv up
 
-go run ./tools/demo --kubeconfig .cache/localenv/kubeconfig --channels .cache/bin/channels
+go run ./tools/demo
