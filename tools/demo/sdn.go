@@ -331,6 +331,11 @@ func downSDN(envDir string) error {
 		}
 		if err := inst.Stop(); err != nil {
 			errs = append(errs, err)
+			continue
+		}
+		// Its folder is the demo's record that it runs.
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, err)
 		}
 		fmt.Printf("stopped Open vSwitch in %s\n", dir)
 	}
