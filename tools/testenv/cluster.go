@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kos-sdn/kos/tools/images"
+	"github.com/kos-sdn/kos/tools/ovsenv"
 )
 
 // The components Options.Components may name, each built by
@@ -104,6 +105,14 @@ func (e *Env) prepareNode(ctx context.Context, opts NodeOptions) error {
 	}
 	if err := createCgroup(n.CgroupRoot); err != nil {
 		return err
+	}
+	if n.OVS {
+		e.printf("starting Open vSwitch in %s", n.Netns)
+		ovs, err := ovsenv.Start(ctx, ovsenv.Options{Dir: n.ovsDir(), Netns: n.Netns, Detach: e.detached})
+		if err != nil {
+			return fmt.Errorf("starting the node's Open vSwitch: %w", err)
+		}
+		e.ovs = ovs
 	}
 	return writeNodeCerts(e.Dir, n)
 }
@@ -448,7 +457,7 @@ func (e *Env) stopNode() error {
 	return nil
 }
 
-// removeNode leaves the host as the node found it: no shim, mount, cgroup,
+// removeNode leaves the host as the node found it: no OVS daemon, shim, mount, cgroup,
 // network namespace or interface of the node remains, and the last node out
 // restores the host's kernel settings and fixed paths.
 func (e *Env) removeNode() error {
@@ -456,7 +465,22 @@ func (e *Env) removeNode() error {
 	if n == nil {
 		return nil
 	}
-	if err := errors.Join(n.cleanUp(), leaveHost(n)); err != nil {
+	var errs []error
+	if n.OVS {
+		// Asked to exit, ovs-vswitchd removes its interfaces; cleanUp
+		// kills whatever is left.
+		ovs := e.ovs
+		if ovs == nil {
+			var err error
+			ovs, err = ovsenv.Attach(n.ovsDir())
+			errs = append(errs, err)
+		}
+		if ovs != nil {
+			errs = append(errs, ovs.Stop())
+		}
+	}
+	errs = append(errs, n.cleanUp(), leaveHost(n))
+	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("removing node %s: %w", n.Name, err)
 	}
 	e.node = nil

@@ -36,6 +36,12 @@ type NodeOptions struct {
 	// a free /24 in 10.244.0.0/16. The host routes it to the node, so that
 	// kube-apiserver reaches pods (aggregated API servers) directly.
 	PodCIDR netip.Prefix
+	// OVS runs an Open vSwitch instance (tools/ovsenv) in the node's
+	// network namespace, as a node of the SDN has; Node.OVSRunDir is its
+	// run dir, for host-path volumes and OVS_RUNDIR. Only the userspace
+	// datapath works on these machines: create bridges with
+	// datapath_type=netdev.
+	OVS bool
 }
 
 // Node is the node of an environment that runs a kubelet. Its fields are
@@ -61,6 +67,9 @@ type Node struct {
 	// CgroupRoot is the cgroup (in every hierarchy) that holds the node's
 	// pods.
 	CgroupRoot string
+	// OVSRunDir is the run dir of the node's Open vSwitch, with its
+	// sockets, when NodeOptions.OVS asked for one; else "".
+	OVSRunDir string
 }
 
 // The process names of a node.
@@ -85,6 +94,7 @@ type nodeState struct {
 	Link       netip.Prefix      `json:"link"`
 	PodCIDR    netip.Prefix      `json:"podCIDR"`
 	CgroupRoot string            `json:"cgroupRoot"`
+	OVS        bool              `json:"ovs,omitempty"`
 	// OwnerPID and OwnerBinary name the process whose death means the node
 	// is abandoned: the program that started it, or, for a detached
 	// environment, its containerd.
@@ -106,12 +116,21 @@ func (n *nodeState) public() *Node {
 		ContainerdAddress: containerdSocket(n.containerdDir()),
 		Labels:            n.Labels,
 		CgroupRoot:        n.CgroupRoot,
+		OVSRunDir:         n.ovsRunDir(),
 	}
 }
 
 func (n *nodeState) containerdDir() string { return filepath.Join(n.NodeDir, "containerd") }
 func (n *nodeState) kubeletDir() string    { return filepath.Join(n.NodeDir, "kubelet") }
 func (n *nodeState) cniConfDir() string    { return filepath.Join(n.NodeDir, "net.d") }
+func (n *nodeState) ovsDir() string        { return filepath.Join(n.NodeDir, "ovs") }
+
+func (n *nodeState) ovsRunDir() string {
+	if !n.OVS {
+		return ""
+	}
+	return filepath.Join(n.ovsDir(), "run")
+}
 
 // ownerAlive reports whether the node's owner still runs.
 func (n *nodeState) ownerAlive() bool {
@@ -142,6 +161,7 @@ func newNodeState(ctx context.Context, dir string, opts NodeOptions, others []*n
 		CgroupRoot: "/" + short,
 		Link:       opts.Link.Masked(),
 		PodCIDR:    opts.PodCIDR.Masked(),
+		OVS:        opts.OVS,
 	}
 	if n.Name == "" {
 		n.Name = defaultNodeName
@@ -228,6 +248,8 @@ func (n *nodeState) forgetRuntimeState() error {
 		filepath.Join(n.containerdDir(), "state"),
 		filepath.Join(n.containerdDir(), "runc"),
 		filepath.Join(n.NodeDir, "ipam"),
+		// A new OVS instance starts from a new database.
+		n.ovsDir(),
 	} {
 		if err := os.RemoveAll(dir); err != nil {
 			return fmt.Errorf("removing the state of an earlier start: %w", err)
@@ -262,7 +284,7 @@ func (n *nodeState) setUpNetwork(ctx context.Context) error {
 }
 
 // cleanUp removes every trace of the node from the host: its processes
-// (kubelet, containerd, shims and containers), its mounts, its cgroups, its
+// (kubelet, containerd, shims, containers and OVS daemons), its mounts, its cgroups, its
 // network namespace and with it the veth pair and the route to its pods. It
 // works from the recorded state alone, so that it also cleans up after a
 // node whose owner died.

@@ -18,6 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/kos-sdn/kos/tools/ovsenv"
 )
 
 // Options configure Start. The zero value starts a throwaway environment in
@@ -100,6 +102,7 @@ type Env struct {
 	procs     []*process
 	comps     components
 	node      *nodeState
+	ovs       *ovsenv.Instance
 	detached  bool
 	removeDir bool
 	stopped   bool

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -57,7 +58,7 @@ func TestIntegrationCluster(t *testing.T) {
 			env, err := testenv.Start(t.Context(), testenv.Options{
 				Dir:        dir,
 				Components: []string{testenv.KubeControllerManager, testenv.KubeScheduler, testenv.Kubelet},
-				Node:       testenv.NodeOptions{Labels: nodeLabels},
+				Node:       testenv.NodeOptions{Labels: nodeLabels, OVS: !detach},
 				Progress:   testWriter{t},
 				Detach:     detach,
 			})
@@ -74,6 +75,7 @@ func TestIntegrationCluster(t *testing.T) {
 
 			if i == 0 {
 				testWorkloads(t, env, tarball)
+				testOVS(t, env)
 			} else {
 				testNode(t, env)
 			}
@@ -291,6 +293,30 @@ func testWorkloads(t *testing.T, env *testenv.Env, tarball string) {
 			t.Errorf("echo's logs: got %q, want %q", got, want)
 		}
 	})
+}
+
+// testOVS checks the node's Open vSwitch: tools on the host reach it through
+// its run dir, and the interfaces of its bridges appear in the node's
+// network namespace.
+func testOVS(t *testing.T, env *testenv.Env) {
+	if env.Node.OVSRunDir == "" {
+		t.Fatal("the node has no Open vSwitch run dir")
+	}
+	ovs := func(args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(t.Context(), "ovs-vsctl", append([]string{"--timeout=20"}, args...)...)
+		cmd.Env = append(os.Environ(), "OVS_RUNDIR="+env.Node.OVSRunDir)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("ovs-vsctl %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	ovs("--may-exist", "add-br", "br-test", "--", "set", "bridge", "br-test", "datapath_type=netdev")
+	if got := ovs("list-br"); got != "br-test" {
+		t.Errorf("bridges: got %q, want br-test", got)
+	}
+	run(t, "ip", "netns", "exec", env.Node.Netns, "ip", "link", "show", "br-test")
 }
 
 // helloPod is a pod template of the hello server on port, ready when it
