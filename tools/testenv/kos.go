@@ -2,8 +2,14 @@ package testenv
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,6 +56,12 @@ type KOSOptions struct {
 
 	// ExtraArgs are more kos-apiserver flags, given last so that they win.
 	ExtraArgs []string
+
+	// EtcdTLS makes its etcd serve clients over TLS only and require a
+	// client certificate, both from a CA of its own in Dir/etcd-certs;
+	// kos-apiserver gets the matching --etcd-cafile, --etcd-certfile and
+	// --etcd-keyfile.
+	EtcdTLS bool
 }
 
 // KOS is a running kos-apiserver with an etcd of its own, delegating
@@ -82,15 +94,19 @@ type KOS struct {
 	service   string
 	args      []string
 	port      int
+	// etcdTLS is nil when its etcd serves plain HTTP.
+	etcdTLS *kosEtcdTLS
 
 	mu   sync.Mutex
 	proc *process
+	etcd *process
 }
 
 var kosNamePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
 // StartKOS builds cmd/kos-apiserver (once per program, into
-// <repo>/.cache/test-bin), starts an etcd for it, starts it on a free
+// <repo>/.cache/test-bin), starts an etcd for it (etcd-kos-<name>, with its
+// data, log and pid file in Dir as StartEtcd's), starts it on a free
 // loopback port and, unless opts.DirectOnly, registers it with the
 // aggregator through an ExternalName Service to localhost. It returns once
 // the server is ready directly and, when registered, through kube-apiserver.
@@ -111,10 +127,6 @@ func (e *Env) StartKOS(ctx context.Context, opts KOSOptions) (*KOS, error) {
 	if err != nil {
 		return nil, err
 	}
-	etcdURL, err := e.StartEtcd(ctx, "kos-"+name)
-	if err != nil {
-		return nil, err
-	}
 	dir := filepath.Join(e.Dir, "kos-"+name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating the folder of kos-apiserver %s: %w", name, err)
@@ -122,11 +134,18 @@ func (e *Env) StartKOS(ctx context.Context, opts KOSOptions) (*KOS, error) {
 	k := &KOS{
 		Name:       name,
 		Dir:        dir,
-		EtcdURL:    etcdURL,
 		CACertFile: filepath.Join(dir, "certs", "apiserver.crt"),
 		env:        e,
 		namespace:  namespace,
 		service:    "kos-apiserver-" + name,
+	}
+	if opts.EtcdTLS {
+		if k.etcdTLS, err = newKOSEtcdTLS(filepath.Join(dir, "etcd-certs")); err != nil {
+			return nil, err
+		}
+	}
+	if err := k.startEtcd(ctx); err != nil {
+		return nil, err
 	}
 	k.args = []string{
 		"--bind-address=127.0.0.1",
@@ -134,12 +153,15 @@ func (e *Env) StartKOS(ctx context.Context, opts KOSOptions) (*KOS, error) {
 		// The aggregator checks the serving certificate against the
 		// Service's DNS name.
 		"--alternate-dns=" + k.service + "." + namespace + ".svc",
-		"--etcd-servers=" + etcdURL,
+		"--etcd-servers=" + k.EtcdURL,
 		"--etcd-prefix=/kos",
 		"--kubeconfig=" + e.Kubeconfig,
 		"--authentication-kubeconfig=" + e.Kubeconfig,
 		"--authorization-kubeconfig=" + e.Kubeconfig,
 		"--v=1",
+	}
+	if t := k.etcdTLS; t != nil {
+		k.args = append(k.args, "--etcd-cafile="+t.caFile, "--etcd-certfile="+t.clientCertFile, "--etcd-keyfile="+t.clientKeyFile)
 	}
 	k.args = append(k.args, opts.ExtraArgs...)
 	if err := k.start(ctx, bin, 0); err != nil {
@@ -366,6 +388,196 @@ func (k *KOS) Restart(ctx context.Context) error {
 		return fmt.Errorf("creating an aggregator client: %w", err)
 	}
 	return k.waitAggregated(ctx, kube, agg)
+}
+
+// RestartEtcd stops the etcd of kos-apiserver and starts it again on the
+// same ports, data and certificates, and returns once it is healthy.
+// kos-apiserver keeps running and reconnects on its own; until it has, its
+// requests fail.
+func (k *KOS) RestartEtcd(ctx context.Context) error {
+	k.mu.Lock()
+	old := k.etcd
+	k.mu.Unlock()
+	if err := old.stop(stopGrace); err != nil {
+		return err
+	}
+	// kos-apiserver knows only this client URL, so the ports cannot move.
+	_, err := k.runEtcd(ctx, old.Args, old.URL, old.PeerURL)
+	return err
+}
+
+// startEtcd starts the etcd of kos-apiserver on free loopback ports and
+// sets EtcdURL. It retries on other ports when another program took one
+// between picking and binding it.
+func (k *KOS) startEtcd(ctx context.Context) error {
+	e := k.env
+	name := "etcd-kos-" + k.Name
+	for attempt := 1; ; attempt++ {
+		var ps ports
+		clientPort, err := ps.pick(0)
+		if err != nil {
+			return err
+		}
+		peerPort, err := ps.pick(0)
+		if err != nil {
+			return err
+		}
+		scheme := "http"
+		if k.etcdTLS != nil {
+			scheme = "https"
+		}
+		clientURL := scheme + "://127.0.0.1:" + strconv.Itoa(clientPort)
+		peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
+		args := []string{
+			"--name=" + name,
+			"--data-dir=" + filepath.Join(e.Dir, name),
+			"--listen-client-urls=" + clientURL,
+			"--advertise-client-urls=" + clientURL,
+			"--listen-peer-urls=" + peerURL,
+			"--initial-advertise-peer-urls=" + peerURL,
+			"--initial-cluster=" + name + "=" + peerURL,
+			// Tests trade durability for speed.
+			"--unsafe-no-fsync",
+			"--log-level=warn",
+		}
+		if t := k.etcdTLS; t != nil {
+			args = append(args, "--cert-file="+t.serverCertFile, "--key-file="+t.serverKeyFile,
+				"--trusted-ca-file="+t.caFile, "--client-cert-auth")
+		}
+		p, err := k.runEtcd(ctx, args, clientURL, peerURL)
+		if err != nil && attempt < 3 && p != nil && portTaken(p) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		k.EtcdURL = clientURL
+		return nil
+	}
+}
+
+// runEtcd starts the etcd of kos-apiserver with args and waits until it is
+// healthy. When it does not become healthy, it returns the stopped process
+// with the error, so that the caller can tell whether it lost a port.
+func (k *KOS) runEtcd(ctx context.Context, args []string, clientURL, peerURL string) (*process, error) {
+	e := k.env
+	name := "etcd-kos-" + k.Name
+	e.mu.Lock()
+	if e.stopped {
+		e.mu.Unlock()
+		return nil, errors.New("the environment is stopped")
+	}
+	for _, p := range e.procs {
+		if p.Name == name && p.running() {
+			e.mu.Unlock()
+			return nil, fmt.Errorf("%s already runs at %s", name, p.URL)
+		}
+	}
+	p, err := startProcess(e.Dir, name, filepath.Join(e.BinDir, "etcd"), args, e.detached)
+	if err == nil {
+		p.URL, p.PeerURL = clientURL, peerURL
+		err = e.track(p)
+	}
+	e.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	k.mu.Lock()
+	k.etcd = p
+	k.mu.Unlock()
+	err = e.waitReady(ctx, p, func(ctx context.Context) error {
+		if k.etcdTLS == nil {
+			return etcdHealthy(ctx, clientURL)
+		}
+		return k.etcdTLS.healthy(ctx, clientURL)
+	})
+	if err != nil {
+		return p, errors.Join(err, p.stop(stopGrace))
+	}
+	return p, nil
+}
+
+// kosEtcdTLS are the files of an etcd that serves clients over TLS only and
+// requires a client certificate, and the client that checks its health.
+type kosEtcdTLS struct {
+	caFile, serverCertFile, serverKeyFile, clientCertFile, clientKeyFile string
+
+	client *http.Client
+}
+
+// newKOSEtcdTLS writes a CA, a serving certificate for 127.0.0.1 and a
+// client certificate into dir.
+func newKOSEtcdTLS(dir string) (*kosEtcdTLS, error) {
+	ca, err := newCA("kos-etcd-ca")
+	if err != nil {
+		return nil, err
+	}
+	server, err := ca.issue(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: "kos-etcd"},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+	})
+	if err != nil {
+		return nil, err
+	}
+	client, err := ca.issueClient("kos-apiserver", nil)
+	if err != nil {
+		return nil, err
+	}
+	t := &kosEtcdTLS{
+		caFile:         filepath.Join(dir, "ca.crt"),
+		serverCertFile: filepath.Join(dir, "server.crt"),
+		serverKeyFile:  filepath.Join(dir, "server.key"),
+		clientCertFile: filepath.Join(dir, "client.crt"),
+		clientKeyFile:  filepath.Join(dir, "client.key"),
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", dir, err)
+	}
+	for path, data := range map[string][]byte{
+		t.caFile:         ca.certPEM,
+		t.serverCertFile: server.certPEM,
+		t.serverKeyFile:  server.keyPEM,
+		t.clientCertFile: client.certPEM,
+		t.clientKeyFile:  client.keyPEM,
+	} {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			return nil, fmt.Errorf("writing %s: %w", path, err)
+		}
+	}
+	cert, err := tls.X509KeyPair(client.certPEM, client.keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("loading the etcd client certificate: %w", err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.cert)
+	t.client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs:      roots,
+		Certificates: []tls.Certificate{cert},
+	}}}
+	return t, nil
+}
+
+// healthy asks etcd's /health endpoint over TLS. etcd answers 503 when it
+// is not healthy.
+func (t *kosEtcdTLS) healthy(ctx context.Context, clientURL string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, clientURL+"/health", nil)
+	if err != nil {
+		return fmt.Errorf("building the health request: %w", err)
+	}
+	resp, err := t.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("asking etcd's health: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if err != nil {
+		return fmt.Errorf("reading etcd's health: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("etcd not healthy: %s %s", resp.Status, body)
+	}
+	return nil
 }
 
 var (
