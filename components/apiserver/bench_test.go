@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	kosclient "github.com/kos-sdn/kos/components/generated/clientset/versioned"
+	"github.com/kos-sdn/kos/tools/testenv"
 )
 
 // benchClients is how many clients create at once, as the issue asks.
@@ -115,7 +116,7 @@ func BenchmarkAttachmentList(b *testing.B) {
 
 // benchFixture is a kos-apiserver with its own etcd and a namespace to fill.
 type benchFixture struct {
-	srv *kosServer
+	kos *testenv.KOS
 	ns  string
 	// count is how many attachments grow made so far.
 	count int
@@ -123,11 +124,9 @@ type benchFixture struct {
 
 func newBenchFixture(b *testing.B) *benchFixture {
 	b.Helper()
-	dir := b.TempDir()
-	etcd := startKOSEtcd(b, dir, nil)
-	srv := startKOSServer(b, dir, etcd, kosServerOptions{extraArgs: []string{"--v=0"}})
+	kos := startKOS(b, testenv.KOSOptions{Name: "bench", DirectOnly: true, ExtraArgs: []string{"--v=0"}})
 	ns := newNamespace(b)
-	f := &benchFixture{srv: srv, ns: ns}
+	f := &benchFixture{kos: kos, ns: ns}
 	mustCreateSubnet(b, f.clients(b, 1)[0], newSubnet(ns, "s1", "10.0.0.0/8", 1))
 	return f
 }
@@ -138,7 +137,7 @@ func (f *benchFixture) clients(b *testing.B, n int) []*kosclient.Clientset {
 	b.Helper()
 	out := make([]*kosclient.Clientset, n)
 	for i := range out {
-		cfg := rest.CopyConfig(f.srv.direct)
+		cfg := rest.CopyConfig(f.kos.DirectConfig)
 		cfg.QPS = -1
 		// A custom dialer keeps client-go from sharing one transport.
 		dialer := &net.Dialer{Timeout: 30 * time.Second}
@@ -186,7 +185,16 @@ func (f *benchFixture) grow(b *testing.B, size, nodes, vnis int) {
 // rssMiB returns the resident memory of the kos-apiserver process.
 func (f *benchFixture) rssMiB(b *testing.B) float64 {
 	b.Helper()
-	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(f.srv.cmd.Process.Pid), "status"))
+	pid := 0
+	for _, p := range env.Processes() {
+		if p.Name == "kos-apiserver-"+f.kos.Name && p.Running {
+			pid = p.PID
+		}
+	}
+	if pid == 0 {
+		b.Fatalf("kos-apiserver %s does not run", f.kos.Name)
+	}
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
 	if err != nil {
 		b.Fatalf("reading the server's memory: %v", err)
 	}

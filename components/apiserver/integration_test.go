@@ -20,16 +20,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	kosclient "github.com/kos-sdn/kos/components/generated/clientset/versioned"
-)
-
-// The namespace and name of the Service the APIService points at; the
-// serving certificate must be valid for <name>.<namespace>.svc.
-const (
-	serviceNamespace = "kos-system"
-	serviceName      = "kos-apiserver"
+	"github.com/kos-sdn/kos/tools/testenv"
 )
 
 // TestIntegrationAPI runs one kos-apiserver, with its own etcd, next to a real
@@ -37,12 +32,9 @@ const (
 // API through both paths: the aggregator, as users see it, and directly, as
 // the controllers and agents use it.
 func TestIntegrationAPI(t *testing.T) {
-	dir := t.TempDir()
-	etcd := startKOSEtcd(t, dir, nil)
-	srv := startKOSServer(t, dir, etcd, kosServerOptions{serviceDNS: serviceName + "." + serviceNamespace + ".svc"})
-	registerAPIService(t, srv, serviceNamespace, serviceName)
+	kos := startKOS(t, testenv.KOSOptions{Name: "api"})
 	clients := apiClients{
-		direct:     kosClient(t, srv.direct),
+		direct:     kosClient(t, kos.DirectConfig),
 		aggregated: kosClient(t, env.RESTConfig),
 	}
 
@@ -53,7 +45,7 @@ func TestIntegrationAPI(t *testing.T) {
 	t.Run("StatusSpecSeparation", func(t *testing.T) { testStatusSpecSeparation(t, clients) })
 	t.Run("WriteSections", func(t *testing.T) { testWriteSections(t, clients) })
 	t.Run("FieldSelectors", func(t *testing.T) { testFieldSelectors(t, clients) })
-	t.Run("DelegatedAuthorization", func(t *testing.T) { testDelegatedAuthorization(t, srv) })
+	t.Run("DelegatedAuthorization", func(t *testing.T) { testDelegatedAuthorization(t, kos) })
 	t.Run("Kubectl", func(t *testing.T) { testKubectl(t, clients) })
 }
 
@@ -782,17 +774,17 @@ func listNames(t *testing.T, client *kosclient.Clientset, ns, resource, selector
 	return names
 }
 
-func testDelegatedAuthorization(t *testing.T, srv *kosServer) {
+func testDelegatedAuthorization(t *testing.T, kos *testenv.KOS) {
 	ctx := context.Background()
 	denied, allowed := newNamespace(t), newNamespace(t)
 	_, aliceAggregated, err := env.NewUserKubeconfig("alice")
 	if err != nil {
 		t.Fatalf("creating a user: %v", err)
 	}
-	aliceDirect := *srv.direct
+	aliceDirect := rest.CopyConfig(kos.DirectConfig)
 	aliceDirect.TLSClientConfig.CertData = aliceAggregated.TLSClientConfig.CertData
 	aliceDirect.TLSClientConfig.KeyData = aliceAggregated.TLSClientConfig.KeyData
-	clients := apiClients{direct: kosClient(t, &aliceDirect), aggregated: kosClient(t, aliceAggregated)}
+	clients := apiClients{direct: kosClient(t, aliceDirect), aggregated: kosClient(t, aliceAggregated)}
 
 	// Without any grant, both paths refuse; directly, kos-apiserver refuses
 	// after asking the main cluster.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	kosclient "github.com/kos-sdn/kos/components/generated/clientset/versioned"
+	"github.com/kos-sdn/kos/tools/testenv"
 )
 
 // TestIntegrationRestart checks that objects survive a restart of kos-apiserver
@@ -18,10 +19,8 @@ import (
 // kos-apiserver's etcd client TLS flags are exercised too.
 func TestIntegrationRestart(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	etcd := startKOSEtcd(t, dir, newEtcdTLS(t, dir))
-	srv := startKOSServer(t, dir, etcd, kosServerOptions{})
-	client := kosClient(t, srv.direct)
+	kos := startKOS(t, testenv.KOSOptions{Name: "restart", DirectOnly: true, EtcdTLS: true})
+	client := kosClient(t, kos.DirectConfig)
 	c := client.NetworkV1alpha1()
 
 	ns := newNamespace(t)
@@ -40,19 +39,27 @@ func TestIntegrationRestart(t *testing.T) {
 	want := snapshot(t, client, ns)
 
 	began := time.Now()
-	srv.stop()
+	if err := kos.Stop(); err != nil {
+		t.Fatalf("stopping kos-apiserver: %v", err)
+	}
 	stopped := time.Now()
-	srv.restart(t)
+	if err := kos.Restart(ctx); err != nil {
+		t.Fatalf("restarting kos-apiserver: %v", err)
+	}
+	// Restart moves to another port when its own was taken meanwhile.
+	client = kosClient(t, kos.DirectConfig)
+	c = client.NetworkV1alpha1()
 	t.Logf("kos-apiserver stopped in %s and was ready again %s later", stopped.Sub(began).Round(time.Millisecond), time.Since(stopped).Round(time.Millisecond))
 	if diff := cmp.Diff(snapshot(t, client, ns), want); diff != "" {
 		t.Errorf("objects after a kos-apiserver restart (-got +want):\n%s", diff)
 	}
 
 	began = time.Now()
-	etcd.stop()
-	etcd.restart(t)
+	if err := kos.RestartEtcd(ctx); err != nil {
+		t.Fatalf("restarting etcd: %v", err)
+	}
 	// kos-apiserver reconnects on its own; until then requests fail.
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, startTimeout, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
 		_, err := c.Subnets(ns).List(ctx, metav1.ListOptions{})
 		return err == nil, nil
 	})
