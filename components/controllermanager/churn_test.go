@@ -49,6 +49,10 @@ func churn(ctx context.Context, t *testing.T, c versioned.Interface, seed uint64
 			mu.Unlock()
 		}
 	}
+	// Two rivals that stay all along, so that the managers always have a
+	// conflict to settle, whatever the random churn below happens to make.
+	seedRivals(ctx, t, c, namespaces, vnis[0], blocks(vnis[0])[0])
+
 	var wg sync.WaitGroup
 	// Subnets.
 	wg.Go(func() {
@@ -119,6 +123,37 @@ func churn(ctx context.Context, t *testing.T, c versioned.Interface, seed uint64
 	})
 	wg.Wait()
 	return writes
+}
+
+// seedRivals creates two overlapping subnets of one VNI at the same moment,
+// named rival-a and rival-b (names the churn never touches), in the first
+// namespace. The server's own conflict check is best effort against its
+// cache, so creating them one after the other would be refused; created at
+// once they usually both pass. It tries again until both exist.
+func seedRivals(ctx context.Context, t *testing.T, c versioned.Interface, namespaces []string, vni uint32, block string) {
+	t.Helper()
+	ns := namespaces[0]
+	subnets := c.NetworkV1alpha1().Subnets(ns)
+	for attempt := 1; attempt <= 50; attempt++ {
+		var pair sync.WaitGroup
+		errs := make([]error, 2)
+		for i, name := range []string{"rival-a", "rival-b"} {
+			pair.Go(func() {
+				_, errs[i] = subnets.Create(ctx, newSubnet(ns, name, block, vni), metav1.CreateOptions{})
+			})
+		}
+		pair.Wait()
+		if errs[0] == nil && errs[1] == nil {
+			t.Logf("rival subnets created at once after %d attempts", attempt)
+			return
+		}
+		for _, name := range []string{"rival-a", "rival-b"} {
+			if err := subnets.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				t.Fatalf("deleting %s/%s to try again: %v", ns, name, err)
+			}
+		}
+	}
+	t.Fatalf("could not make two conflicting subnets exist at once in 50 attempts: the server's best-effort check refused one each time")
 }
 
 func sleep(ctx context.Context, d time.Duration) {
