@@ -46,9 +46,9 @@ for bin in "${bins[@]}"; do
   fi
   case "$bin" in
     etcd) pkg=go.etcd.io/etcd/server/v3; ldflags="-s -w" ;;
-    kube-apiserver|kube-controller-manager|kube-scheduler|kubelet|kubectl)
+    kube-apiserver|kube-controller-manager|kube-scheduler|kube-proxy|kubelet|kubectl)
       pkg=k8s.io/kubernetes/cmd/$bin; ldflags=$kube_ldflags ;;
-    *) echo "build.sh: unknown binary $bin (known: etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)" >&2; exit 2 ;;
+    *) echo "build.sh: unknown binary $bin (known: etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl)" >&2; exit 2 ;;
   esac
   echo "building $bin ($([ "$bin" = etcd ] && echo "$etcd_version" || echo "$version")) from the Go module proxy; the first build takes several minutes..." >&2
   start=$(date +%s)

@@ -100,11 +100,13 @@ type upOptions struct {
 	timeout    time.Duration
 	cluster    bool
 	nodeLabels map[string]string
+	nodeOVS    bool
 }
 
 func newUpCommand(o *options) *cobra.Command {
 	u := &upOptions{
 		timeout: 2 * time.Minute,
+		nodeOVS: true,
 		nodeLabels: map[string]string{
 			"role.kos.example.com/control":  "true",
 			"role.kos.example.com/workload": "true",
@@ -119,8 +121,9 @@ When they already run it says so and succeeds. A folder used before keeps its
 certificates, its data and, when free, its ports.
 
 With --cluster it also starts kube-controller-manager, kube-scheduler and a node:
-containerd and kubelet in a network namespace of their own, joined to the host
-by a veth pair, where pods really run. kube-apiserver then listens on the host's
+containerd, kubelet, kube-proxy and Open vSwitch in a network namespace of their
+own, joined to the host by a veth pair, where pods really run and reach
+Services. kube-apiserver then listens on the host's
 end of that link instead of loopback. Images come from DIR's containerd only
 (import them with ctr, see the output), never from a registry. down stops the
 node and removes every trace of it from the host.`,
@@ -132,6 +135,7 @@ node and removes every trace of it from the host.`,
 	cmd.Flags().DurationVar(&u.timeout, "timeout", u.timeout, "how long to wait for each component to become ready")
 	cmd.Flags().BoolVar(&u.cluster, "cluster", false, "also run kube-controller-manager, kube-scheduler and a node with kubelet and containerd")
 	cmd.Flags().StringToStringVar(&u.nodeLabels, "node-labels", u.nodeLabels, "labels of the node, with --cluster")
+	cmd.Flags().BoolVar(&u.nodeOVS, "node-ovs", u.nodeOVS, "run Open vSwitch in the node's network namespace, with --cluster")
 	return cmd
 }
 
@@ -164,8 +168,9 @@ func runUp(ctx context.Context, o *options, u *upOptions) error {
 
 	opts := testenv.Options{Dir: o.dir, Detach: true, Progress: o.err, Timeout: timeout}
 	if u.cluster {
-		opts.Components = []string{testenv.KubeControllerManager, testenv.KubeScheduler, testenv.Kubelet}
+		opts.Components = []string{testenv.KubeControllerManager, testenv.KubeScheduler, testenv.Kubelet, testenv.KubeProxy}
 		opts.Node.Labels = u.nodeLabels
+		opts.Node.OVS = u.nodeOVS
 	}
 	env, err = testenv.Start(ctx, opts)
 	if err != nil {
@@ -209,6 +214,9 @@ Node %s (IP %s, pods in %s) runs pods in network namespace %s.
 Import images (docker-format tarballs) into its containerd:
   ctr --address %s --namespace k8s.io images import IMAGES.tar
 `, n.Name, n.IP, n.PodCIDR, n.Netns, shellQuote(n.ContainerdAddress))
+		if n.OVSRunDir != "" {
+			fmt.Fprintf(o.out, "Its Open vSwitch: OVS_RUNDIR=%s ovs-vsctl show\n", shellQuote(n.OVSRunDir))
+		}
 	}
 }
 
@@ -250,7 +258,7 @@ Nothing to stop is not an error.`,
 			}
 			// In the order Env.Stop stops them: the node, kube-apiserver's
 			// clients, kube-apiserver, then the etcds.
-			first := []string{"kubelet", "containerd", testenv.KubeScheduler, testenv.KubeControllerManager, "kube-apiserver"}
+			first := []string{"kubelet", testenv.KubeProxy, "containerd", testenv.KubeScheduler, testenv.KubeControllerManager, "kube-apiserver"}
 			for _, name := range first {
 				for _, p := range procs {
 					if p.Running && p.Name == name {

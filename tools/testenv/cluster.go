@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -36,11 +37,15 @@ const (
 	// run (with runc, the Debian CNI plugins and a locally built pause
 	// image). See Options.Node and Env.Node.
 	Kubelet = "kubelet"
+	// KubeProxy runs kube-proxy (iptables mode) in the node's network
+	// namespace, so that pods reach Services, kube-apiserver's kubernetes
+	// Service among them. It needs Kubelet.
+	KubeProxy = "kube-proxy"
 )
 
 // components says which of the cluster components an environment runs.
 type components struct {
-	controllerManager, scheduler, kubelet bool
+	controllerManager, scheduler, kubelet, proxy bool
 }
 
 func parseComponents(names []string) (components, error) {
@@ -54,9 +59,14 @@ func parseComponents(names []string) (components, error) {
 			c.scheduler = true
 		case Kubelet:
 			c.kubelet = true
+		case KubeProxy:
+			c.proxy = true
 		default:
-			errs = append(errs, fmt.Errorf("unknown component %q (known: %s, %s, %s)", name, KubeControllerManager, KubeScheduler, Kubelet))
+			errs = append(errs, fmt.Errorf("unknown component %q (known: %s, %s, %s, %s)", name, KubeControllerManager, KubeScheduler, Kubelet, KubeProxy))
 		}
+	}
+	if c.proxy && !c.kubelet {
+		errs = append(errs, fmt.Errorf("%s runs on the node: it needs %s", KubeProxy, Kubelet))
 	}
 	return c, errors.Join(errs...)
 }
@@ -72,6 +82,9 @@ func (c components) binaries() []string {
 	}
 	if c.kubelet {
 		bins = append(bins, Kubelet)
+	}
+	if c.proxy {
+		bins = append(bins, KubeProxy)
 	}
 	return bins
 }
@@ -355,7 +368,38 @@ func (e *Env) startNode(ctx context.Context) error {
 		return fmt.Errorf("creating a client: %w", err)
 	}
 	e.printf("waiting for node %s to be Ready", n.Name)
-	return e.waitReady(ctx, kubelet, func(ctx context.Context) error { return nodeReady(ctx, client, n.Name, started) })
+	if err := e.waitReady(ctx, kubelet, func(ctx context.Context) error { return nodeReady(ctx, client, n.Name, started) }); err != nil {
+		return err
+	}
+	if e.comps.proxy {
+		return e.startProxy(ctx)
+	}
+	return nil
+}
+
+// startProxy starts kube-proxy in the node's network namespace and waits
+// until it has programmed the Services once.
+func (e *Env) startProxy(ctx context.Context) error {
+	n := e.node
+	kubeconfig := filepath.Join(n.NodeDir, proxyKubeconfigFile)
+	if err := writeComponentKubeconfig(e.Dir, kubeconfig, e.APIServerURL, proxyUser, nil); err != nil {
+		return err
+	}
+	config, err := writeProxyConfig(n, kubeconfig)
+	if err != nil {
+		return err
+	}
+	e.printf("starting kube-proxy in %s", n.Netns)
+	p, err := startIn(e.Dir, KubeProxy, n.Netns, filepath.Join(e.BinDir, KubeProxy), []string{"--config=" + config}, e.detached)
+	if err != nil {
+		return err
+	}
+	// Its health server listens on the node's IP, which the host reaches.
+	p.URL = "http://" + net.JoinHostPort(n.nodeIP().String(), strconv.Itoa(proxyHealthzPort))
+	if err := e.track(p); err != nil {
+		return err
+	}
+	return e.waitReady(ctx, p, func(ctx context.Context) error { return healthz(ctx, p.URL) })
 }
 
 // importPause builds the pause image and imports it into the node's
@@ -429,8 +473,8 @@ func (e *Env) proc(name string) *process {
 	return nil
 }
 
-// stopNode stops the node's processes: kubelet first, so that it restarts
-// nothing, then the pods' processes, then containerd. The node's network
+// stopNode stops the node's processes: kubelet and kube-proxy first, so that
+// nothing restarts pods, then the pods' processes, then containerd. The node's network
 // stays until removeNode, after kube-apiserver has stopped: kube-apiserver
 // listens on the node link, and its connections to itself would hang if the
 // address went away under them.
@@ -440,8 +484,10 @@ func (e *Env) stopNode() error {
 		return nil
 	}
 	var errs []error
-	if p := e.proc(kubeletName); p != nil {
-		errs = append(errs, p.stop(stopGrace))
+	for _, name := range []string{kubeletName, KubeProxy} {
+		if p := e.proc(name); p != nil {
+			errs = append(errs, p.stop(stopGrace))
+		}
 	}
 	if hierarchies, err := cgroupHierarchies(); err != nil {
 		errs = append(errs, err)

@@ -27,23 +27,24 @@ func TestParseComponents(t *testing.T) {
 	}{
 		{names: nil, wantBins: []string{"etcd", "kube-apiserver"}},
 		{
-			names:    []string{Kubelet, KubeScheduler, KubeControllerManager},
-			want:     components{controllerManager: true, scheduler: true, kubelet: true},
-			wantBins: []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet"},
+			names:    []string{KubeProxy, Kubelet, KubeScheduler, KubeControllerManager},
+			want:     components{controllerManager: true, scheduler: true, kubelet: true, proxy: true},
+			wantBins: []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy"},
 		},
 		{
 			names:    []string{KubeControllerManager},
 			want:     components{controllerManager: true},
 			wantBins: []string{"etcd", "kube-apiserver", "kube-controller-manager"},
 		},
-		{names: []string{"kube-proxy", "etcd"}, wantErr: `unknown component "kube-proxy"`},
+		{names: []string{"kube-dns", "etcd"}, wantErr: `unknown component "kube-dns"`},
+		{names: []string{KubeProxy}, wantErr: "kube-proxy runs on the node: it needs kubelet"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.names, ","), func(t *testing.T) {
 			got, err := parseComponents(tt.names)
 			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.Contains(err.Error(), `"etcd"`) {
-					t.Fatalf("parseComponents: got error %v, want one naming %s and etcd", err, tt.wantErr)
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("parseComponents: got error %v, want one saying %s", err, tt.wantErr)
 				}
 				return
 			}
@@ -169,6 +170,10 @@ func TestConfigs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	proxy, err := writeProxyConfig(n, "/env/node/kube-proxy.kubeconfig")
+	if err != nil {
+		t.Fatal(err)
+	}
 	read := func(path string) string {
 		data, err := os.ReadFile(path)
 		if err != nil {
@@ -180,6 +185,7 @@ func TestConfigs(t *testing.T) {
 	got := map[string]string{
 		"containerd.toml":      containerdConfig("/env/node/containerd", ContainerdOptions{SandboxImage: "kos.example.com/pause:1", CNIConfDir: "/env/node/net.d"}),
 		"kubelet.json":         read(kubelet),
+		"kube-proxy.json":      read(proxy),
 		"kubelet-args.txt":     strings.Join(kubeletArgs("/env/node/kubelet.json", n), "\n") + "\n",
 		"10-kos-node.conflist": read(filepath.Join(dir, "node", "net.d", "10-kos-node.conflist")),
 	}

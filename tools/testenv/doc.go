@@ -17,11 +17,13 @@
 // Options.Components adds the rest of a cluster, each built like
 // kube-apiserver: kube-controller-manager (garbage collection, default
 // ServiceAccounts, Deployments, ...), kube-scheduler, and a node whose pods
-// really run. The node is a network namespace of its own, joined to the host
-// by a veth pair on a private link network, where containerd (Debian's, with
-// runc and the Debian CNI plugins, and a pause image built by
-// tools/images) and kubelet run with every file they can be told about under
-// Dir; kube-apiserver then listens on the host's end of the link. Images come
+// really run, with kube-proxy so that they reach Services. The node is a
+// network namespace of its own, joined to the host by a veth pair on a
+// private link network, where containerd (Debian's, with runc and the Debian
+// CNI plugins, and a pause image built by tools/images), kubelet, kube-proxy
+// and, if asked, Open vSwitch run with every file they can be told about
+// under Dir; kube-apiserver then listens on the host's end of the link, and
+// pods reach it through the kubernetes Service. Images come
 // only from tarballs imported with Env.ImportImages. Stop removes every trace
 // of the node: processes (shims and containers too), mounts, cgroups, the
 // namespace and its link, and, when the last node on the host stops, the few

@@ -44,13 +44,14 @@ var hostSysctls = []string{
 // hostPaths are the fixed host paths kubelet, containerd and its shims
 // create even when told to keep their files elsewhere: the device-plugin
 // folder, the symlinks to container logs, libcni's result cache, the shims'
-// sockets and ctr's fifos.
+// sockets and ctr's fifos; and the lock of iptables, which kube-proxy runs.
 var hostPaths = []string{
 	"/var/lib/kubelet",
 	"/var/log/containers",
 	"/var/log/pods",
 	"/var/lib/cni",
 	"/run/containerd",
+	"/run/xtables.lock",
 }
 
 // hostState is the content of hostStateFile.

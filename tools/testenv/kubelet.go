@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -162,4 +163,70 @@ func nodeReady(ctx context.Context, client kubernetes.Interface, name string, si
 		return nil
 	}
 	return fmt.Errorf("node %s has no Ready condition yet", name)
+}
+
+// kube-proxy's files, in the node's folder, and its user, which RBAC's
+// default system:node-proxier binding names.
+const (
+	proxyKubeconfigFile = "kube-proxy.kubeconfig"
+	proxyUser           = "system:kube-proxy"
+	proxyHealthzPort    = 10256
+)
+
+// proxyConfig is the part of kubeproxy.config.k8s.io/v1alpha1
+// KubeProxyConfiguration the node sets, spelled out like kubeletConfig.
+type proxyConfig struct {
+	Kind               string               `json:"kind"`
+	APIVersion         string               `json:"apiVersion"`
+	ClientConnection   proxyClient          `json:"clientConnection"`
+	HostnameOverride   string               `json:"hostnameOverride"`
+	BindAddress        string               `json:"bindAddress"`
+	HealthzBindAddress string               `json:"healthzBindAddress"`
+	MetricsBindAddress string               `json:"metricsBindAddress"`
+	Mode               string               `json:"mode"`
+	ClusterCIDR        string               `json:"clusterCIDR"`
+	NodePortAddresses  []string             `json:"nodePortAddresses"`
+	OOMScoreAdj        int32                `json:"oomScoreAdj"`
+	Conntrack          proxyConntrackConfig `json:"conntrack"`
+}
+
+type proxyClient struct {
+	Kubeconfig string `json:"kubeconfig"`
+}
+
+type proxyConntrackConfig struct {
+	MaxPerCore            int32  `json:"maxPerCore"`
+	Min                   int32  `json:"min"`
+	TCPEstablishedTimeout string `json:"tcpEstablishedTimeout"`
+	TCPCloseWaitTimeout   string `json:"tcpCloseWaitTimeout"`
+}
+
+// writeProxyConfig writes kube-proxy's configuration file and returns its
+// path. kube-proxy programs iptables in the node's network namespace only.
+// It leaves the connection-tracking settings alone, since they belong to the
+// whole host, and its own oom_score_adj, which root may not lower here.
+func writeProxyConfig(n *nodeState, kubeconfig string) (string, error) {
+	cfg := proxyConfig{
+		Kind:               "KubeProxyConfiguration",
+		APIVersion:         "kubeproxy.config.k8s.io/v1alpha1",
+		ClientConnection:   proxyClient{Kubeconfig: kubeconfig},
+		HostnameOverride:   n.Name,
+		BindAddress:        n.nodeIP().String(),
+		HealthzBindAddress: n.nodeIP().String() + ":" + strconv.Itoa(proxyHealthzPort),
+		MetricsBindAddress: "127.0.0.1:10249",
+		Mode:               "iptables",
+		ClusterCIDR:        n.PodCIDR.String(),
+		NodePortAddresses:  []string{n.nodeIP().String() + "/32"},
+		OOMScoreAdj:        0,
+		Conntrack:          proxyConntrackConfig{TCPEstablishedTimeout: "0s", TCPCloseWaitTimeout: "0s"},
+	}
+	data, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return "", fmt.Errorf("encoding the kube-proxy configuration: %w", err)
+	}
+	path := filepath.Join(n.NodeDir, "kube-proxy.json")
+	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
+		return "", fmt.Errorf("writing the kube-proxy configuration: %w", err)
+	}
+	return path, nil
 }

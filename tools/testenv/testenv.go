@@ -542,7 +542,7 @@ func (e *Env) stopProcesses() error {
 	// The node first, then kube-apiserver's clients, then kube-apiserver,
 	// and the etcds it writes to last.
 	errs := []error{e.stopNode()}
-	first := []string{kubeletName, containerdName, KubeScheduler, KubeControllerManager, apiServerName}
+	first := []string{kubeletName, KubeProxy, containerdName, KubeScheduler, KubeControllerManager, apiServerName}
 	for _, name := range first {
 		for _, p := range e.procs {
 			if p.Name == name {

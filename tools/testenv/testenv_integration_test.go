@@ -229,8 +229,8 @@ func TestIntegrationStartFailure(t *testing.T) {
 		},
 		{
 			name:     "unknown component",
-			opts:     Options{Components: []string{KubeScheduler, "kube-proxy"}},
-			wantErrs: []string{`unknown component "kube-proxy"`},
+			opts:     Options{Components: []string{KubeScheduler, "kube-dns"}},
+			wantErrs: []string{`unknown component "kube-dns"`},
 		},
 	}
 	for _, tt := range tests {

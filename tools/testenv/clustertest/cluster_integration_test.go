@@ -57,7 +57,7 @@ func TestIntegrationCluster(t *testing.T) {
 			began := time.Now()
 			env, err := testenv.Start(t.Context(), testenv.Options{
 				Dir:        dir,
-				Components: []string{testenv.KubeControllerManager, testenv.KubeScheduler, testenv.Kubelet},
+				Components: []string{testenv.KubeControllerManager, testenv.KubeScheduler, testenv.Kubelet, testenv.KubeProxy},
 				Node:       testenv.NodeOptions{Labels: nodeLabels, OVS: !detach},
 				Progress:   testWriter{t},
 				Detach:     detach,
@@ -238,6 +238,16 @@ func testWorkloads(t *testing.T, env *testenv.Env, tarball string) {
 		out := execIn(t, env, ns, first.Name, "hello", "get", "http://"+second.Status.PodIP+":8080/")
 		if want := "hello from " + second.Name + "\n"; out != want {
 			t.Errorf("exec in %s: got %q, want %q", first.Name, out, want)
+		}
+	})
+
+	t.Run("pods reach kube-apiserver", func(t *testing.T) {
+		// Through the kubernetes Service, which kube-proxy maps to
+		// kube-apiserver on the host's end of the node link, trusting the
+		// cluster's CA and with the pod's own token.
+		out := execIn(t, env, ns, first.Name, "hello", "api", "/version")
+		if !strings.Contains(out, `"gitVersion": "`+env.Version+`"`) {
+			t.Errorf("GET /version from pod %s: got %q, want gitVersion %s", first.Name, out, env.Version)
 		}
 	})
 

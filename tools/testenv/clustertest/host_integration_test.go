@@ -30,7 +30,7 @@ var hostSysctls = []string{
 var hostPaths = []string{
 	"/var/lib/kubelet", "/var/log/containers", "/var/log/pods", "/var/lib/cni",
 	"/run/containerd", "/var/lib/containerd", "/opt/containerd", "/etc/cni",
-	"/opt/cni", "/etc/kubernetes", "/run/kubernetes", "/etc/containerd",
+	"/opt/cni", "/etc/kubernetes", "/run/kubernetes", "/etc/containerd", "/run/xtables.lock",
 }
 
 // hostState is what the tests compare before and after a cluster.

@@ -3,13 +3,19 @@
 //
 //	hello [-listen :8080]   serve / (hello from <host name>) and /healthz
 //	hello get URL           print the body that a GET of URL returns
+//	hello api PATH          print what kube-apiserver answers to a GET of PATH,
+//	                        reached as pods reach it: through the kubernetes
+//	                        Service, with the pod's service-account token
 package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -18,8 +24,12 @@ import (
 )
 
 func main() {
-	if len(os.Args) == 3 && os.Args[1] == "get" {
-		if err := get(os.Args[2]); err != nil {
+	if len(os.Args) == 3 && (os.Args[1] == "get" || os.Args[1] == "api") {
+		do := get
+		if os.Args[1] == "api" {
+			do = api
+		}
+		if err := do(os.Args[2]); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -59,8 +69,47 @@ func serve(ctx context.Context, listen string) error {
 }
 
 func get(url string) error {
-	client := &http.Client{Timeout: 10 * time.Second}
-	resp, err := client.Get(url)
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	return show(&http.Client{Timeout: 10 * time.Second}, req)
+}
+
+// serviceAccountDir is where kubelet mounts a pod's service-account token and
+// the cluster's CA.
+const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+func api(path string) error {
+	token, err := os.ReadFile(serviceAccountDir + "/token")
+	if err != nil {
+		return err
+	}
+	ca, err := os.ReadFile(serviceAccountDir + "/ca.crt")
+	if err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return fmt.Errorf("no certificate in %s/ca.crt", serviceAccountDir)
+	}
+	host := net.JoinHostPort(os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT"))
+	req, err := http.NewRequest(http.MethodGet, "https://"+host+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+string(token))
+	client := &http.Client{
+		Timeout:   10 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
+	}
+	return show(client, req)
+}
+
+// show prints the body of the answer to req, which must be 200 OK.
+func show(client *http.Client, req *http.Request) error {
+	url := req.URL.String()
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}
