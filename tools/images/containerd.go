@@ -16,7 +16,7 @@ const CRINamespace = "k8s.io"
 func Import(ctx context.Context, address, tarball string) error {
 	cmd := exec.CommandContext(ctx, "ctr", "--address", address, "--namespace", CRINamespace, "images", "import", tarball)
 	if said, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("importing %s into containerd at %s: %w: %s", tarball, address, err, strings.TrimSpace(string(said)))
+		return fmt.Errorf("importing %s into containerd at %s (%s): %w", tarball, address, strings.TrimSpace(string(said)), err)
 	}
 	return nil
 }

@@ -63,7 +63,7 @@ func BuildGo(ctx context.Context, opts GoOptions, pkgs ...string) ([]File, error
 	}
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
 	if said, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build %s: %w: %s", strings.Join(pkgs, " "), err, strings.TrimSpace(string(said)))
+		return nil, fmt.Errorf("go build %s (%s): %w", strings.Join(pkgs, " "), strings.TrimSpace(string(said)), err)
 	}
 	files := make([]File, 0, len(pkgs))
 	for _, pkg := range pkgs {

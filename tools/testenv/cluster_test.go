@@ -330,4 +330,15 @@ func TestHostState(t *testing.T) {
 	if got, err := readSysctl("kernel.panic"); err != nil || got != "1" {
 		t.Errorf("kernel.panic after the last node left: got %q (%v), want 1 as before", got, err)
 	}
+
+	// A node that cannot even be set up leaves no record behind.
+	_, err = joinHost(func([]*nodeState) (*nodeState, error) { return nil, errors.New("no networks") }, warn)
+	if err == nil || err.Error() != "no networks" {
+		t.Errorf("joinHost with a failing node: got error %v, want the node's", err)
+	}
+	for _, gone := range []string{hostStateFile, hostLockFile} {
+		if _, err := os.Stat(gone); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("after a node failed to join an idle host, %s is there (%v)", gone, err)
+		}
+	}
 }

@@ -120,7 +120,7 @@ func startContainerd(ctx context.Context, opts ContainerdOptions) (*process, err
 			return p, nil
 		}
 		if time.Now().After(deadline) {
-			return nil, errors.Join(fmt.Errorf("containerd not answering after 30s (%w); see its log %s", err, p.LogFile), p.stop(stopGrace))
+			return nil, errors.Join(fmt.Errorf("containerd not answering after 30s (see its log %s): %w", p.LogFile, err), p.stop(stopGrace))
 		}
 		select {
 		case <-ctx.Done():

@@ -192,11 +192,14 @@ func joinHost(build func(others []*nodeState) (*nodeState, error), warn func(err
 	if err != nil {
 		return nil, err
 	}
-	defer lock.unlock(false)
 	st, err := readHostState()
 	if err != nil {
+		lock.unlock(false)
 		return nil, err
 	}
+	// With no node left, as when build fails on an idle host, no trace of
+	// the record stays either.
+	defer func() { lock.unlock(len(st.Nodes) == 0) }()
 	if err := st.sweep(); err != nil {
 		// What a dead node left behind is no reason not to start
 		// another.

@@ -277,7 +277,7 @@ func (n *nodeState) setUpNetwork(ctx context.Context) error {
 	}
 	for _, step := range steps {
 		if said, err := exec.CommandContext(ctx, step[0], step[1:]...).CombinedOutput(); err != nil {
-			return fmt.Errorf("setting up the node's network (%s): %w: %s", strings.Join(step, " "), err, bytes.TrimSpace(said))
+			return fmt.Errorf("setting up the node's network (%s: %s): %w", strings.Join(step, " "), bytes.TrimSpace(said), err)
 		}
 	}
 	return nil
@@ -311,7 +311,7 @@ func (n *nodeState) cleanUp() error {
 		if _, err := os.Stat(filepath.Join("/sys/class/net", n.HostLink)); err == nil {
 			said, err := exec.Command("ip", "link", "delete", n.HostLink).CombinedOutput()
 			if err != nil && !bytes.Contains(said, []byte("Cannot find device")) {
-				errs = append(errs, fmt.Errorf("deleting link %s: %w: %s", n.HostLink, err, bytes.TrimSpace(said)))
+				errs = append(errs, fmt.Errorf("deleting link %s (%s): %w", n.HostLink, bytes.TrimSpace(said), err))
 			}
 		}
 	}
