@@ -155,9 +155,9 @@ func (ca *CA) Issue(l Leaf, now time.Time) (*KeyPair, error) {
 
 // Check returns why the PEM-encoded certificate, key and CA bundle of a
 // Secret no longer do for l at now, or "" when they still do: the pair
-// must match, the certificate must verify against this CA for every usage
-// of l, hold exactly l's common name, names and usages, and stay valid for
-// more than RenewBefore; caPEM must be this CA's certificate.
+// must match, the certificate must be valid now and for more than
+// RenewBefore, be signed by this CA for every usage of l, and hold exactly
+// l's common name, names and usages; caPEM must be this CA's certificate.
 func (ca *CA) Check(l Leaf, certPEM, keyPEM, caPEM []byte, now time.Time) string {
 	if len(certPEM) == 0 || len(keyPEM) == 0 {
 		return "certificate or key missing"
@@ -169,13 +169,18 @@ func (ca *CA) Check(l Leaf, certPEM, keyPEM, caPEM []byte, now time.Time) string
 	if err != nil {
 		return "certificate unreadable"
 	}
+	switch {
+	case now.Before(cert.NotBefore):
+		return "not valid before " + cert.NotBefore.UTC().Format(time.DateTime)
+	case !now.Before(cert.NotAfter):
+		return "expired " + cert.NotAfter.UTC().Format(time.DateOnly)
+	case cert.NotAfter.Sub(now) < RenewBefore:
+		return "expires " + cert.NotAfter.UTC().Format(time.DateOnly)
+	}
 	roots := x509.NewCertPool()
 	roots.AddCert(ca.Cert)
-	for _, usage := range l.Usages {
-		opts := x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{usage}}
-		if _, err := cert.Verify(opts); err != nil {
-			return "not valid from the CA"
-		}
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+		return "not signed by the CA"
 	}
 	switch {
 	case cert.Subject.CommonName != l.CommonName:
@@ -184,10 +189,14 @@ func (ca *CA) Check(l Leaf, certPEM, keyPEM, caPEM []byte, now time.Time) string
 		return "names changed"
 	case !sameUsages(cert.ExtKeyUsage, l.Usages):
 		return "usages changed"
-	case cert.NotAfter.Sub(now) < RenewBefore:
-		return "expires " + cert.NotAfter.UTC().Format(time.DateOnly)
 	case !bytes.Equal(caPEM, ca.CertPEM):
 		return "CA bundle differs"
+	}
+	// A CA of an operator's may restrict the usages it signs for.
+	for _, usage := range l.Usages {
+		if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
+			return "usages not allowed by the CA"
+		}
 	}
 	return ""
 }

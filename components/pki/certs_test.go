@@ -5,7 +5,9 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
+	"math/big"
 	"net"
 	"strings"
 	"testing"
@@ -208,12 +210,13 @@ func TestCheck(t *testing.T) {
 		{name: "fresh", leaf: l, cert: kp.CertPEM, key: kp.KeyPEM, caBundle: ca.CertPEM, now: testNow, want: ""},
 		{name: "months later", leaf: l, cert: kp.CertPEM, key: kp.KeyPEM, caBundle: ca.CertPEM, now: testNow.Add(300 * 24 * time.Hour), want: ""},
 		{name: "within 30 days of expiry", leaf: l, cert: kp.CertPEM, key: kp.KeyPEM, caBundle: ca.CertPEM, now: testNow.Add(LeafValidity - RenewBefore + time.Minute), want: "expires 2027-03-01"},
-		{name: "expired", leaf: l, cert: kp.CertPEM, key: kp.KeyPEM, caBundle: ca.CertPEM, now: testNow.Add(LeafValidity + time.Hour), want: "not valid from the CA"},
+		{name: "expired", leaf: l, cert: kp.CertPEM, key: kp.KeyPEM, caBundle: ca.CertPEM, now: testNow.Add(LeafValidity + time.Hour), want: "expired 2027-03-01"},
+		{name: "not valid yet", leaf: l, cert: kp.CertPEM, key: kp.KeyPEM, caBundle: ca.CertPEM, now: testNow.Add(-2 * time.Hour), want: "not valid before 2026-03-01 11:00:00"},
 		{name: "names changed", leaf: moved, cert: kp.CertPEM, key: kp.KeyPEM, caBundle: ca.CertPEM, now: testNow, want: "names changed"},
 		{name: "common name changed", leaf: renamed, cert: kp.CertPEM, key: kp.KeyPEM, caBundle: ca.CertPEM, now: testNow, want: "common name changed"},
-		{name: "usage added", leaf: bothUsages, cert: kp.CertPEM, key: kp.KeyPEM, caBundle: ca.CertPEM, now: testNow, want: "not valid from the CA"},
+		{name: "usage added", leaf: bothUsages, cert: kp.CertPEM, key: kp.KeyPEM, caBundle: ca.CertPEM, now: testNow, want: "usages changed"},
 		{name: "usage removed", leaf: l, cert: bothKP.CertPEM, key: bothKP.KeyPEM, caBundle: ca.CertPEM, now: testNow, want: "usages changed"},
-		{name: "signed by another CA", leaf: l, cert: otherKP.CertPEM, key: otherKP.KeyPEM, caBundle: ca.CertPEM, now: testNow, want: "not valid from the CA"},
+		{name: "signed by another CA", leaf: l, cert: otherKP.CertPEM, key: otherKP.KeyPEM, caBundle: ca.CertPEM, now: testNow, want: "not signed by the CA"},
 		{name: "key of another certificate", leaf: l, cert: kp.CertPEM, key: ownKey, caBundle: ca.CertPEM, now: testNow, want: "certificate and key unreadable or not a pair"},
 		{name: "CA bundle of another CA", leaf: l, cert: kp.CertPEM, key: kp.KeyPEM, caBundle: other.CertPEM, now: testNow, want: "CA bundle differs"},
 		{name: "no certificate", leaf: l, key: kp.KeyPEM, caBundle: ca.CertPEM, now: testNow, want: "certificate or key missing"},
@@ -222,6 +225,54 @@ func TestCheck(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := ca.Check(tt.leaf, tt.cert, tt.key, tt.caBundle, tt.now)
+			if got != tt.want {
+				t.Errorf("Check = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestCheckRestrictedCA checks a CA of an operator's that signs for server
+// authentication only: a certificate it signed for client authentication
+// too is not good.
+func TestCheckRestrictedCA(t *testing.T) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "servers only"},
+		NotBefore:             testNow.Add(-time.Hour),
+		NotAfter:              testNow.Add(CAValidity),
+		KeyUsage:              x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, err := encodeKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := ParseCA(encodeCert(der), keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		leaf Leaf
+		want string
+	}{
+		{APIServerServing("ns"), ""},
+		{EtcdServer("ns"), "usages not allowed by the CA"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.leaf.Secret, func(t *testing.T) {
+			kp := issue(t, ca, tt.leaf, testNow)
+			got := ca.Check(tt.leaf, kp.CertPEM, kp.KeyPEM, ca.CertPEM, testNow)
 			if got != tt.want {
 				t.Errorf("Check = %q, want %q", got, tt.want)
 			}

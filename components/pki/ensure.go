@@ -148,7 +148,8 @@ func (e *Ensurer) EnsureCA(ctx context.Context) (*CA, Result, error) {
 // keeps an existing Secret whose certificate still does (see CA.Check), or
 // that the package did not make, and re-issues the certificate of any other.
 // Losing a race to another run, it reads the Secret again and judges the
-// winner's certificate the same way.
+// winner's certificate the same way. A CA that cannot sign a certificate
+// that would pass the check is an error.
 func (e *Ensurer) EnsureLeaf(ctx context.Context, ca *CA, l Leaf) (Result, error) {
 	logger := klog.FromContext(ctx)
 	secrets := e.Client.CoreV1().Secrets(e.Namespace)
@@ -158,7 +159,7 @@ func (e *Ensurer) EnsureLeaf(ctx context.Context, ca *CA, l Leaf) (Result, error
 	for range maxAttempts {
 		s, err := secrets.Get(ctx, l.Secret, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			kp, err := ca.Issue(l, e.now())
+			kp, err := e.issue(ca, l)
 			if err != nil {
 				return r, err
 			}
@@ -187,7 +188,7 @@ func (e *Ensurer) EnsureLeaf(ctx context.Context, ca *CA, l Leaf) (Result, error
 			logger.V(2).Info("Ensured a certificate", "secret", ref, "action", r.Action)
 			return r, nil
 		}
-		kp, err := ca.Issue(l, e.now())
+		kp, err := e.issue(ca, l)
 		if err != nil {
 			return r, err
 		}
@@ -213,6 +214,22 @@ func (e *Ensurer) EnsureLeaf(ctx context.Context, ca *CA, l Leaf) (Result, error
 		return r, nil
 	}
 	return r, fmt.Errorf("secret %s changed under every one of %d attempts to ensure it", ref, maxAttempts)
+}
+
+// issue signs a certificate for l and checks it as a later run would, so
+// that a CA that cannot sign a good one (it expires within RenewBefore, or
+// an operator's CA restricts the usages) is an error rather than a renewal
+// on every run.
+func (e *Ensurer) issue(ca *CA, l Leaf) (*KeyPair, error) {
+	now := e.now()
+	kp, err := ca.Issue(l, now)
+	if err != nil {
+		return nil, err
+	}
+	if reason := ca.Check(l, kp.CertPEM, kp.KeyPEM, ca.CertPEM, now); reason != "" {
+		return nil, fmt.Errorf("the CA of secret %s cannot sign a lasting certificate for %s (%s): replace the CA, or delete its Secret to make a new one", klog.KRef(e.Namespace, CASecret), l.Secret, reason)
+	}
+	return kp, nil
 }
 
 func (e *Ensurer) caSecret(ca *CA) *corev1.Secret {

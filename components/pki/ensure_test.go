@@ -162,10 +162,10 @@ func TestEnsureRenews(t *testing.T) {
 		now: testNow,
 		want: []string{
 			"secret example-com/kos-ca created",
-			"secret example-com/kos-etcd-server renewed (not valid from the CA)",
-			"secret example-com/kos-etcd-peer renewed (not valid from the CA)",
-			"secret example-com/kos-etcd-client renewed (not valid from the CA)",
-			"secret example-com/kos-apiserver-serving renewed (not valid from the CA)",
+			"secret example-com/kos-etcd-server renewed (not signed by the CA)",
+			"secret example-com/kos-etcd-peer renewed (not signed by the CA)",
+			"secret example-com/kos-etcd-client renewed (not signed by the CA)",
+			"secret example-com/kos-apiserver-serving renewed (not signed by the CA)",
 		},
 	}}
 	for _, tt := range tests {
@@ -227,6 +227,22 @@ func TestEnsureUnusableCA(t *testing.T) {
 	e := &Ensurer{Client: client, Namespace: testNamespace}
 	_, _, err := e.Ensure(context.Background(), nil)
 	want := "secret example-com/kos-ca holds no usable CA (delete it to make a new one, which re-issues every certificate): reading the CA certificate: no PEM certificate"
+	if err == nil || err.Error() != want {
+		t.Errorf("error %v, want %q", err, want)
+	}
+}
+
+func TestEnsureExpiringCA(t *testing.T) {
+	ca, err := NewCA("old", testNow.Add(-CAValidity+10*24*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &Ensurer{Client: fake.NewClientset(), Namespace: testNamespace, Now: func() time.Time { return testNow }}
+	if _, err := e.Client.CoreV1().Secrets(testNamespace).Create(context.Background(), e.caSecret(ca), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = e.Ensure(context.Background(), []Leaf{EtcdClient()})
+	want := "the CA of secret example-com/kos-ca cannot sign a lasting certificate for kos-etcd-client (expires 2026-03-11): replace the CA, or delete its Secret to make a new one"
 	if err == nil || err.Error() != want {
 		t.Errorf("error %v, want %q", err, want)
 	}
