@@ -3,8 +3,10 @@ package clustertest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/netip"
 	"os"
@@ -12,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -102,6 +105,92 @@ func TestIntegrationCluster(t *testing.T) {
 			checkHostRestored(t, before, dir, node)
 		})
 	}
+
+	t.Run("abandoned node", func(t *testing.T) {
+		testAbandonedNode(t, before)
+	})
+}
+
+// testAbandonedNode checks that a node whose owner died without stopping it
+// (here a detached node's containerd, killed) is cleaned up by the next node
+// that starts: its kubelet, shims, containers, mounts, cgroups and network
+// namespace go.
+func testAbandonedNode(t *testing.T, before hostState) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	abandoned, err := testenv.Start(ctx, testenv.Options{
+		Dir: dir, Components: []string{testenv.Kubelet}, Detach: true, Progress: testWriter{t},
+	})
+	if err != nil {
+		t.Fatalf("starting the node to abandon: %v", err)
+	}
+	t.Cleanup(func() { _ = abandoned.Stop() })
+	node := *abandoned.Node
+
+	// A running pod, so that there are a shim, containers and mounts to
+	// clean up. No scheduler and no controller manager run: the pod names
+	// its node, the test makes the ServiceAccount, and the pod mounts no
+	// token (the controller manager publishes the CA that goes with it).
+	client := kubernetes.NewForConfigOrDie(abandoned.RESTConfig)
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
+	if _, err := client.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "pause"},
+		Spec: corev1.PodSpec{
+			NodeName:                     node.Name,
+			AutomountServiceAccountToken: new(bool),
+			Containers:                   []corev1.Container{{Name: "pause", Image: images.PauseTag, ImagePullPolicy: corev1.PullNever}},
+		},
+	}
+	if _, err := client.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the pod to run", func() error { return podReady(ctx, client, metav1.NamespaceDefault, "pause") })
+	if pids := processesNaming(t, filepath.Join(dir, "node")); len(pids) < 3 {
+		t.Fatalf("want kubelet, containerd and a shim naming the node's folder, got %v", pids)
+	}
+
+	for _, p := range abandoned.Processes() {
+		if p.Name == "containerd" {
+			if err := syscall.Kill(p.PID, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitFor(t, 10*time.Second, "containerd to die", func() error {
+		for _, p := range abandoned.Processes() {
+			if p.Name == "containerd" && p.Running {
+				return errors.New("still running")
+			}
+		}
+		return nil
+	})
+
+	next, err := testenv.Start(ctx, testenv.Options{Components: []string{testenv.Kubelet}, Progress: testWriter{t}})
+	if err != nil {
+		t.Fatalf("starting the next node: %v", err)
+	}
+	if pids := processesNaming(t, filepath.Join(dir, "node")); len(pids) > 0 {
+		t.Errorf("processes of the abandoned node run on: %v", pids)
+	}
+	if _, err := os.Stat(filepath.Join("/run/netns", node.Netns)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the abandoned node's network namespace %s is still there (%v)", node.Netns, err)
+	}
+	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory", node.CgroupRoot)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the abandoned node's cgroup %s is still there (%v)", node.CgroupRoot, err)
+	}
+	nextDir, nextNode := next.Dir, *next.Node
+	if err := next.Stop(); err != nil {
+		t.Fatalf("stopping the next node: %v", err)
+	}
+	// What is left of the abandoned environment is its control plane.
+	if err := abandoned.Stop(); err != nil {
+		t.Fatalf("stopping the rest of the abandoned environment: %v", err)
+	}
+	checkHostRestored(t, before, dir, node)
+	checkHostRestored(t, before, nextDir, nextNode)
 }
 
 // testNode checks the node: Ready with the labels asked for, at the IP the
