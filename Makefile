@@ -36,7 +36,7 @@ bench:
 
 ## tools: build the servers the tests run (cached by version under .cache/)
 tools:
-	tools/kube/build.sh && tools/versitygw/build.sh
+	tools/kube/build.sh etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy && tools/versitygw/build.sh
 
 clean:
 	rm -rf bin

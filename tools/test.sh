@@ -11,8 +11,8 @@ step() { printf '\n==> %s\n' "$*"; }
 step "installing system packages the tests need"
 tools/deps.sh
 
-step "building the control plane (etcd, kube-apiserver) from the Go module proxy (cached in .cache/)"
-KOS_KUBE_BIN_DIR=$(tools/kube/build.sh)
+step "building Kubernetes (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy) from the Go module proxy (cached in .cache/)"
+KOS_KUBE_BIN_DIR=$(tools/kube/build.sh etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
 export KOS_KUBE_BIN_DIR
 
 step "building the S3-compatible test server (versitygw) (cached in .cache/)"
