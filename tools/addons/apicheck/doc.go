@@ -1,0 +1,13 @@
+// Package apicheck holds the tests that check the KOS addon bundle against
+// real kube-apiservers, one of each Kubernetes range the releases target:
+// 1.34 (tools/kube) and 1.29 (tools/kube129). Every manifest of every
+// release passes a server-side dry-run apply on each server its
+// kubernetesVersion range contains; channels picks on each server the
+// variant meant for it; and each component's ServiceAccount may do what the
+// component does and nothing else, by the server's own RBAC authorizer.
+// Tests that need no server check what the servers cannot: image tags, and
+// that the alternative releases of addons/local-channel.yaml grant what the
+// bootstrap channel's do.
+//
+// The package has no code of its own beyond its tests.
+package apicheck

@@ -1,0 +1,136 @@
+package apicheck
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+
+	"github.com/kos-sdn/kos/channels"
+	"github.com/kos-sdn/kos/tools/addons/bundle"
+)
+
+// TestIntegrationDryRun applies every manifest of every release of every
+// addon folder, with server-side apply and dry-run, on each server whose
+// version the release's kubernetesVersion range contains, as channels would
+// apply it (its field manager, the selector stamped on). The server must
+// accept every object without a warning, and every release must fit at
+// least one server.
+func TestIntegrationDryRun(t *testing.T) {
+	ctx := context.Background()
+	b, err := bundle.Load(ctx, repoRoot, bundle.Channels)
+	if err != nil {
+		t.Fatalf("loading the addon bundle: %v", err)
+	}
+	fetcher := channels.NewFetcher()
+	for _, f := range b.Folders {
+		if f.LoadErr != nil {
+			t.Errorf("%s does not load: %v", f.Index, f.LoadErr)
+			continue
+		}
+		for _, a := range f.Releases {
+			release := fmt.Sprintf("%s/%s/%s", f.Name, a.VersionString(), a.ID)
+			data, err := fetcher.FetchManifest(ctx, a)
+			if err != nil {
+				t.Errorf("%s: %v", release, err)
+				continue
+			}
+			tested := 0
+			for _, s := range servers {
+				if !s.fits(a) {
+					continue
+				}
+				tested++
+				t.Run(release+"/"+s.String(), func(t *testing.T) {
+					dryRunApply(t, s, a, data)
+				})
+			}
+			if tested == 0 {
+				t.Errorf("release %s (kubernetesVersion %q) fits none of the test servers (%v): start a kube-apiserver of its range in tools/addons/apicheck",
+					release, a.KubernetesVersion, servers)
+			}
+		}
+	}
+}
+
+// dryRunApply applies a release's manifest with dry-run on s and fails the
+// test for every object the server refuses or warns about.
+func dryRunApply(t *testing.T, s *server, a *channels.Addon, data []byte) {
+	ctx := context.Background()
+	objs, err := channels.DecodeObjects(data)
+	if err != nil {
+		t.Fatalf("decoding %s: %v", a.Manifest, err)
+	}
+	channels.StampLabels(objs, a.Selector)
+
+	var mu sync.Mutex
+	var warnings []string
+	cfg := rest.CopyConfig(s.env.RESTConfig)
+	cfg.WarningHandler = warningFunc(func(code int, agent, text string) {
+		mu.Lock()
+		defer mu.Unlock()
+		warnings = append(warnings, text)
+	})
+	client, err := channels.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range objs {
+		what := describeObject(u)
+		mu.Lock()
+		warnings = nil
+		mu.Unlock()
+		if err := apply(ctx, client, u, true); err != nil {
+			t.Errorf("%s: %v", what, err)
+			continue
+		}
+		mu.Lock()
+		if len(warnings) > 0 {
+			t.Errorf("%s: Kubernetes %s warned: %s", what, s, strings.Join(warnings, "; "))
+		}
+		mu.Unlock()
+	}
+}
+
+// apply server-side applies one object as channels does, with dry-run when
+// asked.
+func apply(ctx context.Context, client *channels.Client, u *unstructured.Unstructured, dryRun bool) error {
+	gvk := u.GroupVersionKind()
+	mapping, err := client.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return fmt.Errorf("the server does not serve %s: %w", gvk, err)
+	}
+	opts := metav1.ApplyOptions{FieldManager: channels.FieldManager, Force: true}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	r := client.Dynamic.Resource(mapping.Resource)
+	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+		ns := u.GetNamespace()
+		if ns == "" {
+			ns = channels.DefaultObjectNamespace
+		}
+		_, err = r.Namespace(ns).Apply(ctx, u.GetName(), u, opts)
+	} else {
+		_, err = r.Apply(ctx, u.GetName(), u, opts)
+	}
+	return err
+}
+
+func describeObject(u *unstructured.Unstructured) string {
+	if ns := u.GetNamespace(); ns != "" {
+		return fmt.Sprintf("%s %s/%s", u.GetKind(), ns, u.GetName())
+	}
+	return fmt.Sprintf("%s %s", u.GetKind(), u.GetName())
+}
+
+// warningFunc turns a function into a rest.WarningHandler.
+type warningFunc func(code int, agent, text string)
+
+func (f warningFunc) HandleWarningHeader(code int, agent, text string) { f(code, agent, text) }

@@ -1,0 +1,142 @@
+package apicheck
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/blang/semver/v4"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kos-sdn/kos/channels"
+	"github.com/kos-sdn/kos/tools/testenv"
+)
+
+// bin129Env names the environment variable that points at a folder holding
+// etcd and kube-apiserver 1.29; when it is unset, tools/kube129/build.sh
+// builds them (once) and says where they are.
+const bin129Env = "KOS_KUBE129_BIN_DIR"
+
+// namespace is the namespace of the KOS addons.
+const namespace = "example-com"
+
+// server is one running control plane the bundle is checked against.
+type server struct {
+	env *testenv.Env
+	// version is the server's version as kubernetesVersion ranges see it.
+	version semver.Version
+	kube    kubernetes.Interface
+}
+
+func (s *server) String() string { return "v" + s.version.String() }
+
+// servers are the control planes, newest first.
+var servers []*server
+
+// repoRoot is the repository root.
+var repoRoot string
+
+func TestMain(m *testing.M) { os.Exit(runMain(m)) }
+
+func runMain(m *testing.M) int {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "apicheck: %v\n", err)
+		return 1
+	}
+	repoRoot = root
+	ctx := context.Background()
+	bin129, err := kube129BinDir(ctx, root)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "apicheck: %v\n", err)
+		return 1
+	}
+
+	// Both start at once: each takes seconds, mostly waiting.
+	began := time.Now()
+	dirs := []string{"", bin129}
+	started := make([]*server, len(dirs))
+	errs := make([]error, len(dirs))
+	var wg sync.WaitGroup
+	for i, dir := range dirs {
+		wg.Go(func() { started[i], errs[i] = startServer(ctx, dir) })
+	}
+	wg.Wait()
+	defer func() {
+		for _, s := range started {
+			if s != nil {
+				if err := s.env.Stop(); err != nil {
+					fmt.Fprintf(os.Stderr, "apicheck: stopping Kubernetes %s: %v\n", s, err)
+				}
+			}
+		}
+	}()
+	if err := errors.Join(errs...); err != nil {
+		fmt.Fprintf(os.Stderr, "apicheck: the control planes did not start: %v\n", err)
+		return 1
+	}
+	servers = started
+	fmt.Fprintf(os.Stderr, "apicheck: Kubernetes %s and %s started in %s\n", servers[0], servers[1], time.Since(began).Round(10*time.Millisecond))
+	return m.Run()
+}
+
+// startServer starts etcd and kube-apiserver from binDir ("" for
+// tools/kube's) and makes the namespace of the addons, which dry-run
+// applies of namespaced objects need to exist.
+func startServer(ctx context.Context, binDir string) (*server, error) {
+	env, err := testenv.Start(ctx, testenv.Options{BinDir: binDir})
+	if err != nil {
+		return nil, err
+	}
+	s := &server{env: env}
+	if s.version, err = channels.ServerVersion(env.Version); err != nil {
+		return nil, errors.Join(err, env.Stop())
+	}
+	if s.kube, err = kubernetes.NewForConfig(env.RESTConfig); err != nil {
+		return nil, errors.Join(err, env.Stop())
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
+	if _, err := s.kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, errors.Join(fmt.Errorf("creating namespace %s on Kubernetes %s: %w", namespace, s, err), env.Stop())
+	}
+	return s, nil
+}
+
+// kube129BinDir returns the folder of etcd and kube-apiserver 1.29:
+// $KOS_KUBE129_BIN_DIR, else what tools/kube129/build.sh builds (minutes the
+// first time, then cached).
+func kube129BinDir(ctx context.Context, root string) (string, error) {
+	if dir := os.Getenv(bin129Env); dir != "" {
+		return dir, nil
+	}
+	script := filepath.Join(root, "tools", "kube129", "build.sh")
+	var stdout bytes.Buffer
+	cmd := exec.CommandContext(ctx, "bash", script)
+	cmd.Stdout, cmd.Stderr = &stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("building kube-apiserver 1.29 with %s (or set %s): %w", script, bin129Env, err)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	return strings.TrimSpace(lines[len(lines)-1]), nil
+}
+
+// fits reports whether a release's kubernetesVersion range contains the
+// server's version.
+func (s *server) fits(a *channels.Addon) bool {
+	if a.KubernetesVersion == "" {
+		return true
+	}
+	r, err := semver.ParseRange(a.KubernetesVersion)
+	return err == nil && r(s.version)
+}
