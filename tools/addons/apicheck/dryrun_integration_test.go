@@ -19,9 +19,9 @@ import (
 // TestIntegrationDryRun applies every manifest of every release of every
 // addon folder, with server-side apply and dry-run, on each server whose
 // version the release's kubernetesVersion range contains, as channels would
-// apply it (its field manager, the selector stamped on). The server must
-// accept every object without a warning, and every release must fit at
-// least one server.
+// apply it (its field manager, the selector stamped on), and a pod of each
+// workload. The server must accept every object without a warning, and every
+// release must fit at least one server.
 func TestIntegrationDryRun(t *testing.T) {
 	ctx := context.Background()
 	b, err := bundle.Load(ctx, repoRoot, bundle.Channels)
@@ -60,7 +60,10 @@ func TestIntegrationDryRun(t *testing.T) {
 }
 
 // dryRunApply applies a release's manifest with dry-run on s and fails the
-// test for every object the server refuses or warns about.
+// test for every object the server refuses or warns about. Then it does the
+// same for a pod of each workload, which meets the admission checks of pods
+// (service account, priority class, pod security): for those, the
+// manifest's namespaces and ServiceAccounts are applied for real first.
 func dryRunApply(t *testing.T, s *server, a *channels.Addon, data []byte) {
 	ctx := context.Background()
 	objs, err := channels.DecodeObjects(data)
@@ -68,6 +71,10 @@ func dryRunApply(t *testing.T, s *server, a *channels.Addon, data []byte) {
 		t.Fatalf("decoding %s: %v", a.Manifest, err)
 	}
 	channels.StampLabels(objs, a.Selector)
+	var pods []*unstructured.Unstructured
+	for _, u := range objs {
+		pods = append(pods, podsOf(t, u)...)
+	}
 
 	var mu sync.Mutex
 	var warnings []string
@@ -96,6 +103,66 @@ func dryRunApply(t *testing.T, s *server, a *channels.Addon, data []byte) {
 		}
 		mu.Unlock()
 	}
+	if len(pods) == 0 {
+		return
+	}
+	for _, u := range objs {
+		if gk := u.GroupVersionKind().GroupKind(); gk.Group == "" && (gk.Kind == "Namespace" || gk.Kind == "ServiceAccount") {
+			if err := apply(ctx, client, u, false); err != nil {
+				t.Fatalf("applying %s for the pods: %v", describeObject(u), err)
+			}
+		}
+	}
+	for _, pod := range pods {
+		what := describeObject(pod)
+		mu.Lock()
+		warnings = nil
+		mu.Unlock()
+		if err := apply(ctx, client, pod, true); err != nil {
+			t.Errorf("%s: %v", what, err)
+			continue
+		}
+		mu.Lock()
+		if len(warnings) > 0 {
+			t.Errorf("%s: Kubernetes %s warned: %s", what, s, strings.Join(warnings, "; "))
+		}
+		mu.Unlock()
+	}
+}
+
+// podsOf returns a pod like those a workload makes: its template, named
+// after it, with the volumes of a StatefulSet's claims as its first member
+// has them.
+func podsOf(t *testing.T, u *unstructured.Unstructured) []*unstructured.Unstructured {
+	t.Helper()
+	gvk := u.GroupVersionKind()
+	if gvk.Group != "apps" || (gvk.Kind != "Deployment" && gvk.Kind != "DaemonSet" && gvk.Kind != "StatefulSet") {
+		return nil
+	}
+	template, ok, err := unstructured.NestedMap(u.Object, "spec", "template")
+	if err != nil || !ok {
+		t.Fatalf("%s has no pod template: %v", describeObject(u), err)
+	}
+	pod := &unstructured.Unstructured{Object: template}
+	pod.SetAPIVersion("v1")
+	pod.SetKind("Pod")
+	pod.SetName(strings.ToLower(gvk.Kind) + "-" + u.GetName() + "-0")
+	pod.SetNamespace(u.GetNamespace())
+	claims, _, _ := unstructured.NestedSlice(u.Object, "spec", "volumeClaimTemplates")
+	if len(claims) > 0 {
+		volumes, _, _ := unstructured.NestedSlice(pod.Object, "spec", "volumes")
+		for _, c := range claims {
+			name, _, _ := unstructured.NestedString(c.(map[string]any), "metadata", "name")
+			volumes = append(volumes, map[string]any{
+				"name":                  name,
+				"persistentVolumeClaim": map[string]any{"claimName": name + "-" + u.GetName() + "-0"},
+			})
+		}
+		if err := unstructured.SetNestedSlice(pod.Object, volumes, "spec", "volumes"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return []*unstructured.Unstructured{pod}
 }
 
 // apply server-side applies one object as channels does, with dry-run when
