@@ -5,8 +5,9 @@
 // kubernetesVersion range contains; channels picks on each server the
 // variant meant for it; and each component's ServiceAccount may do what the
 // component does and nothing else, by the server's own RBAC authorizer.
-// Tests that need no server check what the servers cannot: image tags, and
-// that the alternative releases of addons/local-channel.yaml grant what the
+// Tests that need no server check what the servers cannot: image tags, that
+// the kos-pki Roles grant what components/pki says kos-pki needs, and that
+// the alternative releases of addons/local-channel.yaml grant what the
 // bootstrap channel's do.
 //
 // The package has no code of its own beyond its tests.

@@ -4,14 +4,18 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/blang/semver/v4"
 	"github.com/google/go-cmp/cmp"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kos-sdn/kos/channels"
+	"github.com/kos-sdn/kos/components/pki"
 	"github.com/kos-sdn/kos/tools/addons/bundle"
 )
 
@@ -107,4 +111,78 @@ func TestImages(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestPKIRules checks that the Roles of the kos-pki init containers grant
+// exactly what pki.Rules says kos-pki needs for its set of Secrets, and that
+// kos-apiserver's ClusterRole holds the rule for the APIService's CA bundle:
+// the manifests follow the code that makes the certificates.
+func TestPKIRules(t *testing.T) {
+	const apiService = "v1alpha1.network.example.com"
+	etcdRules, _, err := pki.Rules(pki.SetEtcd, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiserverRules, apiserverClusterRules, err := pki.Rules(pki.SetAPIServer, apiService)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	b, err := bundle.Load(ctx, repoRoot, bundle.Channels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetcher := channels.NewFetcher()
+	checked := 0
+	for _, f := range b.Folders {
+		for _, a := range f.Releases {
+			data, err := fetcher.FetchManifest(ctx, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs, err := channels.DecodeObjects(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			manifest := b.Rel(a.Manifest)
+			switch a.Name {
+			case "kos-etcd":
+				checked++
+				if diff := cmp.Diff(etcdRules, rules(t, objs, "Role", "kos-etcd-pki")); diff != "" {
+					t.Errorf("%s: Role kos-etcd-pki differs from pki.Rules(etcd) (-pki +manifest):\n%s", manifest, diff)
+				}
+			case "kos-apiserver":
+				checked++
+				if diff := cmp.Diff(apiserverRules, rules(t, objs, "Role", "kos-apiserver-pki")); diff != "" {
+					t.Errorf("%s: Role kos-apiserver-pki differs from pki.Rules(apiserver) (-pki +manifest):\n%s", manifest, diff)
+				}
+				cluster := rules(t, objs, "ClusterRole", "kos-apiserver")
+				for _, want := range apiserverClusterRules {
+					if !slices.ContainsFunc(cluster, func(r rbacv1.PolicyRule) bool { return cmp.Equal(r, want) }) {
+						t.Errorf("%s: ClusterRole kos-apiserver lacks the rule %+v of pki.Rules(apiserver, %s)", manifest, want, apiService)
+					}
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Error("no release of kos-etcd or kos-apiserver found")
+	}
+}
+
+// rules returns the rules of the RBAC role of that kind and name among objs.
+func rules(t *testing.T, objs []*unstructured.Unstructured, kind, name string) []rbacv1.PolicyRule {
+	t.Helper()
+	for _, u := range objs {
+		if u.GroupVersionKind().Group != rbacv1.GroupName || u.GetKind() != kind || u.GetName() != name {
+			continue
+		}
+		var role rbacv1.ClusterRole // a Role's rules read the same
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &role); err != nil {
+			t.Fatalf("%s %s: %v", kind, name, err)
+		}
+		return role.Rules
+	}
+	t.Errorf("no %s %s", kind, name)
+	return nil
 }
