@@ -2,7 +2,7 @@
 SHELL := /usr/bin/env bash
 export GOTOOLCHAIN := local
 
-.PHONY: all build test verify generate demo demo-down bench tools clean
+.PHONY: all build test verify generate addons demo demo-down bench tools clean
 
 all: build
 
@@ -22,6 +22,10 @@ verify:
 generate:
 	tools/codegen/generate.sh
 
+## addons: fill in the manifest hashes of new addon releases and rewrite bootstrap-channel.yaml
+addons:
+	go run ./tools/addons generate
+
 ## demo: the main job on the embedded local environment
 demo:
 	tools/demo/run.sh
@@ -36,7 +40,7 @@ bench:
 
 ## tools: build the servers the tests run (cached by version under .cache/)
 tools:
-	tools/kube/build.sh etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy && tools/versitygw/build.sh
+	tools/kube/build.sh etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy && tools/kube129/build.sh && tools/versitygw/build.sh
 
 clean:
 	rm -rf bin

@@ -15,6 +15,10 @@ step "building Kubernetes (etcd, kube-apiserver, kube-controller-manager, kube-s
 KOS_KUBE_BIN_DIR=$(tools/kube/build.sh etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
 export KOS_KUBE_BIN_DIR
 
+step "building kube-apiserver 1.29, which the addons' k8s-1.29 manifests are checked against (cached in .cache/)"
+KOS_KUBE129_BIN_DIR=$(tools/kube129/build.sh)
+export KOS_KUBE129_BIN_DIR
+
 step "building the S3-compatible test server (versitygw) (cached in .cache/)"
 tools/versitygw/build.sh >/dev/null
 

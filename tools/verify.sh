@@ -42,6 +42,9 @@ if [ -d components/fabric/ovs ]; then
   forbid ./components/fabric/ovs/... "k8s.io/client-go" "the OVS fabric talks to OVS only"
 fi
 
+echo "verify: addon bundle (hashes, released manifests, bootstrap-channel.yaml)"
+go run ./tools/addons verify || { echo "the addon bundle is not consistent (see above; new releases: make addons)"; fail=1; }
+
 if [ -x tools/codegen/verify.sh ]; then
   echo "verify: generated code"
   tools/codegen/verify.sh || { echo "generated code is stale (run: make generate)"; fail=1; }

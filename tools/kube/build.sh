@@ -2,17 +2,23 @@
 # build.sh builds the control-plane binaries the tests and the demo run, from the
 # Go module proxy, and caches them by version so only the first run pays.
 #
-#   tools/kube/build.sh [BINARY...]     (default: etcd kube-apiserver)
+#   tools/kube/build.sh [--module DIR] [BINARY...]     (default: etcd kube-apiserver)
 #
-# Binaries land in $KOS_CACHE/kube/<version>/ (KOS_CACHE defaults to .cache at the
-# repository root, which git ignores). The script prints that folder on stdout.
+# The versions are those the module in DIR requires (default: this folder's,
+# Kubernetes 1.34; tools/kube129 holds one for 1.29). Binaries land in
+# $KOS_CACHE/kube/<version>/ (KOS_CACHE defaults to .cache at the repository
+# root, which git ignores). The script prints that folder on stdout.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-version=$(awk '$1 == "k8s.io/kubernetes" {print $2; exit}' "$here/go.mod" | sed -n 's/^\(v[0-9.]*\).*/\1/p')
-[ -n "$version" ] || version=$(sed -n 's/^require k8s.io\/kubernetes \(v[0-9.]*\)$/\1/p' "$here/go.mod")
+if [ "${1:-}" = --module ]; then
+  here=$(cd "$2" && pwd)
+  shift 2
+fi
+version=$(awk '$1 == "k8s.io/kubernetes" {print $2; exit}' "$here/go.mod")
 etcd_version=$(awk '$1 == "go.etcd.io/etcd/server/v3" {print $2; exit}' "$here/go.mod")
+[ -n "$version" ] && [ -n "$etcd_version" ] || { echo "build.sh: $here/go.mod requires no k8s.io/kubernetes or etcd server; restore it from git" >&2; exit 2; }
 out=${KOS_CACHE:-$root/.cache}/kube/$version
 mkdir -p "$out"
 

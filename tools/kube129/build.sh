@@ -1,56 +1,8 @@
 #!/usr/bin/env bash
 # build.sh builds kube-apiserver 1.29 and the etcd it was released with, from
-# the Go module proxy, and caches them by version so only the first run pays.
-# The addon tests check the addons' k8s-1.29 manifests against this server.
-#
-#   tools/kube129/build.sh
-#
-# Binaries land in $KOS_CACHE/kube/<version>/ (KOS_CACHE defaults to .cache at
-# the repository root, which git ignores). The script prints that folder on
-# stdout, as tools/kube/build.sh does, so testenv.Options.BinDir can use it.
+# the Go module proxy, with tools/kube/build.sh and this folder's module. The
+# addon tests check the addons' k8s-1.29 manifests against this server. It
+# prints the folder of the binaries, as tools/kube/build.sh does.
 set -euo pipefail
-
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-version=$(awk '$1 == "k8s.io/kubernetes" {print $2; exit}' "$here/go.mod")
-etcd_version=$(awk '$1 == "go.etcd.io/etcd/server/v3" {print $2; exit}' "$here/go.mod")
-[ -n "$version" ] && [ -n "$etcd_version" ] || { echo "build.sh: $here/go.mod requires no k8s.io/kubernetes or etcd server; restore it from git" >&2; exit 2; }
-out=${KOS_CACHE:-$root/.cache}/kube/$version
-mkdir -p "$out"
-
-major=${version#v}; major=${major%%.*}
-minor=${version#v*.}; minor=${minor%%.*}
-kube_ldflags="-s -w \
- -X k8s.io/component-base/version.gitVersion=$version \
- -X k8s.io/component-base/version.gitMajor=$major \
- -X k8s.io/component-base/version.gitMinor=$minor \
- -X k8s.io/component-base/version.gitTreeState=clean \
- -X k8s.io/client-go/pkg/version.gitVersion=$version \
- -X k8s.io/client-go/pkg/version.gitMajor=$major \
- -X k8s.io/client-go/pkg/version.gitMinor=$minor"
-
-export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
-cd "$here"
-
-# Test packages run in parallel and each may call this script: one build at a
-# time, and whoever waited finds the binaries built.
-exec 9>"$out/.build.lock"
-if ! flock -n 9; then
-  echo "build.sh: another build into $out is running; waiting for it..." >&2
-  flock 9
-fi
-for bin in etcd kube-apiserver; do
-  if [ -x "$out/$bin" ]; then
-    continue
-  fi
-  case "$bin" in
-    etcd) pkg=go.etcd.io/etcd/server/v3; ldflags="-s -w"; v=$etcd_version ;;
-    kube-apiserver) pkg=k8s.io/kubernetes/cmd/kube-apiserver; ldflags=$kube_ldflags; v=$version ;;
-  esac
-  echo "building $bin ($v) from the Go module proxy; the first build takes several minutes..." >&2
-  start=$(date +%s)
-  go build -trimpath -ldflags "$ldflags" -o "$out/$bin.tmp" "$pkg"
-  mv "$out/$bin.tmp" "$out/$bin"
-  echo "built $bin in $(( $(date +%s) - start ))s" >&2
-done
-echo "$out"
+exec "$here/../kube/build.sh" --module "$here" etcd kube-apiserver
