@@ -13,18 +13,15 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
-	"sync"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
+	"github.com/kos-sdn/kos/components/controllers/keyqueue"
 	"github.com/kos-sdn/kos/components/generated/clientset/versioned"
 	informers "github.com/kos-sdn/kos/components/generated/informers/externalversions/network/v1alpha1"
 	listers "github.com/kos-sdn/kos/components/generated/listers/network/v1alpha1"
@@ -70,7 +67,7 @@ type Controller struct {
 	lockIndex       cache.Indexer
 	synced          []cache.InformerSynced
 
-	queue    workqueue.TypedRateLimitingInterface[string]
+	queue    *keyqueue.Queue
 	recorder record.EventRecorder
 	latency  Observer
 	// intN returns a random number in [0,n); a field so that tests can
@@ -93,14 +90,11 @@ func NewController(client versioned.Interface, subnets informers.SubnetInformer,
 		attachmentIndex: attachments.Informer().GetIndexer(),
 		lockIndex:       locks.Informer().GetIndexer(),
 		synced:          []cache.InformerSynced{subnets.Informer().HasSynced, attachments.Informer().HasSynced, locks.Informer().HasSynced},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: QueueName},
-		),
-		recorder: recorder,
-		latency:  opts.AddressLatency,
-		intN:     rand.Uint64N,
-		inflight: newInflightRecords(),
+		queue:           keyqueue.New(QueueName),
+		recorder:        recorder,
+		latency:         opts.AddressLatency,
+		intN:            rand.Uint64N,
+		inflight:        newInflightRecords(),
 	}
 	if err := subnets.Informer().AddIndexers(cache.Indexers{subnetsByVNIIndex: subnetVNI}); err != nil {
 		return nil, fmt.Errorf("adding the subnet index: %w", err)
@@ -269,43 +263,11 @@ func (c *Controller) lockDeleted(obj any) {
 // Run waits for the informers' caches, then runs workers goroutines that
 // assign addresses until ctx ends. It returns once they all stopped.
 func (c *Controller) Run(ctx context.Context, workers int) error {
-	defer utilruntime.HandleCrash()
-	defer c.queue.ShutDown()
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting the IPAM controller", "workers", workers)
-	if !cache.WaitForNamedCacheSync("IPAM", ctx.Done(), c.synced...) {
-		return fmt.Errorf("waiting for the IPAM caches: %w", ctx.Err())
+	if err := c.queue.Run(ctx, workers, c.sync, c.synced...); err != nil {
+		return err
 	}
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() { wait.UntilWithContext(ctx, c.runWorker, time.Second) })
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
 	logger.Info("Stopped the IPAM controller")
 	return nil
-}
-
-func (c *Controller) runWorker(ctx context.Context) {
-	for c.processNextItem(ctx) {
-	}
-}
-
-// processNextItem syncs one attachment key and is the one place that
-// decides whether it is retried.
-func (c *Controller) processNextItem(ctx context.Context) bool {
-	key, shutdown := c.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer c.queue.Done(key)
-	err := c.sync(ctx, key)
-	if err == nil {
-		c.queue.Forget(key)
-		return true
-	}
-	klog.FromContext(ctx).Error(err, "Assigning an address failed; will retry", "key", key, "retries", c.queue.NumRequeues(key))
-	c.queue.AddRateLimited(key)
-	return true
 }

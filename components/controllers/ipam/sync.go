@@ -44,17 +44,13 @@ const (
 // cache thinks them free but the server finds them taken.
 const createAttempts = 8
 
-// sync brings the address of the attachment named by key up to date: it
+// sync brings the address of the attachment named by ref up to date: it
 // keeps a valid address, gets one for an attachment without, clears it when
 // the subnet is gone or not validated, and releases the locks the attachment
 // no longer uses, or those of a deleted attachment.
-func (c *Controller) sync(ctx context.Context, key string) error {
-	namespace, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		// A malformed key never becomes well formed: do not retry.
-		klog.FromContext(ctx).Error(err, "Dropping a malformed key", "key", key)
-		return nil
-	}
+func (c *Controller) sync(ctx context.Context, ref cache.ObjectName) error {
+	namespace, name := ref.Parts()
+	key := ref.String()
 	att, err := c.attachments.NetworkAttachments(namespace).Get(name)
 	if apierrors.IsNotFound(err) {
 		c.inflight.forget(key)

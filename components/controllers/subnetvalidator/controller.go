@@ -8,16 +8,13 @@ package subnetvalidator
 import (
 	"context"
 	"fmt"
-	"sync"
-	"time"
 
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/kos-sdn/kos/components/controllers/keyqueue"
 	"github.com/kos-sdn/kos/components/generated/clientset/versioned"
 	informers "github.com/kos-sdn/kos/components/generated/informers/externalversions/network/v1alpha1"
 	listers "github.com/kos-sdn/kos/components/generated/listers/network/v1alpha1"
@@ -43,7 +40,7 @@ type Controller struct {
 	client   versioned.Interface
 	subnets  listers.SubnetLister
 	synced   cache.InformerSynced
-	queue    workqueue.TypedRateLimitingInterface[string]
+	queue    *keyqueue.Queue
 	recorder record.EventRecorder
 	latency  Observer
 
@@ -57,15 +54,12 @@ type Controller struct {
 // the caller starts the informer.
 func NewController(client versioned.Interface, subnets informers.SubnetInformer, recorder record.EventRecorder, opts Options) (*Controller, error) {
 	c := &Controller{
-		client:   client,
-		subnets:  subnets.Lister(),
-		synced:   subnets.Informer().HasSynced,
-		recorder: recorder,
-		latency:  opts.ValidationLatency,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: QueueName},
-		),
+		client:    client,
+		subnets:   subnets.Lister(),
+		synced:    subnets.Informer().HasSynced,
+		recorder:  recorder,
+		latency:   opts.ValidationLatency,
+		queue:     keyqueue.New(QueueName),
 		conflicts: newConflictsCache(),
 	}
 	_, err := subnets.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -92,43 +86,11 @@ func (c *Controller) enqueue(obj any) {
 // Run waits for the informer's cache, then runs workers goroutines that
 // validate subnets until ctx ends. It returns once they all stopped.
 func (c *Controller) Run(ctx context.Context, workers int) error {
-	defer utilruntime.HandleCrash()
-	defer c.queue.ShutDown()
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting the subnet validator", "workers", workers)
-	if !cache.WaitForNamedCacheSync("subnet validator", ctx.Done(), c.synced) {
-		return fmt.Errorf("waiting for the subnet cache: %w", ctx.Err())
+	if err := c.queue.Run(ctx, workers, c.sync, c.synced); err != nil {
+		return err
 	}
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() { wait.UntilWithContext(ctx, c.runWorker, time.Second) })
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
 	logger.Info("Stopped the subnet validator")
 	return nil
-}
-
-func (c *Controller) runWorker(ctx context.Context) {
-	for c.processNextItem(ctx) {
-	}
-}
-
-// processNextItem syncs one key and is the one place that decides whether it
-// is retried.
-func (c *Controller) processNextItem(ctx context.Context) bool {
-	key, shutdown := c.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer c.queue.Done(key)
-	err := c.sync(ctx, key)
-	if err == nil {
-		c.queue.Forget(key)
-		return true
-	}
-	klog.FromContext(ctx).Error(err, "Validating a subnet failed; will retry", "key", key, "retries", c.queue.NumRequeues(key))
-	c.queue.AddRateLimited(key)
-	return true
 }

@@ -30,16 +30,12 @@ const (
 	ReasonConflict = "Conflict"
 )
 
-// sync brings the status of the subnet named by key up to date. A validated
+// sync brings the status of the subnet named by ref up to date. A validated
 // subnet stays validated; any other is compared with every subnet of its VNI
 // that a live list from the server returns.
-func (c *Controller) sync(ctx context.Context, key string) error {
-	namespace, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		// A malformed key never becomes well formed: do not retry.
-		klog.FromContext(ctx).Error(err, "Dropping a malformed key", "key", key)
-		return nil
-	}
+func (c *Controller) sync(ctx context.Context, ref cache.ObjectName) error {
+	namespace, name := ref.Parts()
+	key := ref.String()
 	subnet, err := c.subnets.Subnets(namespace).Get(name)
 	if apierrors.IsNotFound(err) {
 		// The subnets that failed because of this one may be valid now.

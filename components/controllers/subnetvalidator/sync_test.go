@@ -11,9 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
+	"github.com/kos-sdn/kos/components/controllers/keyqueue"
 	"github.com/kos-sdn/kos/components/generated/clientset/versioned/fake"
 	listers "github.com/kos-sdn/kos/components/generated/listers/network/v1alpha1"
 )
@@ -128,7 +128,7 @@ func newTestController(t *testing.T, subnets ...v1alpha1.Subnet) (*Controller, *
 		client:    client,
 		subnets:   listers.NewSubnetLister(indexer),
 		recorder:  recorder,
-		queue:     workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		queue:     keyqueue.New(QueueName),
 		conflicts: newConflictsCache(),
 	}
 	t.Cleanup(c.queue.ShutDown)
@@ -142,7 +142,8 @@ func TestSync(t *testing.T) {
 		subnet("a", "y", "10.0.0.0/25", 1),
 		subnet("a", "free", "10.1.0.0/24", 1),
 	)
-	for _, key := range []string{"a/x", "a/y", "a/free"} {
+	for _, name := range []string{"x", "y", "free"} {
+		key := cache.NewObjectName("a", name)
 		if err := c.sync(ctx, key); err != nil {
 			t.Fatalf("sync(%s): %v", key, err)
 		}
@@ -175,7 +176,7 @@ func TestSync(t *testing.T) {
 	if err := indexer.Delete(&v1alpha1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "y"}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.sync(ctx, "a/y"); err != nil {
+	if err := c.sync(ctx, cache.NewObjectName("a", "y")); err != nil {
 		t.Fatalf("sync(a/y): %v", err)
 	}
 	if got := c.queue.Len(); got != 1 {
@@ -186,7 +187,7 @@ func TestSync(t *testing.T) {
 		t.Fatalf("queued %q, want a/x", key)
 	}
 	c.queue.Done(key)
-	if err := c.sync(ctx, key); err != nil {
+	if err := c.sync(ctx, cache.NewObjectName("a", "x")); err != nil {
 		t.Fatalf("sync(a/x): %v", err)
 	}
 	if diff := cmp.Diff(status("x"), v1alpha1.SubnetStatus{Validated: true}); diff != "" {
