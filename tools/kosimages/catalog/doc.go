@@ -1,0 +1,18 @@
+// Package catalog says which container images KOS ships, what each one
+// holds, and builds them with tools/images, without a container engine:
+//
+//   - kos.example.com/kos-apiserver:<v>: kos-apiserver and kos-pki (the init
+//     container of the etcd and kos-apiserver pods), in /usr/local/bin;
+//   - kos.example.com/kos-controller-manager:<v>;
+//   - kos.example.com/kos-agent:<v>: kos-agent and the host's Open vSwitch
+//     clients (ovs-vsctl, ovs-ofctl, ovs-appctl) with their libraries;
+//   - kos.example.com/etcd:<etcd's version>: the etcd tools/kube builds;
+//   - the pause image (tools/images.PauseTag), which a node without a
+//     registry names as its sandbox image.
+//
+// The tags of the component images are the versions of the addons that ship
+// them (AddonVersions), so that the manifests of the newest releases name
+// exactly the images built. Images run as root unless a manifest says
+// otherwise: the manifests choose users, and an image user would leak into
+// init containers that share files with their pods' other containers.
+package catalog
