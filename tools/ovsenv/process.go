@@ -7,12 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/kos-sdn/kos/tools/spawner"
 )
 
 // daemon is one OVS daemon of an instance.
@@ -45,7 +45,7 @@ func startDaemon(name string, argv, env []string, outPath string, detach bool) (
 		// from killing the daemon before Stop can end it in order.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	}
-	if err := spawn(cmd); err != nil {
+	if err := spawner.Start(cmd); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
 	d := &daemon{name: name, pid: cmd.Process.Pid, done: make(chan struct{})}
@@ -158,36 +158,4 @@ func findProgram(name string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%s not found: install Open vSwitch (tools/deps.sh installs openvswitch-switch)", name)
-}
-
-// Linux sends the parent-death signal when the thread that started the child
-// exits, not when the process does (go.dev/issue/27505), and the Go runtime
-// ends a thread when a goroutine locked to it returns, which is how this
-// package enters network namespaces. So every daemon is started from one
-// goroutine that stays locked to its thread for the life of the program.
-var (
-	spawnOnce sync.Once
-	spawnReqs chan spawnReq
-)
-
-type spawnReq struct {
-	cmd  *exec.Cmd
-	errc chan error
-}
-
-// spawn starts cmd on the spawner thread.
-func spawn(cmd *exec.Cmd) error {
-	spawnOnce.Do(func() {
-		spawnReqs = make(chan spawnReq)
-		go func() {
-			runtime.LockOSThread()
-			// Never unlocked and never returns: see above.
-			for req := range spawnReqs {
-				req.errc <- req.cmd.Start()
-			}
-		}()
-	})
-	errc := make(chan error, 1)
-	spawnReqs <- spawnReq{cmd: cmd, errc: errc}
-	return <-errc
 }

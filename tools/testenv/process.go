@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/kos-sdn/kos/tools/spawner"
 )
 
 // process is one control-plane process the environment started. The exported
@@ -50,7 +52,7 @@ func startProcess(dir, name, binary string, args []string, detach bool) (*proces
 	cmd.Stderr = logFile
 	cmd.Dir = dir
 	cmd.SysProcAttr = sysProcAttr(detach)
-	if err := startCmd(cmd); err != nil {
+	if err := spawner.Start(cmd); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
 	p := &process{
