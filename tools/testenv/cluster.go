@@ -292,20 +292,30 @@ var insecureClient = &http.Client{Transport: &http.Transport{
 
 // healthz asks a component's /healthz.
 func healthz(ctx context.Context, url string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/healthz", nil)
+	_, err := getHealth(ctx, insecureClient, url+"/healthz")
+	return err
+}
+
+// getHealth asks a health endpoint through client and returns the body of
+// an OK answer.
+func getHealth(ctx context.Context, client *http.Client, url string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return fmt.Errorf("building the health request: %w", err)
+		return nil, fmt.Errorf("building the health request: %w", err)
 	}
-	resp, err := insecureClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
-		return fmt.Errorf("asking for health: %w", err)
+		return nil, fmt.Errorf("asking for health: %w", err)
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("not healthy: %s %s", resp.Status, body)
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if err != nil {
+		return nil, fmt.Errorf("reading the health answer: %w", err)
 	}
-	return nil
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("not healthy: %s %s", resp.Status, body)
+	}
+	return body, nil
 }
 
 // startNode starts the node's containerd with the pause image imported and

@@ -2,14 +2,8 @@ package testenv
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -95,7 +89,7 @@ type KOS struct {
 	args      []string
 	port      int
 	// etcdTLS is nil when its etcd serves plain HTTP.
-	etcdTLS *kosEtcdTLS
+	etcdTLS *etcdTLS
 
 	mu   sync.Mutex
 	proc *process
@@ -140,7 +134,7 @@ func (e *Env) StartKOS(ctx context.Context, opts KOSOptions) (*KOS, error) {
 		service:    "kos-apiserver-" + name,
 	}
 	if opts.EtcdTLS {
-		if k.etcdTLS, err = newKOSEtcdTLS(filepath.Join(dir, "etcd-certs")); err != nil {
+		if k.etcdTLS, err = newEtcdTLS(filepath.Join(dir, "etcd-certs")); err != nil {
 			return nil, err
 		}
 	}
@@ -402,181 +396,28 @@ func (k *KOS) RestartEtcd(ctx context.Context) error {
 		return err
 	}
 	// kos-apiserver knows only this client URL, so the ports cannot move.
-	_, err := k.runEtcd(ctx, old.Args, old.URL, old.PeerURL)
-	return err
-}
-
-// startEtcd starts the etcd of kos-apiserver on free loopback ports and
-// sets EtcdURL. It retries on other ports when another program took one
-// between picking and binding it.
-func (k *KOS) startEtcd(ctx context.Context) error {
-	e := k.env
-	name := "etcd-kos-" + k.Name
-	for attempt := 1; ; attempt++ {
-		var ps ports
-		clientPort, err := ps.pick(0)
-		if err != nil {
-			return err
-		}
-		peerPort, err := ps.pick(0)
-		if err != nil {
-			return err
-		}
-		scheme := "http"
-		if k.etcdTLS != nil {
-			scheme = "https"
-		}
-		clientURL := scheme + "://127.0.0.1:" + strconv.Itoa(clientPort)
-		peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
-		args := []string{
-			"--name=" + name,
-			"--data-dir=" + filepath.Join(e.Dir, name),
-			"--listen-client-urls=" + clientURL,
-			"--advertise-client-urls=" + clientURL,
-			"--listen-peer-urls=" + peerURL,
-			"--initial-advertise-peer-urls=" + peerURL,
-			"--initial-cluster=" + name + "=" + peerURL,
-			// Tests trade durability for speed.
-			"--unsafe-no-fsync",
-			"--log-level=warn",
-		}
-		if t := k.etcdTLS; t != nil {
-			args = append(args, "--cert-file="+t.serverCertFile, "--key-file="+t.serverKeyFile,
-				"--trusted-ca-file="+t.caFile, "--client-cert-auth")
-		}
-		p, err := k.runEtcd(ctx, args, clientURL, peerURL)
-		if err != nil && attempt < 3 && p != nil && portTaken(p) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		k.EtcdURL = clientURL
-		return nil
-	}
-}
-
-// runEtcd starts the etcd of kos-apiserver with args and waits until it is
-// healthy. When it does not become healthy, it returns the stopped process
-// with the error, so that the caller can tell whether it lost a port.
-func (k *KOS) runEtcd(ctx context.Context, args []string, clientURL, peerURL string) (*process, error) {
-	e := k.env
-	name := "etcd-kos-" + k.Name
-	e.mu.Lock()
-	if e.stopped {
-		e.mu.Unlock()
-		return nil, errors.New("the environment is stopped")
-	}
-	for _, p := range e.procs {
-		if p.Name == name && p.running() {
-			e.mu.Unlock()
-			return nil, fmt.Errorf("%s already runs at %s", name, p.URL)
-		}
-	}
-	p, err := startProcess(e.Dir, name, filepath.Join(e.BinDir, "etcd"), args, e.detached)
-	if err == nil {
-		p.URL, p.PeerURL = clientURL, peerURL
-		err = e.track(p)
-	}
-	e.mu.Unlock()
+	p, err := k.env.runEtcd(ctx, old.Name, old.Args, old.URL, old.PeerURL, k.etcdTLS)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	k.mu.Lock()
 	k.etcd = p
 	k.mu.Unlock()
-	err = e.waitReady(ctx, p, func(ctx context.Context) error {
-		if k.etcdTLS == nil {
-			return etcdHealthy(ctx, clientURL)
-		}
-		return k.etcdTLS.healthy(ctx, clientURL)
-	})
-	if err != nil {
-		return p, errors.Join(err, p.stop(stopGrace))
-	}
-	return p, nil
+	return nil
 }
 
-// kosEtcdTLS are the files of an etcd that serves clients over TLS only and
-// requires a client certificate, and the client that checks its health.
-type kosEtcdTLS struct {
-	caFile, serverCertFile, serverKeyFile, clientCertFile, clientKeyFile string
-
-	client *http.Client
-}
-
-// newKOSEtcdTLS writes a CA, a serving certificate for 127.0.0.1 and a
-// client certificate into dir.
-func newKOSEtcdTLS(dir string) (*kosEtcdTLS, error) {
-	ca, err := newCA("kos-etcd-ca")
+// startEtcd starts the etcd of kos-apiserver on free loopback ports and
+// sets EtcdURL.
+func (k *KOS) startEtcd(ctx context.Context) error {
+	var ps ports
+	p, err := k.env.startEtcd(ctx, &ps, "etcd-kos-"+k.Name, nil, k.etcdTLS)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	server, err := ca.issue(&x509.Certificate{
-		Subject:     pkix.Name{CommonName: "kos-etcd"},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-	})
-	if err != nil {
-		return nil, err
-	}
-	client, err := ca.issueClient("kos-apiserver", nil)
-	if err != nil {
-		return nil, err
-	}
-	t := &kosEtcdTLS{
-		caFile:         filepath.Join(dir, "ca.crt"),
-		serverCertFile: filepath.Join(dir, "server.crt"),
-		serverKeyFile:  filepath.Join(dir, "server.key"),
-		clientCertFile: filepath.Join(dir, "client.crt"),
-		clientKeyFile:  filepath.Join(dir, "client.key"),
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("creating %s: %w", dir, err)
-	}
-	for path, data := range map[string][]byte{
-		t.caFile:         ca.certPEM,
-		t.serverCertFile: server.certPEM,
-		t.serverKeyFile:  server.keyPEM,
-		t.clientCertFile: client.certPEM,
-		t.clientKeyFile:  client.keyPEM,
-	} {
-		if err := os.WriteFile(path, data, 0o600); err != nil {
-			return nil, fmt.Errorf("writing %s: %w", path, err)
-		}
-	}
-	cert, err := tls.X509KeyPair(client.certPEM, client.keyPEM)
-	if err != nil {
-		return nil, fmt.Errorf("loading the etcd client certificate: %w", err)
-	}
-	roots := x509.NewCertPool()
-	roots.AddCert(ca.cert)
-	t.client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
-		RootCAs:      roots,
-		Certificates: []tls.Certificate{cert},
-	}}}
-	return t, nil
-}
-
-// healthy asks etcd's /health endpoint over TLS. etcd answers 503 when it
-// is not healthy.
-func (t *kosEtcdTLS) healthy(ctx context.Context, clientURL string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, clientURL+"/health", nil)
-	if err != nil {
-		return fmt.Errorf("building the health request: %w", err)
-	}
-	resp, err := t.client.Do(req)
-	if err != nil {
-		return fmt.Errorf("asking etcd's health: %w", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if err != nil {
-		return fmt.Errorf("reading etcd's health: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("etcd not healthy: %s %s", resp.Status, body)
-	}
+	k.mu.Lock()
+	k.etcd = p
+	k.mu.Unlock()
+	k.EtcdURL = p.URL
 	return nil
 }
 

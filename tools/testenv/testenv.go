@@ -225,7 +225,7 @@ func (e *Env) start(ctx context.Context, opts Options, prev *envState) error {
 	}
 
 	var ps ports
-	etcd, err := e.startEtcd(ctx, &ps, etcdName, prev.process(etcdName))
+	etcd, err := e.startEtcd(ctx, &ps, etcdName, prev.process(etcdName), nil)
 	if err != nil {
 		return err
 	}
@@ -242,58 +242,6 @@ func (e *Env) start(ctx context.Context, opts Options, prev *envState) error {
 	}
 	e.printf("ready in %s: Kubernetes %s at %s", time.Since(began).Round(10*time.Millisecond), e.Version, e.APIServerURL)
 	return nil
-}
-
-// startEtcd starts one etcd with its data in Dir/<name> and waits until it is
-// healthy. It retries with other ports when another program took one between
-// picking and binding it.
-func (e *Env) startEtcd(ctx context.Context, ps *ports, name string, prev *process) (*process, error) {
-	for attempt := 1; ; attempt++ {
-		clientPort, err := ps.pick(prev.port(false))
-		if err != nil {
-			return nil, err
-		}
-		peerPort, err := ps.pick(prev.port(true))
-		if err != nil {
-			return nil, err
-		}
-		clientURL := "http://127.0.0.1:" + strconv.Itoa(clientPort)
-		peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
-		args := []string{
-			"--name=" + name,
-			"--data-dir=" + filepath.Join(e.Dir, name),
-			"--listen-client-urls=" + clientURL,
-			"--advertise-client-urls=" + clientURL,
-			"--listen-peer-urls=" + peerURL,
-			"--initial-advertise-peer-urls=" + peerURL,
-			"--initial-cluster=" + name + "=" + peerURL,
-			// Tests and local use trade durability for speed.
-			"--unsafe-no-fsync",
-			"--log-level=warn",
-		}
-		e.printf("starting %s on %s", name, clientURL)
-		p, err := startProcess(e.Dir, name, filepath.Join(e.BinDir, "etcd"), args, e.detached)
-		if err != nil {
-			return nil, err
-		}
-		p.URL, p.PeerURL = clientURL, peerURL
-		if err := e.track(p); err != nil {
-			return nil, err
-		}
-		err = e.waitReady(ctx, p, func(ctx context.Context) error { return etcdHealthy(ctx, clientURL) })
-		if err == nil {
-			return p, nil
-		}
-		if attempt < 3 && portTaken(p) {
-			e.printf("%s lost a port to another program; retrying on other ports", name)
-			if err := e.stopLast(); err != nil {
-				return nil, err
-			}
-			prev = nil
-			continue
-		}
-		return nil, err
-	}
 }
 
 // startAPIServer starts kube-apiserver on the environment's etcd, waits until
@@ -462,23 +410,9 @@ func (e *Env) StartEtcd(ctx context.Context, name string) (string, error) {
 	if !etcdNamePattern.MatchString(name) {
 		return "", fmt.Errorf("etcd name %q: want lowercase letters, digits and inner dashes", name)
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.stopped {
-		return "", errors.New("the environment is stopped")
-	}
-	full := etcdName + "-" + name
-	for _, p := range e.procs {
-		if p.Name == full && p.running() {
-			return "", fmt.Errorf("%s already runs at %s", full, p.URL)
-		}
-	}
 	var ps ports
-	p, err := e.startEtcd(ctx, &ps, full, nil)
+	p, err := e.startEtcd(ctx, &ps, etcdName+"-"+name, nil, nil)
 	if err != nil {
-		return "", errors.Join(err, e.stopLast())
-	}
-	if err := e.saveState(); err != nil {
 		return "", err
 	}
 	return p.URL, nil

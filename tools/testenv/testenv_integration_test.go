@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -166,7 +167,7 @@ func TestIntegrationStart(t *testing.T) {
 		if url == env.EtcdURL {
 			t.Errorf("StartEtcd URL = %s, the main etcd's", url)
 		}
-		if err := etcdHealthy(ctx, url); err != nil {
+		if err := etcdHealthy(ctx, http.DefaultClient, url); err != nil {
 			t.Error(err)
 		}
 		if _, err := env.StartEtcd(ctx, "kos"); err == nil {
