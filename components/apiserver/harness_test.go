@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/rest"
 
@@ -51,11 +52,39 @@ func kosClient(t testing.TB, cfg *rest.Config) *kosclient.Clientset {
 // standard output.
 func kubectl(t testing.TB, args ...string) string {
 	t.Helper()
+	out, err := runKubectl(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// kubectlEventually runs kubectl until it succeeds, for up to 30 seconds:
+// the aggregator merges a newly registered server's OpenAPI document, which
+// kubectl explain reads, a little after the APIService turns Available.
+func kubectlEventually(t testing.TB, args ...string) string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := runKubectl(args...)
+		if err == nil {
+			return out
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// runKubectl runs kubectl with the environment's admin kubeconfig and
+// returns its standard output, or an error with its standard error.
+func runKubectl(args ...string) (string, error) {
 	cmd := exec.Command("kubectl", append([]string{"--kubeconfig=" + env.Kubeconfig}, args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("kubectl %s: %v\nstderr: %s", strings.Join(args, " "), err, stderr.String())
+		return "", fmt.Errorf("kubectl %s: %w\nstderr: %s", strings.Join(args, " "), err, stderr.String())
 	}
-	return stdout.String()
+	return stdout.String(), nil
 }

@@ -940,7 +940,7 @@ status:
 	}
 	for _, tc := range explains {
 		t.Run("explain "+tc.field, func(t *testing.T) {
-			out := kubectl(t, "--cache-dir="+cacheDir, "explain", tc.field)
+			out := kubectlEventually(t, "--cache-dir="+cacheDir, "explain", tc.field)
 			for _, w := range tc.want {
 				if !strings.Contains(out, w) {
 					t.Errorf("kubectl explain %s does not say %q:\n%s", tc.field, w, out)
