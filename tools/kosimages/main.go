@@ -2,11 +2,12 @@
 // package tools/kosimages/catalog), writes them into one docker-format
 // tarball and, when asked, imports them into a node's containerd:
 //
-//	go run ./tools/kosimages [--out .cache/images/kos.tar] [--import CONTAINERD_ADDRESS]
+//	go run ./tools/kosimages [--out .cache/images/kos.tar] [--import CONTAINERD_ADDRESS|localenv]
 //
 // The component images are tagged with the versions of the newest releases
 // in addons/, so that the manifests and the images agree; --version overrides
-// one. `make images` runs it against the local cluster's node.
+// one. --import localenv imports them into the node of the local cluster
+// (go run ./tools/localenv up --cluster).
 package main
 
 import (
@@ -108,7 +109,7 @@ Flags:
 	flags.StringVar(&cfg.out, "out", "", "the tarball to write; empty means ROOT/.cache/images/kos.tar")
 	flags.StringVar(&cfg.addons, "addons", "", "the addon folder whose newest releases give the component images their versions; empty means ROOT/addons")
 	flags.StringVar(&cfg.etcd, "etcd", "", "the etcd binary to pack; empty means the one tools/kube/build.sh builds")
-	flags.StringVar(&cfg.address, "import", "", "the socket of a containerd to import the images into (namespace k8s.io), such as a node's; empty imports nothing")
+	flags.StringVar(&cfg.address, "import", "", "the socket of a containerd to import the images into (namespace k8s.io), or "+importLocalenv+" for the node of the local cluster in ROOT/.cache/localenv; empty imports nothing")
 	flags.Var(versionFlags(cfg.versions), "version", "IMAGE=VERSION: tag a component image with VERSION instead of its addon's newest version (repeatable)")
 	if err := flags.Parse(args); err != nil {
 		return nil, err
@@ -140,6 +141,12 @@ func build(ctx context.Context, cfg *config, stdout io.Writer) error {
 	versions, err := resolveVersions(cfg.addons, cfg.versions)
 	if err != nil {
 		return err
+	}
+	// Where to import, before minutes of building that it could waste.
+	if cfg.address == importLocalenv {
+		if cfg.address, err = localenvContainerd(cfg.root); err != nil {
+			return err
+		}
 	}
 	if cfg.etcd == "" {
 		if cfg.etcd, err = buildEtcd(ctx, cfg.root); err != nil {
@@ -179,6 +186,23 @@ func build(ctx context.Context, cfg *config, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "imported them into the containerd at %s\n", cfg.address)
 	}
 	return nil
+}
+
+// importLocalenv is the --import value that names the local cluster's node.
+const importLocalenv = "localenv"
+
+// localenvContainerd returns the socket of the containerd of the local
+// cluster's node, which tools/localenv runs from ROOT/.cache/localenv.
+func localenvContainerd(root string) (string, error) {
+	dir := filepath.Join(root, ".cache", "localenv")
+	env, err := testenv.Attach(dir)
+	if err != nil {
+		return "", fmt.Errorf("finding the local cluster (start it with go run ./tools/localenv up --cluster): %w", err)
+	}
+	if env.Node == nil {
+		return "", fmt.Errorf("the local environment in %s runs no node: start it with go run ./tools/localenv up --cluster", dir)
+	}
+	return env.Node.ContainerdAddress, nil
 }
 
 // resolveVersions returns the versions to tag the component images with: the

@@ -27,6 +27,12 @@ func TestCommandLine(t *testing.T) {
 			wantCode:   1,
 			wantStderr: "kosimages: versioning the images (or give each with --version): no addons in testdata/none",
 		},
+		{
+			name:       "no local cluster",
+			args:       []string{"--root", "testdata/none", "--import", "localenv", "--version", "kos-agent=1", "--version", "kos-apiserver=1", "--version", "kos-controller-manager=1"},
+			wantCode:   1,
+			wantStderr: "kosimages: finding the local cluster (start it with go run ./tools/localenv up --cluster)",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
