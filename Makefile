@@ -2,7 +2,7 @@
 SHELL := /usr/bin/env bash
 export GOTOOLCHAIN := local
 
-.PHONY: all build test verify generate addons demo demo-down bench tools clean
+.PHONY: all build test verify generate addons images demo demo-down bench tools clean
 
 all: build
 
@@ -25,6 +25,10 @@ generate:
 ## addons: fill in the manifest hashes of new addon releases and rewrite bootstrap-channel.yaml
 addons:
 	go run ./tools/addons generate
+
+## images: build the KOS images without a container engine and import them into the local cluster's node (go run ./tools/localenv up --cluster)
+images:
+	go run ./tools/kosimages --import localenv
 
 ## demo: the main job on the embedded local environment
 demo:
