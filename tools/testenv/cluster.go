@@ -381,6 +381,9 @@ func (e *Env) startNode(ctx context.Context) error {
 	if err := e.waitReady(ctx, kubelet, func(ctx context.Context) error { return nodeReady(ctx, client, n.Name, started) }); err != nil {
 		return err
 	}
+	if err := e.startNodeDNS(ctx); err != nil {
+		return err
+	}
 	if e.comps.proxy {
 		return e.startProxy(ctx)
 	}
@@ -494,7 +497,7 @@ func (e *Env) stopNode() error {
 		return nil
 	}
 	var errs []error
-	for _, name := range []string{kubeletName, KubeProxy} {
+	for _, name := range []string{kubeletName, KubeProxy, nodeDNSName} {
 		if p := e.proc(name); p != nil {
 			errs = append(errs, p.stop(stopGrace))
 		}

@@ -23,7 +23,12 @@
 // CNI plugins, and a pause image built by tools/images), kubelet, kube-proxy
 // and, if asked, Open vSwitch run with every file they can be told about
 // under Dir; kube-apiserver then listens on the host's end of the link, and
-// pods reach it through the kubernetes Service. Images come
+// pods reach it through the kubernetes Service. The node's cluster DNS is
+// tools/testenv/nodedns, a node process on the node's IP that answers for
+// Services (and headless Services' pods) in cluster.local from the API and
+// NXDOMAIN for every other name, never forwarding; the node routes the
+// Service range to its loopback interface, so that hostNetwork pods reach
+// Service IPs through kube-proxy too. Images come
 // only from tarballs imported with Env.ImportImages. Stop removes every trace
 // of the node: processes (shims and containers too), mounts, cgroups, the
 // namespace and its link, and, when the last node on the host stops, the few

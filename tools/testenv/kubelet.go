@@ -45,6 +45,7 @@ type kubeletConfig struct {
 	PodLogsDir                  string            `json:"podLogsDir"`
 	ResolvConf                  string            `json:"resolvConf"`
 	ClusterDomain               string            `json:"clusterDomain"`
+	ClusterDNS                  []string          `json:"clusterDNS"`
 	EvictionHard                map[string]string `json:"evictionHard"`
 	ImageGCHighThresholdPercent int32             `json:"imageGCHighThresholdPercent"`
 	ImageGCLowThresholdPercent  int32             `json:"imageGCLowThresholdPercent"`
@@ -99,7 +100,8 @@ func writeKubeletConfig(dir string, n *nodeState) (string, error) {
 		OOMScoreAdj:              0,
 		PodLogsDir:               filepath.Join(n.NodeDir, "pod-logs"),
 		ResolvConf:               "",
-		ClusterDomain:            "cluster.local",
+		ClusterDomain:            clusterDomain,
+		ClusterDNS:               []string{n.nodeIP().String()},
 		EvictionHard: map[string]string{
 			"memory.available":  "100Mi",
 			"nodefs.available":  "1%",

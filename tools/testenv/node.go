@@ -274,6 +274,7 @@ func (n *nodeState) setUpNetwork(ctx context.Context) error {
 		{"ip", "netns", "exec", ns.Name, "ip", "addr", "add", n.nodeIP().String() + "/" + bits, "dev", "eth0"},
 		{"ip", "netns", "exec", ns.Name, "ip", "link", "set", "eth0", "up"},
 		{"ip", "route", "add", n.PodCIDR.String(), "via", n.nodeIP().String(), "dev", n.HostLink},
+		{"ip", "netns", "exec", ns.Name, "ip", "route", "add", serviceCIDR.String(), "dev", "lo", "src", n.nodeIP().String()},
 	}
 	for _, step := range steps {
 		if said, err := exec.CommandContext(ctx, step[0], step[1:]...).CombinedOutput(); err != nil {

@@ -275,7 +275,7 @@ func (e *Env) startAPIServer(ctx context.Context, ps *ports, extraFlags []string
 			"--service-account-issuer=" + serviceAccountIssuer,
 			"--service-account-key-file=" + file(serviceAccountPubFile),
 			"--service-account-signing-key-file=" + file(serviceAccountKeyFile),
-			"--service-cluster-ip-range=10.96.0.0/16",
+			"--service-cluster-ip-range=" + serviceCIDR.String(),
 			// Endpoints may not hold the loopback address it advertises.
 			"--endpoint-reconciler-type=none",
 			"--allow-privileged=true",
@@ -476,7 +476,7 @@ func (e *Env) stopProcesses() error {
 	// The node first, then kube-apiserver's clients, then kube-apiserver,
 	// and the etcds it writes to last.
 	errs := []error{e.stopNode()}
-	first := []string{kubeletName, KubeProxy, containerdName, KubeScheduler, KubeControllerManager, apiServerName}
+	first := []string{kubeletName, KubeProxy, nodeDNSName, containerdName, KubeScheduler, KubeControllerManager, apiServerName}
 	for _, name := range first {
 		for _, p := range e.procs {
 			if p.Name == name {

@@ -340,6 +340,40 @@ func testWorkloads(t *testing.T, env *testenv.Env, tarball string) {
 		}
 	})
 
+	t.Run("pods resolve Services", func(t *testing.T) {
+		// The node's DNS server answers for the Service's name, by its
+		// full name and through the pods' search list, and kube-proxy maps
+		// its ClusterIP to a hello pod; hostNetwork pods reach the
+		// ClusterIP too, through the node's route for the Service range.
+		svc := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: "hello"},
+			Spec: corev1.ServiceSpec{
+				Selector: map[string]string{"app": "hello"},
+				Ports:    []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}},
+			},
+		}
+		svc, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		from := map[string]bool{first.Name: true, second.Name: true}
+		check := func(pod, url string) {
+			t.Helper()
+			var out string
+			waitFor(t, 30*time.Second, "a hello pod to answer at "+url+" from "+pod, func() error {
+				var err error
+				out, err = execOut(ctx, env, ns, pod, "hello", "get", url)
+				return err
+			})
+			if name, ok := strings.CutPrefix(strings.TrimSpace(out), "hello from "); !ok || !from[name] {
+				t.Errorf("GET %s from %s: got %q, want hello from %s or %s", url, pod, out, first.Name, second.Name)
+			}
+		}
+		check(first.Name, "http://hello."+ns+".svc.cluster.local/")
+		check(first.Name, "http://hello/")
+		check("hello-host", "http://"+svc.Spec.ClusterIP+"/")
+	})
+
 	t.Run("host network", func(t *testing.T) {
 		p, err := client.CoreV1().Pods(ns).Get(ctx, "hello-host", metav1.GetOptions{})
 		if err != nil {
@@ -478,18 +512,28 @@ func buildImages(t *testing.T) string {
 // kubelet, as kubectl exec does, and returns its standard output.
 func execIn(t *testing.T, env *testenv.Env, ns, pod string, command ...string) string {
 	t.Helper()
+	out, err := execOut(t.Context(), env, ns, pod, command...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// execOut runs command in the pod's first container and returns its
+// standard output.
+func execOut(ctx context.Context, env *testenv.Env, ns, pod string, command ...string) (string, error) {
 	client := kubernetes.NewForConfigOrDie(env.RESTConfig)
 	req := client.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{Command: command, Stdout: true, Stderr: true}, scheme.ParameterCodec)
 	exec, err := remotecommand.NewSPDYExecutor(env.RESTConfig, http.MethodPost, req.URL())
 	if err != nil {
-		t.Fatal(err)
+		return "", fmt.Errorf("exec %v in %s: %w", command, pod, err)
 	}
 	var stdout, stderr bytes.Buffer
-	if err := exec.StreamWithContext(t.Context(), remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr}); err != nil {
-		t.Fatalf("exec %v in %s: %v (stderr: %s)", command, pod, err, stderr.String())
+	if err := exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr}); err != nil {
+		return "", fmt.Errorf("exec %v in %s (stderr: %s): %w", command, pod, bytes.TrimSpace(stderr.Bytes()), err)
 	}
-	return stdout.String()
+	return stdout.String(), nil
 }
 
 func podReady(ctx context.Context, client kubernetes.Interface, ns, name string) error {
