@@ -1,0 +1,344 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/kos-sdn/kos/channels/cli"
+	"github.com/kos-sdn/kos/tools/images"
+	"github.com/kos-sdn/kos/tools/kosimages/catalog"
+	"github.com/kos-sdn/kos/tools/testenv"
+)
+
+// builtImages is the result of buildImages.
+type builtImages struct {
+	tarball string
+	err     error
+}
+
+// buildImages builds every KOS image, tagged as the newest releases in
+// addons/ name them, into one tarball in dir.
+func buildImages(ctx context.Context, root, dir string) builtImages {
+	versions, err := catalog.AddonVersions(filepath.Join(root, "addons"))
+	if err != nil {
+		return builtImages{err: err}
+	}
+	etcd, err := etcdBinary(ctx, root)
+	if err != nil {
+		return builtImages{err: err}
+	}
+	tagged, err := catalog.Build(ctx, catalog.Options{Versions: versions, Etcd: etcd, WorkDir: filepath.Join(dir, "work")})
+	if err != nil {
+		return builtImages{err: err}
+	}
+	tarball := filepath.Join(dir, "kos.tar")
+	return builtImages{tarball: tarball, err: images.Write(tarball, tagged)}
+}
+
+// etcdBinary returns the etcd the tests run: $KOS_KUBE_BIN_DIR's, else the
+// one tools/kube/build.sh builds (once).
+func etcdBinary(ctx context.Context, root string) (string, error) {
+	if dir := os.Getenv(testenv.BinDirEnv); dir != "" {
+		if _, err := os.Stat(filepath.Join(dir, "etcd")); err == nil {
+			return filepath.Join(dir, "etcd"), nil
+		}
+	}
+	out, err := exec.CommandContext(ctx, "bash", filepath.Join(root, "tools", "kube", "build.sh"), "etcd").Output()
+	if err != nil {
+		return "", fmt.Errorf("building etcd: %w", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return filepath.Join(lines[len(lines)-1], "etcd"), nil
+}
+
+// The host paths the addons mount from their node. The test's node shares
+// the host's file system, so the test lends them and takes them back.
+const (
+	// ovsRunDir is where the agent's DaemonSet finds the node's Open
+	// vSwitch; the test links it to the run dir of the node's instance.
+	ovsRunDir = "/var/run/openvswitch"
+	// kosVarLib holds the single-node etcd's data (/var/lib/kos/etcd).
+	kosVarLib = "/var/lib/kos"
+	// lentMark, in kosVarLib, holds the pid of the test process that lent
+	// both paths.
+	lentMark = ".kos-e2e"
+)
+
+// lendHostPaths lends the node the host paths its KOS pods mount: ovsRunDir
+// as a link to the node's Open vSwitch run dir, and an empty kosVarLib. Both
+// must be free, or lent by an earlier run of this test whose process is
+// gone. The returned function gives them back; call it once the cluster has
+// stopped, so that no pod writes there any more.
+func lendHostPaths(t *testing.T, env *testenv.Env) (giveBack func()) {
+	t.Helper()
+	if data, err := os.ReadFile(filepath.Join(kosVarLib, lentMark)); err == nil {
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+		if pid > 0 && syscall.Kill(pid, 0) == nil {
+			t.Fatalf("%s and %s are lent to process %d: is another run of this test going on?", kosVarLib, ovsRunDir, pid)
+		}
+		// Left by a run that died: its node's run dir is gone or dead.
+		if _, err := os.Readlink(ovsRunDir); err == nil {
+			if err := os.Remove(ovsRunDir); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.RemoveAll(kosVarLib); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Lstat(ovsRunDir); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("%s exists on this host (an Open vSwitch of the host?): the test needs the path for its node's Open vSwitch; stop that one or free the path (%v)", ovsRunDir, err)
+	}
+	if _, err := os.Lstat(kosVarLib); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("%s exists on this host: the test's single-node etcd keeps its data there; move it away (%v)", kosVarLib, err)
+	}
+	if err := os.MkdirAll(kosVarLib, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	self := strconv.Itoa(os.Getpid())
+	if err := os.WriteFile(filepath.Join(kosVarLib, lentMark), []byte(self), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(env.Node.OVSRunDir, ovsRunDir); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if target, err := os.Readlink(ovsRunDir); err == nil && target == env.Node.OVSRunDir {
+			if err := os.Remove(ovsRunDir); err != nil {
+				t.Errorf("giving back %s: %v", ovsRunDir, err)
+			}
+		}
+		if owner, err := os.ReadFile(filepath.Join(kosVarLib, lentMark)); err == nil && string(owner) == self {
+			if err := os.RemoveAll(kosVarLib); err != nil {
+				t.Errorf("giving back %s: %v", kosVarLib, err)
+			}
+		}
+	}
+}
+
+// channelsCLI runs the channels command line, as `channels ARGS...
+// --kubeconfig <admin>`, and returns its standard output, failing the test
+// when it fails.
+func (k *kos) channelsCLI(t *testing.T, args ...string) string {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := cli.Main(t.Context(), append(args, "--kubeconfig", k.env.Kubeconfig), &stdout, &stderr)
+	t.Logf("channels %s:\n%s%s", strings.Join(args, " "), stdout.String(), stderr.String())
+	if code != 0 {
+		t.Fatalf("channels %s: exit code %d: %s", strings.Join(args, " "), code, stderr.String())
+	}
+	return stdout.String()
+}
+
+// kubectl runs the machine's kubectl with the admin kubeconfig and returns
+// its standard output, failing the test when it fails.
+func (k *kos) kubectl(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), "kubectl", append([]string{"--kubeconfig", k.env.Kubeconfig}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kubectl %s: %v: %s", strings.Join(args, " "), err, stderr.String())
+	}
+	// kubectl says "No resources found" on stderr.
+	return string(out) + stderr.String()
+}
+
+// ovs runs ovs-vsctl against the node's Open vSwitch, failing the test when
+// it fails.
+func (k *kos) ovs(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := k.ovsErr(t.Context(), args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func (k *kos) ovsErr(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "ovs-vsctl", append([]string{"--timeout=20"}, args...)...)
+	cmd.Env = append(os.Environ(), "OVS_RUNDIR="+k.env.Node.OVSRunDir)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("ovs-vsctl %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// objectVersions returns what channels has made of every addon object (any
+// object with the addon label, and the KOS namespace), keyed by
+// Kind.group/namespace/name: its generation and the fields the channels
+// field manager owns, with when it last changed them. Status writes of the
+// controllers do not show; any apply that changed an object does.
+func (k *kos) objectVersions(t *testing.T) map[string]string {
+	t.Helper()
+	ctx := t.Context()
+	disc, err := discovery.NewDiscoveryClientForConfig(k.env.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(k.env.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lists, err := disc.ServerPreferredResources()
+	if err != nil {
+		t.Fatalf("discovering the served resources: %v", err)
+	}
+	versions := map[string]string{}
+	seen := map[string]bool{}
+	for _, list := range lists {
+		gv, err := schema.ParseGroupVersion(list.GroupVersion)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range list.APIResources {
+			if strings.Contains(r.Name, "/") || !slices.Contains(r.Verbs, "list") || r.Kind == "Event" {
+				continue
+			}
+			gk := schema.GroupKind{Group: gv.Group, Kind: r.Kind}
+			if seen[gk.String()] {
+				continue
+			}
+			seen[gk.String()] = true
+			objs, err := dyn.Resource(gv.WithResource(r.Name)).List(ctx, metav1.ListOptions{LabelSelector: addonLabel})
+			if err != nil {
+				t.Fatalf("listing %s: %v", gk, err)
+			}
+			for i := range objs.Items {
+				versions[objectKey(gk, &objs.Items[i])] = appliedState(&objs.Items[i])
+			}
+		}
+	}
+	ns, err := dyn.Resource(corev1.SchemeGroupVersion.WithResource("namespaces")).Get(ctx, kosNamespace, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions[objectKey(schema.GroupKind{Kind: "Namespace"}, ns)] = appliedState(ns)
+	return versions
+}
+
+func objectKey(gk schema.GroupKind, obj *unstructured.Unstructured) string {
+	return gk.String() + "/" + obj.GetNamespace() + "/" + obj.GetName()
+}
+
+// appliedState sums up an object's generation and the channels field
+// manager's entries.
+func appliedState(obj *unstructured.Unstructured) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "generation %d", obj.GetGeneration())
+	for _, mf := range obj.GetManagedFields() {
+		if mf.Manager != "channels" {
+			continue
+		}
+		sum := ""
+		if mf.FieldsV1 != nil {
+			h := sha256.Sum256(mf.FieldsV1.Raw)
+			sum = hex.EncodeToString(h[:8])
+		}
+		fmt.Fprintf(&b, "; %s %s at %s fields %s", mf.Operation, mf.Subresource, mf.Time, sum)
+	}
+	return b.String()
+}
+
+// dumpState logs what went on in the KOS namespace: each pod with its
+// containers' states, the end of the logs of those not ready, and the
+// namespace's events.
+func (k *kos) dumpState() {
+	t := k.t
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pods, err := k.kube.CoreV1().Pods(kosNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Logf("listing the KOS pods: %v", err)
+		return
+	}
+	for _, p := range pods.Items {
+		t.Logf("pod %s on %q: %s", p.Name, p.Spec.NodeName, p.Status.Phase)
+		statuses := append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...)
+		for _, c := range statuses {
+			t.Logf("  container %s: ready %t, restarts %d, state %+v, last %+v", c.Name, c.Ready, c.RestartCount, c.State, c.LastTerminationState)
+			if c.Ready {
+				continue
+			}
+			for _, previous := range []bool{false, true} {
+				lines := int64(30)
+				logs, err := k.kube.CoreV1().Pods(kosNamespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name, TailLines: &lines, Previous: previous}).DoRaw(ctx)
+				if err == nil && len(logs) > 0 {
+					t.Logf("  logs of %s (previous %t):\n%s", c.Name, previous, logs)
+				}
+			}
+		}
+	}
+	events, err := k.kube.CoreV1().Events(kosNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Logf("listing the KOS events: %v", err)
+		return
+	}
+	for _, e := range events.Items {
+		if e.Type != corev1.EventTypeNormal {
+			t.Logf("event %s %s/%s: %s: %s (x%d)", e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message, e.Count)
+		}
+	}
+}
+
+// eventually polls check every 500ms until it succeeds, failing the test
+// with its last error after timeout.
+func eventually(t *testing.T, timeout time.Duration, what string, check func() error) {
+	t.Helper()
+	began := time.Now()
+	for {
+		err := check()
+		if err == nil {
+			t.Logf("%s after %s", what, since(began))
+			return
+		}
+		if time.Since(began) > timeout {
+			t.Fatalf("waited %s for %s: %v", timeout, what, err)
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatalf("waiting for %s: %v (last: %v)", what, t.Context().Err(), err)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func since(t time.Time) time.Duration { return time.Since(t).Round(100 * time.Millisecond) }
+
+func ptrOr(p *int32, def int32) int32 {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// testWriter logs what is written to it, a line a call.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
