@@ -2,7 +2,7 @@
 SHELL := /usr/bin/env bash
 export GOTOOLCHAIN := local
 
-.PHONY: all build test verify generate addons images demo demo-down bench tools clean
+.PHONY: all build test verify generate addons images demo demo-down demo-cluster demo-cluster-down bench tools clean
 
 all: build
 
@@ -37,6 +37,14 @@ demo:
 ## demo-down: stop everything the demo started
 demo-down:
 	tools/demo/down.sh
+
+## demo-cluster: the whole product on a real single-node cluster
+demo-cluster:
+	tools/demo/cluster.sh
+
+## demo-cluster-down: stop everything demo-cluster started
+demo-cluster-down:
+	tools/demo/cluster-down.sh
 
 ## bench: benchmarks (figures are recorded in docs/benchmarks.md)
 bench:

@@ -42,7 +42,7 @@ func main() {
 func run(ctx context.Context, args []string) error {
 	flags := flag.NewFlagSet("demo", flag.ContinueOnError)
 	flags.Usage = func() {
-		fmt.Fprintf(flags.Output(), "Usage: demo [flags]       run the demo on a started local control plane\n       demo [flags] down  stop the SDN parts it started (then stop the control plane with localenv down)\n\nFlags:\n")
+		fmt.Fprintf(flags.Output(), "Usage: demo [flags]       run the demo on a started local control plane\n       demo [flags] down  stop the SDN parts it started (then stop the control plane with localenv down)\n       demo [flags] cluster       install KOS from its channels on a started single-node cluster (localenv up --cluster --node-ovs)\n       demo [flags] cluster-down [localenv down flags]  stop the cluster demo and its cluster\n\nFlags:\n")
 		flags.PrintDefaults()
 	}
 	envDir := flags.String("env-dir", ".cache/localenv", "folder of the local control plane (go run ./tools/localenv up)")
@@ -57,7 +57,9 @@ func run(ctx context.Context, args []string) error {
 	switch flags.Arg(0) {
 	case "down":
 		return downSDN(dir)
-	case "":
+	case "cluster-down":
+		return downCluster(ctx, dir, flags.Args()[1:])
+	case "", "cluster":
 	default:
 		return fmt.Errorf("unknown command %q; run demo -h", flags.Arg(0))
 	}
@@ -69,6 +71,9 @@ func run(ctx context.Context, args []string) error {
 	d := &demo{ctx: ctx, envDir: dir, binDir: bin, kubeconfig: filepath.Join(dir, "kubeconfig")}
 	if _, err := os.Stat(d.kubeconfig); err != nil {
 		return fmt.Errorf("no kubeconfig at %s: start the control plane first (go run ./tools/localenv up)", d.kubeconfig)
+	}
+	if flags.Arg(0) == "cluster" {
+		return d.runCluster(ctx)
 	}
 	if err := d.runChannels(ctx); err != nil {
 		return err

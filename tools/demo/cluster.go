@@ -1,0 +1,411 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
+	kosclient "github.com/kos-sdn/kos/components/generated/clientset/versioned"
+	"github.com/kos-sdn/kos/tools/ovsenv"
+	"github.com/kos-sdn/kos/tools/testenv"
+)
+
+// The cluster part of the demo: KOS installed from its channels on a real
+// single-node cluster (`localenv up --cluster --node-ovs`), as an operator
+// would install it.
+const (
+	// clusterNetnsPrefix names the guest namespaces of the cluster demo,
+	// apart from the SDN demo's, so that each down finds only its own.
+	clusterNetnsPrefix = "kos-cdemo-"
+	// clusterNamespace holds the cluster demo's Subnet and attachments.
+	clusterNamespace = "kos-cluster-demo"
+	// kosNamespace is where the KOS addons run.
+	kosNamespace = "example-com"
+
+	// The host paths the KOS manifests mount from their node. The node
+	// shares the host's file system, so the demo lends them while it runs.
+	hostOVSRunDir = "/var/run/openvswitch"
+	hostKOSVarLib = "/var/lib/kos"
+	// clusterLentMark, in hostKOSVarLib, holds the environment folder of
+	// the demo that lent both paths.
+	clusterLentMark = ".kos-demo-cluster"
+)
+
+// runCluster runs the cluster demo on the started cluster in d.envDir.
+func (d *demo) runCluster(ctx context.Context) error {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return err
+	}
+	env, err := testenv.Attach(d.envDir)
+	if err != nil {
+		return fmt.Errorf("finding the local cluster in %s: %w", d.envDir, err)
+	}
+	if env.Node == nil || env.Node.OVSRunDir == "" {
+		return fmt.Errorf("the environment in %s has no node with Open vSwitch: start it with localenv up --cluster --node-ovs", d.envDir)
+	}
+	began := time.Now()
+
+	say("A real single-node cluster: kube-apiserver, kube-controller-manager, kube-scheduler, and node %s with kubelet, containerd and kube-proxy in network namespace %s, with an Open vSwitch of its own.", env.Node.Name, env.Node.Netns)
+	if err := d.kubectl("get", "nodes", "--show-labels"); err != nil {
+		return err
+	}
+
+	say("Build the KOS images (no container engine, nothing pulled) and import them into the node's containerd:")
+	tarball := filepath.Join(d.envDir, "kos-images.tar")
+	if err := d.run("go", "run", "./tools/kosimages", "--root", root, "--out", tarball, "--import", env.Node.ContainerdAddress); err != nil {
+		return err
+	}
+
+	say("The KOS manifests mount %s (the node's Open vSwitch) and %s (the single-node etcd's data) from the node. The node shares this host's file system, so the demo lends them until cluster-down:", hostOVSRunDir, hostKOSVarLib)
+	if err := lendClusterPaths(d.envDir, env.Node.OVSRunDir); err != nil {
+		return err
+	}
+	fmt.Printf("    %s -> %s\n    %s (empty)\n", hostOVSRunDir, env.Node.OVSRunDir, hostKOSVarLib)
+
+	install := []string{"apply", "channel", "addons/local-channel.yaml", "bootstrap-channel.yaml"}
+	say("Install KOS from its channels: the local channel (single-node etcd, userspace agent) and the bootstrap channel. Without --yes, channels shows the plan:")
+	if err := d.channelsAt(install...); err != nil {
+		return err
+	}
+	say("Apply it:")
+	if err := d.channelsAt(append(install, "--yes")...); err != nil {
+		return err
+	}
+
+	say("Wait for every KOS pod to be Ready and the KOS API to be Available through the aggregation layer:")
+	kube, err := kubernetes.NewForConfig(env.RESTConfig)
+	if err != nil {
+		return fmt.Errorf("a client of the cluster: %w", err)
+	}
+	if err := d.waitKOS(ctx, kube); err != nil {
+		return err
+	}
+	if err := d.kubectl("-n", kosNamespace, "get", "pods", "-o", "wide"); err != nil {
+		return err
+	}
+	if err := d.kubectl("get", "apiservice", "v1alpha1.network.example.com"); err != nil {
+		return err
+	}
+	say("What is installed, as channels records it:")
+	if err := d.channelsAt("get", "addons"); err != nil {
+		return err
+	}
+
+	if err := d.clusterAttachments(ctx, env); err != nil {
+		return err
+	}
+
+	upgrade := func(n int) []string {
+		return append(install[:len(install):len(install)], fmt.Sprintf("tools/e2e/testdata/upgrade/channel-%d.yaml", n))
+	}
+	say("Upgrades: a test channel publishes kos-controller-manager 0.1.1-e2e.1, which adds a ConfigMap and a Role:")
+	if err := d.channelsAt(append(upgrade(1), "--yes")...); err != nil {
+		return err
+	}
+	if err := d.kubectl("-n", kosNamespace, "get", "configmaps,roles", "-l", "addon.kos.example.com/name=kos-controller-manager"); err != nil {
+		return err
+	}
+	say("Release 0.1.1-e2e.2 renames the ConfigMap and drops the Role. The plan, then the upgrade, which prunes what the release dropped:")
+	if err := d.channelsAt(upgrade(2)...); err != nil {
+		return err
+	}
+	if err := d.channelsAt(append(upgrade(2), "--yes")...); err != nil {
+		return err
+	}
+	if err := d.kubectl("-n", kosNamespace, "get", "configmaps,roles", "-l", "addon.kos.example.com/name=kos-controller-manager"); err != nil {
+		return err
+	}
+	if err := d.waitKOS(ctx, kube); err != nil {
+		return err
+	}
+	if err := d.channelsAt("get", "addons"); err != nil {
+		return err
+	}
+
+	say("Done after %s. The cluster and KOS keep running:", time.Since(began).Round(time.Second))
+	fmt.Printf("    export KUBECONFIG=%s\n", d.kubeconfig)
+	fmt.Printf("    kubectl -n %s get pods\n", kosNamespace)
+	fmt.Printf("    kubectl get subnets,networkattachments -n %s -o wide\n", clusterNamespace)
+	fmt.Printf("    %s get addons\n", filepath.Join(d.binDir, "channels"))
+	fmt.Printf("    ip netns exec %sguest-b ping <guest-a's address>\n", clusterNetnsPrefix)
+	fmt.Printf("Logs are in %s. Stop it all with: make demo-cluster-down (or go run ./tools/demo --env-dir %s cluster-down)\n", d.envDir, d.envDir)
+	return nil
+}
+
+// clusterAttachments creates a subnet and two attachments on the node,
+// waits for the agent pod to make their interfaces, moves them into two
+// guest namespaces and pings between them.
+func (d *demo) clusterAttachments(ctx context.Context, env *testenv.Env) error {
+	manifest := fmt.Sprintf(`apiVersion: v1
+kind: Namespace
+metadata:
+  name: %[1]s
+---
+apiVersion: network.example.com/v1alpha1
+kind: Subnet
+metadata:
+  name: blue
+  namespace: %[1]s
+spec:
+  ipv4: 10.78.0.0/24
+  vni: 78
+---
+apiVersion: network.example.com/v1alpha1
+kind: NetworkAttachment
+metadata:
+  name: guest-a
+  namespace: %[1]s
+spec:
+  node: %[2]s
+  subnet: blue
+---
+apiVersion: network.example.com/v1alpha1
+kind: NetworkAttachment
+metadata:
+  name: guest-b
+  namespace: %[1]s
+spec:
+  node: %[2]s
+  subnet: blue
+`, clusterNamespace, env.Node.Name)
+	file := filepath.Join(d.envDir, "kos-cluster-demo.yaml")
+	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
+		return fmt.Errorf("writing the demo's manifest: %w", err)
+	}
+	say("A Subnet and two NetworkAttachments on node %s, served by kos-apiserver through kube-apiserver:", env.Node.Name)
+	fmt.Print(manifest)
+	if err := d.kubectl("apply", "-f", file); err != nil {
+		return err
+	}
+	client, err := kosclient.NewForConfig(env.RESTConfig)
+	if err != nil {
+		return fmt.Errorf("a client of the KOS API: %w", err)
+	}
+	atts, err := waitAttachments(ctx, client, clusterNamespace, "guest-a", "guest-b")
+	if err != nil {
+		return err
+	}
+	say("kos-controller-manager validated the subnet and gave out addresses; the kos-agent pod made the interfaces in the node's Open vSwitch:")
+	if err := d.kubectl("get", "subnets,networkattachments", "-n", clusterNamespace, "-o", "wide"); err != nil {
+		return err
+	}
+
+	say("Move each interface from the node's namespace into a guest namespace, as a workload would use it, and ping:")
+	node := &ovsenv.Netns{Name: env.Node.Netns}
+	var guests []*ovsenv.Netns
+	for _, att := range atts {
+		g, err := ovsenv.NewNetns(ctx, clusterNetnsPrefix+att.Name)
+		if err != nil {
+			return err
+		}
+		guests = append(guests, g)
+		ifc := att.Status.IfcName
+		fmt.Printf("    %s: %s %s (%s) into namespace %s\n", att.Name, ifc, att.Status.IPv4, att.Status.MACAddress, g.Name)
+		if _, err := node.Run(ctx, "ip", "link", "set", ifc, "netns", g.Name); err != nil {
+			return err
+		}
+		for _, cmd := range [][]string{
+			{"ip", "addr", "add", att.Status.IPv4 + "/24", "dev", ifc},
+			{"ip", "link", "set", ifc, "up"},
+			{"ip", "link", "set", "lo", "up"},
+		} {
+			if _, err := g.Run(ctx, cmd[0], cmd[1:]...); err != nil {
+				return err
+			}
+		}
+	}
+	fmt.Printf("\n$ ip netns exec %s ping -c 3 %s\n", guests[0].Name, atts[1].Status.IPv4)
+	ping := guests[0].Command(ctx, "ping", "-c", "3", "-W", "2", atts[1].Status.IPv4)
+	ping.Stdout, ping.Stderr = os.Stdout, os.Stderr
+	if err := ping.Run(); err != nil {
+		return fmt.Errorf("pinging %s from %s: %w", atts[1].Status.IPv4, guests[0].Name, err)
+	}
+	return nil
+}
+
+// waitAttachments waits until the named attachments in namespace ns have
+// an address and an interface, and returns them in that order.
+func waitAttachments(ctx context.Context, client kosclient.Interface, ns string, names ...string) ([]*v1alpha1.NetworkAttachment, error) {
+	atts := make([]*v1alpha1.NetworkAttachment, len(names))
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		for i, name := range names {
+			att, err := client.NetworkV1alpha1().NetworkAttachments(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				last = err
+				return false, nil
+			}
+			if att.Status.IPv4 == "" || att.Status.IfcName == "" {
+				last = fmt.Errorf("attachment %s has address %q and interface %q so far", name, att.Status.IPv4, att.Status.IfcName)
+				return false, nil
+			}
+			atts[i] = att
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("waiting for the attachments: %w (%v)", err, last)
+	}
+	return atts, nil
+}
+
+// waitKOS waits until the KOS namespace has pods, all of them Ready, and
+// the KOS APIService is Available, saying how it goes now and then.
+func (d *demo) waitKOS(ctx context.Context, kube kubernetes.Interface) error {
+	var last error
+	shown := time.Now()
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		last = kosReady(ctx, kube, d.kubeconfig)
+		if last != nil && time.Since(shown) > 15*time.Second {
+			fmt.Printf("    waiting: %v\n", last)
+			shown = time.Now()
+		}
+		return last == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for KOS to be ready: %w (%v); see kubectl -n %s get pods and the logs in %s", err, last, kosNamespace, d.envDir)
+	}
+	return nil
+}
+
+// kosReady returns nil when every pod in the KOS namespace is Ready and the
+// KOS APIService is Available.
+func kosReady(ctx context.Context, kube kubernetes.Interface, kubeconfig string) error {
+	pods, err := kube.CoreV1().Pods(kosNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	if len(pods.Items) == 0 {
+		return fmt.Errorf("no pods in %s yet", kosNamespace)
+	}
+	var notReady []string
+	for _, p := range pods.Items {
+		ready := false
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady {
+				ready = c.Status == corev1.ConditionTrue
+			}
+		}
+		if !ready || p.DeletionTimestamp != nil {
+			notReady = append(notReady, p.Name)
+		}
+	}
+	if len(notReady) > 0 {
+		return fmt.Errorf("pods not ready: %s", strings.Join(notReady, ", "))
+	}
+	out, err := exec.CommandContext(ctx, "kubectl", "--kubeconfig", kubeconfig, "get", "apiservice", "v1alpha1.network.example.com",
+		"-o", `jsonpath={.status.conditions[?(@.type=="Available")].status}`).Output()
+	if err != nil {
+		return fmt.Errorf("reading the KOS APIService: %w", err)
+	}
+	if strings.TrimSpace(string(out)) != "True" {
+		return fmt.Errorf("APIService v1alpha1.network.example.com not Available yet")
+	}
+	return nil
+}
+
+// channelsAt runs the channels binary with no extra environment, echoing
+// the command.
+func (d *demo) channelsAt(args ...string) error {
+	return d.show("channels", filepath.Join(d.binDir, "channels"), args)
+}
+
+// run echoes and runs a command in the working directory, without a
+// kubeconfig.
+func (d *demo) run(name string, args ...string) error {
+	fmt.Printf("\n$ %s %s\n", name, strings.Join(args, " "))
+	cmd := exec.CommandContext(d.ctx, name, args...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s %s: %w", name, strings.Join(args, " "), err)
+	}
+	return nil
+}
+
+// lendClusterPaths lends the node hostOVSRunDir, as a link to its Open
+// vSwitch's run dir, and an empty hostKOSVarLib, marked as lent by the demo
+// in envDir. Paths this demo lent earlier for the same folder are taken
+// back first; anything else there is left alone and is an error.
+func lendClusterPaths(envDir, ovsRunDir string) error {
+	if err := returnClusterPaths(envDir); err != nil {
+		return err
+	}
+	if _, err := os.Lstat(hostOVSRunDir); !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s exists on this host (an Open vSwitch of the host, or a test's?): the demo needs it for the node's Open vSwitch; free it and run again", hostOVSRunDir)
+	}
+	if _, err := os.Lstat(hostKOSVarLib); !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s exists on this host (lent to a test?): the demo's single-node etcd keeps its data there; free it and run again", hostKOSVarLib)
+	}
+	if err := os.MkdirAll(hostKOSVarLib, 0o755); err != nil {
+		return fmt.Errorf("lending %s: %w", hostKOSVarLib, err)
+	}
+	if err := os.WriteFile(filepath.Join(hostKOSVarLib, clusterLentMark), []byte(envDir), 0o644); err != nil {
+		return fmt.Errorf("lending %s: %w", hostKOSVarLib, err)
+	}
+	if err := os.Symlink(ovsRunDir, hostOVSRunDir); err != nil {
+		return fmt.Errorf("lending %s: %w", hostOVSRunDir, err)
+	}
+	return nil
+}
+
+// returnClusterPaths takes back the host paths the demo in envDir lent, if
+// it did: the link hostOVSRunDir when it points into envDir, and
+// hostKOSVarLib when its mark names envDir.
+func returnClusterPaths(envDir string) error {
+	mark, err := os.ReadFile(filepath.Join(hostKOSVarLib, clusterLentMark))
+	if err != nil || string(mark) != envDir {
+		return nil
+	}
+	if target, err := os.Readlink(hostOVSRunDir); err == nil && strings.HasPrefix(target, envDir+string(filepath.Separator)) {
+		if err := os.Remove(hostOVSRunDir); err != nil {
+			return fmt.Errorf("giving back %s: %w", hostOVSRunDir, err)
+		}
+		fmt.Printf("gave back %s\n", hostOVSRunDir)
+	}
+	if err := os.RemoveAll(hostKOSVarLib); err != nil {
+		return fmt.Errorf("giving back %s: %w", hostKOSVarLib, err)
+	}
+	fmt.Printf("gave back %s\n", hostKOSVarLib)
+	return nil
+}
+
+// downCluster stops the cluster demo: deletes its guest namespaces, stops
+// the cluster with `localenv down` (passing it localenvArgs), then gives
+// back the host paths, once no pod writes there any more.
+func downCluster(ctx context.Context, envDir string, localenvArgs []string) error {
+	var errs []error
+	entries, _ := os.ReadDir("/run/netns")
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), clusterNetnsPrefix) {
+			continue
+		}
+		if err := (&ovsenv.Netns{Name: e.Name()}).Delete(); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		fmt.Printf("deleted network namespace %s\n", e.Name())
+	}
+	args := append([]string{"run", "./tools/localenv", "--dir", envDir, "down"}, localenvArgs...)
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		errs = append(errs, fmt.Errorf("go %s: %w", strings.Join(args, " "), err))
+	}
+	if err := returnClusterPaths(envDir); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
