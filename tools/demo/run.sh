@@ -2,8 +2,10 @@
 # run.sh is `make demo`: it builds the binaries, starts a fresh local control
 # plane, and runs the demo: installing and upgrading addons from a channel
 # served over HTTPS, then the KOS SDN on two simulated nodes with a ping
-# across the VXLAN overlay. Everything keeps running afterwards;
-# `make demo-down` stops it.
+# across the VXLAN overlay; then, on a real single-node cluster of its own
+# (tools/demo/cluster.sh), the whole product: KOS installed from its channels
+# as pods, attachments pinging, an upgrade that prunes. Everything keeps
+# running afterwards; `make demo-down` stops it all.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export GOTOOLCHAIN=local
@@ -20,3 +22,7 @@ tools/demo/down.sh --purge >/dev/null
 go run ./tools/localenv up
 
 go run ./tools/demo
+
+echo
+echo "==> Part three: the whole product, installed with channels on a real single-node cluster"
+tools/demo/cluster.sh
