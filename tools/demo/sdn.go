@@ -10,10 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	kosclient "github.com/kos-sdn/kos/components/generated/clientset/versioned"
@@ -93,9 +89,9 @@ func (d *demo) runSDN(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	atts, err := waitReady(ctx, client, "guest-a", "guest-b")
+	atts, err := waitAttachments(ctx, client, demoNamespace, "guest-a", "guest-b")
 	if err != nil {
-		return err
+		return fmt.Errorf("attachments guest-a and guest-b (logs in %s): %w", d.envDir, err)
 	}
 	say("The controllers validated the subnet and gave out addresses; the agents made the interfaces:")
 	if err := d.kubectl("get", "subnets,networkattachments,iplocks", "-n", demoNamespace); err != nil {
@@ -263,32 +259,6 @@ func (n *simNode) knowNeighbours(ctx context.Context, nodes []*simNode) error {
 		}
 	}
 	return nil
-}
-
-// waitReady waits until the named attachments have an address and an
-// interface, and returns them in that order.
-func waitReady(ctx context.Context, client kosclient.Interface, names ...string) ([]*v1alpha1.NetworkAttachment, error) {
-	atts := make([]*v1alpha1.NetworkAttachment, len(names))
-	var last error
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		for i, name := range names {
-			att, err := client.NetworkV1alpha1().NetworkAttachments(demoNamespace).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				last = err
-				return false, nil
-			}
-			if att.Status.IPv4 == "" || att.Status.IfcName == "" {
-				last = fmt.Errorf("attachment %s has address %q and interface %q so far", name, att.Status.IPv4, att.Status.IfcName)
-				return false, nil
-			}
-			atts[i] = att
-		}
-		return true, nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("waiting for the attachments to be ready: %w (%v); see the logs in the local environment's folder", err, last)
-	}
-	return atts, nil
 }
 
 // moveToGuest moves an attachment's interface from its node into a guest
