@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kos-sdn/kos/channels/api"
+	"github.com/kos-sdn/kos/tools/testenv"
 )
 
 // testRelease is one entry of a channel a test writes; its manifest is
@@ -146,6 +147,7 @@ func runWith(t *testing.T, c *Client, opts ApplyOptions, locations ...string) ru
 // newTestClient is a Client on the test control plane.
 func newTestClient(t *testing.T) *Client {
 	t.Helper()
+	env := testenv.Shared(t)
 	c, err := NewClient(env.RESTConfig)
 	if err != nil {
 		t.Fatal(err)
@@ -156,6 +158,7 @@ func newTestClient(t *testing.T) *Client {
 // kube is a clientset for checking what is on the cluster.
 func kube(t *testing.T) kubernetes.Interface {
 	t.Helper()
+	env := testenv.Shared(t)
 	k, err := kubernetes.NewForConfig(env.RESTConfig)
 	if err != nil {
 		t.Fatal(err)
@@ -222,6 +225,7 @@ func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { re
 // newCountingClient is a Client whose requests are logged.
 func newCountingClient(t *testing.T) (*Client, *requestLog) {
 	t.Helper()
+	env := testenv.Shared(t)
 	log := &requestLog{}
 	cfg := rest.CopyConfig(env.RESTConfig)
 	cfg.Wrap(log.wrap)

@@ -12,6 +12,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
+
+	"github.com/kos-sdn/kos/tools/testenv"
 )
 
 // timeline records the events of several runs in the one order they
@@ -175,6 +177,7 @@ func waitForHolder(t *testing.T, holder string) {
 }
 
 func TestIntegrationLeaseForbiddenFailsFast(t *testing.T) {
+	env := testenv.Shared(t)
 	ctx := context.Background()
 	k := kube(t)
 	// The user may read namespaces, so it can plan, but not touch Leases.

@@ -18,10 +18,9 @@ import (
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
-// env is the real control plane the TestIntegration tests run against.
-var env *testenv.Env
-
-func TestMain(m *testing.M) { testenv.Main(m, &env) }
+// TestMain stops the control plane the integration tests start on first
+// use (testenv.Shared).
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // channelDir holds a channel and its manifests, as a test writes them.
 type channelDir struct {
@@ -88,6 +87,7 @@ spec:
 // runCLI runs the command line against the test cluster.
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	env := testenv.Shared(t)
 	var out, errOut bytes.Buffer
 	args = append(args, "--kubeconfig", env.Kubeconfig)
 	code = Main(context.Background(), args, &out, &errOut)

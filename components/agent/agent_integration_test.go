@@ -21,6 +21,8 @@ import (
 	"github.com/kos-sdn/kos/components/fabric"
 	"github.com/kos-sdn/kos/components/fabric/logging"
 	kosscheme "github.com/kos-sdn/kos/components/generated/clientset/versioned/scheme"
+	"github.com/kos-sdn/kos/tools/poll"
+	"github.com/kos-sdn/kos/tools/testenv"
 )
 
 // The simulated nodes' underlay addresses. Tests with the logging fabric send
@@ -57,33 +59,33 @@ func TestIntegrationRelevance(t *testing.T) {
 	// An attachment without an address yet is nowhere.
 	k.attachment("a0", k.node("a"), "s1")
 
-	eventually(t, settle, "node A holds network 1", holds(fabA, &fabric.Inventory{
+	poll.Until(t, settle, "node A holds network 1", holds(fabA, &fabric.Inventory{
 		Local:  []fabric.LocalAttachment{local(vni1, "10.1.0.11")},
 		Remote: []fabric.RemoteAttachment{remote(vni1, "10.1.0.12", hostB), remote(vni1, "10.1.0.13", hostC)},
 	}))
-	eventually(t, settle, "node B holds network 1", holds(fabB, &fabric.Inventory{
+	poll.Until(t, settle, "node B holds network 1", holds(fabB, &fabric.Inventory{
 		Local:  []fabric.LocalAttachment{local(vni1, "10.1.0.12")},
 		Remote: []fabric.RemoteAttachment{remote(vni1, "10.1.0.11", hostA), remote(vni1, "10.1.0.13", hostC)},
 	}))
-	eventually(t, settle, "a1 is ready", k.ready("a1", hostA))
-	eventually(t, settle, "b1 is ready", k.ready("b1", hostB))
+	poll.Until(t, settle, "a1 is ready", k.ready("a1", hostA))
+	poll.Until(t, settle, "b1 is ready", k.ready("b1", hostB))
 
 	// Network 2 becomes relevant to node A alone.
 	k.attachment("a2", k.node("a"), "s2")
 	k.address("a2", "10.2.0.11", vni2)
-	eventually(t, settle, "node A holds networks 1 and 2", holds(fabA, &fabric.Inventory{
+	poll.Until(t, settle, "node A holds networks 1 and 2", holds(fabA, &fabric.Inventory{
 		Local:  []fabric.LocalAttachment{local(vni1, "10.1.0.11"), local(vni2, "10.2.0.11")},
 		Remote: []fabric.RemoteAttachment{remote(vni1, "10.1.0.12", hostB), remote(vni1, "10.1.0.13", hostC), remote(vni2, "10.2.0.13", hostC)},
 	}))
-	eventually(t, settle, "a2 is ready", k.ready("a2", hostA))
+	poll.Until(t, settle, "a2 is ready", k.ready("a2", hostA))
 
 	// A remote attachment moves to another host.
 	k.hostIP("c1", hostD)
-	eventually(t, settle, "node A follows c1", holds(fabA, &fabric.Inventory{
+	poll.Until(t, settle, "node A follows c1", holds(fabA, &fabric.Inventory{
 		Local:  []fabric.LocalAttachment{local(vni1, "10.1.0.11"), local(vni2, "10.2.0.11")},
 		Remote: []fabric.RemoteAttachment{remote(vni1, "10.1.0.12", hostB), remote(vni1, "10.1.0.13", hostD), remote(vni2, "10.2.0.13", hostC)},
 	}))
-	eventually(t, settle, "node B follows c1", holds(fabB, &fabric.Inventory{
+	poll.Until(t, settle, "node B follows c1", holds(fabB, &fabric.Inventory{
 		Local:  []fabric.LocalAttachment{local(vni1, "10.1.0.12")},
 		Remote: []fabric.RemoteAttachment{remote(vni1, "10.1.0.11", hostA), remote(vni1, "10.1.0.13", hostD)},
 	}))
@@ -91,7 +93,7 @@ func TestIntegrationRelevance(t *testing.T) {
 	// Network 2 loses its only local attachment on node A, and with it
 	// its remote ones.
 	k.delete("a2")
-	eventually(t, settle, "node A drops network 2", holds(fabA, &fabric.Inventory{
+	poll.Until(t, settle, "node A drops network 2", holds(fabA, &fabric.Inventory{
 		Local:  []fabric.LocalAttachment{local(vni1, "10.1.0.11")},
 		Remote: []fabric.RemoteAttachment{remote(vni1, "10.1.0.12", hostB), remote(vni1, "10.1.0.13", hostD)},
 	}))
@@ -99,16 +101,16 @@ func TestIntegrationRelevance(t *testing.T) {
 	// Node B loses its only attachment: node A drops it, and node B
 	// drops network 1 altogether.
 	k.delete("b1")
-	eventually(t, settle, "node A drops b1", holds(fabA, &fabric.Inventory{
+	poll.Until(t, settle, "node A drops b1", holds(fabA, &fabric.Inventory{
 		Local:  []fabric.LocalAttachment{local(vni1, "10.1.0.11")},
 		Remote: []fabric.RemoteAttachment{remote(vni1, "10.1.0.13", hostD)},
 	}))
-	eventually(t, settle, "node B holds nothing", holds(fabB, &fabric.Inventory{}))
+	poll.Until(t, settle, "node B holds nothing", holds(fabB, &fabric.Inventory{}))
 
 	// Node B never watched network 2: its network informers heard of
 	// network 1 only (a1, b1, c1 and a0 once addressed: a few events
 	// each), never of c2 or a2.
-	eventually(t, settle, "node B watches nothing", func() error {
+	poll.Until(t, settle, "node B watches nothing", func(context.Context) error {
 		if n := agentB.counter(t, "kos_agent_relevant_networks", nil); n != 0 {
 			return fmt.Errorf("node B watches %g networks", n)
 		}
@@ -140,12 +142,12 @@ func TestIntegrationAddressClaims(t *testing.T) {
 	k.address("a9", "10.11.0.9", vni)
 	k.attachment("a1", k.node("a"), "s1")
 	k.address("a1", "10.11.0.5", vni)
-	eventually(t, settle, "a1 is ready", k.ready("a1", hostA))
+	poll.Until(t, settle, "a1 is ready", k.ready("a1", hostA))
 	// c1 claims a1's address from another node, as when an address moved
 	// and the old holder is not gone yet.
 	k.remote("c1", k.node("c"), "s1", "10.11.0.5", vni, hostC)
 	k.remote("c2", k.node("c"), "s1", "10.11.0.6", vni, hostC)
-	eventually(t, settle, "the local claim wins", holds(fabA, &fabric.Inventory{
+	poll.Until(t, settle, "the local claim wins", holds(fabA, &fabric.Inventory{
 		Local:  []fabric.LocalAttachment{local(vni, "10.11.0.5"), local(vni, "10.11.0.9")},
 		Remote: []fabric.RemoteAttachment{remote(vni, "10.11.0.6", hostC)},
 	}))
@@ -153,30 +155,31 @@ func TestIntegrationAddressClaims(t *testing.T) {
 	// reports that it lost it.
 	k.attachment("a2", k.node("a"), "s1")
 	k.address("a2", "10.11.0.5", vni)
-	eventually(t, settle, "a2 is ready", k.ready("a2", hostA))
-	conflict := func() error {
+	poll.Until(t, settle, "a2 is ready", k.ready("a2", hostA))
+	conflict := func(context.Context) error {
 		st := k.get("a1").Status
 		if want := "address 10.11.0.5 of VNI 111 is held by attachment " + k.ns + "/a2"; st.HostIP != "" || len(st.Errors.Host) != 1 || st.Errors.Host[0] != want {
 			return fmt.Errorf("a1's status = %+v, want no host and the error %q", st, want)
 		}
 		return nil
 	}
-	eventually(t, settle, "a1 reports the conflict", conflict)
+	poll.Until(t, settle, "a1 reports the conflict", conflict)
 	k.delete("a2")
-	eventually(t, settle, "a1 is ready again", k.ready("a1", hostA))
+	poll.Until(t, settle, "a1 is ready again", k.ready("a1", hostA))
 	k.delete("a1")
-	eventually(t, settle, "the remote claim takes over", holds(fabA, &fabric.Inventory{
+	poll.Until(t, settle, "the remote claim takes over", holds(fabA, &fabric.Inventory{
 		Local:  []fabric.LocalAttachment{local(vni, "10.11.0.9")},
 		Remote: []fabric.RemoteAttachment{remote(vni, "10.11.0.5", hostC), remote(vni, "10.11.0.6", hostC)},
 	}))
 	k.delete("a9")
-	eventually(t, settle, "nothing is left", holds(fabA, &fabric.Inventory{}))
+	poll.Until(t, settle, "nothing is left", holds(fabA, &fabric.Inventory{}))
 }
 
 // TestIntegrationStatusExecAndEvents checks what a local attachment's
 // status reports, the allow-list of postCreateExec and postDeleteExec and
 // their expansion, and the Events about local attachments.
 func TestIntegrationStatusExecAndEvents(t *testing.T) {
+	env := testenv.Shared(t)
 	k := newAPI(t)
 	const vni = 121
 	k.subnet("s1", "10.21.0.0/24", vni)
@@ -211,19 +214,19 @@ func TestIntegrationStatusExecAndEvents(t *testing.T) {
 	})
 	k.address("x1", "10.21.0.5", vni)
 	k.address("x2", "10.21.0.6", vni)
-	eventually(t, settle, "x1 is ready", k.ready("x1", hostA))
-	eventually(t, settle, "x2 is ready", k.ready("x2", hostA))
+	poll.Until(t, settle, "x1 is ready", k.ready("x1", hostA))
+	poll.Until(t, settle, "x2 is ready", k.ready("x2", hostA))
 
-	reportOf := func(name string) func() error {
-		return func() error {
+	reportOf := func(name string) func(context.Context) error {
+		return func(context.Context) error {
 			if k.get(name).Status.PostCreateExecReport == nil {
 				return fmt.Errorf("%s has no postCreateExec report", name)
 			}
 			return nil
 		}
 	}
-	eventually(t, settle, "x1 has a report", reportOf("x1"))
-	eventually(t, settle, "x2 has a report", reportOf("x2"))
+	poll.Until(t, settle, "x1 has a report", reportOf("x1"))
+	poll.Until(t, settle, "x2 has a report", reportOf("x2"))
 	x1 := k.get("x1")
 	got := *x1.Status.PostCreateExecReport
 	want := v1alpha1.ExecReport{
@@ -248,7 +251,7 @@ func TestIntegrationStatusExecAndEvents(t *testing.T) {
 
 	k.delete("x1")
 	marker := filepath.Join(dir, "deleted-kos061500050079-10.21.0.5")
-	eventually(t, settle, "x1's postDeleteExec ran", func() error {
+	poll.Until(t, settle, "x1's postDeleteExec ran", func(context.Context) error {
 		_, err := os.Stat(marker)
 		return err
 	})
@@ -259,7 +262,7 @@ func TestIntegrationStatusExecAndEvents(t *testing.T) {
 		"x2/InterfaceReady":           corev1.EventTypeNormal,
 		"x2/PostCreateExecNotAllowed": corev1.EventTypeWarning,
 	}
-	eventually(t, settle, "the events were recorded", func() error {
+	poll.Until(t, settle, "the events were recorded", func(context.Context) error {
 		list, err := kube.CoreV1().Events(k.ns).List(context.Background(), metav1.ListOptions{})
 		if err != nil {
 			return err
@@ -293,9 +296,9 @@ func TestIntegrationFlowsLost(t *testing.T) {
 		Local:  []fabric.LocalAttachment{local(vni, "10.31.0.5")},
 		Remote: []fabric.RemoteAttachment{remote(vni, "10.31.0.6", hostC)},
 	}
-	eventually(t, settle, "the fabric is whole", holds(fab, whole))
+	poll.Until(t, settle, "the fabric is whole", holds(fab, whole))
 	fab.LoseFlows()
-	eventually(t, settle, "the fabric is whole again", holds(fab, whole))
+	poll.Until(t, settle, "the fabric is whole again", holds(fab, whole))
 	if n := agentA.counter(t, "kos_agent_reconciles_total", map[string]string{"reason": "flows_lost", "result": "ok"}); n != 1 {
 		t.Errorf("%g reconciles for lost flows, want 1", n)
 	}
@@ -320,7 +323,7 @@ func TestIntegrationReconcileOnStart(t *testing.T) {
 	k.remote("c1", k.node("c"), "s1", "10.41.0.11", vni1, hostC)
 	k.remote("c2", k.node("c"), "s1", "10.41.0.12", vni1, hostC)
 	k.remote("c3", k.node("c"), "s2", "10.42.0.13", vni2, hostC)
-	eventually(t, settle, "the fabric holds everything", holds(fab, &fabric.Inventory{
+	poll.Until(t, settle, "the fabric holds everything", holds(fab, &fabric.Inventory{
 		Local:  []fabric.LocalAttachment{local(vni1, "10.41.0.1"), local(vni1, "10.41.0.2"), local(vni2, "10.42.0.3")},
 		Remote: []fabric.RemoteAttachment{remote(vni1, "10.41.0.11", hostC), remote(vni1, "10.41.0.12", hostC), remote(vni2, "10.42.0.13", hostC)},
 	}))
@@ -340,11 +343,11 @@ func TestIntegrationReconcileOnStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	second := startAgent(t, agentConfig(t, k.node("a"), hostA, fab))
-	eventually(t, settle, "the fabric matches", holds(fab, &fabric.Inventory{
+	poll.Until(t, settle, "the fabric matches", holds(fab, &fabric.Inventory{
 		Local:  []fabric.LocalAttachment{local(vni1, "10.41.0.1"), local(vni1, "10.41.0.4")},
 		Remote: []fabric.RemoteAttachment{remote(vni1, "10.41.0.12", hostD), remote(vni1, "10.41.0.14", hostC)},
 	}))
-	eventually(t, settle, "a4 is ready", k.ready("a4", hostA))
+	poll.Until(t, settle, "a4 is ready", k.ready("a4", hostA))
 	if n := second.counter(t, "kos_agent_reconciles_total", map[string]string{"reason": "start", "result": "ok"}); n != 1 {
 		t.Errorf("%g reconciles on start, want 1", n)
 	}

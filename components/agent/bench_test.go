@@ -16,6 +16,7 @@ import (
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/fabric/logging"
 	kosinformers "github.com/kos-sdn/kos/components/generated/informers/externalversions/network/v1alpha1"
+	"github.com/kos-sdn/kos/tools/poll"
 )
 
 // The benchmark's shape: benchAgents nodes, each with an agent, and
@@ -46,7 +47,7 @@ func BenchmarkAgents(b *testing.B) {
 	for j := range benchNetworks {
 		k.subnet(fmt.Sprintf("s%d", j), fmt.Sprintf("10.%d.0.0/16", 100+j), uint32(1001+j))
 	}
-	eventually(b, settle, "the subnets are validated", func() error {
+	poll.Until(b, settle, "the subnets are validated", func(context.Context) error {
 		list, err := k.client.NetworkV1alpha1().Subnets(k.ns).List(context.Background(), metav1.ListOptions{})
 		if err != nil {
 			return err
@@ -99,7 +100,7 @@ func BenchmarkAgents(b *testing.B) {
 		}
 		ticker.Stop()
 		var atts []v1alpha1.NetworkAttachment
-		eventually(b, 5*time.Minute, "every attachment is ready", func() error {
+		poll.Until(b, 5*time.Minute, "every attachment is ready", func(context.Context) error {
 			list, err := k.client.NetworkV1alpha1().NetworkAttachments(k.ns).List(context.Background(), metav1.ListOptions{})
 			if err != nil {
 				return err

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kos-sdn/kos/tools/poll"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
@@ -141,6 +142,7 @@ func (p *agentProcess) get(path string) (int, string, error) {
 // kos-apiserver directly, the other through the main cluster's aggregator.
 // Their attachments get ready, and both serve /healthz and their metrics.
 func TestIntegrationCommand(t *testing.T) {
+	env := testenv.Shared(t)
 	k := newAPI(t)
 	kos := kosAPI(t)
 	if !kos.Aggregated {
@@ -158,18 +160,18 @@ func TestIntegrationCommand(t *testing.T) {
 	k.address("a1", "10.40.0.5", vni)
 	k.attachment("b1", k.node("b"), "s1")
 	k.address("b1", "10.40.0.6", vni)
-	eventually(t, settle, "a1 is ready", k.ready("a1", hostA))
-	eventually(t, settle, "b1 is ready", k.ready("b1", hostB))
+	poll.Until(t, settle, "a1 is ready", k.ready("a1", hostA))
+	poll.Until(t, settle, "b1 is ready", k.ready("b1", hostB))
 
 	for name, p := range map[string]*agentProcess{"direct": direct, "aggregated": aggregated} {
-		eventually(t, settle, name+" agent is healthy", func() error {
+		poll.Until(t, settle, name+" agent is healthy", func(context.Context) error {
 			code, body, err := p.get("/healthz")
 			if err != nil || code != http.StatusOK {
 				return fmt.Errorf("/healthz: %d %q %v", code, body, err)
 			}
 			return nil
 		})
-		eventually(t, settle, name+" agent reports its attachments", func() error {
+		poll.Until(t, settle, name+" agent reports its attachments", func(context.Context) error {
 			_, body, err := p.get("/metrics")
 			if err != nil {
 				return err

@@ -15,12 +15,15 @@ import (
 	"github.com/kos-sdn/kos/components/fabric"
 	"github.com/kos-sdn/kos/components/fabric/ovs"
 	"github.com/kos-sdn/kos/tools/ovsenv"
+	"github.com/kos-sdn/kos/tools/poll"
+	"github.com/kos-sdn/kos/tools/testenv"
 )
 
 // startControllers runs the real controllers (subnet validator and IPAM)
 // in this process until the test ends.
 func startControllers(t testing.TB) {
 	t.Helper()
+	env := testenv.Shared(t)
 	m, err := controllermanager.New(controllermanager.Config{Kube: env.RESTConfig, KOS: directConfig(t)})
 	if err != nil {
 		t.Fatalf("creating the controller manager: %v", err)
@@ -133,23 +136,23 @@ func TestIntegrationTwoNodes(t *testing.T) {
 	k.subnet("s1", "10.30.0.0/24", vni1)
 	k.attachment("g1", k.node("a"), "s1")
 	k.attachment("g2", k.node("b"), "s1")
-	eventually(t, settle, "g1 is ready", k.ready("g1", hostA))
-	eventually(t, settle, "g2 is ready", k.ready("g2", hostB))
+	poll.Until(t, settle, "g1 is ready", k.ready("g1", hostA))
+	poll.Until(t, settle, "g2 is ready", k.ready("g2", hostB))
 	ip2 := k.get("g2").Status.IPv4
 	// g3 gets g2's address in another VNI, on node A: a subnet of one
 	// address leaves IPAM no other choice.
 	k.subnet("s2", ip2+"/32", vni2)
 	k.attachment("g3", k.node("a"), "s2")
-	eventually(t, settle, "g3 is ready", k.ready("g3", hostA))
+	poll.Until(t, settle, "g3 is ready", k.ready("g3", hostA))
 
 	ip1 := k.get("g1").Status.IPv4
-	eventually(t, settle, "node A holds g1, g3 and g2", holds(a.fabric, &fabric.Inventory{
+	poll.Until(t, settle, "node A holds g1, g3 and g2", holds(a.fabric, &fabric.Inventory{
 		Local:  []fabric.LocalAttachment{local(vni1, ip1), local(vni2, ip2)},
 		Remote: []fabric.RemoteAttachment{remote(vni1, ip2, hostB)},
 	}))
 	// Node B has nothing in VNI 302: it holds none of it, and its only
 	// network informer is VNI 301's.
-	eventually(t, settle, "node B holds g2 and g1", holds(b.fabric, &fabric.Inventory{
+	poll.Until(t, settle, "node B holds g2 and g1", holds(b.fabric, &fabric.Inventory{
 		Local:  []fabric.LocalAttachment{local(vni1, ip2)},
 		Remote: []fabric.RemoteAttachment{remote(vni1, ip1, hostA)},
 	}))
@@ -160,8 +163,8 @@ func TestIntegrationTwoNodes(t *testing.T) {
 	g1, addr1 := a.guest(t, ctx, k, "g1")
 	g2, addr2 := b.guest(t, ctx, k, "g2")
 	g3, _ := a.guest(t, ctx, k, "g3")
-	reaches := func(from *ovsenv.Netns, to netip.Addr) func() error {
-		return func() error {
+	reaches := func(from *ovsenv.Netns, to netip.Addr) func(context.Context) error {
+		return func(context.Context) error {
 			if got, err := from.Ping(ctx, to, 3, time.Second); err != nil || got != 3 {
 				return fmt.Errorf("ping from %s to %v: %d of 3 replies (%v)", from.Name, to, got, err)
 			}
@@ -174,8 +177,8 @@ func TestIntegrationTwoNodes(t *testing.T) {
 			t.Errorf("ping from %s to %v: %d of 2 replies (%v), want none", from.Name, to, got, err)
 		}
 	}
-	eventually(t, settle, "g1 reaches g2", reaches(g1, addr2))
-	eventually(t, settle, "g2 reaches g1", reaches(g2, addr1))
+	poll.Until(t, settle, "g1 reaches g2", reaches(g1, addr2))
+	poll.Until(t, settle, "g2 reaches g1", reaches(g2, addr1))
 	unreachable(g3, addr1)
 	// With g2 down, g1 must not reach g3, which has g2's address.
 	if _, err := g2.Run(ctx, "ip", "link", "set", k.get("g2").Status.IfcName, "down"); err != nil {
@@ -188,15 +191,15 @@ func TestIntegrationTwoNodes(t *testing.T) {
 	if _, err := g2.Run(ctx, "ip", "link", "set", k.get("g2").Status.IfcName, "up"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, settle, "g1 reaches g2 again", reaches(g1, addr2))
+	poll.Until(t, settle, "g1 reaches g2 again", reaches(g1, addr2))
 
 	// Deleting g2 removes its flows on both nodes; node B, left with no
 	// attachment, drops VNI 301 altogether.
 	k.delete("g2")
-	eventually(t, settle, "node A forgets g2", holds(a.fabric, &fabric.Inventory{
+	poll.Until(t, settle, "node A forgets g2", holds(a.fabric, &fabric.Inventory{
 		Local: []fabric.LocalAttachment{local(vni1, ip1), local(vni2, ip2)},
 	}))
-	eventually(t, settle, "node B holds nothing", holds(b.fabric, &fabric.Inventory{}))
+	poll.Until(t, settle, "node B holds nothing", holds(b.fabric, &fabric.Inventory{}))
 	for _, n := range []*node{a, b} {
 		if dump := dumpFlows(t, n.ovs); strings.Contains(dump, fmt.Sprintf("tun_id=%#x,arp_tpa=%s ", vni1, ip2)) {
 			t.Errorf("flows of g2 left on %s:\n%s", n.ns.Name, dump)

@@ -28,11 +28,9 @@ import (
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
-// env is the real control plane (etcd and kube-apiserver) that kos-apiserver
-// delegates to.
-var env *testenv.Env
-
-func TestMain(m *testing.M) { testenv.Main(m, &env) }
+// TestMain stops the control plane the integration tests start on first
+// use (testenv.Shared).
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 var (
 	kosOnce   sync.Once
@@ -45,6 +43,7 @@ var (
 // namespace and VNI.
 func kosAPI(t testing.TB) *testenv.KOS {
 	t.Helper()
+	env := testenv.Shared(t)
 	kosOnce.Do(func() {
 		kosServer, kosErr = env.StartKOS(context.Background(), testenv.KOSOptions{})
 	})
@@ -77,6 +76,7 @@ var namespaceSeq atomic.Int64
 // admission looks for it.
 func newNamespace(t testing.TB) string {
 	t.Helper()
+	env := testenv.Shared(t)
 	kube, err := kubernetes.NewForConfig(env.RESTConfig)
 	if err != nil {
 		t.Fatal(err)
@@ -297,23 +297,6 @@ func gathered(t testing.TB, reg prometheus.Gatherer, name string, labels map[str
 	return sum
 }
 
-// eventually calls check until it returns nil, failing the test with its
-// last error after timeout.
-func eventually(t testing.TB, timeout time.Duration, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not so after %s: %v", what, timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // inventoryOf lists a fabric.
 func inventoryOf(ctx context.Context, f fabric.Interface) (*fabric.Inventory, error) {
 	inv, err := f.List(ctx)
@@ -324,8 +307,8 @@ func inventoryOf(ctx context.Context, f fabric.Interface) (*fabric.Inventory, er
 }
 
 // holds returns a check that the fabric holds exactly want.
-func holds(f fabric.Interface, want *fabric.Inventory) func() error {
-	return func() error {
+func holds(f fabric.Interface, want *fabric.Inventory) func(context.Context) error {
+	return func(context.Context) error {
 		got, err := inventoryOf(context.Background(), f)
 		if err != nil {
 			return err
@@ -339,8 +322,8 @@ func holds(f fabric.Interface, want *fabric.Inventory) func() error {
 
 // ready returns a check that an attachment's status reports its interface
 // on the node with hostIP.
-func (a *api) ready(name, hostIP string) func() error {
-	return func() error {
+func (a *api) ready(name, hostIP string) func(context.Context) error {
+	return func(context.Context) error {
 		att, err := a.client.NetworkV1alpha1().NetworkAttachments(a.ns).Get(a.ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err

@@ -14,6 +14,7 @@ import (
 	"github.com/kos-sdn/kos/components/fabric"
 	"github.com/kos-sdn/kos/components/fabric/ovs"
 	"github.com/kos-sdn/kos/tools/ovsenv"
+	"github.com/kos-sdn/kos/tools/poll"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -96,7 +97,7 @@ func portsOf(atts ...fabric.LocalAttachment) []string {
 // against a golden file and the bridge's ports.
 func checkSwitch(t *testing.T, step string, inst *ovsenv.Instance, fab fabric.Interface, want *fabric.Inventory) {
 	t.Helper()
-	eventually(t, settle, step, holds(fab, want))
+	poll.Until(t, settle, step, holds(fab, want))
 	golden(t, step, dumpFlows(t, inst))
 	if diff := cmp.Diff(bridgePorts(t, inst), portsOf(want.Local...)); diff != "" {
 		t.Errorf("%s: ports (-got +want):\n%s", step, diff)
@@ -125,7 +126,7 @@ func TestIntegrationOVSFlows(t *testing.T) {
 		Local:  []fabric.LocalAttachment{local(vni1, "10.201.0.5"), local(vni2, "10.202.0.5")},
 		Remote: []fabric.RemoteAttachment{remote(vni1, "10.201.0.6", hostC), remote(vni1, "10.201.0.7", hostD), remote(vni2, "10.202.0.8", hostC)},
 	})
-	eventually(t, settle, "a1 is ready", k.ready("a1", hostA))
+	poll.Until(t, settle, "a1 is ready", k.ready("a1", hostA))
 
 	// c1 moves to another node; a2 gets another address.
 	k.hostIP("c1", hostB)
@@ -134,7 +135,7 @@ func TestIntegrationOVSFlows(t *testing.T) {
 		Local:  []fabric.LocalAttachment{local(vni1, "10.201.0.5"), local(vni2, "10.202.0.9")},
 		Remote: []fabric.RemoteAttachment{remote(vni1, "10.201.0.6", hostB), remote(vni1, "10.201.0.7", hostD), remote(vni2, "10.202.0.8", hostC)},
 	})
-	eventually(t, settle, "a2 is ready at its new address", k.ready("a2", hostA))
+	poll.Until(t, settle, "a2 is ready at its new address", k.ready("a2", hostA))
 
 	// c2 goes; a2 goes, and with it network 2.
 	k.delete("c2")
@@ -163,13 +164,13 @@ func TestIntegrationOVSRestart(t *testing.T) {
 		Local:  []fabric.LocalAttachment{local(vni, "10.211.0.5")},
 		Remote: []fabric.RemoteAttachment{remote(vni, "10.211.0.6", hostC)},
 	}
-	eventually(t, settle, "the switch is whole", holds(fab, whole))
+	poll.Until(t, settle, "the switch is whole", holds(fab, whole))
 	before := dumpFlows(t, inst)
 
 	if err := inst.RestartVSwitchd(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, settle, "the switch is whole again", holds(fab, whole))
+	poll.Until(t, settle, "the switch is whole again", holds(fab, whole))
 	if diff := cmp.Diff(dumpFlows(t, inst), before); diff != "" {
 		t.Errorf("flows after the repair (-got +before the restart):\n%s", diff)
 	}
@@ -198,7 +199,7 @@ func TestIntegrationOVSAgentDown(t *testing.T) {
 	k.remote("c1", k.node("c"), "s1", "10.221.0.11", vni1, hostC)
 	k.remote("c2", k.node("c"), "s1", "10.221.0.12", vni1, hostC)
 	k.remote("c3", k.node("c"), "s2", "10.222.0.13", vni2, hostC)
-	eventually(t, settle, "the switch holds everything", holds(fab, &fabric.Inventory{
+	poll.Until(t, settle, "the switch holds everything", holds(fab, &fabric.Inventory{
 		Local:  []fabric.LocalAttachment{local(vni1, "10.221.0.1"), local(vni1, "10.221.0.2"), local(vni2, "10.222.0.3")},
 		Remote: []fabric.RemoteAttachment{remote(vni1, "10.221.0.11", hostC), remote(vni1, "10.221.0.12", hostC), remote(vni2, "10.222.0.13", hostC)},
 	}))
@@ -218,5 +219,5 @@ func TestIntegrationOVSAgentDown(t *testing.T) {
 		Local:  []fabric.LocalAttachment{local(vni1, "10.221.0.1"), local(vni1, "10.221.0.4")},
 		Remote: []fabric.RemoteAttachment{remote(vni1, "10.221.0.12", hostD), remote(vni1, "10.221.0.14", hostC)},
 	})
-	eventually(t, settle, "a4 is ready", k.ready("a4", hostA))
+	poll.Until(t, settle, "a4 is ready", k.ready("a4", hostA))
 }

@@ -185,6 +185,7 @@ func (f *benchFixture) grow(b *testing.B, size, nodes, vnis int) {
 // rssMiB returns the resident memory of the kos-apiserver process.
 func (f *benchFixture) rssMiB(b *testing.B) float64 {
 	b.Helper()
+	env := testenv.Shared(b)
 	pid := 0
 	for _, p := range env.Processes() {
 		if p.Name == "kos-apiserver-"+f.kos.Name && p.Running {

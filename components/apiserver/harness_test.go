@@ -25,6 +25,7 @@ var kosServers atomic.Int64
 // with the environment.
 func startKOS(t testing.TB, opts testenv.KOSOptions) *testenv.KOS {
 	t.Helper()
+	env := testenv.Shared(t)
 	opts.Name = fmt.Sprintf("%s-%d", opts.Name, kosServers.Add(1))
 	kos, err := env.StartKOS(context.Background(), opts)
 	if err != nil {
@@ -52,7 +53,7 @@ func kosClient(t testing.TB, cfg *rest.Config) *kosclient.Clientset {
 // standard output.
 func kubectl(t testing.TB, args ...string) string {
 	t.Helper()
-	out, err := runKubectl(args...)
+	out, err := runKubectl(testenv.Shared(t).Kubeconfig, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +67,7 @@ func kubectlEventually(t testing.TB, args ...string) string {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		out, err := runKubectl(args...)
+		out, err := runKubectl(testenv.Shared(t).Kubeconfig, args...)
 		if err == nil {
 			return out
 		}
@@ -77,10 +78,10 @@ func kubectlEventually(t testing.TB, args ...string) string {
 	}
 }
 
-// runKubectl runs kubectl with the environment's admin kubeconfig and
-// returns its standard output, or an error with its standard error.
-func runKubectl(args ...string) (string, error) {
-	cmd := exec.Command("kubectl", append([]string{"--kubeconfig=" + env.Kubeconfig}, args...)...)
+// runKubectl runs kubectl with an admin kubeconfig and returns its
+// standard output, or an error with its standard error.
+func runKubectl(kubeconfig string, args ...string) (string, error) {
+	cmd := exec.Command("kubectl", append([]string{"--kubeconfig=" + kubeconfig}, args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {

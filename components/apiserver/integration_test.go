@@ -32,6 +32,7 @@ import (
 // API through both paths: the aggregator, as users see it, and directly, as
 // the controllers and agents use it.
 func TestIntegrationAPI(t *testing.T) {
+	env := testenv.Shared(t)
 	kos := startKOS(t, testenv.KOSOptions{Name: "api"})
 	clients := apiClients{
 		direct:     kosClient(t, kos.DirectConfig),
@@ -63,6 +64,7 @@ func (c apiClients) each() map[string]*kosclient.Clientset {
 // namespace lifecycle admission looks for it.
 func newNamespace(t testing.TB) string {
 	t.Helper()
+	env := testenv.Shared(t)
 	kube, err := kubernetes.NewForConfig(env.RESTConfig)
 	if err != nil {
 		t.Fatalf("creating a client: %v", err)
@@ -775,6 +777,7 @@ func listNames(t *testing.T, client *kosclient.Clientset, ns, resource, selector
 }
 
 func testDelegatedAuthorization(t *testing.T, kos *testenv.KOS) {
+	env := testenv.Shared(t)
 	ctx := context.Background()
 	denied, allowed := newNamespace(t), newNamespace(t)
 	_, aliceAggregated, err := env.NewUserKubeconfig("alice")

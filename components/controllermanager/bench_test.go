@@ -12,6 +12,7 @@ import (
 
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/generated/clientset/versioned"
+	"github.com/kos-sdn/kos/tools/poll"
 )
 
 // BenchmarkIPAM measures the IPAM controller of one in-process manager
@@ -114,7 +115,7 @@ func createPaced(b *testing.B, c versioned.Interface, ns, subnet string, n int, 
 func waitAddressed(b *testing.B, c versioned.Interface, ns string, n int) []v1alpha1.NetworkAttachment {
 	b.Helper()
 	var atts []v1alpha1.NetworkAttachment
-	eventually(b, 5*time.Minute, fmt.Sprintf("%d attachments addressed", n), func(ctx context.Context) error {
+	poll.Until(b, 5*time.Minute, fmt.Sprintf("%d attachments addressed", n), func(ctx context.Context) error {
 		list, err := c.NetworkV1alpha1().NetworkAttachments(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err

@@ -21,6 +21,7 @@ import (
 
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/generated/clientset/versioned"
+	"github.com/kos-sdn/kos/tools/poll"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
@@ -170,7 +171,7 @@ func sleep(ctx context.Context, d time.Duration) {
 func checkInvariants(t *testing.T, c versioned.Interface, namespaces []string) {
 	t.Helper()
 	var snap *snapshot
-	eventually(t, 2*time.Minute, "the managers caught up", func(ctx context.Context) error {
+	poll.Until(t, 2*time.Minute, "the managers caught up", func(ctx context.Context) error {
 		s, err := takeSnapshot(ctx, c, namespaces...)
 		if err != nil {
 			return err
@@ -327,6 +328,7 @@ type managerProcess struct {
 
 func startManagerProcess(t *testing.T, kos *testenv.KOS, name string) *managerProcess {
 	t.Helper()
+	env := testenv.Shared(t)
 	m := &managerProcess{
 		name:        name,
 		logFile:     filepath.Join(t.TempDir(), name+".log"),
@@ -364,7 +366,7 @@ func (m *managerProcess) start(t *testing.T) {
 		_ = cmd.Wait()
 		close(done)
 	}(m.cmd, m.done)
-	eventually(t, time.Minute, m.name+" ready", func(ctx context.Context) error {
+	poll.Until(t, time.Minute, m.name+" ready", func(ctx context.Context) error {
 		select {
 		case <-m.done:
 			data, _ := os.ReadFile(m.logFile)

@@ -19,11 +19,14 @@ import (
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/controllers/ipam"
 	"github.com/kos-sdn/kos/components/generated/clientset/versioned"
+	"github.com/kos-sdn/kos/tools/poll"
+	"github.com/kos-sdn/kos/tools/testenv"
 )
 
 // TestIntegrationAddresses gives 500 attachments addresses across subnets
 // and VNIs, two of which reuse the same CIDR block.
 func TestIntegrationAddresses(t *testing.T) {
+	env := testenv.Shared(t)
 	c := kosClient(t)
 	m, _ := startManager(t, "manager", 4)
 	ns1, ns2 := newNamespace(t), newNamespace(t)
@@ -57,7 +60,7 @@ func TestIntegrationAddresses(t *testing.T) {
 	}
 
 	var snap *snapshot
-	eventually(t, 3*time.Minute, "500 attachments addressed", func(ctx context.Context) error {
+	poll.Until(t, 3*time.Minute, "500 attachments addressed", func(ctx context.Context) error {
 		s, err := takeSnapshot(ctx, c, ns1, ns2)
 		if err != nil {
 			return err
@@ -114,7 +117,7 @@ func TestIntegrationAddresses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, "events recorded", func(ctx context.Context) error {
+	poll.Until(t, time.Minute, "events recorded", func(ctx context.Context) error {
 		events, err := kube.CoreV1().Events(ns1).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err
@@ -160,7 +163,7 @@ func TestIntegrationExhaustion(t *testing.T) {
 	for i := range 5 {
 		createAttachment(t, c, newAttachment(ns, fmt.Sprintf("att-%d", i), s.Name))
 	}
-	eventually(t, time.Minute, "five attachments addressed", func(ctx context.Context) error {
+	poll.Until(t, time.Minute, "five attachments addressed", func(ctx context.Context) error {
 		snap, err := takeSnapshot(ctx, c, ns)
 		if err != nil {
 			return err
@@ -172,7 +175,7 @@ func TestIntegrationExhaustion(t *testing.T) {
 		AddressContention: true,
 		Errors:            v1alpha1.NetworkAttachmentErrors{IPAM: []string{ipam.ErrSubnetFull}},
 	}
-	eventually(t, time.Minute, "the sixth reports a full subnet", func(ctx context.Context) error {
+	poll.Until(t, time.Minute, "the sixth reports a full subnet", func(ctx context.Context) error {
 		got, err := c.NetworkV1alpha1().NetworkAttachments(ns).Get(ctx, "sixth", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -190,7 +193,7 @@ func TestIntegrationExhaustion(t *testing.T) {
 	if err := c.NetworkV1alpha1().NetworkAttachments(ns).Delete(ctx, victim.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, "the sixth gets the freed address", func(ctx context.Context) error {
+	poll.Until(t, time.Minute, "the sixth gets the freed address", func(ctx context.Context) error {
 		snap, err := takeSnapshot(ctx, c, ns)
 		if err != nil {
 			return err
@@ -227,7 +230,7 @@ func TestIntegrationSubnetRecreated(t *testing.T) {
 	for i := range 10 {
 		createAttachment(t, c, newAttachment(ns, fmt.Sprintf("att-%d", i), old.Name))
 	}
-	eventually(t, time.Minute, "attachments addressed in the first subnet", func(ctx context.Context) error {
+	poll.Until(t, time.Minute, "attachments addressed in the first subnet", func(ctx context.Context) error {
 		snap, err := takeSnapshot(ctx, c, ns)
 		if err != nil {
 			return err
@@ -239,7 +242,7 @@ func TestIntegrationSubnetRecreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	renewed := createSubnet(t, c, newSubnet(ns, "net", "10.121.0.0/24", 121))
-	eventually(t, time.Minute, "attachments addressed in the new subnet", func(ctx context.Context) error {
+	poll.Until(t, time.Minute, "attachments addressed in the new subnet", func(ctx context.Context) error {
 		snap, err := takeSnapshot(ctx, c, ns)
 		if err != nil {
 			return err
@@ -264,7 +267,7 @@ func TestIntegrationSubnetRecreated(t *testing.T) {
 	if err := c.NetworkV1alpha1().Subnets(ns).Delete(ctx, renewed.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, "attachments without a subnet", func(ctx context.Context) error {
+	poll.Until(t, time.Minute, "attachments without a subnet", func(ctx context.Context) error {
 		snap, err := takeSnapshot(ctx, c, ns)
 		if err != nil {
 			return err
@@ -368,10 +371,10 @@ func TestIntegrationConflictingSubnets(t *testing.T) {
 		"p": validated,
 		"q": validated,
 	}
-	eventually(t, time.Minute, "exactly p and q validated", statuses(want))
+	poll.Until(t, time.Minute, "exactly p and q validated", statuses(want))
 	// Stable, not a passing moment.
 	time.Sleep(2 * time.Second)
-	eventually(t, time.Second, "still exactly p and q validated", statuses(want))
+	poll.Until(t, time.Second, "still exactly p and q validated", statuses(want))
 
 	del := func(ns, name string) {
 		t.Helper()
@@ -384,10 +387,10 @@ func TestIntegrationConflictingSubnets(t *testing.T) {
 	del(ns1, "b")
 	want["a"] = conflict("same VNI but different namespace wrt " + ns2 + "/z")
 	want["z"] = conflict("same VNI but different namespace wrt " + ns1 + "/a")
-	eventually(t, time.Minute, "a and z still conflict after b left", statuses(want))
+	poll.Until(t, time.Minute, "a and z still conflict after b left", statuses(want))
 	// z was a's last rival; y is x's only one.
 	del(ns2, "z")
 	del(ns2, "y")
 	want["a"], want["x"] = validated, validated
-	eventually(t, time.Minute, "a and x validated once their rivals left", statuses(want))
+	poll.Until(t, time.Minute, "a and x validated once their rivals left", statuses(want))
 }

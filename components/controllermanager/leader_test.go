@@ -13,12 +13,15 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kos-sdn/kos/components/controllermanager"
+	"github.com/kos-sdn/kos/tools/poll"
+	"github.com/kos-sdn/kos/tools/testenv"
 )
 
 // TestIntegrationLeaderElection runs two managers that elect a leader on a
 // Lease: only the holder runs the controllers, and when it stops, the other
 // takes over.
 func TestIntegrationLeaderElection(t *testing.T) {
+	env := testenv.Shared(t)
 	c := kosClient(t)
 	kos := startKOS(t)
 	ns := newNamespace(t)
@@ -71,7 +74,7 @@ func TestIntegrationLeaderElection(t *testing.T) {
 		code, err := httpGet(context.Background(), c.url+"/readyz")
 		return err == nil && code == http.StatusOK
 	}
-	eventually(t, 30*time.Second, "the leader ready", func(context.Context) error {
+	poll.Until(t, 30*time.Second, "the leader ready", func(context.Context) error {
 		if !ready(candidates[0]) {
 			return fmt.Errorf("the leader is not ready")
 		}
@@ -86,7 +89,7 @@ func TestIntegrationLeaderElection(t *testing.T) {
 
 	candidates[0].stop()
 	waitLeader(t, kube, ns, "second")
-	eventually(t, 30*time.Second, "the new leader ready", func(context.Context) error {
+	poll.Until(t, 30*time.Second, "the new leader ready", func(context.Context) error {
 		if !ready(candidates[1]) {
 			return fmt.Errorf("the new leader is not ready")
 		}
@@ -99,7 +102,7 @@ func TestIntegrationLeaderElection(t *testing.T) {
 // waitLeader waits until the Lease names identity as its holder.
 func waitLeader(t *testing.T, kube kubernetes.Interface, ns, identity string) {
 	t.Helper()
-	eventually(t, 30*time.Second, identity+" holds the Lease", func(ctx context.Context) error {
+	poll.Until(t, 30*time.Second, identity+" holds the Lease", func(ctx context.Context) error {
 		lease, err := kube.CoordinationV1().Leases(ns).Get(ctx, "kos-controller-manager", metav1.GetOptions{})
 		if err != nil {
 			return err

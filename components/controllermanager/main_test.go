@@ -11,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -19,14 +18,13 @@ import (
 	"github.com/kos-sdn/kos/components/controllermanager"
 	"github.com/kos-sdn/kos/components/controllers/ipam"
 	"github.com/kos-sdn/kos/components/generated/clientset/versioned"
+	"github.com/kos-sdn/kos/tools/poll"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
-// env is the real control plane (etcd and kube-apiserver) that kos-apiserver
-// delegates to and the managers record Events and Leases in.
-var env *testenv.Env
-
-func TestMain(m *testing.M) { testenv.Main(m, &env) }
+// TestMain stops the control plane the integration tests start on first
+// use (testenv.Shared).
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 var (
 	kosOnce sync.Once
@@ -38,6 +36,7 @@ var (
 // asks. Tests keep apart by namespace and VNI.
 func startKOS(t testing.TB) *testenv.KOS {
 	t.Helper()
+	env := testenv.Shared(t)
 	kosOnce.Do(func() {
 		kosSrv, kosErr = env.StartKOS(context.Background(), testenv.KOSOptions{})
 	})
@@ -62,6 +61,7 @@ func kosClient(t testing.TB) versioned.Interface {
 // is called or the test ends.
 func startManager(t testing.TB, name string, ipamWorkers int) (m *controllermanager.Manager, stop func()) {
 	t.Helper()
+	env := testenv.Shared(t)
 	kos := startKOS(t)
 	m, err := controllermanager.New(controllermanager.Config{
 		Kube:                   env.RESTConfig,
@@ -91,6 +91,7 @@ func startManager(t testing.TB, name string, ipamWorkers int) (m *controllermana
 
 func newNamespace(t testing.TB) string {
 	t.Helper()
+	env := testenv.Shared(t)
 	kube, err := kubernetes.NewForConfig(env.RESTConfig)
 	if err != nil {
 		t.Fatalf("creating a client: %v", err)
@@ -136,24 +137,10 @@ func createAttachment(t testing.TB, c versioned.Interface, a *v1alpha1.NetworkAt
 	return got
 }
 
-// eventually polls check until it returns nil, failing the test with the
-// last error after timeout.
-func eventually(t testing.TB, timeout time.Duration, what string, check func(ctx context.Context) error) {
-	t.Helper()
-	var last error
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		last = check(ctx)
-		return last == nil, nil
-	})
-	if err != nil {
-		t.Fatalf("%s: not so after %s: %v", what, timeout, last)
-	}
-}
-
 // waitValidated waits until the subnets are validated.
 func waitValidated(t testing.TB, c versioned.Interface, subnets ...*v1alpha1.Subnet) {
 	t.Helper()
-	eventually(t, time.Minute, "subnets validated", func(ctx context.Context) error {
+	poll.Until(t, time.Minute, "subnets validated", func(ctx context.Context) error {
 		for _, s := range subnets {
 			got, err := c.NetworkV1alpha1().Subnets(s.Namespace).Get(ctx, s.Name, metav1.GetOptions{})
 			if err != nil {

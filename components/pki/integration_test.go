@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kos-sdn/kos/components/pki"
+	"github.com/kos-sdn/kos/tools/testenv"
 )
 
 // allSecrets are the Secrets of pki.SetAll, in the order ensure prints them.
@@ -29,6 +30,7 @@ var allSecrets = []string{pki.CASecret, pki.EtcdServerSecret, pki.EtcdPeerSecret
 // changes nothing, and the CA bundle survives channels applying the
 // APIService again without one.
 func TestIntegrationEnsure(t *testing.T) {
+	env := testenv.Shared(t)
 	ns := newNamespace(t)
 	apiService := applyAPIService(t, ns+".pki.example.com", "v1", ns, 443, 15)
 	args := []string{"--kubeconfig", env.Kubeconfig, "--namespace", ns, "--secrets", "all", "--apiservice", apiService}
@@ -90,6 +92,7 @@ func TestIntegrationEnsure(t *testing.T) {
 // install, several times over: each time every run succeeds, each Secret is
 // created once, and all leaves are valid from the one CA that remains.
 func TestIntegrationConcurrent(t *testing.T) {
+	env := testenv.Shared(t)
 	sets := []pki.Set{pki.SetEtcd, pki.SetEtcd, pki.SetEtcd, pki.SetAPIServer, pki.SetAPIServer, pki.SetAll}
 	for round := range 3 {
 		ns := newNamespace(t)
@@ -136,6 +139,7 @@ func TestIntegrationConcurrent(t *testing.T) {
 // TestIntegrationRenew renews leaves that near their end or whose names
 // changed, by the CA that exists.
 func TestIntegrationRenew(t *testing.T) {
+	env := testenv.Shared(t)
 	ns := newNamespace(t)
 	mustEnsure(t, "--kubeconfig", env.Kubeconfig, "--namespace", ns)
 	before := versions(t, ns)
@@ -190,6 +194,7 @@ func resultSecret(results []pki.Result, name string) *corev1.Secret {
 // pki.Rules: they succeed, create, keep and renew; users without them get
 // a one-line error that says what to grant.
 func TestIntegrationRBAC(t *testing.T) {
+	env := testenv.Shared(t)
 	ns := newNamespace(t)
 	admin := kubeClient(t, env.RESTConfig)
 	apiService := applyAPIService(t, ns+".pki.example.com", "v1", ns, 443, 15)
@@ -321,6 +326,7 @@ func TestIntegrationRBAC(t *testing.T) {
 // it prints one line per Secret and exits 0, or prints one line of error
 // and exits non-zero.
 func TestIntegrationBinary(t *testing.T) {
+	env := testenv.Shared(t)
 	bin := buildBinary(t, "kos-pki")
 	ns := newNamespace(t)
 	run := func(kubeconfig string) (stdout, stderr string, err error, took time.Duration) {
@@ -364,6 +370,7 @@ func TestIntegrationBinary(t *testing.T) {
 
 // TestIntegrationFlags checks the command's own errors.
 func TestIntegrationFlags(t *testing.T) {
+	env := testenv.Shared(t)
 	tests := []struct {
 		name    string
 		args    []string
@@ -390,6 +397,7 @@ func TestIntegrationFlags(t *testing.T) {
 // TestIntegrationOutDir checks that --out-dir leaves the Secrets' files
 // for the pod's containers, without the CA key.
 func TestIntegrationOutDir(t *testing.T) {
+	env := testenv.Shared(t)
 	ns := newNamespace(t)
 	dir := t.TempDir()
 	mustEnsure(t, "--kubeconfig", env.Kubeconfig, "--namespace", ns, "--secrets", "apiserver", "--out-dir", dir)

@@ -25,15 +25,13 @@ import (
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
-// env is the real control plane (etcd and kube-apiserver) that kos-pki
-// keeps its Secrets in.
-var env *testenv.Env
-
+// TestMain stops the control plane the integration tests start on first
+// use (testenv.Shared).
 func TestMain(m *testing.M) {
 	// The tests run the command many times in one process, each time with
 	// the same logging configuration, which is a process global.
 	logsapi.ReapplyHandling = logsapi.ReapplyHandlingIgnoreUnchanged
-	testenv.Main(m, &env)
+	testenv.Main(m)
 }
 
 // channelsFieldManager is the field manager channels applies addons with.
@@ -50,6 +48,7 @@ func kubeClient(t testing.TB, cfg *rest.Config) kubernetes.Interface {
 
 func aggregatorClient(t testing.TB) aggregator.Interface {
 	t.Helper()
+	env := testenv.Shared(t)
 	c, err := aggregator.NewForConfig(env.RESTConfig)
 	if err != nil {
 		t.Fatalf("creating an aggregator client: %v", err)
@@ -59,6 +58,7 @@ func aggregatorClient(t testing.TB) aggregator.Interface {
 
 func newNamespace(t testing.TB) string {
 	t.Helper()
+	env := testenv.Shared(t)
 	ns, err := kubeClient(t, env.RESTConfig).CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "pki-"},
 	}, metav1.CreateOptions{})
@@ -92,6 +92,7 @@ func mustEnsure(t testing.TB, args ...string) []string {
 // versions returns the resourceVersion of every Secret of the namespace.
 func versions(t testing.TB, ns string) map[string]string {
 	t.Helper()
+	env := testenv.Shared(t)
 	list, err := kubeClient(t, env.RESTConfig).CoreV1().Secrets(ns).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatalf("listing secrets: %v", err)
@@ -107,6 +108,7 @@ func versions(t testing.TB, ns string) map[string]string {
 // and the leaves of set, every leaf valid from the one CA.
 func checkConsistent(t testing.TB, ns string, set pki.Set) *pki.CA {
 	t.Helper()
+	env := testenv.Shared(t)
 	secrets := kubeClient(t, env.RESTConfig).CoreV1().Secrets(ns)
 	caSecret, err := secrets.Get(context.Background(), pki.CASecret, metav1.GetOptions{})
 	if err != nil {
@@ -198,6 +200,7 @@ var (
 // path.
 func buildBinary(t testing.TB, name string) string {
 	t.Helper()
+	env := testenv.Shared(t)
 	buildMu.Lock()
 	defer buildMu.Unlock()
 	if bin, ok := built[name]; ok {
@@ -217,25 +220,6 @@ func buildBinary(t testing.TB, name string) string {
 	}
 	built[name] = bin
 	return bin
-}
-
-// eventually polls check until it returns nil, failing the test with the
-// last error after timeout.
-func eventually(t testing.TB, timeout time.Duration, what string, check func(ctx context.Context) error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := check(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not so after %s: %v", what, timeout, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }
 
 // lines formats results as kos-pki prints them.

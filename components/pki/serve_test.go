@@ -21,6 +21,8 @@ import (
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/generated/clientset/versioned"
 	"github.com/kos-sdn/kos/components/pki"
+	"github.com/kos-sdn/kos/tools/poll"
+	"github.com/kos-sdn/kos/tools/testenv"
 )
 
 // TestIntegrationServe runs what the certificates are for: a three-member
@@ -31,6 +33,7 @@ import (
 // KOS API to it, checking its certificate against that bundle for the
 // Service's name, and what is written lands in the TLS etcd.
 func TestIntegrationServe(t *testing.T) {
+	env := testenv.Shared(t)
 	ctx := context.Background()
 	kosBin := buildBinary(t, "kos-apiserver")
 	ns := newNamespace(t)
@@ -94,7 +97,7 @@ func TestIntegrationServe(t *testing.T) {
 
 	// The etcd client certificate, as kos-apiserver presents it.
 	etcdClient := httpsClient(t, file(pki.EtcdClientSecret, corev1.TLSCertKey), file(pki.EtcdClientSecret, corev1.TLSPrivateKeyKey), caFile)
-	eventually(t, 2*time.Minute, "the TLS etcd members healthy (a quorum of peers talking TLS)", func(ctx context.Context) error {
+	poll.Until(t, 2*time.Minute, "the TLS etcd members healthy (a quorum of peers talking TLS)", func(ctx context.Context) error {
 		for _, u := range clientURLs {
 			if err := etcdHealthy(ctx, etcdClient, u); err != nil {
 				return err
@@ -140,7 +143,7 @@ func TestIntegrationServe(t *testing.T) {
 	}
 
 	agg := aggregatorClient(t)
-	eventually(t, 2*time.Minute, "APIService "+apiService+" available", func(ctx context.Context) error {
+	poll.Until(t, 2*time.Minute, "APIService "+apiService+" available", func(ctx context.Context) error {
 		svc, err := agg.ApiregistrationV1().APIServices().Get(ctx, apiService, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -164,7 +167,7 @@ func TestIntegrationServe(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "through-the-aggregator"},
 		Spec:       v1alpha1.SubnetSpec{IPv4: "10.77.0.0/24", VNI: 77},
 	}
-	eventually(t, time.Minute, "a subnet created through kube-apiserver", func(ctx context.Context) error {
+	poll.Until(t, time.Minute, "a subnet created through kube-apiserver", func(ctx context.Context) error {
 		_, err := aggregated.NetworkV1alpha1().Subnets(ns).Create(ctx, subnet, metav1.CreateOptions{})
 		return err
 	})

@@ -111,6 +111,7 @@ func write(b *testing.B, path string, data []byte) {
 
 func run(b *testing.B, name string, args ...string) {
 	b.Helper()
+	env := testenv.Shared(b)
 	cmd := exec.Command(name, append(args, "--kubeconfig", env.Kubeconfig)...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		b.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
@@ -215,6 +216,7 @@ func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // requests it makes. Nothing is to be written, and the count must not grow
 // with the number of objects or addons beyond one read per record namespace.
 func BenchmarkNoOpRequests(b *testing.B) {
+	env := testenv.Shared(b)
 	ctx := context.Background()
 	dir := b.TempDir()
 	ns := fmt.Sprintf("bench-requests-%d", counter.Add(1))

@@ -6,7 +6,6 @@ import (
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
-// env is the control plane every benchmark of this package runs against.
-var env *testenv.Env
-
-func TestMain(m *testing.M) { testenv.Main(m, &env) }
+// TestMain stops the control plane the integration tests start on first
+// use (testenv.Shared).
+func TestMain(m *testing.M) { testenv.Main(m) }

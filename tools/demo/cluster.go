@@ -4,20 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	kosclient "github.com/kos-sdn/kos/components/generated/clientset/versioned"
+	"github.com/kos-sdn/kos/tools/kosinstall"
 	"github.com/kos-sdn/kos/tools/ovsenv"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
@@ -31,16 +31,6 @@ const (
 	clusterNetnsPrefix = "kos-cdemo-"
 	// clusterNamespace holds the cluster demo's Subnet and attachments.
 	clusterNamespace = "kos-cluster-demo"
-	// kosNamespace is where the KOS addons run.
-	kosNamespace = "example-com"
-
-	// The host paths the KOS manifests mount from their node. The node
-	// shares the host's file system, so the demo lends them while it runs.
-	hostOVSRunDir = "/var/run/openvswitch"
-	hostKOSVarLib = "/var/lib/kos"
-	// clusterLentMark, in hostKOSVarLib, holds the environment folder of
-	// the demo that lent both paths.
-	clusterLentMark = ".kos-demo-cluster"
 )
 
 // runCluster runs the cluster demo on the started cluster in d.envDir.
@@ -69,11 +59,11 @@ func (d *demo) runCluster(ctx context.Context) error {
 		return err
 	}
 
-	say("The KOS manifests mount %s (the node's Open vSwitch) and %s (the single-node etcd's data) from the node. The node shares this host's file system, so the demo lends them until cluster-down:", hostOVSRunDir, hostKOSVarLib)
-	if err := lendClusterPaths(d.envDir, env.Node.OVSRunDir); err != nil {
+	say("The KOS manifests mount %s (the node's Open vSwitch) and %s (the single-node etcd's data) from the node. The node shares this host's file system, so the demo lends them until cluster-down:", kosinstall.OVSRunDir, kosinstall.VarLib)
+	if err := kosinstall.LendHostPaths(d.envDir, env.Node.OVSRunDir); err != nil {
 		return err
 	}
-	fmt.Printf("    %s -> %s\n    %s (empty)\n", hostOVSRunDir, env.Node.OVSRunDir, hostKOSVarLib)
+	fmt.Printf("    %s -> %s\n    %s (empty)\n", kosinstall.OVSRunDir, env.Node.OVSRunDir, kosinstall.VarLib)
 
 	install := []string{"apply", "channel", "addons/local-channel.yaml", "bootstrap-channel.yaml"}
 	say("Install KOS from its channels: the local channel (single-node etcd, userspace agent) and the bootstrap channel. Without --yes, channels shows the plan:")
@@ -90,13 +80,17 @@ func (d *demo) runCluster(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("a client of the cluster: %w", err)
 	}
-	if err := d.waitKOS(ctx, kube); err != nil {
+	agg, err := aggregator.NewForConfig(env.RESTConfig)
+	if err != nil {
+		return fmt.Errorf("a client of the aggregator: %w", err)
+	}
+	if err := d.waitKOS(ctx, kube, agg); err != nil {
 		return err
 	}
-	if err := d.kubectl("-n", kosNamespace, "get", "pods", "-o", "wide"); err != nil {
+	if err := d.kubectl("-n", kosinstall.Namespace, "get", "pods", "-o", "wide"); err != nil {
 		return err
 	}
-	if err := d.kubectl("get", "apiservice", "v1alpha1.network.example.com"); err != nil {
+	if err := d.kubectl("get", "apiservice", kosinstall.APIService); err != nil {
 		return err
 	}
 	say("What is installed, as channels records it:")
@@ -115,7 +109,7 @@ func (d *demo) runCluster(ctx context.Context) error {
 	if err := d.channelsAt(append(upgrade(1), "--yes")...); err != nil {
 		return err
 	}
-	if err := d.kubectl("-n", kosNamespace, "get", "configmaps,roles", "-l", "addon.kos.example.com/name=kos-controller-manager"); err != nil {
+	if err := d.kubectl("-n", kosinstall.Namespace, "get", "configmaps,roles", "-l", kosinstall.AddonLabel+"=kos-controller-manager"); err != nil {
 		return err
 	}
 	say("Release 0.1.1-e2e.2 renames the ConfigMap and drops the Role. The plan, then the upgrade, which prunes what the release dropped:")
@@ -125,10 +119,10 @@ func (d *demo) runCluster(ctx context.Context) error {
 	if err := d.channelsAt(append(upgrade(2), "--yes")...); err != nil {
 		return err
 	}
-	if err := d.kubectl("-n", kosNamespace, "get", "configmaps,roles", "-l", "addon.kos.example.com/name=kos-controller-manager"); err != nil {
+	if err := d.kubectl("-n", kosinstall.Namespace, "get", "configmaps,roles", "-l", kosinstall.AddonLabel+"=kos-controller-manager"); err != nil {
 		return err
 	}
-	if err := d.waitKOS(ctx, kube); err != nil {
+	if err := d.waitKOS(ctx, kube, agg); err != nil {
 		return err
 	}
 	if err := d.channelsAt("get", "addons"); err != nil {
@@ -137,7 +131,7 @@ func (d *demo) runCluster(ctx context.Context) error {
 
 	say("Done after %s. The cluster and KOS keep running:", time.Since(began).Round(time.Second))
 	fmt.Printf("    export KUBECONFIG=%s\n", d.kubeconfig)
-	fmt.Printf("    kubectl -n %s get pods\n", kosNamespace)
+	fmt.Printf("    kubectl -n %s get pods\n", kosinstall.Namespace)
 	fmt.Printf("    kubectl get subnets,networkattachments -n %s -o wide\n", clusterNamespace)
 	fmt.Printf("    %s get addons\n", filepath.Join(d.binDir, "channels"))
 	fmt.Printf("    ip netns exec %sguest-b ping <guest-a's address>\n", clusterNetnsPrefix)
@@ -262,13 +256,13 @@ func waitAttachments(ctx context.Context, client kosclient.Interface, ns string,
 	return atts, nil
 }
 
-// waitKOS waits until the KOS namespace has pods, all of them Ready, and
-// the KOS APIService is Available, saying how it goes now and then.
-func (d *demo) waitKOS(ctx context.Context, kube kubernetes.Interface) error {
+// waitKOS waits until KOS is ready (kosinstall.Ready), saying how it goes
+// now and then.
+func (d *demo) waitKOS(ctx context.Context, kube kubernetes.Interface, agg aggregator.Interface) error {
 	var last error
 	shown := time.Now()
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
-		last = kosReady(ctx, kube, d.kubeconfig)
+		last = kosinstall.Ready(ctx, kube, agg)
 		if last != nil && time.Since(shown) > 15*time.Second {
 			fmt.Printf("    waiting: %v\n", last)
 			shown = time.Now()
@@ -276,43 +270,7 @@ func (d *demo) waitKOS(ctx context.Context, kube kubernetes.Interface) error {
 		return last == nil, nil
 	})
 	if err != nil {
-		return fmt.Errorf("waiting for KOS to be ready: %w (%v); see kubectl -n %s get pods and the logs in %s", err, last, kosNamespace, d.envDir)
-	}
-	return nil
-}
-
-// kosReady returns nil when every pod in the KOS namespace is Ready and the
-// KOS APIService is Available.
-func kosReady(ctx context.Context, kube kubernetes.Interface, kubeconfig string) error {
-	pods, err := kube.CoreV1().Pods(kosNamespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	if len(pods.Items) == 0 {
-		return fmt.Errorf("no pods in %s yet", kosNamespace)
-	}
-	var notReady []string
-	for _, p := range pods.Items {
-		ready := false
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady {
-				ready = c.Status == corev1.ConditionTrue
-			}
-		}
-		if !ready || p.DeletionTimestamp != nil {
-			notReady = append(notReady, p.Name)
-		}
-	}
-	if len(notReady) > 0 {
-		return fmt.Errorf("pods not ready: %s", strings.Join(notReady, ", "))
-	}
-	out, err := exec.CommandContext(ctx, "kubectl", "--kubeconfig", kubeconfig, "get", "apiservice", "v1alpha1.network.example.com",
-		"-o", `jsonpath={.status.conditions[?(@.type=="Available")].status}`).Output()
-	if err != nil {
-		return fmt.Errorf("reading the KOS APIService: %w", err)
-	}
-	if strings.TrimSpace(string(out)) != "True" {
-		return fmt.Errorf("APIService v1alpha1.network.example.com not Available yet")
+		return fmt.Errorf("waiting for KOS to be ready: %w (%v); see kubectl -n %s get pods and the logs in %s", err, last, kosinstall.Namespace, d.envDir)
 	}
 	return nil
 }
@@ -332,53 +290,6 @@ func (d *demo) run(name string, args ...string) error {
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("%s %s: %w", name, strings.Join(args, " "), err)
 	}
-	return nil
-}
-
-// lendClusterPaths lends the node hostOVSRunDir, as a link to its Open
-// vSwitch's run dir, and an empty hostKOSVarLib, marked as lent by the demo
-// in envDir. Paths this demo lent earlier for the same folder are taken
-// back first; anything else there is left alone and is an error.
-func lendClusterPaths(envDir, ovsRunDir string) error {
-	if err := returnClusterPaths(envDir); err != nil {
-		return err
-	}
-	if _, err := os.Lstat(hostOVSRunDir); !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%s exists on this host (an Open vSwitch of the host, or a test's?): the demo needs it for the node's Open vSwitch; free it and run again", hostOVSRunDir)
-	}
-	if _, err := os.Lstat(hostKOSVarLib); !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%s exists on this host (lent to a test?): the demo's single-node etcd keeps its data there; free it and run again", hostKOSVarLib)
-	}
-	if err := os.MkdirAll(hostKOSVarLib, 0o755); err != nil {
-		return fmt.Errorf("lending %s: %w", hostKOSVarLib, err)
-	}
-	if err := os.WriteFile(filepath.Join(hostKOSVarLib, clusterLentMark), []byte(envDir), 0o644); err != nil {
-		return fmt.Errorf("lending %s: %w", hostKOSVarLib, err)
-	}
-	if err := os.Symlink(ovsRunDir, hostOVSRunDir); err != nil {
-		return fmt.Errorf("lending %s: %w", hostOVSRunDir, err)
-	}
-	return nil
-}
-
-// returnClusterPaths takes back the host paths the demo in envDir lent, if
-// it did: the link hostOVSRunDir when it points into envDir, and
-// hostKOSVarLib when its mark names envDir.
-func returnClusterPaths(envDir string) error {
-	mark, err := os.ReadFile(filepath.Join(hostKOSVarLib, clusterLentMark))
-	if err != nil || string(mark) != envDir {
-		return nil
-	}
-	if target, err := os.Readlink(hostOVSRunDir); err == nil && strings.HasPrefix(target, envDir+string(filepath.Separator)) {
-		if err := os.Remove(hostOVSRunDir); err != nil {
-			return fmt.Errorf("giving back %s: %w", hostOVSRunDir, err)
-		}
-		fmt.Printf("gave back %s\n", hostOVSRunDir)
-	}
-	if err := os.RemoveAll(hostKOSVarLib); err != nil {
-		return fmt.Errorf("giving back %s: %w", hostKOSVarLib, err)
-	}
-	fmt.Printf("gave back %s\n", hostKOSVarLib)
 	return nil
 }
 
@@ -404,8 +315,10 @@ func downCluster(ctx context.Context, envDir string, localenvArgs []string) erro
 	if err := cmd.Run(); err != nil {
 		errs = append(errs, fmt.Errorf("go %s: %w", strings.Join(args, " "), err))
 	}
-	if err := returnClusterPaths(envDir); err != nil {
-		errs = append(errs, err)
+	back, err := kosinstall.ReturnHostPaths(envDir)
+	for _, path := range back {
+		fmt.Printf("gave back %s\n", path)
 	}
+	errs = append(errs, err)
 	return errors.Join(errs...)
 }

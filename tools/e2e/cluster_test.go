@@ -5,16 +5,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -28,6 +24,7 @@ import (
 	"github.com/kos-sdn/kos/channels/cli"
 	"github.com/kos-sdn/kos/tools/images"
 	"github.com/kos-sdn/kos/tools/kosimages/catalog"
+	"github.com/kos-sdn/kos/tools/kosinstall"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
@@ -70,71 +67,6 @@ func etcdBinary(ctx context.Context, root string) (string, error) {
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	return filepath.Join(lines[len(lines)-1], "etcd"), nil
-}
-
-// The host paths the addons mount from their node. The test's node shares
-// the host's file system, so the test lends them and takes them back.
-const (
-	// ovsRunDir is where the agent's DaemonSet finds the node's Open
-	// vSwitch; the test links it to the run dir of the node's instance.
-	ovsRunDir = "/var/run/openvswitch"
-	// kosVarLib holds the single-node etcd's data (/var/lib/kos/etcd).
-	kosVarLib = "/var/lib/kos"
-	// lentMark, in kosVarLib, holds the pid of the test process that lent
-	// both paths.
-	lentMark = ".kos-e2e"
-)
-
-// lendHostPaths lends the node the host paths its KOS pods mount: ovsRunDir
-// as a link to the node's Open vSwitch run dir, and an empty kosVarLib. Both
-// must be free, or lent by an earlier run of this test whose process is
-// gone. The returned function gives them back; call it once the cluster has
-// stopped, so that no pod writes there any more.
-func lendHostPaths(t *testing.T, env *testenv.Env) (giveBack func()) {
-	t.Helper()
-	if data, err := os.ReadFile(filepath.Join(kosVarLib, lentMark)); err == nil {
-		pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
-		if pid > 0 && syscall.Kill(pid, 0) == nil {
-			t.Fatalf("%s and %s are lent to process %d: is another run of this test going on?", kosVarLib, ovsRunDir, pid)
-		}
-		// Left by a run that died: its node's run dir is gone or dead.
-		if _, err := os.Readlink(ovsRunDir); err == nil {
-			if err := os.Remove(ovsRunDir); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := os.RemoveAll(kosVarLib); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := os.Lstat(ovsRunDir); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("%s exists on this host (an Open vSwitch of the host?): the test needs the path for its node's Open vSwitch; stop that one or free the path (%v)", ovsRunDir, err)
-	}
-	if _, err := os.Lstat(kosVarLib); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("%s exists on this host: the test's single-node etcd keeps its data there; move it away (%v)", kosVarLib, err)
-	}
-	if err := os.MkdirAll(kosVarLib, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	self := strconv.Itoa(os.Getpid())
-	if err := os.WriteFile(filepath.Join(kosVarLib, lentMark), []byte(self), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(env.Node.OVSRunDir, ovsRunDir); err != nil {
-		t.Fatal(err)
-	}
-	return func() {
-		if target, err := os.Readlink(ovsRunDir); err == nil && target == env.Node.OVSRunDir {
-			if err := os.Remove(ovsRunDir); err != nil {
-				t.Errorf("giving back %s: %v", ovsRunDir, err)
-			}
-		}
-		if owner, err := os.ReadFile(filepath.Join(kosVarLib, lentMark)); err == nil && string(owner) == self {
-			if err := os.RemoveAll(kosVarLib); err != nil {
-				t.Errorf("giving back %s: %v", kosVarLib, err)
-			}
-		}
-	}
 }
 
 // channelsCLI runs the channels command line, as `channels ARGS...
@@ -223,7 +155,7 @@ func (k *kos) objectVersions(t *testing.T) map[string]string {
 				continue
 			}
 			seen[gk.String()] = true
-			objs, err := dyn.Resource(gv.WithResource(r.Name)).List(ctx, metav1.ListOptions{LabelSelector: addonLabel})
+			objs, err := dyn.Resource(gv.WithResource(r.Name)).List(ctx, metav1.ListOptions{LabelSelector: kosinstall.AddonLabel})
 			if err != nil {
 				t.Fatalf("listing %s: %v", gk, err)
 			}
@@ -232,7 +164,7 @@ func (k *kos) objectVersions(t *testing.T) map[string]string {
 			}
 		}
 	}
-	ns, err := dyn.Resource(corev1.SchemeGroupVersion.WithResource("namespaces")).Get(ctx, kosNamespace, metav1.GetOptions{})
+	ns, err := dyn.Resource(corev1.SchemeGroupVersion.WithResource("namespaces")).Get(ctx, kosinstall.Namespace, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +202,7 @@ func (k *kos) dumpState() {
 	t := k.t
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pods, err := k.kube.CoreV1().Pods(kosNamespace).List(ctx, metav1.ListOptions{})
+	pods, err := k.kube.CoreV1().Pods(kosinstall.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Logf("listing the KOS pods: %v", err)
 		return
@@ -285,14 +217,14 @@ func (k *kos) dumpState() {
 			}
 			for _, previous := range []bool{false, true} {
 				lines := int64(30)
-				logs, err := k.kube.CoreV1().Pods(kosNamespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name, TailLines: &lines, Previous: previous}).DoRaw(ctx)
+				logs, err := k.kube.CoreV1().Pods(kosinstall.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name, TailLines: &lines, Previous: previous}).DoRaw(ctx)
 				if err == nil && len(logs) > 0 {
 					t.Logf("  logs of %s (previous %t):\n%s", c.Name, previous, logs)
 				}
 			}
 		}
 	}
-	events, err := k.kube.CoreV1().Events(kosNamespace).List(ctx, metav1.ListOptions{})
+	events, err := k.kube.CoreV1().Events(kosinstall.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Logf("listing the KOS events: %v", err)
 		return
@@ -304,36 +236,7 @@ func (k *kos) dumpState() {
 	}
 }
 
-// eventually polls check every 500ms until it succeeds, failing the test
-// with its last error after timeout.
-func eventually(t *testing.T, timeout time.Duration, what string, check func() error) {
-	t.Helper()
-	began := time.Now()
-	for {
-		err := check()
-		if err == nil {
-			t.Logf("%s after %s", what, since(began))
-			return
-		}
-		if time.Since(began) > timeout {
-			t.Fatalf("waited %s for %s: %v", timeout, what, err)
-		}
-		select {
-		case <-t.Context().Done():
-			t.Fatalf("waiting for %s: %v (last: %v)", what, t.Context().Err(), err)
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
-
 func since(t time.Time) time.Duration { return time.Since(t).Round(100 * time.Millisecond) }
-
-func ptrOr(p *int32, def int32) int32 {
-	if p == nil {
-		return def
-	}
-	return *p
-}
 
 // testWriter logs what is written to it, a line a call.
 type testWriter struct{ t *testing.T }

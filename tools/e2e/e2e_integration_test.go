@@ -21,28 +21,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 
 	"github.com/kos-sdn/kos/channels"
 	networkv1alpha1 "github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	kosclient "github.com/kos-sdn/kos/components/generated/clientset/versioned"
+	"github.com/kos-sdn/kos/tools/kosinstall"
+	"github.com/kos-sdn/kos/tools/poll"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
-
-// The namespace of KOS, and the APIService that serves its API.
-const (
-	kosNamespace = "example-com"
-	apiService   = "v1alpha1.network.example.com"
-	// addonLabel is the label of every addon's selector.
-	addonLabel = "addon.kos.example.com/name"
-)
-
-// nodeLabels are the labels the addons select nodes by.
-var nodeLabels = map[string]string{
-	"role.kos.example.com/control":  "true",
-	"role.kos.example.com/workload": "true",
-}
 
 // TestIntegrationKOS installs KOS from the bootstrap channel on a real
 // single-node cluster and runs it: every step needs the ones before it, so a
@@ -61,7 +48,7 @@ func TestIntegrationKOS(t *testing.T) {
 
 	env, err := testenv.Start(t.Context(), testenv.Options{
 		Components: []string{testenv.KubeControllerManager, testenv.KubeScheduler, testenv.Kubelet, testenv.KubeProxy},
-		Node:       testenv.NodeOptions{Labels: nodeLabels, OVS: true},
+		Node:       testenv.NodeOptions{Labels: kosinstall.NodeLabels(), OVS: true},
 		Progress:   testWriter{t},
 	})
 	if err != nil {
@@ -83,7 +70,14 @@ func TestIntegrationKOS(t *testing.T) {
 		t.Fatalf("building the images: %v", images.err)
 	}
 	t.Logf("images built after %s", since(began))
-	giveBack = lendHostPaths(t, env)
+	if err := kosinstall.LendHostPaths(env.Dir, env.Node.OVSRunDir); err != nil {
+		t.Fatal(err)
+	}
+	giveBack = func() {
+		if _, err := kosinstall.ReturnHostPaths(env.Dir); err != nil {
+			t.Error(err)
+		}
+	}
 	if err := env.ImportImages(t.Context(), images.tarball); err != nil {
 		t.Fatal(err)
 	}
@@ -175,79 +169,19 @@ func (k *kos) testInstall(t *testing.T) {
 	k.waitKOSReady(t, 4*time.Minute)
 }
 
-// waitKOSReady waits until every KOS workload has all its pods Ready and
-// the APIService is Available.
+// waitKOSReady waits until KOS is ready (kosinstall.Ready).
 func (k *kos) waitKOSReady(t *testing.T, timeout time.Duration) {
 	t.Helper()
-	ctx := t.Context()
-	eventually(t, timeout, "every KOS pod to be Ready and the APIService Available", func() error {
-		if err := workloadsReady(ctx, k.kube); err != nil {
-			return err
-		}
-		svc, err := k.agg.ApiregistrationV1().APIServices().Get(ctx, apiService, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		for _, c := range svc.Status.Conditions {
-			if c.Type == apiregistrationv1.Available {
-				if c.Status != apiregistrationv1.ConditionTrue {
-					return fmt.Errorf("APIService %s not available: %s: %s", apiService, c.Reason, c.Message)
-				}
-				return nil
-			}
-		}
-		return fmt.Errorf("APIService %s has no Available condition yet", apiService)
+	poll.Until(t, timeout, "every KOS pod to be Ready and the APIService Available", func(ctx context.Context) error {
+		return kosinstall.Ready(ctx, k.kube, k.agg)
 	})
-}
-
-// workloadsReady returns nil when the KOS namespace's Deployments,
-// StatefulSets and DaemonSets have every desired pod Ready and up to date.
-func workloadsReady(ctx context.Context, kube kubernetes.Interface) error {
-	deploys, err := kube.AppsV1().Deployments(kosNamespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	sets, err := kube.AppsV1().StatefulSets(kosNamespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	daemons, err := kube.AppsV1().DaemonSets(kosNamespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	if len(deploys.Items)+len(sets.Items)+len(daemons.Items) == 0 {
-		return fmt.Errorf("no workloads in %s", kosNamespace)
-	}
-	var notReady []string
-	for _, d := range deploys.Items {
-		want := ptrOr(d.Spec.Replicas, 1)
-		if d.Status.ObservedGeneration < d.Generation || d.Status.ReadyReplicas != want || d.Status.UpdatedReplicas != want || d.Status.Replicas != want {
-			notReady = append(notReady, fmt.Sprintf("Deployment %s: %d of %d ready, %d updated, %d in all", d.Name, d.Status.ReadyReplicas, want, d.Status.UpdatedReplicas, d.Status.Replicas))
-		}
-	}
-	for _, s := range sets.Items {
-		want := ptrOr(s.Spec.Replicas, 1)
-		if s.Status.ObservedGeneration < s.Generation || s.Status.ReadyReplicas != want || s.Status.UpdatedReplicas != want {
-			notReady = append(notReady, fmt.Sprintf("StatefulSet %s: %d of %d ready, %d updated", s.Name, s.Status.ReadyReplicas, want, s.Status.UpdatedReplicas))
-		}
-	}
-	for _, d := range daemons.Items {
-		want := d.Status.DesiredNumberScheduled
-		if d.Status.ObservedGeneration < d.Generation || want == 0 || d.Status.NumberReady != want || d.Status.UpdatedNumberScheduled != want {
-			notReady = append(notReady, fmt.Sprintf("DaemonSet %s: %d of %d ready, %d updated", d.Name, d.Status.NumberReady, want, d.Status.UpdatedNumberScheduled))
-		}
-	}
-	if len(notReady) > 0 {
-		return fmt.Errorf("not ready: %s", strings.Join(notReady, "; "))
-	}
-	return nil
 }
 
 // testAPI reads the KOS API through kube-apiserver's aggregator, with
 // kubectl as people do and with the generated client.
 func (k *kos) testAPI(t *testing.T) {
 	ctx := t.Context()
-	if _, err := k.kos.NetworkV1alpha1().Subnets(kosNamespace).List(ctx, metav1.ListOptions{}); err != nil {
+	if _, err := k.kos.NetworkV1alpha1().Subnets(kosinstall.Namespace).List(ctx, metav1.ListOptions{}); err != nil {
 		t.Fatalf("listing subnets through the aggregator: %v", err)
 	}
 	out := k.kubectl(t, "get", "subnets", "--all-namespaces")
@@ -290,7 +224,7 @@ func (k *kos) testAttachments(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, time.Minute, "the subnet to be validated", func() error {
+	poll.Until(t, time.Minute, "the subnet to be validated", func(context.Context) error {
 		s, err := k.kos.NetworkV1alpha1().Subnets(ns).Get(ctx, subnet.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -302,7 +236,7 @@ func (k *kos) testAttachments(t *testing.T) {
 		return nil
 	})
 	cidr := netip.MustParsePrefix(subnet.Spec.IPv4)
-	eventually(t, time.Minute, "the attachments to be addressed and implemented", func() error {
+	poll.Until(t, time.Minute, "the attachments to be addressed and implemented", func(context.Context) error {
 		list, err := k.kos.NetworkV1alpha1().NetworkAttachments(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err
@@ -411,7 +345,7 @@ func (k *kos) records(t *testing.T) map[string]record {
 	}
 	got := map[string]record{}
 	for _, r := range rows {
-		if r.Namespace == kosNamespace {
+		if r.Namespace == kosinstall.Namespace {
 			got[r.Name] = r
 		}
 	}
@@ -527,15 +461,15 @@ func (k *kos) testUpgrade(t *testing.T) {
 	if !strings.Contains(out, upgradeAddon+": Updated ") || strings.Contains(out, "Pruned") {
 		t.Errorf("the first test release: want %s updated and nothing pruned:\n%s", upgradeAddon, out)
 	}
-	if _, err := k.kube.CoreV1().ConfigMaps(kosNamespace).Get(ctx, "kos-e2e-settings", metav1.GetOptions{}); err != nil {
+	if _, err := k.kube.CoreV1().ConfigMaps(kosinstall.Namespace).Get(ctx, "kos-e2e-settings", metav1.GetOptions{}); err != nil {
 		t.Errorf("the first test release's ConfigMap: %v", err)
 	}
-	role, err := k.kube.RbacV1().Roles(kosNamespace).Get(ctx, "kos-e2e-reader", metav1.GetOptions{})
+	role, err := k.kube.RbacV1().Roles(kosinstall.Namespace).Get(ctx, "kos-e2e-reader", metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the first test release's Role: %v", err)
 	}
-	if role.Labels[addonLabel] != upgradeAddon {
-		t.Errorf("Role kos-e2e-reader: label %s=%q, want %q", addonLabel, role.Labels[addonLabel], upgradeAddon)
+	if role.Labels[kosinstall.AddonLabel] != upgradeAddon {
+		t.Errorf("Role kos-e2e-reader: label %s=%q, want %q", kosinstall.AddonLabel, role.Labels[kosinstall.AddonLabel], upgradeAddon)
 	}
 	if got := k.records(t)[upgradeAddon].Version; got != first.VersionString() {
 		t.Errorf("record of %s after the first test release: version %s, want %s", upgradeAddon, got, first.VersionString())
@@ -560,13 +494,13 @@ func (k *kos) testUpgrade(t *testing.T) {
 	if len(pruned) != 2 || !slices.ContainsFunc(pruned, says("ConfigMap", "kos-e2e-settings")) || !slices.ContainsFunc(pruned, says("Role", "kos-e2e-reader")) {
 		t.Errorf("the second test release pruned %q, want the ConfigMap kos-e2e-settings and the Role kos-e2e-reader; output:\n%s", pruned, out)
 	}
-	if _, err := k.kube.CoreV1().ConfigMaps(kosNamespace).Get(ctx, "kos-e2e-settings", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := k.kube.CoreV1().ConfigMaps(kosinstall.Namespace).Get(ctx, "kos-e2e-settings", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("ConfigMap kos-e2e-settings after the second test release: %v, want not found", err)
 	}
-	if _, err := k.kube.RbacV1().Roles(kosNamespace).Get(ctx, "kos-e2e-reader", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := k.kube.RbacV1().Roles(kosinstall.Namespace).Get(ctx, "kos-e2e-reader", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("Role kos-e2e-reader after the second test release: %v, want not found", err)
 	}
-	if _, err := k.kube.CoreV1().ConfigMaps(kosNamespace).Get(ctx, "kos-e2e-settings-renamed", metav1.GetOptions{}); err != nil {
+	if _, err := k.kube.CoreV1().ConfigMaps(kosinstall.Namespace).Get(ctx, "kos-e2e-settings-renamed", metav1.GetOptions{}); err != nil {
 		t.Errorf("the second test release's ConfigMap: %v", err)
 	}
 	// Everything else is as it was: gone are exactly the two pruned
@@ -578,7 +512,7 @@ func (k *kos) testUpgrade(t *testing.T) {
 		switch now, ok := after[key]; {
 		case !ok:
 			gone = append(gone, key)
-		case now != rv && key != "Namespace//"+kosNamespace:
+		case now != rv && key != "Namespace//"+kosinstall.Namespace:
 			changed = append(changed, key)
 		}
 	}
@@ -588,11 +522,11 @@ func (k *kos) testUpgrade(t *testing.T) {
 		}
 	}
 	slices.Sort(gone)
-	want := []string{"ConfigMap/" + kosNamespace + "/kos-e2e-settings", "Role.rbac.authorization.k8s.io/" + kosNamespace + "/kos-e2e-reader"}
+	want := []string{"ConfigMap/" + kosinstall.Namespace + "/kos-e2e-settings", "Role.rbac.authorization.k8s.io/" + kosinstall.Namespace + "/kos-e2e-reader"}
 	if diff := cmp.Diff(want, gone); diff != "" {
 		t.Errorf("objects gone after the second test release (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"ConfigMap/" + kosNamespace + "/kos-e2e-settings-renamed"}, added); diff != "" {
+	if diff := cmp.Diff([]string{"ConfigMap/" + kosinstall.Namespace + "/kos-e2e-settings-renamed"}, added); diff != "" {
 		t.Errorf("objects added by the second test release (-want +got):\n%s", diff)
 	}
 	if len(changed) > 0 {
@@ -607,7 +541,7 @@ func (k *kos) testUpgrade(t *testing.T) {
 // status, and the agent has their interfaces again.
 func (k *kos) testPodDeletion(t *testing.T) {
 	ctx := t.Context()
-	pods, err := k.kube.CoreV1().Pods(kosNamespace).List(ctx, metav1.ListOptions{})
+	pods, err := k.kube.CoreV1().Pods(kosinstall.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -624,14 +558,14 @@ func (k *kos) testPodDeletion(t *testing.T) {
 			continue
 		}
 		owners[owner] = true
-		if err := k.kube.CoreV1().Pods(kosNamespace).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+		if err := k.kube.CoreV1().Pods(kosinstall.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		deleted[p.UID] = p.Name
 	}
 	t.Logf("deleted pods %v", slices.Sorted(maps.Values(deleted)))
-	eventually(t, 3*time.Minute, "as many KOS pods as before to be Ready, none of them a deleted one", func() error {
-		now, err := k.kube.CoreV1().Pods(kosNamespace).List(ctx, metav1.ListOptions{})
+	poll.Until(t, 3*time.Minute, "as many KOS pods as before to be Ready, none of them a deleted one", func(context.Context) error {
+		now, err := k.kube.CoreV1().Pods(kosinstall.Namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err
 		}
@@ -659,7 +593,7 @@ func (k *kos) testPodDeletion(t *testing.T) {
 	if s.UID != k.subnet.UID || !s.Status.Validated {
 		t.Errorf("the subnet after the pods came back: uid %s validated %t, want uid %s validated", s.UID, s.Status.Validated, k.subnet.UID)
 	}
-	eventually(t, time.Minute, "the attachments to be served as they were, and implemented again", func() error {
+	poll.Until(t, time.Minute, "the attachments to be served as they were, and implemented again", func(context.Context) error {
 		for _, a := range k.attachments {
 			got, err := k.kos.NetworkV1alpha1().NetworkAttachments(a.Namespace).Get(ctx, a.Name, metav1.GetOptions{})
 			if err != nil {

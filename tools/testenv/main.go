@@ -2,38 +2,75 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
 
-// Main starts one environment for a test package, runs its tests and stops
-// the environment. Use it from TestMain:
-//
-//	var env *testenv.Env
-//
-//	func TestMain(m *testing.M) { testenv.Main(m, &env) }
-//
-// When the control plane cannot start, Main says why on stderr and exits
-// non-zero: the tests of the package fail, they are never skipped. An
-// interrupt stops the environment before the program exits.
-func Main(m *testing.M, env **Env) {
-	os.Exit(runMain(m, env))
+// shared is the control plane Shared starts for a test program on first use
+// and Main stops at its end.
+var shared struct {
+	once    sync.Once
+	mu      sync.Mutex
+	env     *Env
+	err     error
+	stopped bool
 }
 
-func runMain(m *testing.M, env **Env) int {
-	began := time.Now()
-	e, err := Start(context.Background(), Options{})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "testenv: the control plane did not start: %v\n", err)
-		return 1
+// Shared returns the test program's shared control plane (etcd and
+// kube-apiserver), starting it the first time a test asks, so that a
+// package's unit tests run without one. Tests keep apart by namespace. When
+// the control plane cannot start, Shared fails the test (and every later one
+// that asks) with the reason: it never skips. Main stops it when the tests
+// end; a package that calls Shared uses Main from TestMain:
+//
+//	func TestMain(m *testing.M) { testenv.Main(m) }
+//
+//	func TestIntegrationX(t *testing.T) {
+//		env := testenv.Shared(t)
+//		...
+//	}
+func Shared(t testing.TB) *Env {
+	t.Helper()
+	shared.once.Do(func() {
+		began := time.Now()
+		e, err := Start(context.Background(), Options{})
+		shared.mu.Lock()
+		defer shared.mu.Unlock()
+		if err != nil {
+			shared.err = fmt.Errorf("the control plane did not start: %w", err)
+			return
+		}
+		if shared.stopped {
+			// Main has already ended the tests (an interrupt).
+			shared.err = errStopped
+			_ = e.Stop()
+			return
+		}
+		shared.env = e
+		fmt.Fprintf(os.Stderr, "testenv: Kubernetes %s at %s, started in %s\n", e.Version, e.APIServerURL, time.Since(began).Round(10*time.Millisecond))
+	})
+	if shared.err != nil {
+		t.Fatalf("testenv: %v", shared.err)
 	}
-	fmt.Fprintf(os.Stderr, "testenv: Kubernetes %s at %s, started in %s\n", e.Version, e.APIServerURL, time.Since(began).Round(10*time.Millisecond))
-	*env = e
+	return shared.env
+}
 
+var errStopped = errors.New("the test program is stopping")
+
+// Main runs the tests of a package and then stops the control plane Shared
+// started, if a test asked for it. An interrupt stops it before the program
+// exits, so that no etcd or kube-apiserver outlives the tests.
+func Main(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
 	// The children would die with this program anyway; stopping them here
 	// also removes the working folder.
 	signals := make(chan os.Signal, 1)
@@ -41,17 +78,29 @@ func runMain(m *testing.M, env **Env) int {
 	go func() {
 		sig := <-signals
 		fmt.Fprintf(os.Stderr, "testenv: %s: stopping the control plane\n", sig)
-		_ = e.Stop()
+		_ = stopShared()
 		os.Exit(1)
 	}()
 
 	code := m.Run()
 	signal.Stop(signals)
-	if err := e.Stop(); err != nil {
+	if err := stopShared(); err != nil {
 		fmt.Fprintf(os.Stderr, "testenv: stopping the control plane: %v\n", err)
 		if code == 0 {
 			code = 1
 		}
 	}
 	return code
+}
+
+// stopShared stops the shared control plane if it runs, and keeps a later
+// Shared from starting another.
+func stopShared() error {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	shared.stopped = true
+	if shared.env == nil {
+		return nil
+	}
+	return shared.env.Stop()
 }

@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/kos-sdn/kos/tools/images"
+	"github.com/kos-sdn/kos/tools/poll"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
@@ -147,7 +148,7 @@ func testAbandonedNode(t *testing.T, before hostState) {
 	if _, err := client.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Minute, "the pod to run", func() error { return podReady(ctx, client, metav1.NamespaceDefault, "pause") })
+	poll.Until(t, time.Minute, "the pod to run", func(context.Context) error { return podReady(ctx, client, metav1.NamespaceDefault, "pause") })
 	if pids := processesNaming(t, filepath.Join(dir, "node")); len(pids) < 3 {
 		t.Fatalf("want kubelet, containerd and a shim naming the node's folder, got %v", pids)
 	}
@@ -159,7 +160,7 @@ func testAbandonedNode(t *testing.T, before hostState) {
 			}
 		}
 	}
-	waitFor(t, 10*time.Second, "containerd to die", func() error {
+	poll.Until(t, 10*time.Second, "containerd to die", func(context.Context) error {
 		for _, p := range abandoned.Processes() {
 			if p.Name == "containerd" && p.Running {
 				return errors.New("still running")
@@ -232,7 +233,7 @@ func testWorkloads(t *testing.T, env *testenv.Env, tarball string) {
 		t.Fatal(err)
 	}
 	// Pods are refused until the namespace has its default ServiceAccount.
-	waitFor(t, 30*time.Second, "the default ServiceAccount", func() error {
+	poll.Until(t, 30*time.Second, "the default ServiceAccount", func(context.Context) error {
 		_, err := client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
 		return err
 	})
@@ -279,7 +280,7 @@ func testWorkloads(t *testing.T, env *testenv.Env, tarball string) {
 		t.Fatal(err)
 	}
 
-	waitFor(t, 2*time.Minute, "the Deployment, DaemonSet and host-network pod to be ready", func() error {
+	poll.Until(t, 2*time.Minute, "the Deployment, DaemonSet and host-network pod to be ready", func(context.Context) error {
 		d, err := client.AppsV1().Deployments(ns).Get(ctx, "hello", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -360,7 +361,7 @@ func testWorkloads(t *testing.T, env *testenv.Env, tarball string) {
 		check := func(pod, url string) {
 			t.Helper()
 			var out string
-			waitFor(t, 30*time.Second, "a hello pod to answer at "+url+" from "+pod, func() error {
+			poll.Until(t, 30*time.Second, "a hello pod to answer at "+url+" from "+pod, func(context.Context) error {
 				var err error
 				out, err = execOut(ctx, env, ns, pod, "hello", "get", url)
 				return err
@@ -405,7 +406,7 @@ func testWorkloads(t *testing.T, env *testenv.Env, tarball string) {
 	})
 
 	t.Run("host binary image", func(t *testing.T) {
-		waitFor(t, time.Minute, "the echo pod to succeed", func() error {
+		poll.Until(t, time.Minute, "the echo pod to succeed", func(context.Context) error {
 			p, err := client.CoreV1().Pods(ns).Get(ctx, "echo", metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -562,27 +563,6 @@ func httpGet(t *testing.T, url string) string {
 		t.Fatal(err)
 	}
 	return string(body)
-}
-
-// waitFor polls check every 200ms until it succeeds, failing the test with
-// its last error after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting %s for %s: %v", timeout, what, err)
-		}
-		select {
-		case <-t.Context().Done():
-			t.Fatalf("waiting for %s: %v (last: %v)", what, t.Context().Err(), err)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }
 
 type testWriter struct{ t *testing.T }
