@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	networkapi "github.com/kos-sdn/kos/components/apis/network"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/fabric"
 	kosclient "github.com/kos-sdn/kos/components/generated/clientset/versioned"
@@ -265,7 +266,7 @@ func indexByAddress(obj any) ([]string, error) {
 // one.
 func addressOf(att *v1alpha1.NetworkAttachment) (address, bool) {
 	vni := att.Status.AddressVNI
-	if vni == 0 || vni > fabric.MaxVNI || att.Status.IPv4 == "" {
+	if vni < networkapi.MinVNI || vni > networkapi.MaxVNI || att.Status.IPv4 == "" {
 		return address{}, false
 	}
 	ip, err := netip.ParseAddr(att.Status.IPv4)

@@ -15,10 +15,9 @@ import (
 	"net"
 	"net/netip"
 	"slices"
-)
 
-// MaxVNI is the largest virtual network identifier KOS uses (21 bits).
-const MaxVNI = 1<<21 - 1
+	"github.com/kos-sdn/kos/components/apis/network"
+)
 
 // Interface is what the node agent needs from its node's switch. Every
 // method is safe for concurrent use; the attachment methods take batches so
@@ -58,7 +57,7 @@ type Interface interface {
 
 // LocalAttachment is a network attachment on this node.
 type LocalAttachment struct {
-	// VNI is the virtual network, in [1, MaxVNI].
+	// VNI is the virtual network, in [network.MinVNI, network.MaxVNI].
 	VNI uint32
 	// IP is the attachment's IPv4 address in that network.
 	IP netip.Addr
@@ -79,7 +78,7 @@ func (a LocalAttachment) String() string { return fmt.Sprintf("%d/%s", a.VNI, a.
 // RemoteAttachment is a network attachment on another node, in a virtual
 // network that has attachments on this one.
 type RemoteAttachment struct {
-	// VNI is the virtual network, in [1, MaxVNI].
+	// VNI is the virtual network, in [network.MinVNI, network.MaxVNI].
 	VNI uint32
 	// IP is the attachment's IPv4 address in that network.
 	IP netip.Addr
@@ -109,8 +108,8 @@ func (a RemoteAttachment) String() string {
 
 func validate(vni uint32, ip netip.Addr) error {
 	var errs []error
-	if vni < 1 || vni > MaxVNI {
-		errs = append(errs, fmt.Errorf("VNI %d is not in [1,%d]", vni, MaxVNI))
+	if vni < network.MinVNI || vni > network.MaxVNI {
+		errs = append(errs, fmt.Errorf("VNI %d is not in [%d,%d]", vni, network.MinVNI, network.MaxVNI))
 	}
 	if !ip.Is4() {
 		errs = append(errs, fmt.Errorf("IP %v of VNI %d is not an IPv4 address", ip, vni))

@@ -3,6 +3,8 @@ package fabric
 import (
 	"net/netip"
 	"testing"
+
+	"github.com/kos-sdn/kos/components/apis/network"
 )
 
 func TestMACAddressAndInterfaceName(t *testing.T) {
@@ -20,12 +22,12 @@ func TestMACAddressAndInterfaceName(t *testing.T) {
 		{"lowest VNI, end of 172.16/12", 1, "172.31.255.255", "02:1f:ff:ff:00:01", "kos021fffff0001"},
 		{"lowest VNI, start of 192.168/16", 1, "192.168.0.0", "02:a8:00:00:00:01", "kos02a800000001"},
 		{"lowest VNI, end of 192.168/16", 1, "192.168.255.255", "02:a8:ff:ff:00:01", "kos02a8ffff0001"},
-		{"highest VNI, start of 10/8", MaxVNI, "10.0.0.0", "fe:00:00:00:ff:ff", "kosfe000000ffff"},
-		{"highest VNI, end of 10/8", MaxVNI, "10.255.255.255", "fe:ff:ff:ff:ff:ff", "kosfeffffffffff"},
-		{"highest VNI, start of 172.16/12", MaxVNI, "172.16.0.0", "fa:10:00:00:ff:ff", "kosfa100000ffff"},
-		{"highest VNI, end of 172.16/12", MaxVNI, "172.31.255.255", "fa:1f:ff:ff:ff:ff", "kosfa1fffffffff"},
-		{"highest VNI, start of 192.168/16", MaxVNI, "192.168.0.0", "fa:a8:00:00:ff:ff", "kosfaa80000ffff"},
-		{"highest VNI, end of 192.168/16", MaxVNI, "192.168.255.255", "fa:a8:ff:ff:ff:ff", "kosfaa8ffffffff"},
+		{"highest VNI, start of 10/8", network.MaxVNI, "10.0.0.0", "fe:00:00:00:ff:ff", "kosfe000000ffff"},
+		{"highest VNI, end of 10/8", network.MaxVNI, "10.255.255.255", "fe:ff:ff:ff:ff:ff", "kosfeffffffffff"},
+		{"highest VNI, start of 172.16/12", network.MaxVNI, "172.16.0.0", "fa:10:00:00:ff:ff", "kosfa100000ffff"},
+		{"highest VNI, end of 172.16/12", network.MaxVNI, "172.31.255.255", "fa:1f:ff:ff:ff:ff", "kosfa1fffffffff"},
+		{"highest VNI, start of 192.168/16", network.MaxVNI, "192.168.0.0", "fa:a8:00:00:ff:ff", "kosfaa80000ffff"},
+		{"highest VNI, end of 192.168/16", network.MaxVNI, "192.168.255.255", "fa:a8:ff:ff:ff:ff", "kosfaa8ffffffff"},
 		{"VNI bits 8-15 go to byte 4", 0x1234, "10.1.2.3", "06:01:02:03:12:34", "kos060102031234"},
 		{"VNI bit 16 goes to byte 0", 1 << 16, "10.0.0.5", "0e:00:00:05:00:00", "kos0e0000050000"},
 		{"VNI bit 20 goes to byte 0", 1 << 20, "192.168.1.1", "82:a8:01:01:00:00", "kos82a801010000"},
@@ -62,7 +64,7 @@ func TestMACAddressNotIPv4(t *testing.T) {
 // TestMACAddressDistinct checks that distinct attachments get distinct MAC
 // addresses across the corners of the VNI range and the RFC 1918 blocks.
 func TestMACAddressDistinct(t *testing.T) {
-	vnis := []uint32{1, 2, 255, 256, 8191, 8192, 65535, 65536, 1 << 20, MaxVNI - 1, MaxVNI}
+	vnis := []uint32{1, 2, 255, 256, 8191, 8192, 65535, 65536, 1 << 20, network.MaxVNI - 1, network.MaxVNI}
 	var ips []netip.Addr
 	for _, s := range []string{
 		"10.0.0.0", "10.0.0.1", "10.16.0.1", "10.168.0.1", "10.255.255.255",
@@ -93,9 +95,9 @@ func TestValidate(t *testing.T) {
 		wantErr bool
 	}{
 		{"local ok", LocalAttachment{VNI: 1, IP: ip}, false},
-		{"local highest VNI", LocalAttachment{VNI: MaxVNI, IP: ip}, false},
+		{"local highest VNI", LocalAttachment{VNI: network.MaxVNI, IP: ip}, false},
 		{"local VNI 0", LocalAttachment{VNI: 0, IP: ip}, true},
-		{"local VNI too big", LocalAttachment{VNI: MaxVNI + 1, IP: ip}, true},
+		{"local VNI too big", LocalAttachment{VNI: network.MaxVNI + 1, IP: ip}, true},
 		{"local no IP", LocalAttachment{VNI: 1}, true},
 		{"local IPv6", LocalAttachment{VNI: 1, IP: netip.MustParseAddr("fd00::5")}, true},
 		{"remote ok", RemoteAttachment{VNI: 1, IP: ip, HostIP: host}, false},

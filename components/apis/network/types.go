@@ -53,9 +53,18 @@ type Subnet struct {
 type SubnetSpec struct {
 	// IPv4 is the subnet's CIDR block, inside RFC 1918 space.
 	IPv4 string
-	// VNI is the VXLAN network identifier of the virtual network.
+	// VNI is the VXLAN network identifier of the virtual network, in
+	// [MinVNI, MaxVNI].
 	VNI uint32
 }
+
+// MinVNI and MaxVNI bound the VXLAN network identifiers a Subnet may use.
+// MaxVNI is 21 bits because the agent encodes a VNI, with the address, in
+// an attachment's MAC address and in the cookies of its flows.
+const (
+	MinVNI = 1
+	MaxVNI = 1<<21 - 1
+)
 
 // SubnetStatus is the observed state of a Subnet.
 type SubnetStatus struct {

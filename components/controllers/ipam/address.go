@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kos-sdn/kos/components/apis/network/validation"
+	"github.com/kos-sdn/kos/components/apis/network"
 )
 
 // lockNamePrefix starts the name of every IPLock; the "1" is the version of
@@ -33,9 +33,9 @@ func ParseLockName(name string) (vni uint32, addr netip.Addr, err error) {
 	if len(parts) != 5 {
 		return 0, netip.Addr{}, fmt.Errorf("IP lock name %q: want v1-<vni>-<a>-<b>-<c>-<d>", name)
 	}
-	n, err := parseDecimal(parts[0], validation.MaxVNI)
-	if err != nil || n < validation.MinVNI {
-		return 0, netip.Addr{}, fmt.Errorf("IP lock name %q: VNI %q is not a decimal in [%d,%d]", name, parts[0], validation.MinVNI, validation.MaxVNI)
+	n, err := parseDecimal(parts[0], network.MaxVNI)
+	if err != nil || n < network.MinVNI {
+		return 0, netip.Addr{}, fmt.Errorf("IP lock name %q: VNI %q is not a decimal in [%d,%d]", name, parts[0], network.MinVNI, network.MaxVNI)
 	}
 	var octets [4]byte
 	for i, p := range parts[1:] {

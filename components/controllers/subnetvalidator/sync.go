@@ -3,7 +3,6 @@ package subnetvalidator
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
+	"github.com/kos-sdn/kos/components/apis/network/validation"
 )
 
 // Reasons of the Events the validator records on subnets.
@@ -117,34 +117,20 @@ func (c *Controller) observeLatency(s *v1alpha1.Subnet) {
 	}
 }
 
-// Conflicts compares subnet with others, subnets of any VNI, and returns the
-// rivals it conflicts with (by namespace/name key, with their UIDs) and the
-// problems, sorted, in the words status.errors uses. A rival conflicts when it
-// has the same VNI and lives in another namespace, or lives in the same
-// namespace with an overlapping CIDR block. The subnet itself is skipped.
+// Conflicts compares subnet with others, subnets of any VNI, by the rule of
+// validation.SubnetConflict, and returns the rivals it conflicts with (by
+// namespace/name key, with their UIDs) and the problems, sorted, in the words
+// status.errors uses.
 func Conflicts(subnet *v1alpha1.Subnet, others []v1alpha1.Subnet) (map[string]types.UID, []string) {
 	rivals := map[string]types.UID{}
 	var problems []string
-	block, blockErr := netip.ParsePrefix(subnet.Spec.IPv4)
+	self := validation.SubnetPlacement{Namespace: subnet.Namespace, Name: subnet.Name, VNI: subnet.Spec.VNI, IPv4: subnet.Spec.IPv4}
 	for i := range others {
 		o := &others[i]
-		if o.Spec.VNI != subnet.Spec.VNI || (o.Namespace == subnet.Namespace && o.Name == subnet.Name) {
-			continue
+		if err := validation.SubnetConflict(self, validation.SubnetPlacement{Namespace: o.Namespace, Name: o.Name, VNI: o.Spec.VNI, IPv4: o.Spec.IPv4}); err != nil {
+			rivals[o.Namespace+"/"+o.Name] = o.UID
+			problems = append(problems, err.Detail)
 		}
-		key := o.Namespace + "/" + o.Name
-		if o.Namespace != subnet.Namespace {
-			rivals[key] = o.UID
-			problems = append(problems, fmt.Sprintf("same VNI but different namespace wrt %s", key))
-			continue
-		}
-		// The server accepts only well-formed blocks; a malformed one can
-		// overlap nothing.
-		other, err := netip.ParsePrefix(o.Spec.IPv4)
-		if blockErr != nil || err != nil || !block.Overlaps(other) {
-			continue
-		}
-		rivals[key] = o.UID
-		problems = append(problems, fmt.Sprintf("CIDR overlaps with %s's (%s)", key, o.Spec.IPv4))
 	}
 	slices.Sort(problems)
 	return rivals, problems

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/kos-sdn/kos/components/apis/network"
 	"github.com/kos-sdn/kos/components/fabric"
 )
 
@@ -121,7 +122,7 @@ func TestFabricInvalid(t *testing.T) {
 		{"local without IP", func() error { return f.DeleteLocal(ctx, fabric.LocalAttachment{VNI: 1}) }},
 		{"remote without host", func() error { return f.CreateRemote(ctx, fabric.RemoteAttachment{VNI: 1, IP: r1.IP}) }},
 		{"remote VNI too big", func() error {
-			return f.DeleteRemote(ctx, fabric.RemoteAttachment{VNI: fabric.MaxVNI + 1, IP: r1.IP})
+			return f.DeleteRemote(ctx, fabric.RemoteAttachment{VNI: network.MaxVNI + 1, IP: r1.IP})
 		}},
 	}
 	for _, tt := range tests {

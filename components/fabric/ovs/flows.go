@@ -11,6 +11,7 @@ import (
 
 	goovs "github.com/digitalocean/go-openvswitch/ovs"
 
+	"github.com/kos-sdn/kos/components/apis/network"
 	"github.com/kos-sdn/kos/components/fabric"
 )
 
@@ -71,7 +72,7 @@ func cookie(kind flowKind, vni uint32, ip netip.Addr) uint64 {
 	c := cookieMagic | uint64(kind)<<kindShift
 	if ip.Is4() {
 		b := ip.As4()
-		c |= uint64(vni&fabric.MaxVNI)<<vniShift | uint64(b[0])<<24 | uint64(b[1])<<16 | uint64(b[2])<<8 | uint64(b[3])
+		c |= uint64(vni&network.MaxVNI)<<vniShift | uint64(b[0])<<24 | uint64(b[1])<<16 | uint64(b[2])<<8 | uint64(b[3])
 	}
 	return c
 }
@@ -83,7 +84,7 @@ func parseCookie(c uint64) (kind flowKind, vni uint32, ip netip.Addr, ok bool) {
 		return 0, 0, netip.Addr{}, false
 	}
 	kind = flowKind((c & kindMask) >> kindShift)
-	vni = uint32(c>>vniShift) & fabric.MaxVNI
+	vni = uint32(c>>vniShift) & network.MaxVNI
 	ip = netip.AddrFrom4([4]byte{byte(c >> 24), byte(c >> 16), byte(c >> 8), byte(c)})
 	switch kind {
 	case kindDefault:

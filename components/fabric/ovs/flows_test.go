@@ -11,6 +11,7 @@ import (
 	goovs "github.com/digitalocean/go-openvswitch/ovs"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/kos-sdn/kos/components/apis/network"
 	"github.com/kos-sdn/kos/components/fabric"
 )
 
@@ -59,9 +60,9 @@ func TestFlowsGolden(t *testing.T) {
 	}{
 		{"defaults", defaultFlows()},
 		{"local", localFlows(fabric.LocalAttachment{VNI: 1, IP: ip("10.0.0.5")}, 5)},
-		{"local-highest-vni", localFlows(fabric.LocalAttachment{VNI: fabric.MaxVNI, IP: ip("172.31.255.254")}, 65279)},
+		{"local-highest-vni", localFlows(fabric.LocalAttachment{VNI: network.MaxVNI, IP: ip("172.31.255.254")}, 65279)},
 		{"remote", remoteFlows(fabric.RemoteAttachment{VNI: 1, IP: ip("10.0.0.6"), HostIP: ip("192.168.100.2")}, 1)},
-		{"remote-highest-vni", remoteFlows(fabric.RemoteAttachment{VNI: fabric.MaxVNI, IP: ip("192.168.0.1"), HostIP: ip("172.20.0.9")}, 3)},
+		{"remote-highest-vni", remoteFlows(fabric.RemoteAttachment{VNI: network.MaxVNI, IP: ip("192.168.0.1"), HostIP: ip("172.20.0.9")}, 3)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -97,7 +98,7 @@ func TestCookie(t *testing.T) {
 		{"default", kindDefault, 0, netip.Addr{}, 0x6b20000000000000, true},
 		{"local", kindLocal, 1, ip("10.0.0.5"), 0x6b4000010a000005, true},
 		{"remote", kindRemote, 1, ip("10.0.0.5"), 0x6b6000010a000005, true},
-		{"highest VNI", kindRemote, fabric.MaxVNI, ip("192.168.255.255"), 0x6b7fffffc0a8ffff, true},
+		{"highest VNI", kindRemote, network.MaxVNI, ip("192.168.255.255"), 0x6b7fffffc0a8ffff, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -14,12 +14,6 @@ import (
 	"github.com/kos-sdn/kos/components/apis/network"
 )
 
-// MinVNI and MaxVNI bound the VXLAN network identifiers a Subnet may use.
-const (
-	MinVNI = 1
-	MaxVNI = 2097151
-)
-
 // privateRanges are the address blocks of RFC 1918.
 var privateRanges = []netip.Prefix{
 	netip.MustParsePrefix("10.0.0.0/8"),
@@ -61,35 +55,58 @@ func ValidateSubnetStatusUpdate(subnet, old *network.Subnet) field.ErrorList {
 	return errs
 }
 
-// ValidateSubnetConflicts checks subnet against rivals, other subnets: a VNI's
-// subnets must live in one namespace and have disjoint CIDR blocks. Rivals of
-// another VNI, the subnet itself and rivals with a malformed block are ignored.
+// ValidateSubnetConflicts checks subnet against rivals, other subnets, by the
+// rule of SubnetConflict.
 func ValidateSubnetConflicts(subnet *network.Subnet, rivals []*network.Subnet) field.ErrorList {
 	var errs field.ErrorList
-	prefix, prefixErr := netip.ParsePrefix(subnet.Spec.IPv4)
+	self := SubnetPlacement{Namespace: subnet.Namespace, Name: subnet.Name, VNI: subnet.Spec.VNI, IPv4: subnet.Spec.IPv4}
 	for _, rival := range rivals {
-		if rival.Spec.VNI != subnet.Spec.VNI || (rival.Namespace == subnet.Namespace && rival.Name == subnet.Name) {
-			continue
+		if err := SubnetConflict(self, SubnetPlacement{Namespace: rival.Namespace, Name: rival.Name, VNI: rival.Spec.VNI, IPv4: rival.Spec.IPv4}); err != nil {
+			errs = append(errs, err)
 		}
-		if rival.Namespace != subnet.Namespace {
-			errs = append(errs, field.Invalid(specPath.Child("vni"), subnet.Spec.VNI,
-				fmt.Sprintf("same VNI but different namespace wrt %s/%s", rival.Namespace, rival.Name)))
-			continue
-		}
-		rivalPrefix, err := netip.ParsePrefix(rival.Spec.IPv4)
-		if prefixErr != nil || err != nil || !prefix.Overlaps(rivalPrefix) {
-			continue
-		}
-		errs = append(errs, field.Invalid(specPath.Child("ipv4"), subnet.Spec.IPv4,
-			fmt.Sprintf("CIDR overlaps with %s/%s's (%s)", rival.Namespace, rival.Name, rival.Spec.IPv4)))
 	}
 	return errs
 }
 
+// SubnetPlacement is what the subnet conflict rule reads of a subnet, in
+// either version of the API.
+type SubnetPlacement struct {
+	Namespace, Name string
+	VNI             uint32
+	IPv4            string
+}
+
+// SubnetConflict is the subnet conflict rule, which the API server's
+// create-time check and the subnet validator controller both apply: a VNI's
+// subnets must live in one namespace and have disjoint CIDR blocks. It
+// returns the problem when rival conflicts with subnet, and nil when it does
+// not; a rival of another VNI, the subnet itself and a rival with a malformed
+// block (which can overlap nothing) never conflict. The error's detail is
+// the text status.errors uses.
+func SubnetConflict(subnet, rival SubnetPlacement) *field.Error {
+	if rival.VNI != subnet.VNI || (rival.Namespace == subnet.Namespace && rival.Name == subnet.Name) {
+		return nil
+	}
+	if rival.Namespace != subnet.Namespace {
+		return field.Invalid(specPath.Child("vni"), subnet.VNI,
+			fmt.Sprintf("same VNI but different namespace wrt %s/%s", rival.Namespace, rival.Name))
+	}
+	prefix, err := netip.ParsePrefix(subnet.IPv4)
+	if err != nil {
+		return nil
+	}
+	rivalPrefix, err := netip.ParsePrefix(rival.IPv4)
+	if err != nil || !prefix.Overlaps(rivalPrefix) {
+		return nil
+	}
+	return field.Invalid(specPath.Child("ipv4"), subnet.IPv4,
+		fmt.Sprintf("CIDR overlaps with %s/%s's (%s)", rival.Namespace, rival.Name, rival.IPv4))
+}
+
 // ValidateVNI checks that vni is a VNI a Subnet may use.
 func ValidateVNI(vni uint32, fldPath *field.Path) field.ErrorList {
-	if vni < MinVNI || vni > MaxVNI {
-		return field.ErrorList{field.Invalid(fldPath, vni, fmt.Sprintf("must be in [%d,%d]", MinVNI, MaxVNI))}
+	if vni < network.MinVNI || vni > network.MaxVNI {
+		return field.ErrorList{field.Invalid(fldPath, vni, fmt.Sprintf("must be in [%d,%d]", network.MinVNI, network.MaxVNI))}
 	}
 	return nil
 }
