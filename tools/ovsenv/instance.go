@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"time"
+
+	"github.com/kos-sdn/kos/tools/spawner"
 )
 
 // Options say how to start an instance.
@@ -39,8 +41,8 @@ type Instance struct {
 	// What Start created, and so Stop removes; remembered in stateFile so
 	// that Attach knows too.
 	state   instanceState
-	db      *daemon
-	vswitch *daemon
+	db      *spawner.Process
+	vswitch *spawner.Process
 }
 
 // instanceState is what Attach needs to know about an instance.
@@ -134,12 +136,12 @@ func Attach(dir string) (*Instance, error) {
 
 // attachDaemon returns the daemon that the pid file in runDir names, or nil
 // when it does not run.
-func attachDaemon(runDir, name string) *daemon {
+func attachDaemon(runDir, name string) *spawner.Process {
 	pid, err := readPID(filepath.Join(runDir, name+".pid"))
-	if err != nil || !alive(pid) {
+	if err != nil || !spawner.Alive(pid, "") {
 		return nil
 	}
-	return &daemon{name: name, pid: pid}
+	return &spawner.Process{Name: name, PID: pid}
 }
 
 // Env returns the environment variables that point OVS tools at this
@@ -206,7 +208,7 @@ func (i *Instance) LogTail(n int) string {
 	var s string
 	for _, name := range []string{dbServer, vswitchd} {
 		for _, ext := range []string{".out", ".log"} {
-			if t := tail(filepath.Join(i.Dir, name+ext), n); t != "" {
+			if t := spawner.Tail(filepath.Join(i.Dir, name+ext), n); t != "" {
 				s += fmt.Sprintf("--- %s%s\n%s\n", name, ext, t)
 			}
 		}
@@ -245,7 +247,7 @@ func (i *Instance) startVSwitchd(ctx context.Context) error {
 
 // startDaemon starts an OVS daemon of this instance in its namespace. The
 // default unixctl socket is kept (ovs-appctl finds it by the pid file).
-func (i *Instance) startDaemon(name string, args ...string) (*daemon, error) {
+func (i *Instance) startDaemon(name string, args ...string) (*spawner.Process, error) {
 	prog, err := findProgram(name)
 	if err != nil {
 		return nil, err
@@ -261,7 +263,7 @@ func (i *Instance) startDaemon(name string, args ...string) (*daemon, error) {
 }
 
 // waitReady runs a probe until it succeeds, the daemon dies or time runs out.
-func (i *Instance) waitReady(ctx context.Context, d *daemon, probe ...string) error {
+func (i *Instance) waitReady(ctx context.Context, d *spawner.Process, probe ...string) error {
 	ctx, cancel := context.WithTimeout(ctx, readyWithin)
 	defer cancel()
 	for {
@@ -269,12 +271,12 @@ func (i *Instance) waitReady(ctx context.Context, d *daemon, probe ...string) er
 		if err == nil {
 			return nil
 		}
-		if !d.running() {
-			return fmt.Errorf("%s exited while starting:\n%s", d.name, i.LogTail(20))
+		if !d.Running() {
+			return fmt.Errorf("%s exited while starting:\n%s", d.Name, i.LogTail(20))
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s to answer: %w\n%s", d.name, err, i.LogTail(20))
+			return fmt.Errorf("waiting for %s to answer: %w\n%s", d.Name, err, i.LogTail(20))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -282,17 +284,17 @@ func (i *Instance) waitReady(ctx context.Context, d *daemon, probe ...string) er
 
 // stopDaemon asks a daemon to exit through ovs-appctl, and signals it when
 // that does not work.
-func (i *Instance) stopDaemon(d *daemon, exitArgs ...string) error {
-	if d == nil || !d.running() {
+func (i *Instance) stopDaemon(d *spawner.Process, exitArgs ...string) error {
+	if d == nil || !d.Running() {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	args := append([]string{"--timeout=5", "-t", d.name, "exit"}, exitArgs...)
-	if _, err := i.Run(ctx, "ovs-appctl", args...); err == nil && d.waitGone(10*time.Second) {
+	args := append([]string{"--timeout=5", "-t", d.Name, "exit"}, exitArgs...)
+	if _, err := i.Run(ctx, "ovs-appctl", args...); err == nil && d.WaitGone(10*time.Second) {
 		return nil
 	}
-	return d.kill()
+	return d.Stop(5 * time.Second)
 }
 
 func (i *Instance) saveState() error {

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kos-sdn/kos/tools/spawner"
 )
 
 // netnsDir is where ip-netns keeps named network namespaces.
@@ -43,7 +45,7 @@ func ownerGone(name string) bool {
 		return false
 	}
 	pid, err := strconv.Atoi(m[1])
-	return err == nil && !alive(pid)
+	return err == nil && !spawner.Alive(pid, "")
 }
 
 // Netns is a named network namespace (as ip-netns makes them).

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kos-sdn/kos/tools/spawner"
 )
 
 // addBridge creates a userspace-datapath bridge, the only kind that works
@@ -51,7 +53,7 @@ func TestIntegrationStartStop(t *testing.T) {
 		t.Fatalf("Stop: %v", err)
 	}
 	for name, pid := range pids {
-		if alive(pid) {
+		if spawner.Alive(pid, "") {
 			t.Errorf("%s (pid %d) still runs after Stop", name, pid)
 		}
 	}
@@ -127,8 +129,8 @@ func TestIntegrationRestartVSwitchd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if newPID == oldPID || alive(oldPID) {
-		t.Errorf("ovs-vswitchd pid %d -> %d (old alive: %t), want a new process", oldPID, newPID, alive(oldPID))
+	if newPID == oldPID || spawner.Alive(oldPID, "") {
+		t.Errorf("ovs-vswitchd pid %d -> %d (old alive: %t), want a new process", oldPID, newPID, spawner.Alive(oldPID, ""))
 	}
 	if got := dumpFlows(t, i, "br0"); strings.Contains(got, "cookie=0x1") {
 		t.Errorf("flow survived the restart: %s", got)
@@ -167,9 +169,9 @@ func TestIntegrationAttach(t *testing.T) {
 	if err := attached.Stop(); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
-	for _, d := range []*daemon{i.db, i.vswitch} {
-		if !d.waitGone(5 * time.Second) {
-			t.Errorf("%s still runs after Stop of the attached instance", d.name)
+	for _, d := range []*spawner.Process{i.db, i.vswitch} {
+		if !d.WaitGone(5 * time.Second) {
+			t.Errorf("%s still runs after Stop of the attached instance", d.Name)
 		}
 	}
 	if _, err := os.Stat(i.Dir); !os.IsNotExist(err) {

@@ -1,6 +1,10 @@
-// Package spawner starts child processes from one thread that lives as long
-// as the program, so that a child's parent-death signal fires only when the
-// program dies.
+// Package spawner starts and supervises the child processes of the test
+// environments (tools/testenv, tools/cluster, tools/ovsenv): Run starts one
+// with its output in a log, reaps it, and Process stops it (SIGTERM, then
+// SIGKILL) or, found again from a state file, tells whether it still runs.
+//
+// Every child starts from one thread that lives as long as the program, so
+// that a child's parent-death signal fires only when the program dies.
 //
 // Linux sends the parent-death signal (SysProcAttr.Pdeathsig) when the thread
 // that started the child exits, not when the process does

@@ -499,7 +499,7 @@ func (e *Env) stopNode() error {
 	var errs []error
 	for _, name := range []string{kubeletName, KubeProxy, nodeDNSName} {
 		if p := e.proc(name); p != nil {
-			errs = append(errs, p.stop(stopGrace))
+			errs = append(errs, p.Stop(stopGrace))
 		}
 	}
 	if hierarchies, err := cgroupHierarchies(); err != nil {
@@ -508,7 +508,7 @@ func (e *Env) stopNode() error {
 		errs = append(errs, killCgroup(hierarchies, n.CgroupRoot))
 	}
 	if p := e.proc(containerdName); p != nil {
-		errs = append(errs, p.stop(stopGrace))
+		errs = append(errs, p.Stop(stopGrace))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("stopping node %s: %w", n.Name, err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kos-sdn/kos/tools/images"
+	"github.com/kos-sdn/kos/tools/spawner"
 )
 
 // containerdName is the name of containerd's process, log and pid file.
@@ -66,7 +67,7 @@ func (c *Containerd) Import(ctx context.Context, tarball string) error {
 
 // Stop stops containerd.
 func (c *Containerd) Stop() error {
-	return c.proc.stop(stopGrace)
+	return c.proc.Stop(stopGrace)
 }
 
 func containerdSocket(dir string) string {
@@ -112,19 +113,19 @@ func startContainerd(ctx context.Context, opts ContainerdOptions) (*process, err
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if !p.running() {
-			return nil, fmt.Errorf("containerd exited while starting (%v); the end of its log %s:\n%s", p.exitError(), p.LogFile, logTail(p.LogFile, 15))
+		if !p.Running() {
+			return nil, fmt.Errorf("containerd exited while starting (%v); the end of its log %s:\n%s", p.ExitError(), p.LogFile, spawner.Tail(p.LogFile, 15))
 		}
 		err := exec.CommandContext(ctx, "ctr", "--address", socket, "--timeout", "2s", "plugins", "ls").Run()
 		if err == nil {
 			return p, nil
 		}
 		if time.Now().After(deadline) {
-			return nil, errors.Join(fmt.Errorf("containerd not answering after 30s (see its log %s): %w", p.LogFile, err), p.stop(stopGrace))
+			return nil, errors.Join(fmt.Errorf("containerd not answering after 30s (see its log %s): %w", p.LogFile, err), p.Stop(stopGrace))
 		}
 		select {
 		case <-ctx.Done():
-			return nil, errors.Join(fmt.Errorf("waiting for containerd: %w", ctx.Err()), p.stop(stopGrace))
+			return nil, errors.Join(fmt.Errorf("waiting for containerd: %w", ctx.Err()), p.Stop(stopGrace))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

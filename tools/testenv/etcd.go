@@ -80,7 +80,7 @@ func (e *Env) runEtcd(ctx context.Context, name string, args []string, clientURL
 		return nil, errors.New("the environment is stopped")
 	}
 	for _, p := range e.procs {
-		if p.Name == name && p.running() {
+		if p.Name == name && p.Running() {
 			e.mu.Unlock()
 			return nil, fmt.Errorf("%s already runs at %s", name, p.URL)
 		}
@@ -107,7 +107,7 @@ func (e *Env) runEtcd(ctx context.Context, name string, args []string, clientURL
 
 // untrack stops p after a failed start and drops it from the environment.
 func (e *Env) untrack(p *process) error {
-	err := p.stop(stopGrace)
+	err := p.Stop(stopGrace)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.procs = slices.DeleteFunc(e.procs, func(q *process) bool { return q == p })

@@ -213,12 +213,12 @@ func (k *KOS) start(ctx context.Context, bin string, preferred int) error {
 			return readyz(ctx, client)
 		})
 		if err != nil && attempt < 3 && portTaken(p) {
-			_ = p.stop(stopGrace)
+			_ = p.Stop(stopGrace)
 			preferred = 0
 			continue
 		}
 		if err != nil {
-			return errors.Join(err, p.stop(stopGrace))
+			return errors.Join(err, p.Stop(stopGrace))
 		}
 		return nil
 	}
@@ -335,7 +335,7 @@ func (k *KOS) waitAggregated(ctx context.Context, kube *kubernetes.Clientset, ag
 func (k *KOS) Running() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.proc != nil && k.proc.running()
+	return k.proc != nil && k.proc.Running()
 }
 
 // Stop stops kos-apiserver (SIGTERM, then SIGKILL after a grace period) and
@@ -348,7 +348,7 @@ func (k *KOS) Stop() error {
 	if p == nil {
 		return nil
 	}
-	return p.stop(stopGrace)
+	return p.Stop(stopGrace)
 }
 
 // Restart stops kos-apiserver when it runs and starts it again on the same
@@ -392,7 +392,7 @@ func (k *KOS) RestartEtcd(ctx context.Context) error {
 	k.mu.Lock()
 	old := k.etcd
 	k.mu.Unlock()
-	if err := old.stop(stopGrace); err != nil {
+	if err := old.Stop(stopGrace); err != nil {
 		return err
 	}
 	// kos-apiserver knows only this client URL, so the ports cannot move.

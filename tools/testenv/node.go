@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/kos-sdn/kos/tools/ovsenv"
+	"github.com/kos-sdn/kos/tools/spawner"
 )
 
 // NodeOptions describe the node an environment with a kubelet runs.
@@ -134,7 +135,7 @@ func (n *nodeState) ovsRunDir() string {
 
 // ownerAlive reports whether the node's owner still runs.
 func (n *nodeState) ownerAlive() bool {
-	return alive(n.OwnerPID, n.OwnerBinary)
+	return spawner.Alive(n.OwnerPID, n.OwnerBinary)
 }
 
 // Where NodeOptions' zero values pick networks from, one per node.

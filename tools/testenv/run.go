@@ -21,7 +21,7 @@ func (e *Env) StartProcess(ctx context.Context, name, binary string, args []stri
 		return errors.New("the environment is stopped")
 	}
 	for _, p := range e.procs {
-		if p.Name == name && p.running() {
+		if p.Name == name && p.Running() {
 			e.mu.Unlock()
 			return fmt.Errorf("%s already runs (pid %d)", name, p.PID)
 		}
@@ -38,7 +38,7 @@ func (e *Env) StartProcess(ctx context.Context, name, binary string, args []stri
 		return nil
 	}
 	if err := e.waitReady(ctx, p, ready); err != nil {
-		return errors.Join(err, p.stop(stopGrace))
+		return errors.Join(err, p.Stop(stopGrace))
 	}
 	return nil
 }

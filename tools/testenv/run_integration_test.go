@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kos-sdn/kos/tools/spawner"
 )
 
 // TestIntegrationStartProcess runs extra processes in an environment: one
@@ -61,7 +63,7 @@ func TestIntegrationStartProcess(t *testing.T) {
 	if err := env.Stop(); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
-	if alive(pids["sleeper"], "/bin/sleep") {
+	if spawner.Alive(pids["sleeper"], "/bin/sleep") {
 		t.Errorf("sleeper (pid %d) still runs after Stop", pids["sleeper"])
 	}
 }

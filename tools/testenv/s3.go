@@ -15,6 +15,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/kos-sdn/kos/tools/spawner"
 )
 
 // VersityGWEnv names the environment variable that points at a versitygw
@@ -107,7 +109,7 @@ func startS3(ctx context.Context, dir, binary, backend string, port int) (*S3Ser
 		proc:      proc,
 	}
 	if err := s.waitReady(ctx); err != nil {
-		_ = proc.stop(0)
+		_ = proc.Stop(0)
 		return s, err
 	}
 	s.client = s3.New(s3.Options{
@@ -125,9 +127,9 @@ func (s *S3Server) waitReady(ctx context.Context) error {
 	client := &http.Client{Timeout: 2 * time.Second}
 	deadline := time.Now().Add(s3StartTimeout)
 	for {
-		if !s.proc.running() {
+		if !s.proc.Running() {
 			return fmt.Errorf("versitygw exited while starting (%v); the end of its log %s:\n%s",
-				s.proc.exitError(), s.proc.LogFile, logTail(s.proc.LogFile, 15))
+				s.proc.ExitError(), s.proc.LogFile, spawner.Tail(s.proc.LogFile, 15))
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.Endpoint+"/", nil)
 		if err != nil {
@@ -173,7 +175,7 @@ func (s *S3Server) Put(ctx context.Context, bucket, key string, data []byte) err
 
 // Stop stops the server; the buckets stay in its folder.
 func (s *S3Server) Stop() error {
-	return s.proc.stop(5 * time.Second)
+	return s.proc.Stop(5 * time.Second)
 }
 
 // findVersityGW returns the versitygw binary: $KOS_VERSITYGW, else the one

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kos-sdn/kos/tools/ovsenv"
+	"github.com/kos-sdn/kos/tools/spawner"
 )
 
 // Options configure Start. The zero value starts a throwaway environment in
@@ -178,7 +179,7 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	}
 	if prev != nil {
 		for _, p := range prev.Processes {
-			if p.running() {
+			if p.Running() {
 				return nil, fmt.Errorf("%s (pid %d) from an earlier start still runs in %s: stop that environment first", p.Name, p.PID, e.Dir)
 			}
 		}
@@ -345,9 +346,9 @@ func (e *Env) startAPIServer(ctx context.Context, ps *ports, extraFlags []string
 func (e *Env) waitReady(ctx context.Context, p *process, check func(context.Context) error) error {
 	deadline := time.Now().Add(e.timeout)
 	for {
-		if !p.running() {
+		if !p.Running() {
 			return fmt.Errorf("%s exited while starting (%v); the end of its log %s:\n%s",
-				p.Name, p.exitError(), p.LogFile, logTail(p.LogFile, 15))
+				p.Name, p.ExitError(), p.LogFile, spawner.Tail(p.LogFile, 15))
 		}
 		checkCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := check(checkCtx)
@@ -368,7 +369,7 @@ func (e *Env) waitReady(ctx context.Context, p *process, check func(context.Cont
 
 // portTaken reports whether p died because its port was in use.
 func portTaken(p *process) bool {
-	return !p.running() && strings.Contains(logTail(p.LogFile, 30), "address already in use")
+	return !p.Running() && strings.Contains(spawner.Tail(p.LogFile, 30), "address already in use")
 }
 
 // readyz asks kube-apiserver's /readyz.
@@ -424,7 +425,7 @@ func (e *Env) running(name string) bool {
 	defer e.mu.Unlock()
 	for _, p := range e.procs {
 		if p.Name == name {
-			return p.running()
+			return p.Running()
 		}
 	}
 	return false
@@ -445,7 +446,7 @@ func (e *Env) stopLast() error {
 	}
 	p := e.procs[len(e.procs)-1]
 	e.procs = e.procs[:len(e.procs)-1]
-	return p.stop(stopGrace)
+	return p.Stop(stopGrace)
 }
 
 // stopGrace is how long a process has to exit on SIGTERM before SIGKILL.
@@ -480,7 +481,7 @@ func (e *Env) stopProcesses() error {
 	for _, name := range first {
 		for _, p := range e.procs {
 			if p.Name == name {
-				errs = append(errs, p.stop(stopGrace))
+				errs = append(errs, p.Stop(stopGrace))
 			}
 		}
 	}
@@ -493,7 +494,7 @@ func (e *Env) stopProcesses() error {
 	var wg sync.WaitGroup
 	etcdErrs := make([]error, len(etcds))
 	for i, p := range etcds {
-		wg.Go(func() { etcdErrs[i] = p.stop(stopGrace) })
+		wg.Go(func() { etcdErrs[i] = p.Stop(stopGrace) })
 	}
 	wg.Wait()
 	errs = append(errs, etcdErrs...)
@@ -520,7 +521,7 @@ func (e *Env) Processes() []ProcessStatus {
 	defer e.mu.Unlock()
 	out := make([]ProcessStatus, 0, len(e.procs))
 	for _, p := range e.procs {
-		out = append(out, ProcessStatus{Name: p.Name, PID: p.PID, URL: p.URL, LogFile: p.LogFile, Running: p.running()})
+		out = append(out, ProcessStatus{Name: p.Name, PID: p.PID, URL: p.URL, LogFile: p.LogFile, Running: p.Running()})
 	}
 	return out
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/kos-sdn/kos/tools/spawner"
 )
 
 func TestEnsurePKI(t *testing.T) {
@@ -157,8 +159,8 @@ func TestAlive(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := alive(tt.pid, tt.binary); got != tt.want {
-				t.Errorf("alive(%d, %q) = %v, want %v", tt.pid, tt.binary, got, tt.want)
+			if got := spawner.Alive(tt.pid, tt.binary); got != tt.want {
+				t.Errorf("spawner.Alive(%d, %q) = %v, want %v", tt.pid, tt.binary, got, tt.want)
 			}
 		})
 	}
