@@ -57,6 +57,12 @@ func (c *Controller) sync(ctx context.Context, ref cache.ObjectName) error {
 		return nil
 	}
 
+	// A rival deleted between the live list below and the recording of the
+	// conflicts finds nothing to re-check when its deletion is synced; the
+	// watch tells record about it, so that this sync starts over.
+	c.conflicts.watch(key)
+	defer c.conflicts.unwatch(key)
+
 	// The cache may lack a rival created a moment ago, which another copy of
 	// this controller may be validating right now; only a live list sees
 	// every subnet that exists when it runs.
@@ -79,7 +85,13 @@ func (c *Controller) sync(ctx context.Context, ref cache.ObjectName) error {
 	}
 
 	rivals, problems := Conflicts(self, live.Items)
-	c.conflicts.record(key, rivals)
+	if gone := c.conflicts.record(key, rivals); len(gone) > 0 {
+		// The list is out of date already: check again rather than write
+		// conflicts that may no longer hold.
+		klog.FromContext(ctx).V(4).Info("Rivals left during the check; checking again", "subnet", klog.KObj(self), "rivals", gone)
+		c.queue.Add(key)
+		return nil
+	}
 	want := v1alpha1.SubnetStatus{Validated: len(problems) == 0, Errors: problems}
 	if apiequality.Semantic.DeepEqual(self.Status, want) {
 		return nil
@@ -147,24 +159,56 @@ type conflictsCache struct {
 	// rivals maps a failed subnet's key to the keys of its rivals: the
 	// inverse of dependents.
 	rivals map[string][]string
+	// watches maps the key of each subnet being checked (between watch
+	// and unwatch) to the subnets deleted or replaced since its check
+	// began, each with the UID that replaced it ("" when deleted).
+	watches map[string]map[string]types.UID
 }
 
 func newConflictsCache() *conflictsCache {
-	return &conflictsCache{dependents: map[string]map[string]types.UID{}, rivals: map[string][]string{}}
+	return &conflictsCache{
+		dependents: map[string]map[string]types.UID{},
+		rivals:     map[string][]string{},
+		watches:    map[string]map[string]types.UID{},
+	}
 }
 
-// record replaces what the cache knows of the rivals of dependent.
-func (cc *conflictsCache) record(dependent string, rivals map[string]types.UID) {
+// watch starts remembering, for the check of dependent, which subnets are
+// deleted or replaced, until unwatch. record reports those among the rivals
+// it records: their deletion came too early to re-check dependent.
+func (cc *conflictsCache) watch(dependent string) {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	cc.watches[dependent] = map[string]types.UID{}
+}
+
+// unwatch ends what watch started.
+func (cc *conflictsCache) unwatch(dependent string) {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	delete(cc.watches, dependent)
+}
+
+// record replaces what the cache knows of the rivals of dependent. It
+// returns, sorted, the rivals that were deleted or replaced by a subnet of
+// another UID since watch(dependent): dependent must be checked again.
+func (cc *conflictsCache) record(dependent string, rivals map[string]types.UID) []string {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
 	cc.dropDependent(dependent)
+	var gone []string
 	for rival, uid := range rivals {
 		if cc.dependents[rival] == nil {
 			cc.dependents[rival] = map[string]types.UID{}
 		}
 		cc.dependents[rival][dependent] = uid
 		cc.rivals[dependent] = append(cc.rivals[dependent], rival)
+		if now, changed := cc.watches[dependent][rival]; changed && now != uid {
+			gone = append(gone, rival)
+		}
 	}
+	slices.Sort(gone)
+	return gone
 }
 
 // forget removes a deleted subnet and returns the subnets that failed
@@ -172,6 +216,7 @@ func (cc *conflictsCache) record(dependent string, rivals map[string]types.UID) 
 func (cc *conflictsCache) forget(key string) []string {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
+	cc.changed(key, "")
 	cc.dropDependent(key)
 	var out []string
 	for dependent := range cc.dependents[key] {
@@ -187,6 +232,7 @@ func (cc *conflictsCache) forget(key string) []string {
 func (cc *conflictsCache) staleDependents(key string, uid types.UID) []string {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
+	cc.changed(key, uid)
 	var out []string
 	for dependent, seen := range cc.dependents[key] {
 		if seen != uid {
@@ -199,6 +245,14 @@ func (cc *conflictsCache) staleDependents(key string, uid types.UID) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// changed tells every check under way that the subnet of key now has uid
+// ("" when deleted). The caller holds mu.
+func (cc *conflictsCache) changed(key string, uid types.UID) {
+	for _, seen := range cc.watches {
+		seen[key] = uid
+	}
 }
 
 // dropDependent removes dependent from the dependents of each of its

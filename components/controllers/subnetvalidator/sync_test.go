@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
@@ -191,6 +192,97 @@ func TestSync(t *testing.T) {
 		t.Fatalf("sync(a/x): %v", err)
 	}
 	if diff := cmp.Diff(status("x"), v1alpha1.SubnetStatus{Validated: true}); diff != "" {
+		t.Errorf("status of x after its rival left (-got +want):\n%s", diff)
+	}
+}
+
+func TestConflictsCacheWatch(t *testing.T) {
+	cc := newConflictsCache()
+	cc.watch("a/x")
+	cc.forget("a/y")                // deleted while x was being checked
+	cc.staleDependents("b/z", "z2") // replaced while x was being checked
+	cc.staleDependents("a/w", "w1") // synced, unchanged
+	got := cc.record("a/x", map[string]types.UID{"a/y": "y1", "b/z": "z1", "a/w": "w1"})
+	if diff := cmp.Diff(got, []string{"a/y", "b/z"}); diff != "" {
+		t.Errorf("rivals gone during the check (-got +want):\n%s", diff)
+	}
+	// A rival that the check saw already replaced is not gone.
+	cc.watch("a/v")
+	cc.staleDependents("b/z", "z2")
+	if got := cc.record("a/v", map[string]types.UID{"b/z": "z2"}); len(got) != 0 {
+		t.Errorf("record after a replacement the check saw = %q, want none", got)
+	}
+	cc.unwatch("a/v")
+	cc.unwatch("a/x")
+	// Without a watch, nothing is reported.
+	cc.forget("a/y")
+	if got := cc.record("a/x", map[string]types.UID{"a/y": "y1"}); len(got) != 0 {
+		t.Errorf("record without a watch = %q, want none", got)
+	}
+	if len(cc.watches) != 0 {
+		t.Errorf("watches left after unwatch: %v", cc.watches)
+	}
+}
+
+// TestSyncRivalDeletedDuringCheck deletes a rival, and syncs its deletion,
+// right after the live list of another subnet's check and before that check
+// records its conflicts: the check must still end with the subnet
+// validated, without waiting for a resync.
+func TestSyncRivalDeletedDuringCheck(t *testing.T) {
+	ctx := context.Background()
+	c, client, _, indexer := newTestController(t,
+		subnet("a", "x", "10.0.0.0/24", 1),
+		subnet("a", "y", "10.0.0.0/25", 1),
+	)
+	gvr := v1alpha1.SchemeGroupVersion.WithResource("subnets")
+	gvk := v1alpha1.SchemeGroupVersion.WithKind("Subnet")
+	injected := false
+	client.PrependReactor("list", "subnets", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if injected {
+			return false, nil, nil
+		}
+		injected = true
+		// The list sees y; then y goes away, and its deletion is synced,
+		// while the check of x has not yet recorded its conflicts. The
+		// fake client is locked here: only its tracker may be used.
+		list, err := client.Tracker().List(gvr, gvk, "")
+		if err != nil {
+			return true, nil, err
+		}
+		if err := client.Tracker().Delete(gvr, "a", "y"); err != nil {
+			t.Errorf("deleting y: %v", err)
+		}
+		if err := indexer.Delete(&v1alpha1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "y"}}); err != nil {
+			t.Errorf("deleting y from the cache: %v", err)
+		}
+		if err := c.sync(ctx, cache.NewObjectName("a", "y")); err != nil {
+			t.Errorf("sync(a/y): %v", err)
+		}
+		return true, list, nil
+	})
+
+	if err := c.sync(ctx, cache.NewObjectName("a", "x")); err != nil {
+		t.Fatalf("sync(a/x): %v", err)
+	}
+	if !injected {
+		t.Fatal("the check of x listed no subnets")
+	}
+	if got := c.queue.Len(); got != 1 {
+		t.Fatalf("queue length after the rival left during the check = %d, want 1", got)
+	}
+	key, _ := c.queue.Get()
+	if key != "a/x" {
+		t.Fatalf("queued %q, want a/x", key)
+	}
+	c.queue.Done(key)
+	if err := c.sync(ctx, cache.NewObjectName("a", "x")); err != nil {
+		t.Fatalf("sync(a/x) again: %v", err)
+	}
+	got, err := client.NetworkV1alpha1().Subnets("a").Get(ctx, "x", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(got.Status, v1alpha1.SubnetStatus{Validated: true}); diff != "" {
 		t.Errorf("status of x after its rival left (-got +want):\n%s", diff)
 	}
 }
