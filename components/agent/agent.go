@@ -99,40 +99,25 @@ type Agent struct {
 
 	localInformer cache.SharedIndexInformer
 
-	// fabricMu is held for reading while a worker changes the fabric and
-	// for writing by a full reconcile, which needs the fabric to itself.
-	fabricMu sync.RWMutex
-	// addrLocks serialise the fabric operations on one address, which two
-	// attachments may claim at once.
+	// The agent's locks, in the order they are taken: a goroutine holding
+	// one may take only those after it.
+	//
+	//  1. fabricMu is held for reading while a worker changes the fabric
+	//     and for writing by a full reconcile, which needs the fabric to
+	//     itself.
+	//  2. addrLocks serialise the fabric operations on one address, which
+	//     two attachments may claim at once; a worker takes one (and only
+	//     one) while it holds fabricMu for reading.
+	//  3. The mutexes inside state and health, which only their own
+	//     methods take, each for a moment and without taking another.
+	fabricMu  sync.RWMutex
 	addrLocks [addressLocks]sync.Mutex
 	addrSeed  maphash.Seed
 
-	// mu guards the fields below it.
-	mu sync.Mutex
-	// installed is what the agent believes the fabric holds, by address.
-	installed map[address]placement
-	// keyAddress holds the address each attachment was last synced at, so
-	// that the address is settled again once the attachment moves or goes.
-	keyAddress map[string]address
-	// locals holds what a deleted local attachment needs to clean up
-	// after it: its postDeleteExec.
-	locals map[string]localRecord
-	// reports holds the reports of postCreateExec runs, until the
-	// attachment is gone.
-	reports   map[string]*pendingReport
-	relevance *relevance
-	networks  map[network]*networkInformer
-	// ctx is Run's context, for the informers started later.
-	ctx context.Context
-	// informers tracks the goroutines of the network informers, which
-	// Run waits for.
-	informers sync.WaitGroup
-
+	// state is what the agent remembers between syncs.
+	state *state
 	// health is what /healthz reports.
-	healthMu     sync.Mutex
-	ready        bool
-	lastCheck    time.Time
-	lastCheckErr error
+	health health
 }
 
 // localRecord is what the agent remembers of a local attachment whose
@@ -141,12 +126,6 @@ type localRecord struct {
 	uid            string
 	postDeleteExec []string
 	vars           execVars
-}
-
-// networkInformer watches the attachments of one relevant network.
-type networkInformer struct {
-	informer cache.SharedIndexInformer
-	cancel   context.CancelFunc
 }
 
 // New returns an agent for cfg. It starts nothing: call Run.
@@ -190,14 +169,9 @@ func New(cfg Config) (*Agent, error) {
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kos-agent"},
 		),
-		addrSeed:   maphash.MakeSeed(),
-		installed:  map[address]placement{},
-		keyAddress: map[string]address{},
-		locals:     map[string]localRecord{},
-		reports:    map[string]*pendingReport{},
-		relevance:  newRelevance(),
-		networks:   map[network]*networkInformer{},
+		addrSeed: maphash.MakeSeed(),
 	}
+	a.state = newState(m, a.newNetworkInformer)
 	if a.recorder == nil {
 		// A FakeRecorder without a channel drops every event.
 		a.recorder = &record.FakeRecorder{}
@@ -291,13 +265,9 @@ func (a *Agent) Run(ctx context.Context, workers int) error {
 	logger.Info("Starting the agent", "hostIP", a.hostIP, "workers", workers)
 
 	var wg sync.WaitGroup
-	defer a.informers.Wait()
+	defer a.state.stopNetworks()
 	defer wg.Wait()
-	defer a.stopNetworkInformers()
 	defer a.queue.ShutDown()
-	a.mu.Lock()
-	a.ctx = ctx
-	a.mu.Unlock()
 
 	wg.Go(func() { a.localInformer.RunWithContext(ctx) })
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, a.localInformer.HasSynced) {
@@ -310,20 +280,18 @@ func (a *Agent) Run(ctx context.Context, workers int) error {
 		addr, ok := addressOf(att)
 		a.setRelevance(ctx, keyOf(att), network{att.Namespace, addr.vni}, ok)
 	}
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, a.networkInformersSynced) {
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, a.state.networksSynced) {
 		return nil
 	}
 
-	for a.reconcileFabric(ctx, reconcileStart) != nil {
+	for !a.reconcileFabric(ctx, reconcileStart) {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(a.flowCheckPeriod):
 		}
 	}
-	a.healthMu.Lock()
-	a.ready = true
-	a.healthMu.Unlock()
+	a.health.setReady()
 
 	for range workers {
 		wg.Go(func() { wait.UntilWithContext(ctx, a.runWorker, time.Second) })
@@ -339,36 +307,19 @@ func keyOf(att *v1alpha1.NetworkAttachment) string {
 	return att.Namespace + "/" + att.Name
 }
 
-// networkInformersSynced reports whether every network informer has synced.
-func (a *Agent) networkInformersSynced() bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, ni := range a.networks {
-		if !ni.informer.HasSynced() {
-			return false
-		}
-	}
-	return true
-}
-
 // setRelevance records the network of a local attachment (in is false when
-// it has none) and starts or stops network informers as networks become
-// relevant or irrelevant.
+// it has none), starting and stopping network informers on ctx as networks
+// become relevant or irrelevant; ctx must last as long as Run. The
+// attachments a stopped informer leaves behind are enqueued.
 func (a *Agent) setRelevance(ctx context.Context, key string, n network, in bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	gained, lost := a.relevance.set(key, n, in)
-	if lost.vni != 0 {
-		a.stopNetworkInformerLocked(ctx, lost)
-	}
-	if gained.vni != 0 {
-		a.startNetworkInformerLocked(ctx, gained)
+	for _, orphan := range a.state.setRelevance(ctx, key, n, in) {
+		a.queue.Add(orphan)
 	}
 }
 
-// startNetworkInformerLocked starts watching the attachments of network n.
-// Its initial list enqueues every attachment of n. a.mu is held.
-func (a *Agent) startNetworkInformerLocked(ctx context.Context, n network) {
+// newNetworkInformer returns an informer, not yet running, on the
+// attachments of network n, whose handler enqueues those of other nodes.
+func (a *Agent) newNetworkInformer(n network) (cache.SharedIndexInformer, error) {
 	selector := fields.OneTermEqualSelector(v1alpha1.FieldAddressVNI, fmt.Sprint(n.vni)).String()
 	inf := kosinformers.NewFilteredNetworkAttachmentInformer(a.client, n.namespace, 0,
 		cache.Indexers{addressIndex: indexByAddress},
@@ -376,57 +327,9 @@ func (a *Agent) startNetworkInformerLocked(ctx context.Context, n network) {
 	// The local informer enqueues this node's attachments already.
 	remoteOnly := func(att *v1alpha1.NetworkAttachment) bool { return att.Spec.Node != a.node }
 	if _, err := inf.AddEventHandler(a.handler(informerNetwork, remoteOnly)); err != nil {
-		utilruntime.HandleErrorWithContext(ctx, err, "Watching a network failed", "network", n)
-		return
+		return nil, err
 	}
-	// Informers outlive the sync that starts them: they run on Run's
-	// context, until the network stops being relevant.
-	base := a.ctx
-	if base == nil {
-		base = ctx
-	}
-	infCtx, cancel := context.WithCancel(base)
-	a.networks[n] = &networkInformer{informer: inf, cancel: cancel}
-	a.informers.Go(func() { inf.RunWithContext(infCtx) })
-	a.metrics.informerStarts.Inc()
-	a.metrics.networks.Set(float64(len(a.networks)))
-	klog.FromContext(ctx).V(2).Info("Watching a network", "network", n)
-}
-
-// stopNetworkInformerLocked stops watching network n and enqueues the
-// remote attachments synced from it, whose syncs will then remove them from
-// the fabric and forget them. a.mu is held.
-func (a *Agent) stopNetworkInformerLocked(ctx context.Context, n network) {
-	ni, ok := a.networks[n]
-	if !ok {
-		return
-	}
-	ni.cancel()
-	delete(a.networks, n)
-	a.metrics.informerStopped.Inc()
-	a.metrics.networks.Set(float64(len(a.networks)))
-	for addr, p := range a.installed {
-		if addr.vni == n.vni && p.kind != local && p.owner != "" && namespaceOf(p.owner) == n.namespace {
-			a.queue.Add(p.owner)
-		}
-	}
-	// Those that never made it into the fabric (no host IP yet) must be
-	// forgotten too: no informer will tell of them again.
-	for key, addr := range a.keyAddress {
-		if addr.vni == n.vni && namespaceOf(key) == n.namespace {
-			a.queue.Add(key)
-		}
-	}
-	klog.FromContext(ctx).V(2).Info("Stopped watching a network", "network", n)
-}
-
-func (a *Agent) stopNetworkInformers() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for n, ni := range a.networks {
-		ni.cancel()
-		delete(a.networks, n)
-	}
+	return inf, nil
 }
 
 func namespaceOf(key string) string {
@@ -470,15 +373,5 @@ func (a *Agent) addrLock(addr address) *sync.Mutex {
 // Healthy returns nil when the agent is working: its first reconcile is
 // done and its last check of the fabric succeeded recently.
 func (a *Agent) Healthy() error {
-	a.healthMu.Lock()
-	defer a.healthMu.Unlock()
-	switch {
-	case !a.ready:
-		return errors.New("the first reconcile of the fabric is not done")
-	case a.lastCheckErr != nil:
-		return fmt.Errorf("checking the fabric: %w", a.lastCheckErr)
-	case time.Since(a.lastCheck) > 3*a.flowCheckPeriod+time.Minute:
-		return fmt.Errorf("the fabric was last checked at %s", a.lastCheck.Format(time.RFC3339))
-	}
-	return nil
+	return a.health.err(a.flowCheckPeriod)
 }

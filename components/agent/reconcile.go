@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
@@ -42,14 +41,18 @@ func (a *Agent) checkFabric(ctx context.Context) {
 			reason = reconcilePeriodic
 		default:
 			lost, err := a.ensure(ctx)
-			if err != nil || !lost {
+			if err != nil {
+				klog.FromContext(ctx).Error(err, "Checking the fabric failed")
+				continue
+			}
+			if !lost {
 				continue
 			}
 			reason = reconcileFlowsLost
 		}
-		err := a.reconcileFabric(ctx, reason)
-		retry = err != nil
-		if err == nil {
+		ok := a.reconcileFabric(ctx, reason)
+		retry = !ok
+		if ok {
 			last = time.Now()
 		}
 	}
@@ -64,11 +67,8 @@ func (a *Agent) ensure(ctx context.Context) (bool, error) {
 		lost, err = a.fabric.Ensure(ctx)
 		return err
 	})
-	a.healthMu.Lock()
-	a.lastCheck, a.lastCheckErr = time.Now(), err
-	a.healthMu.Unlock()
+	a.health.checked(err)
 	if err != nil {
-		klog.FromContext(ctx).Error(err, "Checking the fabric failed")
 		return false, err
 	}
 	if lost {
@@ -81,8 +81,9 @@ func (a *Agent) ensure(ctx context.Context) (bool, error) {
 // the fabric to itself: it lists what the fabric holds, adopts what
 // matches, deletes orphans and creates or repairs the rest, in four
 // batches. Attachments whose placement changed are enqueued, for their
-// status.
-func (a *Agent) reconcileFabric(ctx context.Context, reason string) error {
+// status. It handles a failure itself, logging and counting it, and reports
+// whether the reconcile succeeded.
+func (a *Agent) reconcileFabric(ctx context.Context, reason string) bool {
 	a.fabricMu.Lock()
 	defer a.fabricMu.Unlock()
 	err := a.reconcileLocked(ctx, reason)
@@ -92,7 +93,7 @@ func (a *Agent) reconcileFabric(ctx context.Context, reason string) error {
 		klog.FromContext(ctx).Error(err, "Reconciling the fabric failed", "reason", reason)
 	}
 	a.metrics.reconciles.WithLabelValues(reason, result).Inc()
-	return err
+	return err == nil
 }
 
 func (a *Agent) reconcileLocked(ctx context.Context, reason string) error {
@@ -141,15 +142,7 @@ func (a *Agent) reconcileLocked(ctx context.Context, reason string) error {
 		}
 	}
 
-	a.mu.Lock()
-	old := a.installed
-	a.installed = map[address]placement{}
-	a.metrics.localAtts.Set(0)
-	a.metrics.remoteAtts.Set(0)
-	for addr, p := range plan.after {
-		a.setInstalledLocked(addr, p)
-	}
-	a.mu.Unlock()
+	old := a.state.replaceInstalled(plan.after)
 	// Attachments that gained or lost their place must see to their status.
 	for addr, p := range plan.after {
 		if o := old[addr]; o.owner != p.owner || !o.sameOnSwitch(p) {
@@ -207,19 +200,9 @@ func (a *Agent) wantedAll() (map[address]placement, func(address) bool) {
 			want[addr] = placement{kind: local, owner: keyOf(att)}
 		}
 	}
-	a.mu.Lock()
-	var synced []*networkInformer
-	unsynced := sets.New[uint32]()
-	for n, ni := range a.networks {
-		if ni.informer.HasSynced() {
-			synced = append(synced, ni)
-		} else {
-			unsynced.Insert(n.vni)
-		}
-	}
-	a.mu.Unlock()
-	for _, ni := range synced {
-		for _, obj := range ni.informer.GetStore().List() {
+	synced, unsynced := a.state.syncedNetworks()
+	for _, inf := range synced {
+		for _, obj := range inf.GetStore().List() {
 			att := obj.(*v1alpha1.NetworkAttachment)
 			addr, ok := addressOf(att)
 			if !ok {

@@ -56,9 +56,7 @@ func (a *Agent) sync(ctx context.Context, key string) error {
 	}
 	a.setRelevance(ctx, key, network{ns, addr.vni}, isLocal && hasAddr)
 
-	a.mu.Lock()
-	prev, hadPrev := a.keyAddress[key]
-	a.mu.Unlock()
+	prev, hadPrev := a.state.syncedAddress(key)
 	if hadPrev && (!hasAddr || prev != addr) {
 		if _, err := a.settle(ctx, key, prev); err != nil {
 			return err
@@ -69,14 +67,7 @@ func (a *Agent) sync(ctx context.Context, key string) error {
 	if hasAddr {
 		held, settleErr = a.settle(ctx, key, addr)
 	}
-	a.mu.Lock()
-	if hasAddr {
-		a.keyAddress[key] = addr
-	} else {
-		delete(a.keyAddress, key)
-	}
-	rec, hadRec := a.locals[key]
-	a.mu.Unlock()
+	rec, hadRec := a.state.synced(key, addr, hasAddr)
 
 	// A local attachment that is gone, or was replaced by one of the same
 	// name, has had its interface deleted by now.
@@ -102,7 +93,7 @@ func (a *Agent) current(ns, name string) (*v1alpha1.NetworkAttachment, bool, err
 		return obj.(*v1alpha1.NetworkAttachment), true, nil
 	}
 	var found *v1alpha1.NetworkAttachment
-	for _, inf := range a.networkInformers(func(n network) bool { return n.namespace == ns }) {
+	for _, inf := range a.state.networkInformers(func(n network) bool { return n.namespace == ns }) {
 		obj, exists, err := inf.GetIndexer().GetByKey(ns + "/" + name)
 		if err != nil {
 			return nil, false, fmt.Errorf("reading a network's cache: %w", err)
@@ -121,19 +112,6 @@ func (a *Agent) current(ns, name string) (*v1alpha1.NetworkAttachment, bool, err
 		}
 	}
 	return found, false, nil
-}
-
-// networkInformers returns the informers of the networks that match.
-func (a *Agent) networkInformers(match func(network) bool) []cache.SharedIndexInformer {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var infs []cache.SharedIndexInformer
-	for n, ni := range a.networks {
-		if match(n) {
-			infs = append(infs, ni.informer)
-		}
-	}
-	return infs
 }
 
 // newer reports whether x should win over y when both claim one address:
@@ -178,7 +156,7 @@ func (a *Agent) wanted(addr address) placement {
 		return placement{kind: local, owner: keyOf(best)}
 	}
 	var host netip.Addr
-	for _, inf := range a.networkInformers(func(n network) bool { return n.vni == addr.vni }) {
+	for _, inf := range a.state.networkInformers(func(n network) bool { return n.vni == addr.vni }) {
 		objs, _ := inf.GetIndexer().ByIndex(addressIndex, idx)
 		for _, obj := range objs {
 			att := obj.(*v1alpha1.NetworkAttachment)
@@ -205,17 +183,13 @@ func (a *Agent) settle(ctx context.Context, key string, addr address) (placement
 	defer l.Unlock()
 
 	want := a.wanted(addr)
-	a.mu.Lock()
-	have := a.installed[addr]
-	a.mu.Unlock()
+	have := a.state.installedAt(addr)
 	after := want
 	err := a.apply(ctx, addr, want.hostIP, planAddress(have, want))
 	if err != nil {
 		after = placement{kind: unknown, owner: want.owner}
 	}
-	a.mu.Lock()
-	a.setInstalledLocked(addr, after)
-	a.mu.Unlock()
+	a.state.setInstalled(addr, after)
 	if have.owner != after.owner {
 		for _, o := range []string{have.owner, after.owner} {
 			if o != "" && o != key {
@@ -224,28 +198,6 @@ func (a *Agent) settle(ctx context.Context, key string, addr address) (placement
 		}
 	}
 	return after, err
-}
-
-// setInstalledLocked records what the fabric holds at addr and keeps the
-// gauges. a.mu is held.
-func (a *Agent) setInstalledLocked(addr address, p placement) {
-	old := a.installed[addr]
-	if p.kind == absent {
-		delete(a.installed, addr)
-	} else {
-		a.installed[addr] = p
-	}
-	a.countKind(old.kind, -1)
-	a.countKind(p.kind, 1)
-}
-
-func (a *Agent) countKind(k kind, delta float64) {
-	switch k {
-	case local:
-		a.metrics.localAtts.Add(delta)
-	case remote:
-		a.metrics.remoteAtts.Add(delta)
-	}
 }
 
 // opVerbs say what each operation does, for errors.
@@ -368,9 +320,7 @@ func (a *Agent) syncLocalStatus(ctx context.Context, att *v1alpha1.NetworkAttach
 		postDeleteExec: att.Spec.PostDeleteExec,
 		vars:           execVars{ifname: want.ifcName, ipv4: addr.ip.String(), mac: want.mac},
 	}
-	a.mu.Lock()
-	a.locals[key] = rec
-	a.mu.Unlock()
+	a.state.setLocal(key, rec)
 	return a.postCreateExec(ctx, att, rec)
 }
 
@@ -396,15 +346,11 @@ func (a *Agent) postCreateExec(ctx context.Context, att *v1alpha1.NetworkAttachm
 		return nil
 	}
 	key := keyOf(att)
-	a.mu.Lock()
-	report := a.reports[key]
-	a.mu.Unlock()
+	report := a.state.report(key)
 	if report == nil || report.uid != att.UID {
 		r := a.exec.run(ctx, att.Spec.PostCreateExec, rec.vars)
 		report = &pendingReport{uid: att.UID, report: r}
-		a.mu.Lock()
-		a.reports[key] = report
-		a.mu.Unlock()
+		a.state.setReport(key, report)
 		result := a.exec.result(att.Spec.PostCreateExec, r)
 		a.metrics.execs.WithLabelValues("create", result).Inc()
 		eventType, reason := corev1.EventTypeNormal, reasonPostCreateExec
@@ -436,12 +382,7 @@ type pendingReport struct {
 // deleted: it runs the attachment's postDeleteExec, if it had one, and
 // forgets it. The report goes to the log: there is no status to write it to.
 func (a *Agent) forgetLocal(ctx context.Context, key string, rec localRecord) {
-	a.mu.Lock()
-	delete(a.locals, key)
-	if r := a.reports[key]; r != nil && string(r.uid) == rec.uid {
-		delete(a.reports, key)
-	}
-	a.mu.Unlock()
+	a.state.forgetLocal(key, rec.uid)
 	if len(rec.postDeleteExec) == 0 {
 		return
 	}
