@@ -38,6 +38,7 @@ if [ -d components ]; then
   forbid "./components/..." "$module/channels" "the SDN does not depend on the addon manager"
   forbid "./components/..." "$module/tools" "tools/ is for developers and CI; nothing that ships imports it"
 fi
+forbid ./tools/testenv "$module/tools/(cluster|ovsenv|images)" "the control plane leads into no node: nodes are tools/cluster's"
 if [ -d components/fabric/ovs ]; then
   forbid ./components/fabric/ovs/... "k8s.io/client-go" "the OVS fabric talks to OVS only"
 fi

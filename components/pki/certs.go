@@ -129,7 +129,7 @@ func (ca *CA) Issue(l Leaf, now time.Time) (*KeyPair, error) {
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: l.CommonName},
+		Subject:               pkix.Name{CommonName: l.CommonName, Organization: l.Organization},
 		DNSNames:              l.DNSNames,
 		IPAddresses:           l.IPAddresses,
 		NotBefore:             now.Add(-backdate),
@@ -157,7 +157,8 @@ func (ca *CA) Issue(l Leaf, now time.Time) (*KeyPair, error) {
 // Secret no longer do for l at now, or "" when they still do: the pair
 // must match, the certificate must be valid now and for more than
 // RenewBefore, be signed by this CA for every usage of l, and hold exactly
-// l's common name, names and usages; caPEM must be this CA's certificate.
+// l's common name, organization, names and usages; caPEM must be this CA's
+// certificate.
 func (ca *CA) Check(l Leaf, certPEM, keyPEM, caPEM []byte, now time.Time) string {
 	if len(certPEM) == 0 || len(keyPEM) == 0 {
 		return "certificate or key missing"
@@ -185,6 +186,8 @@ func (ca *CA) Check(l Leaf, certPEM, keyPEM, caPEM []byte, now time.Time) string
 	switch {
 	case cert.Subject.CommonName != l.CommonName:
 		return "common name changed"
+	case !sameStrings(cert.Subject.Organization, l.Organization):
+		return "organization changed"
 	case !sameStrings(cert.DNSNames, l.DNSNames) || !sameIPs(cert, l):
 		return "names changed"
 	case !sameUsages(cert.ExtKeyUsage, l.Usages):

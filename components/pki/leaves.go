@@ -52,6 +52,9 @@ type Leaf struct {
 	// CommonName is the certificate's subject common name, which etcd
 	// and Kubernetes read as the client's user name.
 	CommonName string
+	// Organization is the certificate's subject organizations, which
+	// Kubernetes reads as the client's groups.
+	Organization []string
 	// DNSNames and IPAddresses are the certificate's subject alternative
 	// names, for which it serves.
 	DNSNames    []string

@@ -1,4 +1,4 @@
-package testenv
+package cluster
 
 import (
 	"encoding/json"
@@ -17,49 +17,6 @@ import (
 
 // update rewrites the golden files in testdata instead of comparing.
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
-
-func TestParseComponents(t *testing.T) {
-	tests := []struct {
-		names    []string
-		want     components
-		wantBins []string
-		wantErr  string
-	}{
-		{names: nil, wantBins: []string{"etcd", "kube-apiserver"}},
-		{
-			names:    []string{KubeProxy, Kubelet, KubeScheduler, KubeControllerManager},
-			want:     components{controllerManager: true, scheduler: true, kubelet: true, proxy: true},
-			wantBins: []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy"},
-		},
-		{
-			names:    []string{KubeControllerManager},
-			want:     components{controllerManager: true},
-			wantBins: []string{"etcd", "kube-apiserver", "kube-controller-manager"},
-		},
-		{names: []string{"kube-dns", "etcd"}, wantErr: `unknown component "kube-dns"`},
-		{names: []string{KubeProxy}, wantErr: "kube-proxy runs on the node: it needs kubelet"},
-	}
-	for _, tt := range tests {
-		t.Run(strings.Join(tt.names, ","), func(t *testing.T) {
-			got, err := parseComponents(tt.names)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("parseComponents: got error %v, want one saying %s", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got != tt.want {
-				t.Errorf("parseComponents: got %+v, want %+v", got, tt.want)
-			}
-			if diff := cmp.Diff(tt.wantBins, got.binaries()); diff != "" {
-				t.Errorf("binaries (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
 
 func TestFreeSubnet(t *testing.T) {
 	p := netip.MustParsePrefix
@@ -166,7 +123,7 @@ func TestConfigs(t *testing.T) {
 	if err := writeCNIConfig(n); err != nil {
 		t.Fatal(err)
 	}
-	kubelet, err := writeKubeletConfig("/env", n)
+	kubelet, err := writeKubeletConfig("/env/client-ca.crt", n)
 	if err != nil {
 		t.Fatal(err)
 	}

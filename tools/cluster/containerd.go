@@ -1,4 +1,4 @@
-package testenv
+package cluster
 
 import (
 	"context"
@@ -173,19 +173,21 @@ func containerdConfig(dir string, opts ContainerdOptions) string {
 	return strings.Join(lines, "\n") + "\n"
 }
 
-// startIn starts binary with args like startProcess, inside the network
-// namespace netns when it is not "". It enters only the network namespace
+// startIn starts binary with args, its output in dir/<name>.log, inside the
+// network namespace netns when it is not "". It enters only the network namespace
 // (nsenter --net), not a mount namespace as `ip netns exec` would: kubelet
 // and containerd must see each other's mounts.
 func startIn(dir, name, netns, binary string, args []string, detach bool) (*process, error) {
-	if netns == "" {
-		return startProcess(dir, name, binary, args, detach)
+	opts := spawner.Options{Name: name, Dir: dir, Binary: binary, Args: args, PIDFile: true, Detach: detach}
+	if netns != "" {
+		opts.Binary = nsenterBinary
+		opts.Args = append([]string{"--net=" + filepath.Join("/run/netns", netns), "--", binary}, args...)
 	}
-	nsArgs := append([]string{"--net=" + filepath.Join("/run/netns", netns), "--", binary}, args...)
-	p, err := startProcess(dir, name, nsenterBinary, nsArgs, detach)
+	sp, err := spawner.Run(opts)
 	if err != nil {
 		return nil, err
 	}
+	p := &process{Process: sp}
 	// nsenter execs binary: from then on the process is binary, which is
 	// what Attach must find in /proc.
 	p.Binary = binary

@@ -1,4 +1,4 @@
-package testenv
+package cluster
 
 import (
 	"context"
@@ -80,7 +80,7 @@ type kubeletAuthz struct {
 // could not come back; eviction waits for a nearly full disk. Pods get no
 // resolv.conf from the host: nothing in them should resolve names outside
 // the cluster.
-func writeKubeletConfig(dir string, n *nodeState) (string, error) {
+func writeKubeletConfig(clientCAFile string, n *nodeState) (string, error) {
 	cfg := kubeletConfig{
 		Kind:                     "KubeletConfiguration",
 		APIVersion:               "kubelet.config.k8s.io/v1beta1",
@@ -111,7 +111,7 @@ func writeKubeletConfig(dir string, n *nodeState) (string, error) {
 		ImageGCHighThresholdPercent: 100,
 		ImageGCLowThresholdPercent:  99,
 	}
-	cfg.Authentication.X509.ClientCAFile = filepath.Join(dir, clientCACertFile)
+	cfg.Authentication.X509.ClientCAFile = clientCAFile
 	cfg.Authentication.Webhook.Enabled = true
 	data, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {

@@ -1,4 +1,4 @@
-package testenv
+package cluster
 
 import (
 	"bytes"
@@ -72,9 +72,6 @@ type Node struct {
 	// sockets, when NodeOptions.OVS asked for one; else "".
 	OVSRunDir string
 }
-
-// The process names of a node.
-const kubeletName = "kubelet"
 
 // defaultNodeName names the node when NodeOptions.Name is "".
 const defaultNodeName = "kos-node"

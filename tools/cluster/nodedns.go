@@ -1,24 +1,24 @@
-package testenv
+package cluster
 
 import (
 	"context"
 	"fmt"
 	"net"
-	"net/netip"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
 
 	"github.com/kos-sdn/kos/tools/images"
+	"github.com/kos-sdn/kos/tools/testenv"
 )
 
-// The node's cluster DNS: tools/testenv/nodedns, which answers for the
+// The node's cluster DNS: tools/cluster/nodedns, which answers for the
 // cluster's Services on the node's IP, port 53, in the node's network
 // namespace; kubelet names the node's IP as its pods' name server.
 const (
 	nodeDNSName    = "nodedns"
-	nodeDNSPackage = modulePath + "/tools/testenv/nodedns"
+	nodeDNSPackage = "github.com/kos-sdn/kos/tools/cluster/nodedns"
 	nodeDNSPort    = 53
 	clusterDomain  = "cluster.local"
 )
@@ -27,29 +27,28 @@ const (
 // network namespace routes it to its loopback interface, from the node's IP,
 // so that hostNetwork pods reach Service IPs: kube-proxy's DNAT rewrites
 // the destination before the packet goes anywhere.
-var serviceCIDR = netip.MustParsePrefix("10.96.0.0/16")
+var serviceCIDR = testenv.ServiceCIDR
 
-// startNodeDNS builds tools/testenv/nodedns into the node's folder, starts
+// startNodeDNS builds tools/cluster/nodedns into the node's folder, starts
 // it in the node's network namespace with the admin kubeconfig and waits
 // until it answers for the kubernetes Service.
-func (e *Env) startNodeDNS(ctx context.Context) error {
-	n := e.node
+func (c *Cluster) startNodeDNS(ctx context.Context, n *nodeState) error {
 	began := time.Now()
 	files, err := images.BuildGo(ctx, images.GoOptions{OutDir: filepath.Join(n.NodeDir, "bin")}, nodeDNSPackage)
 	if err != nil {
 		return fmt.Errorf("building the node's DNS server: %w", err)
 	}
-	e.printf("built %s in %s; starting it in %s", nodeDNSName, time.Since(began).Round(10*time.Millisecond), n.Netns)
+	c.printf("built %s in %s; starting it in %s", nodeDNSName, time.Since(began).Round(10*time.Millisecond), n.Netns)
 	addr := net.JoinHostPort(n.nodeIP().String(), strconv.Itoa(nodeDNSPort))
-	p, err := startIn(e.Dir, nodeDNSName, n.Netns, files[0].Source,
-		[]string{"-listen=" + addr, "-kubeconfig=" + e.Kubeconfig, "-domain=" + clusterDomain}, e.detached)
+	p, err := startIn(c.Dir, nodeDNSName, n.Netns, files[0].Source,
+		[]string{"-listen=" + addr, "-kubeconfig=" + c.Kubeconfig, "-domain=" + clusterDomain}, c.detached)
 	if err != nil {
 		return err
 	}
-	if err := e.track(p); err != nil {
+	if err := c.track(p); err != nil {
 		return err
 	}
-	return e.waitReady(ctx, p, func(ctx context.Context) error {
+	return c.waitReady(ctx, p, func(ctx context.Context) error {
 		got, err := resolveAt(ctx, addr, "kubernetes.default.svc."+clusterDomain+".")
 		if err != nil {
 			return err

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	kosclient "github.com/kos-sdn/kos/components/generated/clientset/versioned"
+	"github.com/kos-sdn/kos/tools/cluster"
 	"github.com/kos-sdn/kos/tools/kosinstall"
 	"github.com/kos-sdn/kos/tools/ovsenv"
 	"github.com/kos-sdn/kos/tools/testenv"
@@ -39,31 +40,31 @@ func (d *demo) runCluster(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	env, err := testenv.Attach(d.envDir)
+	env, err := cluster.Attach(d.envDir)
 	if err != nil {
 		return fmt.Errorf("finding the local cluster in %s: %w", d.envDir, err)
 	}
-	if env.Node == nil || env.Node.OVSRunDir == "" {
+	if len(env.Nodes) == 0 || env.Nodes[0].OVSRunDir == "" {
 		return fmt.Errorf("the environment in %s has no node with Open vSwitch: start it with localenv up --cluster --node-ovs", d.envDir)
 	}
 	began := time.Now()
 
-	say("A real single-node cluster: kube-apiserver, kube-controller-manager, kube-scheduler, and node %s with kubelet, containerd and kube-proxy in network namespace %s, with an Open vSwitch of its own.", env.Node.Name, env.Node.Netns)
+	say("A real single-node cluster: kube-apiserver, kube-controller-manager, kube-scheduler, and node %s with kubelet, containerd and kube-proxy in network namespace %s, with an Open vSwitch of its own.", env.Nodes[0].Name, env.Nodes[0].Netns)
 	if err := d.kubectl("get", "nodes", "--show-labels"); err != nil {
 		return err
 	}
 
 	say("Build the KOS images (no container engine, nothing pulled) and import them into the node's containerd:")
 	tarball := filepath.Join(d.envDir, "kos-images.tar")
-	if err := d.run("go", "run", "./tools/kosimages", "--root", root, "--out", tarball, "--import", env.Node.ContainerdAddress); err != nil {
+	if err := d.run("go", "run", "./tools/kosimages", "--root", root, "--out", tarball, "--import", env.Nodes[0].ContainerdAddress); err != nil {
 		return err
 	}
 
 	say("The KOS manifests mount %s (the node's Open vSwitch) and %s (the single-node etcd's data) from the node. The node shares this host's file system, so the demo lends them until cluster-down:", kosinstall.OVSRunDir, kosinstall.VarLib)
-	if err := kosinstall.LendHostPaths(d.envDir, env.Node.OVSRunDir); err != nil {
+	if err := kosinstall.LendHostPaths(d.envDir, env.Nodes[0].OVSRunDir); err != nil {
 		return err
 	}
-	fmt.Printf("    %s -> %s\n    %s (empty)\n", kosinstall.OVSRunDir, env.Node.OVSRunDir, kosinstall.VarLib)
+	fmt.Printf("    %s -> %s\n    %s (empty)\n", kosinstall.OVSRunDir, env.Nodes[0].OVSRunDir, kosinstall.VarLib)
 
 	install := []string{"apply", "channel", "addons/local-channel.yaml", "bootstrap-channel.yaml"}
 	say("Install KOS from its channels: the local channel (single-node etcd, userspace agent) and the bootstrap channel. Without --yes, channels shows the plan:")
@@ -142,7 +143,7 @@ func (d *demo) runCluster(ctx context.Context) error {
 // clusterAttachments creates a subnet and two attachments on the node,
 // waits for the agent pod to make their interfaces, moves them into two
 // guest namespaces and pings between them.
-func (d *demo) clusterAttachments(ctx context.Context, env *testenv.Env) error {
+func (d *demo) clusterAttachments(ctx context.Context, env *cluster.Cluster) error {
 	manifest := fmt.Sprintf(`apiVersion: v1
 kind: Namespace
 metadata:
@@ -174,12 +175,12 @@ metadata:
 spec:
   node: %[2]s
   subnet: blue
-`, clusterNamespace, env.Node.Name)
+`, clusterNamespace, env.Nodes[0].Name)
 	file := filepath.Join(d.envDir, "kos-cluster-demo.yaml")
 	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
 		return fmt.Errorf("writing the demo's manifest: %w", err)
 	}
-	say("A Subnet and two NetworkAttachments on node %s, served by kos-apiserver through kube-apiserver:", env.Node.Name)
+	say("A Subnet and two NetworkAttachments on node %s, served by kos-apiserver through kube-apiserver:", env.Nodes[0].Name)
 	fmt.Print(manifest)
 	if err := d.kubectl("apply", "-f", file); err != nil {
 		return err
@@ -198,7 +199,7 @@ spec:
 	}
 
 	say("Move each interface from the node's namespace into a guest namespace, as a workload would use it, and ping:")
-	node := &ovsenv.Netns{Name: env.Node.Netns}
+	node := &ovsenv.Netns{Name: env.Nodes[0].Netns}
 	var guests []*ovsenv.Netns
 	for _, att := range atts {
 		g, err := ovsenv.NewNetns(ctx, clusterNetnsPrefix+att.Name)

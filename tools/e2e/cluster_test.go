@@ -111,7 +111,7 @@ func (k *kos) ovs(t *testing.T, args ...string) string {
 
 func (k *kos) ovsErr(ctx context.Context, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "ovs-vsctl", append([]string{"--timeout=20"}, args...)...)
-	cmd.Env = append(os.Environ(), "OVS_RUNDIR="+k.env.Node.OVSRunDir)
+	cmd.Env = append(os.Environ(), "OVS_RUNDIR="+k.env.Nodes[0].OVSRunDir)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("ovs-vsctl %s: %w: %s", strings.Join(args, " "), err, out)

@@ -1,5 +1,5 @@
 // Package e2e holds the end-to-end tests of KOS as operators meet it: on a
-// real single-node cluster (tools/testenv: kube-apiserver, the controller
+// real single-node cluster (tools/cluster: kube-apiserver, the controller
 // manager, the scheduler, kube-proxy, and a kubelet whose pods really run,
 // with Open vSwitch on the node), the images built by tools/kosimages are
 // imported, `channels apply channel` installs the addon bundle, and the SDN

@@ -26,6 +26,7 @@ import (
 	"github.com/kos-sdn/kos/channels"
 	networkv1alpha1 "github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	kosclient "github.com/kos-sdn/kos/components/generated/clientset/versioned"
+	"github.com/kos-sdn/kos/tools/cluster"
 	"github.com/kos-sdn/kos/tools/kosinstall"
 	"github.com/kos-sdn/kos/tools/poll"
 	"github.com/kos-sdn/kos/tools/testenv"
@@ -46,10 +47,13 @@ func TestIntegrationKOS(t *testing.T) {
 	dir := t.TempDir()
 	go func() { built <- buildImages(t.Context(), root, dir) }()
 
-	env, err := testenv.Start(t.Context(), testenv.Options{
-		Components: []string{testenv.KubeControllerManager, testenv.KubeScheduler, testenv.Kubelet, testenv.KubeProxy},
-		Node:       testenv.NodeOptions{Labels: kosinstall.NodeLabels(), OVS: true},
-		Progress:   testWriter{t},
+	env, err := cluster.Start(t.Context(), cluster.Options{
+		ControlPlane: testenv.Options{
+			Components: []string{testenv.KubeControllerManager, testenv.KubeScheduler},
+			Progress:   testWriter{t},
+		},
+		Nodes:     []cluster.NodeOptions{{Labels: kosinstall.NodeLabels(), OVS: true}},
+		KubeProxy: true,
 	})
 	if err != nil {
 		<-built
@@ -70,7 +74,7 @@ func TestIntegrationKOS(t *testing.T) {
 		t.Fatalf("building the images: %v", images.err)
 	}
 	t.Logf("images built after %s", since(began))
-	if err := kosinstall.LendHostPaths(env.Dir, env.Node.OVSRunDir); err != nil {
+	if err := kosinstall.LendHostPaths(env.Dir, env.Nodes[0].OVSRunDir); err != nil {
 		t.Fatal(err)
 	}
 	giveBack = func() {
@@ -116,7 +120,7 @@ func TestIntegrationKOS(t *testing.T) {
 // kos is the cluster KOS is installed on, with what the steps share.
 type kos struct {
 	t        *testing.T
-	env      *testenv.Env
+	env      *cluster.Cluster
 	root     string
 	kube     kubernetes.Interface
 	kos      kosclient.Interface
@@ -129,7 +133,7 @@ type kos struct {
 	attachments []*networkv1alpha1.NetworkAttachment
 }
 
-func newKOS(t *testing.T, env *testenv.Env, root string) *kos {
+func newKOS(t *testing.T, env *cluster.Cluster, root string) *kos {
 	k := &kos{t: t, env: env, root: root}
 	var err error
 	if k.kube, err = kubernetes.NewForConfig(env.RESTConfig); err != nil {
@@ -218,7 +222,7 @@ func (k *kos) testAttachments(t *testing.T) {
 	for _, name := range []string{"a1", "a2"} {
 		att := &networkv1alpha1.NetworkAttachment{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec:       networkv1alpha1.NetworkAttachmentSpec{Node: k.env.Node.Name, Subnet: subnet.Name},
+			Spec:       networkv1alpha1.NetworkAttachmentSpec{Node: k.env.Nodes[0].Name, Subnet: subnet.Name},
 		}
 		if _, err := k.kos.NetworkV1alpha1().NetworkAttachments(ns).Create(ctx, att, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -276,15 +280,15 @@ func (k *kos) testAttachments(t *testing.T) {
 		if want := "kos" + strings.ReplaceAll(mac.String(), ":", ""); st.IfcName != want {
 			t.Errorf("attachment %s: ifcName %s, want %s", a.Name, st.IfcName, want)
 		}
-		if st.HostIP != k.env.Node.IP.String() {
-			t.Errorf("attachment %s: hostIP %s, want the node's %s", a.Name, st.HostIP, k.env.Node.IP)
+		if st.HostIP != k.env.Nodes[0].IP.String() {
+			t.Errorf("attachment %s: hostIP %s, want the node's %s", a.Name, st.HostIP, k.env.Nodes[0].IP)
 		}
 		// The interface is a port of the node's bridge, and a network
 		// interface in the node's network namespace.
 		if got := k.ovs(t, "get", "Interface", st.IfcName, "mac_in_use"); strings.Trim(got, `"`) != st.MACAddress {
 			t.Errorf("interface %s in the node's Open vSwitch: MAC %s, want %s", st.IfcName, got, st.MACAddress)
 		}
-		if out, err := exec.CommandContext(t.Context(), "ip", "netns", "exec", k.env.Node.Netns, "ip", "link", "show", st.IfcName).CombinedOutput(); err != nil {
+		if out, err := exec.CommandContext(t.Context(), "ip", "netns", "exec", k.env.Nodes[0].Netns, "ip", "link", "show", st.IfcName).CombinedOutput(); err != nil {
 			t.Errorf("interface %s in the node's network namespace: %v: %s", st.IfcName, err, out)
 		}
 	}

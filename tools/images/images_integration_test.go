@@ -11,8 +11,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/kos-sdn/kos/tools/cluster"
 	"github.com/kos-sdn/kos/tools/images"
-	"github.com/kos-sdn/kos/tools/testenv"
 )
 
 // TestIntegrationImport imports images built here into a real containerd
@@ -26,7 +26,7 @@ func TestIntegrationImport(t *testing.T) {
 		t.Fatal(err)
 	}
 	goImage, err := images.GoImage(ctx, opts, images.Config{Cmd: []string{"--listen", ":8080"}},
-		"github.com/kos-sdn/kos/tools/testenv/clustertest/hello")
+		"github.com/kos-sdn/kos/tools/cluster/clustertest/hello")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestIntegrationImport(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cd, err := testenv.StartContainerd(ctx, testenv.ContainerdOptions{Dir: filepath.Join(dir, "containerd")})
+	cd, err := cluster.StartContainerd(ctx, cluster.ContainerdOptions{Dir: filepath.Join(dir, "containerd")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kos-sdn/kos/tools/cluster"
 	"github.com/kos-sdn/kos/tools/images"
 	"github.com/kos-sdn/kos/tools/kosimages/catalog"
 	"github.com/kos-sdn/kos/tools/testenv"
@@ -195,14 +196,14 @@ const importLocalenv = "localenv"
 // cluster's node, which tools/localenv runs from ROOT/.cache/localenv.
 func localenvContainerd(root string) (string, error) {
 	dir := filepath.Join(root, ".cache", "localenv")
-	env, err := testenv.Attach(dir)
+	env, err := cluster.Attach(dir)
 	if err != nil {
 		return "", fmt.Errorf("finding the local cluster (start it with go run ./tools/localenv up --cluster): %w", err)
 	}
-	if env.Node == nil {
+	if len(env.Nodes) == 0 {
 		return "", fmt.Errorf("the local environment in %s runs no node: start it with go run ./tools/localenv up --cluster", dir)
 	}
-	return env.Node.ContainerdAddress, nil
+	return env.Nodes[0].ContainerdAddress, nil
 }
 
 // resolveVersions returns the versions to tag the component images with: the

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kos-sdn/kos/tools/cluster"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
@@ -141,7 +142,7 @@ node and removes every trace of it from the host.`,
 
 func runUp(ctx context.Context, o *options, u *upOptions) error {
 	timeout := u.timeout
-	env, err := testenv.Attach(o.dir)
+	env, err := cluster.Attach(o.dir)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 	case err != nil:
@@ -149,7 +150,7 @@ func runUp(ctx context.Context, o *options, u *upOptions) error {
 	default:
 		running, all := countRunning(env.Processes())
 		switch {
-		case running == all && u.cluster && env.Node == nil:
+		case running == all && u.cluster && len(env.Nodes) == 0:
 			return fmt.Errorf("the environment in %s runs without a node: run down, then up --cluster", o.dir)
 		case running == all:
 			if err := waitReady(ctx, env, timeout); err != nil {
@@ -166,13 +167,13 @@ func runUp(ctx context.Context, o *options, u *upOptions) error {
 		}
 	}
 
-	opts := testenv.Options{Dir: o.dir, Detach: true, Progress: o.err, Timeout: timeout}
+	opts := cluster.Options{ControlPlane: testenv.Options{Dir: o.dir, Detach: true, Progress: o.err, Timeout: timeout}}
 	if u.cluster {
-		opts.Components = []string{testenv.KubeControllerManager, testenv.KubeScheduler, testenv.Kubelet, testenv.KubeProxy}
-		opts.Node.Labels = u.nodeLabels
-		opts.Node.OVS = u.nodeOVS
+		opts.ControlPlane.Components = []string{testenv.KubeControllerManager, testenv.KubeScheduler}
+		opts.Nodes = []cluster.NodeOptions{{Labels: u.nodeLabels, OVS: u.nodeOVS}}
+		opts.KubeProxy = true
 	}
-	env, err = testenv.Start(ctx, opts)
+	env, err = cluster.Start(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -182,7 +183,7 @@ func runUp(ctx context.Context, o *options, u *upOptions) error {
 
 // waitReady waits up to timeout for kube-apiserver's readiness, for an up
 // that finds an environment still starting.
-func waitReady(ctx context.Context, env *testenv.Env, timeout time.Duration) error {
+func waitReady(ctx context.Context, env *cluster.Cluster, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		err := env.Ready(ctx)
@@ -197,7 +198,7 @@ func waitReady(ctx context.Context, env *testenv.Env, timeout time.Duration) err
 	}
 }
 
-func printUsage(o *options, env *testenv.Env) {
+func printUsage(o *options, env *cluster.Cluster) {
 	fmt.Fprintf(o.out, `Kubernetes %s runs at %s (etcd at %s).
 
 Use it:
@@ -208,7 +209,7 @@ Stop it:
   %s down
 Logs are in %s.
 `, env.Version, env.APIServerURL, env.EtcdURL, shellQuote(env.Kubeconfig), o.selfCommand(), env.Dir)
-	if n := env.Node; n != nil {
+	for _, n := range env.Nodes {
 		fmt.Fprintf(o.out, `
 Node %s (IP %s, pods in %s) runs pods in network namespace %s.
 Import images (docker-format tarballs) into its containerd:
@@ -240,7 +241,7 @@ keeps the data and certificates for the next up, unless --purge removes it.
 Nothing to stop is not an error.`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			env, err := testenv.Attach(o.dir)
+			env, err := cluster.Attach(o.dir)
 			if errors.Is(err, os.ErrNotExist) {
 				fmt.Fprintf(o.out, "Nothing to stop: %v in %s.\n", errNoEnvironment, o.dir)
 				return purgeDir(o, purge)
@@ -256,9 +257,9 @@ Nothing to stop is not an error.`,
 			if err := env.Stop(); err != nil {
 				return err
 			}
-			// In the order Env.Stop stops them: the node, kube-apiserver's
+			// In the order Cluster.Stop stops them: the node, kube-apiserver's
 			// clients, kube-apiserver, then the etcds.
-			first := []string{"kubelet", testenv.KubeProxy, "containerd", testenv.KubeScheduler, testenv.KubeControllerManager, "kube-apiserver"}
+			first := []string{"kubelet", "kube-proxy", "nodedns", "containerd", testenv.KubeScheduler, testenv.KubeControllerManager, "kube-apiserver"}
 			for _, name := range first {
 				for _, p := range procs {
 					if p.Running && p.Name == name {
@@ -298,7 +299,7 @@ whether it is ready. It exits 0 when everything runs and is ready, 3 when the
 environment is stopped, partly stopped or not ready, and 1 on other errors.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			env, err := testenv.Attach(o.dir)
+			env, err := cluster.Attach(o.dir)
 			if errors.Is(err, os.ErrNotExist) {
 				return &codeError{exitNotRunning, fmt.Errorf("%w in %s: start one with %s up", errNoEnvironment, o.dir, o.selfCommand())}
 			}
@@ -336,7 +337,7 @@ It fails when the folder holds no environment, and warns on stderr when the
 environment is not running.`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			env, err := testenv.Attach(o.dir)
+			env, err := cluster.Attach(o.dir)
 			if errors.Is(err, os.ErrNotExist) {
 				return fmt.Errorf("%w in %s: start one with %s up", errNoEnvironment, o.dir, o.selfCommand())
 			}

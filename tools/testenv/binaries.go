@@ -60,11 +60,11 @@ func isRepoRoot(dir string) bool {
 	return false
 }
 
-// findBinaries returns the folder holding the programs names: binDir, else
+// FindBinaries returns the folder holding the programs names: binDir, else
 // $KOS_KUBE_BIN_DIR when it holds them all, else the folder
 // tools/kube/build.sh builds them into. The build's progress goes to stderr
 // so that a cold first build, which takes minutes, is not silent.
-func findBinaries(ctx context.Context, binDir string, names []string) (string, error) {
+func FindBinaries(ctx context.Context, binDir string, names []string) (string, error) {
 	if binDir == "" {
 		binDir = os.Getenv(BinDirEnv)
 		// A folder made for fewer components than these (by make test,

@@ -3,23 +3,15 @@ package testenv
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
-	"time"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-
-	"github.com/kos-sdn/kos/tools/images"
-	"github.com/kos-sdn/kos/tools/ovsenv"
 )
 
 // The components Options.Components may name, each built by
@@ -33,6 +25,15 @@ const (
 	KubeControllerManager = "kube-controller-manager"
 	// KubeScheduler schedules pods.
 	KubeScheduler = "kube-scheduler"
+)
+
+// The kubeconfig files of the components, relative to Env.Dir, and their
+// users, as RBAC's default bindings expect them.
+const (
+	controllerManagerFile = "kube-controller-manager.kubeconfig"
+	schedulerFile         = "kube-scheduler.kubeconfig"
+	controllerManagerUser = "system:kube-controller-manager"
+	schedulerUser         = "system:kube-scheduler"
 )
 
 // components says which of the cluster components an environment runs.
@@ -98,8 +99,6 @@ func (e *Env) apiServerClusterFlags() []string {
 	}
 	file := func(name string) string { return filepath.Join(e.Dir, name) }
 	return []string{
-		"--tls-cert-file=" + file(nodeServingCertFile),
-		"--tls-private-key-file=" + file(nodeServingKeyFile),
 		"--enable-admission-plugins=NodeRestriction",
 		"--endpoint-reconciler-type=lease",
 		"--kubelet-client-certificate=" + file(kubeletClientCertFile),
@@ -203,7 +202,7 @@ func (e *Env) startComponent(ctx context.Context, ps *ports, name string, prev *
 		if err := e.track(p); err != nil {
 			return err
 		}
-		err = e.waitReady(ctx, p, func(ctx context.Context) error { return healthz(ctx, url) })
+		err = e.waitReady(ctx, p, func(ctx context.Context) error { return Healthz(ctx, url) })
 		if err != nil && attempt < 3 && portTaken(p) {
 			e.printf("%s lost its port to another program; retrying on another port", name)
 			if err := e.stopLast(); err != nil {
@@ -222,8 +221,9 @@ var insecureClient = &http.Client{Transport: &http.Transport{
 	TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // health checks on loopback only
 }}
 
-// healthz asks a component's /healthz.
-func healthz(ctx context.Context, url string) error {
+// Healthz asks a component's /healthz at url (http or https), without
+// checking its serving certificate: only the answer matters.
+func Healthz(ctx context.Context, url string) error {
 	_, err := getHealth(ctx, insecureClient, url+"/healthz")
 	return err
 }

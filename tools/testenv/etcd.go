@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +13,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+
+	"github.com/kos-sdn/kos/components/pki"
 )
 
 // startEtcd starts one etcd with its data in Dir/<name>, on the ports prev
@@ -146,15 +147,15 @@ func newEtcdTLS(dir string) (*etcdTLS, error) {
 	if err != nil {
 		return nil, err
 	}
-	server, err := ca.issue(&x509.Certificate{
-		Subject:     pkix.Name{CommonName: "kos-etcd"},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	server, err := issue(ca, pki.Leaf{
+		CommonName:  "kos-etcd",
+		Usages:      []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
 	})
 	if err != nil {
 		return nil, err
 	}
-	client, err := ca.issueClient("kos-apiserver", nil)
+	client, err := issueClient(ca, "kos-apiserver", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -169,22 +170,22 @@ func newEtcdTLS(dir string) (*etcdTLS, error) {
 		return nil, fmt.Errorf("creating %s: %w", dir, err)
 	}
 	for path, data := range map[string][]byte{
-		t.caFile:         ca.certPEM,
-		t.serverCertFile: server.certPEM,
-		t.serverKeyFile:  server.keyPEM,
-		t.clientCertFile: client.certPEM,
-		t.clientKeyFile:  client.keyPEM,
+		t.caFile:         ca.CertPEM,
+		t.serverCertFile: server.CertPEM,
+		t.serverKeyFile:  server.KeyPEM,
+		t.clientCertFile: client.CertPEM,
+		t.clientKeyFile:  client.KeyPEM,
 	} {
 		if err := os.WriteFile(path, data, 0o600); err != nil {
 			return nil, fmt.Errorf("writing %s: %w", path, err)
 		}
 	}
-	cert, err := tls.X509KeyPair(client.certPEM, client.keyPEM)
+	cert, err := tls.X509KeyPair(client.CertPEM, client.KeyPEM)
 	if err != nil {
 		return nil, fmt.Errorf("loading the etcd client certificate: %w", err)
 	}
 	roots := x509.NewCertPool()
-	roots.AddCert(ca.cert)
+	roots.AddCert(ca.Cert)
 	t.client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
 		RootCAs:      roots,
 		Certificates: []tls.Certificate{cert},

@@ -72,11 +72,11 @@ func (e *Env) NewUserKubeconfig(user string, groups ...string) (string, *rest.Co
 	if user == "" {
 		return "", nil, fmt.Errorf("user name is empty")
 	}
-	clientCA, err := loadKeyPair(filepath.Join(e.Dir, clientCACertFile), filepath.Join(e.Dir, clientCAKeyFile))
+	clientCA, err := loadCA(filepath.Join(e.Dir, clientCACertFile), filepath.Join(e.Dir, clientCAKeyFile))
 	if err != nil {
 		return "", nil, fmt.Errorf("loading the client CA: %w", err)
 	}
-	client, err := clientCA.issueClient(user, groups)
+	client, err := issueClient(clientCA, user, groups)
 	if err != nil {
 		return "", nil, err
 	}
@@ -97,8 +97,8 @@ func (e *Env) NewUserKubeconfig(user string, groups ...string) (string, *rest.Co
 	if err := f.Close(); err != nil {
 		return "", nil, fmt.Errorf("creating a kubeconfig for %s: %w", user, err)
 	}
-	if err := writeKubeconfig(path, e.APIServerURL, caPEM, client.certPEM, client.keyPEM, user); err != nil {
+	if err := writeKubeconfig(path, e.APIServerURL, caPEM, client.CertPEM, client.KeyPEM, user); err != nil {
 		return "", nil, err
 	}
-	return path, newRESTConfig(e.APIServerURL, caPEM, client.certPEM, client.keyPEM), nil
+	return path, newRESTConfig(e.APIServerURL, caPEM, client.CertPEM, client.KeyPEM), nil
 }

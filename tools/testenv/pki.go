@@ -4,15 +4,16 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/kos-sdn/kos/components/pki"
 )
 
 // The files of the environment's PKI, relative to Env.Dir. Three separate CAs
@@ -42,14 +43,6 @@ const frontProxyClientName = "front-proxy-client"
 
 // adminUser is the user name of the admin client certificate.
 const adminUser = "kos-admin"
-
-// keyPair is a certificate with its private key, parsed and PEM-encoded.
-type keyPair struct {
-	cert    *x509.Certificate
-	key     *ecdsa.PrivateKey
-	certPEM []byte
-	keyPEM  []byte
-}
 
 // ensurePKI writes the environment's certificates and keys into dir unless all
 // of them are already there, so that a restarted environment keeps the
@@ -84,13 +77,10 @@ func ensurePKI(dir string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	serving, err := ca.issue(&x509.Certificate{
-		Subject:     pkix.Name{CommonName: "kube-apiserver"},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames: []string{
-			"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-			"kubernetes.default.svc.cluster.local",
-		},
+	serving, err := issue(ca, pki.Leaf{
+		CommonName: "kube-apiserver",
+		Usages:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:   servingNames,
 		// 10.96.0.1 is the first address of --service-cluster-ip-range, the
 		// ClusterIP of the kubernetes Service.
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.96.0.1")},
@@ -98,11 +88,11 @@ func ensurePKI(dir string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	admin, err := clientCA.issueClient(adminUser, []string{"system:masters"})
+	admin, err := issueClient(clientCA, adminUser, []string{"system:masters"})
 	if err != nil {
 		return false, err
 	}
-	frontProxyClient, err := frontProxyCA.issueClient(frontProxyClientName, nil)
+	frontProxyClient, err := issueClient(frontProxyCA, frontProxyClientName, nil)
 	if err != nil {
 		return false, err
 	}
@@ -120,12 +110,12 @@ func ensurePKI(dir string) (bool, error) {
 	}
 
 	files := map[string][]byte{
-		caCertFile: ca.certPEM, caKeyFile: ca.keyPEM,
-		clientCACertFile: clientCA.certPEM, clientCAKeyFile: clientCA.keyPEM,
-		frontProxyCACertFile: frontProxyCA.certPEM, frontProxyCAKeyFile: frontProxyCA.keyPEM,
-		frontProxyClientCertFile: frontProxyClient.certPEM, frontProxyClientKeyFile: frontProxyClient.keyPEM,
-		servingCertFile: serving.certPEM, servingKeyFile: serving.keyPEM,
-		adminCertFile: admin.certPEM, adminKeyFile: admin.keyPEM,
+		caCertFile: ca.CertPEM, caKeyFile: ca.KeyPEM,
+		clientCACertFile: clientCA.CertPEM, clientCAKeyFile: clientCA.KeyPEM,
+		frontProxyCACertFile: frontProxyCA.CertPEM, frontProxyCAKeyFile: frontProxyCA.KeyPEM,
+		frontProxyClientCertFile: frontProxyClient.CertPEM, frontProxyClientKeyFile: frontProxyClient.KeyPEM,
+		servingCertFile: serving.CertPEM, servingKeyFile: serving.KeyPEM,
+		adminCertFile: admin.CertPEM, adminKeyFile: admin.KeyPEM,
 		serviceAccountKeyFile: saKeyPEM,
 		serviceAccountPubFile: pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: saPubDER}),
 	}
@@ -137,96 +127,47 @@ func ensurePKI(dir string) (bool, error) {
 	return true, nil
 }
 
+// The certificates come from components/pki, the project's one CA.
+
 // newCA makes a self-signed certificate authority.
-func newCA(commonName string) (*keyPair, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("generating the key of %s: %w", commonName, err)
+func newCA(commonName string) (*pki.CA, error) {
+	return pki.NewCA(commonName, time.Now())
+}
+
+// issue signs a leaf certificate for l, with a new key.
+func issue(ca *pki.CA, l pki.Leaf) (*pki.KeyPair, error) {
+	if l.Secret == "" {
+		// Only named in errors here.
+		l.Secret = l.CommonName
 	}
-	tmpl, err := template(&x509.Certificate{
-		Subject:               pkix.Name{CommonName: commonName},
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}, 10*365*24*time.Hour)
-	if err != nil {
-		return nil, err
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, fmt.Errorf("signing %s: %w", commonName, err)
-	}
-	return newKeyPair(der, key)
+	return ca.Issue(l, time.Now())
 }
 
 // issueClient signs a client certificate for user in groups (its
 // organizations, which kube-apiserver reads as groups).
-func (ca *keyPair) issueClient(user string, groups []string) (*keyPair, error) {
-	return ca.issue(&x509.Certificate{
-		Subject:     pkix.Name{CommonName: user, Organization: groups},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	})
+func issueClient(ca *pki.CA, user string, groups []string) (*pki.KeyPair, error) {
+	return issue(ca, pki.Leaf{CommonName: user, Organization: groups, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
 }
 
-// issue signs a leaf certificate from the subject, usages and names in leaf,
-// with a new key.
-func (ca *keyPair) issue(leaf *x509.Certificate) (*keyPair, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+// loadCA reads a CA that ensurePKI wrote.
+func loadCA(certFile, keyFile string) (*pki.CA, error) {
+	certPEM, err := os.ReadFile(certFile)
 	if err != nil {
-		return nil, fmt.Errorf("generating the key of %s: %w", leaf.Subject.CommonName, err)
+		return nil, fmt.Errorf("reading the CA certificate: %w", err)
 	}
-	leaf.KeyUsage = x509.KeyUsageDigitalSignature
-	tmpl, err := template(leaf, 365*24*time.Hour)
+	keyPEM, err := os.ReadFile(keyFile)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading the CA key: %w", err)
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	ca, err := pki.ParseCA(certPEM, keyPEM)
 	if err != nil {
-		return nil, fmt.Errorf("signing %s: %w", leaf.Subject.CommonName, err)
+		return nil, fmt.Errorf("reading %s: %w", certFile, err)
 	}
-	return newKeyPair(der, key)
+	return ca, nil
 }
 
-// template completes c with a random serial number and a validity period that
-// starts a little in the past, to tolerate clock skew.
-func template(c *x509.Certificate, validity time.Duration) (*x509.Certificate, error) {
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return nil, fmt.Errorf("generating a serial number: %w", err)
-	}
-	c.SerialNumber = serial
-	c.NotBefore = time.Now().Add(-time.Hour)
-	c.NotAfter = time.Now().Add(validity)
-	return c, nil
-}
-
-func newKeyPair(der []byte, key *ecdsa.PrivateKey) (*keyPair, error) {
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, fmt.Errorf("parsing a certificate just made: %w", err)
-	}
-	keyPEM, err := encodeKey(key)
-	if err != nil {
-		return nil, err
-	}
-	return &keyPair{
-		cert:    cert,
-		key:     key,
-		certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		keyPEM:  keyPEM,
-	}, nil
-}
-
-func encodeKey(key *ecdsa.PrivateKey) ([]byte, error) {
-	der, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, fmt.Errorf("encoding a private key: %w", err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), nil
-}
-
-// loadKeyPair reads a certificate and its EC private key written by ensurePKI.
-func loadKeyPair(certFile, keyFile string) (*keyPair, error) {
+// loadKeyPair reads a certificate and its private key that ensurePKI wrote.
+func loadKeyPair(certFile, keyFile string) (*pki.KeyPair, error) {
 	certPEM, err := os.ReadFile(certFile)
 	if err != nil {
 		return nil, fmt.Errorf("reading certificate: %w", err)
@@ -235,18 +176,19 @@ func loadKeyPair(certFile, keyFile string) (*keyPair, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading key: %w", err)
 	}
-	certBlock, _ := pem.Decode(certPEM)
-	keyBlock, _ := pem.Decode(keyPEM)
-	if certBlock == nil || keyBlock == nil {
-		return nil, fmt.Errorf("no PEM data in %s or %s", certFile, keyFile)
-	}
-	cert, err := x509.ParseCertificate(certBlock.Bytes)
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
-		return nil, fmt.Errorf("parsing %s: %w", certFile, err)
+		return nil, fmt.Errorf("reading %s and %s: %w", certFile, keyFile, err)
 	}
-	key, err := x509.ParseECPrivateKey(keyBlock.Bytes)
+	return &pki.KeyPair{Cert: pair.Leaf, CertPEM: certPEM, KeyPEM: keyPEM}, nil
+}
+
+// encodeKey PEM-encodes the service-account key as kube-apiserver and
+// kube-controller-manager read it.
+func encodeKey(key *ecdsa.PrivateKey) ([]byte, error) {
+	der, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
-		return nil, fmt.Errorf("parsing %s: %w", keyFile, err)
+		return nil, fmt.Errorf("encoding a private key: %w", err)
 	}
-	return &keyPair{cert: cert, key: key, certPEM: certPEM, keyPEM: keyPEM}, nil
+	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), nil
 }

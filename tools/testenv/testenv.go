@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -19,7 +20,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/kos-sdn/kos/tools/ovsenv"
 	"github.com/kos-sdn/kos/tools/spawner"
 )
 
@@ -52,14 +52,24 @@ type Options struct {
 	// environment's own so that they win.
 	APIServerFlags []string
 
-	// Components names cluster components to run besides etcd and
-	// kube-apiserver: KubeControllerManager, KubeScheduler and Kubelet (a
-	// node whose pods really run). tools/kube/build.sh builds the ones
-	// missing from BinDir.
+	// Components names control-plane components to run besides etcd and
+	// kube-apiserver: KubeControllerManager and KubeScheduler.
+	// tools/kube/build.sh builds the ones missing from BinDir. Nodes are
+	// tools/cluster's.
 	Components []string
 
-	// Node describes the node that the Kubelet component runs.
-	Node NodeOptions
+	// Address is where kube-apiserver listens and what it advertises; the
+	// zero value means 127.0.0.1. tools/cluster sets it to the host's end
+	// of the link to its node, which the host reaches as locally as
+	// loopback and the node reaches through the link; the serving
+	// certificate then names it too.
+	Address netip.Addr
+
+	// Kubelets readies kube-apiserver for nodes (tools/cluster): the Node
+	// authorizer and NodeRestriction, a client certificate to reach
+	// kubelets, whose serving certificates it checks against the CA, and
+	// aggregated API servers reached at their pods' IPs.
+	Kubelets bool
 }
 
 // Env is a running control plane. Its exported fields are read-only.
@@ -82,9 +92,6 @@ type Env struct {
 	EtcdURL string
 	// BinDir is the folder of the etcd and kube-apiserver binaries.
 	BinDir string
-	// Node is the node, when the environment runs the Kubelet component;
-	// kube-apiserver then listens on Node.HostIP instead of loopback.
-	Node *Node
 
 	// CACertFile is the CA that signed kube-apiserver's serving certificate.
 	CACertFile string
@@ -102,8 +109,8 @@ type Env struct {
 	mu        sync.Mutex
 	procs     []*process
 	comps     components
-	node      *nodeState
-	ovs       *ovsenv.Instance
+	address   netip.Addr
+	kubelets  bool
 	detached  bool
 	removeDir bool
 	stopped   bool
@@ -122,7 +129,8 @@ type envState struct {
 	BinDir       string     `json:"binDir"`
 	Detached     bool       `json:"detached"`
 	Processes    []*process `json:"processes"`
-	Node         *nodeState `json:"node,omitempty"`
+	Address      netip.Addr `json:"address,omitzero"`
+	Kubelets     bool       `json:"kubelets,omitempty"`
 }
 
 // The process names, which are also the names of their log and pid files.
@@ -143,8 +151,13 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.Address.IsValid() && !opts.Address.Is4() {
+		return nil, fmt.Errorf("address %s: want an IPv4 address", opts.Address)
+	}
 	e := &Env{
 		comps:    comps,
+		address:  opts.Address,
+		kubelets: opts.Kubelets,
 		detached: opts.Detach,
 		timeout:  opts.Timeout,
 		progress: opts.Progress,
@@ -202,7 +215,7 @@ func (e *Env) setFiles() {
 
 func (e *Env) start(ctx context.Context, opts Options, prev *envState) error {
 	began := time.Now()
-	binDir, err := findBinaries(ctx, opts.BinDir, e.comps.binaries())
+	binDir, err := FindBinaries(ctx, opts.BinDir, e.comps.binaries())
 	if err != nil {
 		return err
 	}
@@ -218,9 +231,8 @@ func (e *Env) start(ctx context.Context, opts Options, prev *envState) error {
 	} else {
 		e.printf("using the certificates in %s", e.Dir)
 	}
-
-	if e.comps.kubelet {
-		if err := e.prepareNode(ctx, opts.Node); err != nil {
+	if e.address.IsValid() {
+		if err := writeAddressCerts(e.Dir, e.address, e.kubelets); err != nil {
 			return err
 		}
 	}
@@ -264,19 +276,23 @@ func (e *Env) startAPIServer(ctx context.Context, ps *ports, extraFlags []string
 		}
 		addr := e.apiServerAddress()
 		url := "https://" + addr + ":" + strconv.Itoa(port)
+		servingCert, servingKey := file(servingCertFile), file(servingKeyFile)
+		if e.address.IsValid() {
+			servingCert, servingKey = file(addressServingCertFile), file(addressServingKeyFile)
+		}
 		args := []string{
 			"--etcd-servers=" + e.EtcdURL,
 			"--bind-address=" + addr,
 			"--advertise-address=" + addr,
 			"--secure-port=" + strconv.Itoa(port),
-			"--tls-cert-file=" + file(servingCertFile),
-			"--tls-private-key-file=" + file(servingKeyFile),
+			"--tls-cert-file=" + servingCert,
+			"--tls-private-key-file=" + servingKey,
 			"--client-ca-file=" + file(clientCACertFile),
 			"--authorization-mode=" + e.authorizationModes(),
 			"--service-account-issuer=" + serviceAccountIssuer,
 			"--service-account-key-file=" + file(serviceAccountPubFile),
 			"--service-account-signing-key-file=" + file(serviceAccountKeyFile),
-			"--service-cluster-ip-range=" + serviceCIDR.String(),
+			"--service-cluster-ip-range=" + ServiceCIDR.String(),
 			// Endpoints may not hold the loopback address it advertises.
 			"--endpoint-reconciler-type=none",
 			"--allow-privileged=true",
@@ -301,7 +317,7 @@ func (e *Env) startAPIServer(ctx context.Context, ps *ports, extraFlags []string
 			return err
 		}
 		e.APIServerURL = url
-		e.RESTConfig = newRESTConfig(url, caPEM, admin.certPEM, admin.keyPEM)
+		e.RESTConfig = newRESTConfig(url, caPEM, admin.CertPEM, admin.KeyPEM)
 		client, err := kubernetes.NewForConfig(e.RESTConfig)
 		if err != nil {
 			return fmt.Errorf("creating a client: %w", err)
@@ -337,7 +353,7 @@ func (e *Env) startAPIServer(ctx context.Context, ps *ports, extraFlags []string
 			return fmt.Errorf("reading the server version: %w", err)
 		}
 		e.Version = info.GitVersion
-		return writeKubeconfig(e.Kubeconfig, url, caPEM, admin.certPEM, admin.keyPEM, adminUser)
+		return writeKubeconfig(e.Kubeconfig, url, caPEM, admin.CertPEM, admin.KeyPEM, adminUser)
 	}
 }
 
@@ -474,10 +490,10 @@ func (e *Env) Stop() error {
 }
 
 func (e *Env) stopProcesses() error {
-	// The node first, then kube-apiserver's clients, then kube-apiserver,
-	// and the etcds it writes to last.
-	errs := []error{e.stopNode()}
-	first := []string{kubeletName, KubeProxy, nodeDNSName, containerdName, KubeScheduler, KubeControllerManager, apiServerName}
+	// kube-apiserver's clients, then kube-apiserver, and the etcds it
+	// writes to last.
+	var errs []error
+	first := []string{KubeScheduler, KubeControllerManager, apiServerName}
 	for _, name := range first {
 		for _, p := range e.procs {
 			if p.Name == name {
@@ -498,7 +514,7 @@ func (e *Env) stopProcesses() error {
 	}
 	wg.Wait()
 	errs = append(errs, etcdErrs...)
-	return errors.Join(append(errs, e.removeNode())...)
+	return errors.Join(errs...)
 }
 
 // ProcessStatus describes one process of an environment.
@@ -546,15 +562,13 @@ func Attach(dir string) (*Env, error) {
 		EtcdURL:      st.EtcdURL,
 		BinDir:       st.BinDir,
 		procs:        st.Processes,
-		node:         st.Node,
+		address:      st.Address,
+		kubelets:     st.Kubelets,
 		detached:     st.Detached,
 		timeout:      2 * time.Minute,
 		progress:     io.Discard,
 	}
 	e.setFiles()
-	if e.node != nil {
-		e.Node = e.node.public()
-	}
 	if e.RESTConfig, err = loadRESTConfig(e.Kubeconfig); err != nil {
 		return nil, err
 	}
@@ -581,7 +595,8 @@ func (e *Env) saveState() error {
 		BinDir:       e.BinDir,
 		Detached:     e.detached,
 		Processes:    e.procs,
-		Node:         e.node,
+		Address:      e.address,
+		Kubelets:     e.kubelets,
 	}, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encoding the environment state: %w", err)

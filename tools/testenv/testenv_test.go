@@ -46,20 +46,20 @@ func TestEnsurePKI(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ca, err := loadKeyPair(file(tt.ca), file(tt.ca[:len(tt.ca)-len(".crt")]+".key"))
+			ca, err := loadCA(file(tt.ca), file(tt.ca[:len(tt.ca)-len(".crt")]+".key"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			roots := x509.NewCertPool()
-			roots.AddCert(ca.cert)
-			_, err = kp.cert.Verify(x509.VerifyOptions{Roots: roots, DNSName: tt.host, KeyUsages: []x509.ExtKeyUsage{tt.usage}})
+			roots.AddCert(ca.Cert)
+			_, err = kp.Cert.Verify(x509.VerifyOptions{Roots: roots, DNSName: tt.host, KeyUsages: []x509.ExtKeyUsage{tt.usage}})
 			if got := err == nil; got != tt.wantValid {
 				t.Errorf("verifies = %v (%v), want %v", got, err, tt.wantValid)
 			}
-			if got := kp.cert.Subject.CommonName; got != tt.wantCN {
+			if got := kp.Cert.Subject.CommonName; got != tt.wantCN {
 				t.Errorf("common name = %q, want %q", got, tt.wantCN)
 			}
-			if diff := cmp.Diff(kp.cert.Subject.Organization, tt.wantOrg); diff != "" {
+			if diff := cmp.Diff(kp.Cert.Subject.Organization, tt.wantOrg); diff != "" {
 				t.Errorf("organizations (-got +want):\n%s", diff)
 			}
 		})

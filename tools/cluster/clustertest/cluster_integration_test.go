@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 
+	"github.com/kos-sdn/kos/tools/cluster"
 	"github.com/kos-sdn/kos/tools/images"
 	"github.com/kos-sdn/kos/tools/poll"
 	"github.com/kos-sdn/kos/tools/testenv"
@@ -59,12 +60,15 @@ func TestIntegrationCluster(t *testing.T) {
 			dir := t.TempDir()
 			detach := i == 1
 			began := time.Now()
-			env, err := testenv.Start(t.Context(), testenv.Options{
-				Dir:        dir,
-				Components: []string{testenv.KubeControllerManager, testenv.KubeScheduler, testenv.Kubelet, testenv.KubeProxy},
-				Node:       testenv.NodeOptions{Labels: nodeLabels, OVS: !detach},
-				Progress:   testWriter{t},
-				Detach:     detach,
+			env, err := cluster.Start(t.Context(), cluster.Options{
+				ControlPlane: testenv.Options{
+					Dir:        dir,
+					Components: []string{testenv.KubeControllerManager, testenv.KubeScheduler},
+					Progress:   testWriter{t},
+					Detach:     detach,
+				},
+				Nodes:     []cluster.NodeOptions{{Labels: nodeLabels, OVS: !detach}},
+				KubeProxy: true,
 			})
 			if err != nil {
 				t.Fatalf("starting the cluster: %v", err)
@@ -85,13 +89,13 @@ func TestIntegrationCluster(t *testing.T) {
 			}
 			t.Logf("memory: %s", memory(t, env))
 
-			node := *env.Node
+			node := *env.Nodes[0]
 			if detach {
-				attached, err := testenv.Attach(dir)
+				attached, err := cluster.Attach(dir)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if diff := cmp.Diff(node, *attached.Node, cmp.Comparer(func(a, b netip.Addr) bool { return a == b }),
+				if diff := cmp.Diff(node, *attached.Nodes[0], cmp.Comparer(func(a, b netip.Addr) bool { return a == b }),
 					cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
 					t.Errorf("attached node (-started +attached):\n%s", diff)
 				}
@@ -119,14 +123,15 @@ func TestIntegrationCluster(t *testing.T) {
 func testAbandonedNode(t *testing.T, before hostState) {
 	ctx := t.Context()
 	dir := t.TempDir()
-	abandoned, err := testenv.Start(ctx, testenv.Options{
-		Dir: dir, Components: []string{testenv.Kubelet}, Detach: true, Progress: testWriter{t},
+	abandoned, err := cluster.Start(ctx, cluster.Options{
+		ControlPlane: testenv.Options{Dir: dir, Detach: true, Progress: testWriter{t}},
+		Nodes:        []cluster.NodeOptions{{}},
 	})
 	if err != nil {
 		t.Fatalf("starting the node to abandon: %v", err)
 	}
 	t.Cleanup(func() { _ = abandoned.Stop() })
-	node := *abandoned.Node
+	node := *abandoned.Nodes[0]
 
 	// A running pod, so that there are a shim, containers and mounts to
 	// clean up. No scheduler and no controller manager run: the pod names
@@ -169,7 +174,7 @@ func testAbandonedNode(t *testing.T, before hostState) {
 		return nil
 	})
 
-	next, err := testenv.Start(ctx, testenv.Options{Components: []string{testenv.Kubelet}, Progress: testWriter{t}})
+	next, err := cluster.Start(ctx, cluster.Options{ControlPlane: testenv.Options{Progress: testWriter{t}}, Nodes: []cluster.NodeOptions{{}}})
 	if err != nil {
 		t.Fatalf("starting the next node: %v", err)
 	}
@@ -182,7 +187,7 @@ func testAbandonedNode(t *testing.T, before hostState) {
 	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory", node.CgroupRoot)); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the abandoned node's cgroup %s is still there (%v)", node.CgroupRoot, err)
 	}
-	nextDir, nextNode := next.Dir, *next.Node
+	nextDir, nextNode := next.Dir, *next.Nodes[0]
 	if err := next.Stop(); err != nil {
 		t.Fatalf("stopping the next node: %v", err)
 	}
@@ -196,9 +201,9 @@ func testAbandonedNode(t *testing.T, before hostState) {
 
 // testNode checks the node: Ready with the labels asked for, at the IP the
 // environment says.
-func testNode(t *testing.T, env *testenv.Env) {
+func testNode(t *testing.T, env *cluster.Cluster) {
 	client := kubernetes.NewForConfigOrDie(env.RESTConfig)
-	node, err := client.CoreV1().Nodes().Get(t.Context(), env.Node.Name, metav1.GetOptions{})
+	node, err := client.CoreV1().Nodes().Get(t.Context(), env.Nodes[0].Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,12 +218,12 @@ func testNode(t *testing.T, env *testenv.Env) {
 			internal = append(internal, a.Address)
 		}
 	}
-	if diff := cmp.Diff([]string{env.Node.IP.String()}, internal); diff != "" {
+	if diff := cmp.Diff([]string{env.Nodes[0].IP.String()}, internal); diff != "" {
 		t.Errorf("node InternalIP (-want +got):\n%s", diff)
 	}
 }
 
-func testWorkloads(t *testing.T, env *testenv.Env, tarball string) {
+func testWorkloads(t *testing.T, env *cluster.Cluster, tarball string) {
 	ctx := t.Context()
 	testNode(t, env)
 	began := time.Now()
@@ -308,8 +313,8 @@ func testWorkloads(t *testing.T, env *testenv.Env, tarball string) {
 	}
 	first, second := pods.Items[0], pods.Items[1]
 	for _, p := range pods.Items {
-		if p.Spec.NodeName != env.Node.Name || !env.Node.PodCIDR.Contains(mustAddr(t, p.Status.PodIP)) {
-			t.Errorf("pod %s: on node %q at %s, want on %s in %s", p.Name, p.Spec.NodeName, p.Status.PodIP, env.Node.Name, env.Node.PodCIDR)
+		if p.Spec.NodeName != env.Nodes[0].Name || !env.Nodes[0].PodCIDR.Contains(mustAddr(t, p.Status.PodIP)) {
+			t.Errorf("pod %s: on node %q at %s, want on %s in %s", p.Name, p.Spec.NodeName, p.Status.PodIP, env.Nodes[0].Name, env.Nodes[0].PodCIDR)
 		}
 	}
 
@@ -380,8 +385,8 @@ func testWorkloads(t *testing.T, env *testenv.Env, tarball string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p.Status.PodIP != env.Node.IP.String() {
-			t.Errorf("host-network pod IP: got %s, want the node's %s", p.Status.PodIP, env.Node.IP)
+		if p.Status.PodIP != env.Nodes[0].IP.String() {
+			t.Errorf("host-network pod IP: got %s, want the node's %s", p.Status.PodIP, env.Nodes[0].IP)
 		}
 		// The pod shares the node's network namespace: the host reaches
 		// it at the node's IP, as kube-apiserver reaches the kubelet. It
@@ -390,7 +395,7 @@ func testWorkloads(t *testing.T, env *testenv.Env, tarball string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		body := httpGet(t, "http://"+env.Node.IP.String()+":18080/")
+		body := httpGet(t, "http://"+env.Nodes[0].IP.String()+":18080/")
 		if want := "hello from " + hostname + "\n"; body != want {
 			t.Errorf("GET from the host-network pod: got %q, want %q", body, want)
 		}
@@ -432,14 +437,14 @@ func testWorkloads(t *testing.T, env *testenv.Env, tarball string) {
 // testOVS checks the node's Open vSwitch: tools on the host reach it through
 // its run dir, and the interfaces of its bridges appear in the node's
 // network namespace.
-func testOVS(t *testing.T, env *testenv.Env) {
-	if env.Node.OVSRunDir == "" {
+func testOVS(t *testing.T, env *cluster.Cluster) {
+	if env.Nodes[0].OVSRunDir == "" {
 		t.Fatal("the node has no Open vSwitch run dir")
 	}
 	ovs := func(args ...string) string {
 		t.Helper()
 		cmd := exec.CommandContext(t.Context(), "ovs-vsctl", append([]string{"--timeout=20"}, args...)...)
-		cmd.Env = append(os.Environ(), "OVS_RUNDIR="+env.Node.OVSRunDir)
+		cmd.Env = append(os.Environ(), "OVS_RUNDIR="+env.Nodes[0].OVSRunDir)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("ovs-vsctl %s: %v: %s", strings.Join(args, " "), err, out)
@@ -450,7 +455,7 @@ func testOVS(t *testing.T, env *testenv.Env) {
 	if got := ovs("list-br"); got != "br-test" {
 		t.Errorf("bridges: got %q, want br-test", got)
 	}
-	run(t, "ip", "netns", "exec", env.Node.Netns, "ip", "link", "show", "br-test")
+	run(t, "ip", "netns", "exec", env.Nodes[0].Netns, "ip", "link", "show", "br-test")
 }
 
 // helloPod is a pod template of the hello server on port, ready when it
@@ -485,7 +490,7 @@ func buildImages(t *testing.T) string {
 	dir := t.TempDir()
 	began := time.Now()
 	hello, err := images.GoImage(ctx, images.GoOptions{OutDir: filepath.Join(dir, "bin")}, images.Config{},
-		"github.com/kos-sdn/kos/tools/testenv/clustertest/hello")
+		"github.com/kos-sdn/kos/tools/cluster/clustertest/hello")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -511,7 +516,7 @@ func buildImages(t *testing.T) string {
 
 // execIn runs a command in a pod's container through kube-apiserver and the
 // kubelet, as kubectl exec does, and returns its standard output.
-func execIn(t *testing.T, env *testenv.Env, ns, pod string, command ...string) string {
+func execIn(t *testing.T, env *cluster.Cluster, ns, pod string, command ...string) string {
 	t.Helper()
 	out, err := execOut(t.Context(), env, ns, pod, command...)
 	if err != nil {
@@ -522,7 +527,7 @@ func execIn(t *testing.T, env *testenv.Env, ns, pod string, command ...string) s
 
 // execOut runs command in the pod's first container and returns its
 // standard output.
-func execOut(ctx context.Context, env *testenv.Env, ns, pod string, command ...string) (string, error) {
+func execOut(ctx context.Context, env *cluster.Cluster, ns, pod string, command ...string) (string, error) {
 	client := kubernetes.NewForConfigOrDie(env.RESTConfig)
 	req := client.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{Command: command, Stdout: true, Stderr: true}, scheme.ParameterCodec)

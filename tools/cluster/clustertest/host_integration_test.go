@@ -16,7 +16,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/kos-sdn/kos/tools/testenv"
+	"github.com/kos-sdn/kos/tools/cluster"
 )
 
 // hostSysctls are the kernel settings kubelet changes.
@@ -59,7 +59,7 @@ func snapshotHost(t *testing.T) hostState {
 // checkHostRestored fails unless the stopped cluster of dir left nothing
 // behind: no process, mount, cgroup, namespace, interface, route or host
 // path, and the kernel settings as they were before.
-func checkHostRestored(t *testing.T, before hostState, dir string, node testenv.Node) {
+func checkHostRestored(t *testing.T, before hostState, dir string, node cluster.Node) {
 	t.Helper()
 	after := snapshotHost(t)
 	if diff := cmp.Diff(before, after); diff != "" {
@@ -136,7 +136,7 @@ func processesNaming(t *testing.T, dir string) []string {
 
 // memory sums the resident memory of the cluster's processes, by program,
 // and the memory the node's pods use.
-func memory(t *testing.T, env *testenv.Env) string {
+func memory(t *testing.T, env *cluster.Cluster) string {
 	t.Helper()
 	byName := map[string]int64{}
 	var total int64
@@ -170,7 +170,7 @@ func memory(t *testing.T, env *testenv.Env) string {
 		parts = append(parts, fmt.Sprintf("%s %d MiB", name, byName[name]/1024))
 	}
 	pods := "unknown"
-	if data, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", env.Node.CgroupRoot, "memory.usage_in_bytes")); err == nil {
+	if data, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", env.Nodes[0].CgroupRoot, "memory.usage_in_bytes")); err == nil {
 		b, _ := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
 		pods = fmt.Sprintf("%d MiB", b>>20)
 	}

@@ -1,4 +1,4 @@
-// Command nodedns is the cluster DNS of a tools/testenv node: it answers A
+// Command nodedns is the cluster DNS of a tools/cluster node: it answers A
 // queries for the Services and headless Services' endpoints of the cluster
 // from the Kubernetes API, on one address (the node's IP, in the node's
 // network namespace), and NXDOMAIN for every other name. It never forwards
