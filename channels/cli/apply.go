@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kos-sdn/kos/channels"
 )
@@ -22,6 +24,7 @@ func newApplyCommand(o *options) *cobra.Command {
 
 func newApplyChannelCommand(o *options) *cobra.Command {
 	var yes bool
+	var out *outputFlags
 	cmd := &cobra.Command{
 		Use:   "channel LOCATION...",
 		Short: "Install or upgrade the addons of one or more channels",
@@ -44,7 +47,14 @@ retries it. A Lease (kube-system/channels) keeps two runs from interleaving.
 
 LOCATION is a path, a file://, https:// or s3://BUCKET/KEY URL. A location
 whose content is a plain manifest instead of a channel is applied as one
-addon.`,
+addon.
+
+The plan is a table of the addons to apply or refused; -o prints it as
+kubectl get would (json, yaml, name, jsonpath=..., custom-columns=...): a
+List of objects of kind AddonUpdate (apiVersion ` + outputAPIVersion + `), one
+per addon the channels offer for this cluster, up-to-date ones included,
+with its current and offered release, whether it applies (apply) and why
+(reason). With -o other than wide, what --yes does is reported on stderr.`,
 		Example: `  # Show the plan.
   channels apply channel ./bootstrap-channel.yaml
 
@@ -61,14 +71,19 @@ addon.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return o.applyChannels(cmd, args, yes)
+			return o.applyChannels(cmd, args, yes, out)
 		},
 	}
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "Apply the changes; without it, only print the plan")
+	out = addOutputFlags(cmd)
 	return cmd
 }
 
-func (o *options) applyChannels(cmd *cobra.Command, locations []string, yes bool) error {
+func (o *options) applyChannels(cmd *cobra.Command, locations []string, yes bool, out *outputFlags) error {
+	print, err := out.printer(cmd)
+	if err != nil {
+		return err
+	}
 	ctx := cmd.Context()
 	fetcher := channels.NewFetcher()
 	var releases []*channels.Addon
@@ -87,24 +102,39 @@ func (o *options) applyChannels(cmd *cobra.Command, locations []string, yes bool
 	if err != nil {
 		return withHint(err, "check --kubeconfig and --context")
 	}
-	if err := plan.WriteTable(o.stdout); err != nil {
-		return err
+	// Messages share stdout with a table only; after JSON, YAML or names
+	// they go to stderr, so that stdout stays one document.
+	msgs := o.stdout
+	items := plan.Items
+	if out.table() {
+		items = planRows(plan)
+	} else {
+		msgs = o.stderr
+	}
+	objs := make([]*unstructured.Unstructured, len(items))
+	for i, it := range items {
+		objs[i] = planObject(it)
+	}
+	if len(objs) > 0 || !out.table() {
+		if err := print(o.stdout, objs, func() *metav1.Table { return planTable(items, objs) }); err != nil {
+			return err
+		}
 	}
 	if len(plan.Pending()) == 0 {
-		fmt.Fprintln(o.stdout, "No update required")
+		fmt.Fprintln(msgs, "No update required")
 		return nil
 	}
 	if !yes {
-		fmt.Fprintln(o.stdout, "\nMust specify --yes to apply changes")
+		fmt.Fprintln(msgs, "\nMust specify --yes to apply changes")
 		return nil
 	}
-	fmt.Fprintln(o.stdout)
+	fmt.Fprintln(msgs)
 	err = client.Apply(ctx, plan, channels.ApplyOptions{
 		Fetcher: fetcher,
 		OnEvent: func(e channels.Event) {
 			switch e.Type {
 			case channels.EventWaiting, channels.EventApplied, channels.EventPruned, channels.EventNote:
-				fmt.Fprintln(o.stdout, e.String())
+				fmt.Fprintln(msgs, e.String())
 			}
 		},
 	})

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,13 +31,26 @@ const (
 
 // Main runs the channels command with args (without the program name) and
 // returns its exit code: 0 on success, 1 when the command failed, 2 when it
-// was used wrongly. Errors are written to stderr as one line.
+// was used wrongly, 130 when SIGINT cancelled ctx (see Run) and 143 when
+// SIGTERM stopped a command that does not stop cleanly on it. Errors are
+// written to stderr as one line.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmd := NewCommand(stdout, stderr)
 	cmd.SetArgs(args)
 	err := cmd.ExecuteContext(ctx)
+	sig := stoppedBy(ctx)
+	if sig == os.Interrupt {
+		if err != nil {
+			fmt.Fprintln(stderr, "error: interrupted: "+oneLine(err.Error()))
+		}
+		return exitInterrupted
+	}
 	if err == nil {
 		return exitOK
+	}
+	if sig != nil {
+		fmt.Fprintln(stderr, "error: terminated: "+oneLine(err.Error()))
+		return exitTerminated
 	}
 	fmt.Fprintln(stderr, "error: "+oneLine(err.Error()))
 	var usage *usageError
@@ -92,7 +106,7 @@ Channels are read from a path, an https:// URL or an s3:// URL.`,
 	o.config.AddFlags(cmd.PersistentFlags())
 	cmd.PersistentFlags().IntVarP(&o.verbosity, "v", "v", 0, "Log verbosity: 0 logs nothing, 1 and more log to stderr, 2 and more log each step")
 
-	cmd.AddCommand(newApplyCommand(o), newGetCommand(o))
+	cmd.AddCommand(newApplyCommand(o), newGetCommand(o), newVersionCommand(o))
 	return cmd
 }
 

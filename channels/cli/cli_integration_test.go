@@ -104,9 +104,9 @@ func TestIntegrationCLI(t *testing.T) {
 			t.Fatalf("exit %d, stderr %q", code, errOut)
 		}
 		want := "" +
-			"NAME      CURRENT  UPDATE\n" +
-			"cli-demo  -        1.0.0 (k8s-1.34)\n" +
-			"cli-two   -        0.1.0\n" +
+			"NAME       CURRENT   UPDATE\n" +
+			"cli-demo   -         1.0.0 (k8s-1.34)\n" +
+			"cli-two    -         0.1.0\n" +
 			"\n" +
 			"Must specify --yes to apply changes\n"
 		if diff := cmp.Diff(out, want); diff != "" {
@@ -123,9 +123,9 @@ func TestIntegrationCLI(t *testing.T) {
 			t.Fatalf("exit %d, stderr %q", code, errOut)
 		}
 		want := "" +
-			"NAME      CURRENT  UPDATE\n" +
-			"cli-demo  -        1.0.0 (k8s-1.34)\n" +
-			"cli-two   -        0.1.0\n" +
+			"NAME       CURRENT   UPDATE\n" +
+			"cli-demo   -         1.0.0 (k8s-1.34)\n" +
+			"cli-two    -         0.1.0\n" +
 			"\n" +
 			"cli-demo: Installed 1.0.0 (k8s-1.34)\n" +
 			"cli-two: Installed 0.1.0\n"
@@ -169,9 +169,21 @@ func TestIntegrationCLI(t *testing.T) {
 			if code != 0 || errOut != "" {
 				t.Fatalf("-o %s: exit %d, stderr %q", format, code, errOut)
 			}
-			var rows []map[string]any
-			if err := yaml.Unmarshal([]byte(out), &rows); err != nil {
+			var list struct {
+				Items []map[string]any `json:"items"`
+			}
+			if err := yaml.Unmarshal([]byte(out), &list); err != nil {
 				t.Fatalf("-o %s: %v in %s", format, err, out)
+			}
+			var rows []map[string]any
+			for _, it := range list.Items {
+				row := map[string]any{}
+				for _, m := range []any{it["metadata"], it["record"]} {
+					for k, v := range m.(map[string]any) {
+						row[k] = v
+					}
+				}
+				rows = append(rows, row)
 			}
 			if format == "json" && !json.Valid([]byte(out)) {
 				t.Errorf("-o json is not JSON: %s", out)
@@ -197,8 +209,8 @@ func TestIntegrationCLI(t *testing.T) {
 			t.Fatalf("exit %d, stderr %q", code, errOut)
 		}
 		want := "" +
-			"NAME      CURRENT           UPDATE\n" +
-			"cli-demo  1.0.0 (k8s-1.34)  1.1.0 (k8s-1.34)\n" +
+			"NAME       CURRENT            UPDATE\n" +
+			"cli-demo   1.0.0 (k8s-1.34)   1.1.0 (k8s-1.34)\n" +
 			"\n" +
 			"cli-demo: Pruned ConfigMap default/cli-drop\n" +
 			"cli-demo: Updated 1.0.0 (k8s-1.34) -> 1.1.0 (k8s-1.34)\n"
@@ -213,8 +225,8 @@ func TestIntegrationCLI(t *testing.T) {
 			t.Fatalf("exit %d, stderr %q", code, errOut)
 		}
 		want := "" +
-			"NAME      CURRENT           UPDATE\n" +
-			"cli-demo  1.1.0 (k8s-1.34)  1.0.0 (k8s-1.34) skipped: downgrade refused\n" +
+			"NAME       CURRENT            UPDATE\n" +
+			"cli-demo   1.1.0 (k8s-1.34)   1.0.0 (k8s-1.34) skipped: downgrade refused\n" +
 			"No update required\n"
 		if diff := cmp.Diff(out, want); diff != "" {
 			t.Errorf("stdout (-got +want):\n%s", diff)
@@ -262,7 +274,7 @@ func TestIntegrationCLIErrors(t *testing.T) {
 		{name: "unknown command", args: []string{"remove"}, wantCode: 2, wantErr: `unknown command "remove" for "channels"`},
 		{name: "unknown subcommand", args: []string{"get", "widgets"}, wantCode: 2, wantErr: `unknown command "widgets" for "channels get"`},
 		{name: "unknown flag", args: []string{"apply", "channel", "x.yaml", "--force"}, wantCode: 2, wantErr: "unknown flag: --force"},
-		{name: "bad output format", args: []string{"get", "addons", "-o", "xml"}, wantCode: 2, wantErr: `--output must be json or yaml, not "xml"`},
+		{name: "bad output format", args: []string{"get", "addons", "-o", "xml"}, wantCode: 2, wantErr: `--output "xml" is not a format; use one of: wide, custom-columns=SPEC, json, yaml`},
 		{name: "missing channel", args: []string{"apply", "channel", "/does/not/exist.yaml"}, wantCode: 1, wantErr: "/does/not/exist.yaml"},
 		{name: "unreadable kubeconfig", args: []string{"get", "addons", "--kubeconfig", "/does/not/exist"}, wantCode: 1, wantErr: "/does/not/exist"},
 	}
@@ -283,7 +295,7 @@ func TestIntegrationCLIErrors(t *testing.T) {
 }
 
 func TestHelp(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"apply", "channel", "--help"}, {"get", "addons", "--help"}, {"apply"}} {
+	for _, args := range [][]string{{"--help"}, {"apply", "channel", "--help"}, {"get", "addons", "--help"}, {"version", "--help"}, {"apply"}} {
 		var out, errOut bytes.Buffer
 		if code := Main(context.Background(), args, &out, &errOut); code != 0 {
 			t.Errorf("%v: exit %d, stderr %q", args, code, errOut.String())

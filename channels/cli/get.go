@@ -1,12 +1,11 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-	"sigs.k8s.io/yaml"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kos-sdn/kos/channels"
 )
@@ -23,49 +22,75 @@ func newGetCommand(o *options) *cobra.Command {
 }
 
 func newGetAddonsCommand(o *options) *cobra.Command {
-	var output string
+	var out *outputFlags
 	cmd := &cobra.Command{
 		Use:     "addons",
 		Aliases: []string{"addon"},
 		Short:   "List the addons installed on the cluster",
 		Long: `List the addons installed on the cluster: every install record
 (an annotation addons.k8s.io/NAME on a namespace), whether channels or kOps
-wrote it.`,
+wrote it.
+
+-o json, yaml and the templates see a List of objects of kind Addon
+(apiVersion ` + outputAPIVersion + `): metadata.name and metadata.namespace name
+the addon and its record namespace, record holds the install record as
+written (version, channel, id, manifestHash, systemGeneration, inventory),
+invalidRecord the annotation when it does not parse.`,
 		Example: `  channels get addons
-  channels get addons -o json`,
+  channels get addons -o wide
+  channels get addons -o json
+  channels get addons -o jsonpath='{.items[*].metadata.name}'
+  channels get addons -o custom-columns=NAME:.metadata.name,VERSION:.record.version --no-headers`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return usageErrorf(cmd, "takes no arguments, got %q", args[0])
 			}
-			switch output {
-			case "", "json", "yaml":
-				return nil
-			}
-			return usageErrorf(cmd, "--output must be json or yaml, not %q", output)
+			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return o.getAddons(cmd, output)
+			return o.getAddons(cmd, out)
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "", "Output format: json or yaml (default: a table)")
+	out = addOutputFlags(cmd)
 	return cmd
 }
 
-// addonRow is one installed addon as -o json and -o yaml print it.
-type addonRow struct {
-	Namespace        string              `json:"namespace"`
-	Name             string              `json:"name"`
-	Version          string              `json:"version,omitempty"`
-	ID               string              `json:"id,omitempty"`
-	Channel          string              `json:"channel,omitempty"`
-	ManifestHash     string              `json:"manifestHash,omitempty"`
-	SystemGeneration int                 `json:"systemGeneration,omitempty"`
-	Inventory        *channels.Inventory `json:"inventory,omitempty"`
-	// Invalid holds a record that does not parse, as found.
-	Invalid string `json:"invalid,omitempty"`
+// addonObject is an installed addon as the printers see it.
+func addonObject(in channels.Installed) (*unstructured.Unstructured, error) {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": outputAPIVersion,
+		"kind":       "Addon",
+		"metadata":   map[string]any{"name": in.Name, "namespace": in.Namespace},
+	}}
+	if in.Record != nil {
+		rec, err := toUnstructured(in.Record)
+		if err != nil {
+			return nil, err
+		}
+		u.Object["record"] = rec.Object
+	}
+	if in.Invalid != "" {
+		u.Object["invalidRecord"] = in.Invalid
+	}
+	return u, nil
 }
 
-func (o *options) getAddons(cmd *cobra.Command, output string) error {
+var addonColumns = []metav1.TableColumnDefinition{
+	{Name: "Namespace", Type: "string"},
+	{Name: "Name", Type: "string", Format: "name"},
+	{Name: "Version", Type: "string"},
+	{Name: "ID", Type: "string"},
+	{Name: "Channel", Type: "string"},
+	{Name: "Manifest-Hash", Type: "string", Priority: 1},
+	{Name: "Generation", Type: "string", Priority: 1},
+	{Name: "Kinds", Type: "string", Priority: 1},
+}
+
+func (o *options) getAddons(cmd *cobra.Command, out *outputFlags) error {
+	print, err := out.printer(cmd)
+	if err != nil {
+		return err
+	}
 	client, err := o.client()
 	if err != nil {
 		return err
@@ -74,44 +99,44 @@ func (o *options) getAddons(cmd *cobra.Command, output string) error {
 	if err != nil {
 		return withHint(err, "check --kubeconfig and --context")
 	}
-	rows := make([]addonRow, len(installed))
+	objs := make([]*unstructured.Unstructured, len(installed))
 	for i, in := range installed {
-		rows[i] = addonRow{Namespace: in.Namespace, Name: in.Name, Invalid: in.Invalid}
-		if r := in.Record; r != nil {
-			rows[i].Version, rows[i].ID, rows[i].Channel = r.Version, r.ID, r.Channel
-			rows[i].ManifestHash, rows[i].SystemGeneration, rows[i].Inventory = r.ManifestHash, r.SystemGeneration, r.Inventory
+		if objs[i], err = addonObject(in); err != nil {
+			return err
 		}
 	}
-	switch output {
-	case "json":
-		data, err := json.MarshalIndent(rows, "", "  ")
-		if err != nil {
-			return fmt.Errorf("encoding addons: %w", err)
-		}
-		_, err = fmt.Fprintf(o.stdout, "%s\n", data)
-		return err
-	case "yaml":
-		data, err := yaml.Marshal(rows)
-		if err != nil {
-			return fmt.Errorf("encoding addons: %w", err)
-		}
-		_, err = o.stdout.Write(data)
-		return err
-	}
-	if len(rows) == 0 {
+	if len(objs) == 0 && out.table() {
 		fmt.Fprintln(o.stderr, "No addons installed")
 		return nil
 	}
-	tw := tabwriter.NewWriter(o.stdout, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAMESPACE\tNAME\tVERSION\tID\tCHANNEL")
-	for _, r := range rows {
-		version := orDash(r.Version)
-		if r.Invalid != "" {
-			version = "<unreadable record>"
+	return print(o.stdout, objs, func() *metav1.Table {
+		rows := make([]metav1.TableRow, len(installed))
+		for i, in := range installed {
+			version, id, channel, hash, gen, kinds := "<unreadable record>", "-", "-", "-", "-", "-"
+			if r := in.Record; r != nil {
+				version, id, channel, hash = orDash(r.Version), orDash(r.ID), orDash(r.Channel), orDash(shortHash(r.ManifestHash))
+				if r.SystemGeneration != 0 {
+					gen = fmt.Sprint(r.SystemGeneration)
+				}
+				if r.Inventory != nil && len(r.Inventory.Kinds) > 0 {
+					kinds = fmt.Sprint(len(r.Inventory.Kinds))
+				}
+			}
+			rows[i] = metav1.TableRow{
+				Cells:  []any{in.Namespace, in.Name, version, id, channel, hash, gen, kinds},
+				Object: runtimeObject(objs[i]),
+			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Namespace, r.Name, version, orDash(r.ID), orDash(r.Channel))
+		return &metav1.Table{ColumnDefinitions: addonColumns, Rows: rows}
+	})
+}
+
+// shortHash shows the first 12 hex digits of a manifest hash.
+func shortHash(h string) string {
+	if len(h) > 12 {
+		return h[:12]
 	}
-	return tw.Flush()
+	return h
 }
 
 func orDash(s string) string {

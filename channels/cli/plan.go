@@ -1,0 +1,101 @@
+package cli
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/kos-sdn/kos/channels"
+)
+
+// planObject is one item of a plan as the printers see it: kind AddonUpdate,
+// named after the addon, in its record namespace.
+func planObject(it channels.PlanItem) *unstructured.Unstructured {
+	a := it.Addon
+	update := map[string]any{"manifest": a.Manifest}
+	setIf(update, "version", a.VersionString())
+	setIf(update, "id", a.ID)
+	setIf(update, "channel", a.Channel)
+	setIf(update, "manifestHash", a.ManifestHash)
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": outputAPIVersion,
+		"kind":       "AddonUpdate",
+		"metadata":   map[string]any{"name": a.Name, "namespace": a.Namespace},
+		"update":     update,
+		"apply":      it.Decision.Apply,
+		"reason":     it.Decision.Reason,
+	}}
+	if r := it.Current; r != nil {
+		current := map[string]any{}
+		setIf(current, "version", r.Version)
+		setIf(current, "id", r.ID)
+		setIf(current, "channel", r.Channel)
+		setIf(current, "manifestHash", r.ManifestHash)
+		u.Object["current"] = current
+	}
+	return u
+}
+
+func setIf(m map[string]any, key, value string) {
+	if value != "" {
+		m[key] = value
+	}
+}
+
+var planColumns = []metav1.TableColumnDefinition{
+	{Name: "Name", Type: "string", Format: "name"},
+	{Name: "Current", Type: "string"},
+	{Name: "Update", Type: "string"},
+	{Name: "Namespace", Type: "string", Priority: 1},
+	{Name: "Reason", Type: "string", Priority: 1},
+	{Name: "Manifest", Type: "string", Priority: 1},
+}
+
+// planRows returns the items a plan table shows: those to apply, and those
+// refused (downgrades, records of a newer tool). Up-to-date addons are left
+// out.
+func planRows(plan *channels.Plan) []channels.PlanItem {
+	var out []channels.PlanItem
+	for _, it := range plan.Items {
+		if it.Decision.Apply || it.Decision.Reason != channels.ReasonUpToDate {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+// planTable is the table of a plan:
+//
+//	NAME       CURRENT            UPDATE
+//	coredns    0.1.0 (k8s-1.29)   0.2.0 (k8s-1.29)
+//	metrics    -                  1.0.0
+//	old        2.0.0              1.0.0 skipped: downgrade refused
+func planTable(items []channels.PlanItem, objs []*unstructured.Unstructured) *metav1.Table {
+	t := &metav1.Table{ColumnDefinitions: planColumns}
+	for i, it := range items {
+		current := "-"
+		if it.Current != nil {
+			current = describeRelease(it.Current.Version, it.Current.ID)
+		}
+		update := describeRelease(it.Addon.VersionString(), it.Addon.ID)
+		if !it.Decision.Apply {
+			update += " skipped: " + it.Decision.Reason
+		}
+		t.Rows = append(t.Rows, metav1.TableRow{
+			Cells:  []any{it.Addon.Name, current, update, it.Addon.Namespace, it.Decision.Reason, it.Addon.Manifest},
+			Object: runtimeObject(objs[i]),
+		})
+	}
+	return t
+}
+
+// describeRelease shows a version and an id as "0.1.0 (k8s-1.29)"; a release
+// without a version (kOps writes such records) shows as "unversioned".
+func describeRelease(version, id string) string {
+	if version == "" {
+		version = "unversioned"
+	}
+	if id == "" {
+		return version
+	}
+	return version + " (" + id + ")"
+}
