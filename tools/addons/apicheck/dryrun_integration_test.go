@@ -23,6 +23,7 @@ import (
 // workload. The server must accept every object without a warning, and every
 // release must fit at least one server.
 func TestIntegrationDryRun(t *testing.T) {
+	servers := testServers(t)
 	ctx := context.Background()
 	b, err := bundle.Load(ctx, repoRoot, bundle.Channels)
 	if err != nil {

@@ -41,12 +41,30 @@ type server struct {
 
 func (s *server) String() string { return "v" + s.version.String() }
 
-// servers are the control planes, newest first.
-var servers []*server
+// The control planes, newest first, started on first use so that the tests
+// that need no server run without one.
+var (
+	serversOnce sync.Once
+	running     []*server
+	serversErr  error
+)
+
+// testServers returns the control planes, starting them the first time a
+// test asks; when they cannot start, every test that asks fails.
+func testServers(t testing.TB) []*server {
+	t.Helper()
+	serversOnce.Do(func() { running, serversErr = startServers(context.Background()) })
+	if serversErr != nil {
+		t.Fatalf("apicheck: the control planes did not start: %v", serversErr)
+	}
+	return running
+}
 
 // repoRoot is the repository root.
 var repoRoot string
 
+// TestMain stops the control planes the integration tests start on first
+// use.
 func TestMain(m *testing.M) { os.Exit(runMain(m)) }
 
 func runMain(m *testing.M) int {
@@ -56,14 +74,25 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	repoRoot = root
-	ctx := context.Background()
-	bin129, err := kube129BinDir(ctx, root)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "apicheck: %v\n", err)
-		return 1
+	code := m.Run()
+	for _, s := range running {
+		if err := s.env.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "apicheck: stopping Kubernetes %s: %v\n", s, err)
+			if code == 0 {
+				code = 1
+			}
+		}
 	}
+	return code
+}
 
-	// Both start at once: each takes seconds, mostly waiting.
+// startServers starts a control plane of tools/kube (1.34) and one of
+// tools/kube129 (1.29) at once: each takes seconds, mostly waiting.
+func startServers(ctx context.Context) ([]*server, error) {
+	bin129, err := kube129BinDir(ctx, repoRoot)
+	if err != nil {
+		return nil, err
+	}
 	began := time.Now()
 	dirs := []string{"", bin129}
 	started := make([]*server, len(dirs))
@@ -73,22 +102,16 @@ func runMain(m *testing.M) int {
 		wg.Go(func() { started[i], errs[i] = startServer(ctx, dir) })
 	}
 	wg.Wait()
-	defer func() {
+	if err := errors.Join(errs...); err != nil {
 		for _, s := range started {
 			if s != nil {
-				if err := s.env.Stop(); err != nil {
-					fmt.Fprintf(os.Stderr, "apicheck: stopping Kubernetes %s: %v\n", s, err)
-				}
+				err = errors.Join(err, s.env.Stop())
 			}
 		}
-	}()
-	if err := errors.Join(errs...); err != nil {
-		fmt.Fprintf(os.Stderr, "apicheck: the control planes did not start: %v\n", err)
-		return 1
+		return nil, err
 	}
-	servers = started
-	fmt.Fprintf(os.Stderr, "apicheck: Kubernetes %s and %s started in %s\n", servers[0], servers[1], time.Since(began).Round(10*time.Millisecond))
-	return m.Run()
+	fmt.Fprintf(os.Stderr, "apicheck: Kubernetes %s and %s started in %s\n", started[0], started[1], time.Since(began).Round(10*time.Millisecond))
+	return started, nil
 }
 
 // startServer starts etcd and kube-apiserver from binDir ("" for

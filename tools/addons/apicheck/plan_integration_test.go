@@ -15,6 +15,7 @@ import (
 // after the local channel, on each server with channels' own selection, and
 // checks the release it picks for each addon.
 func TestIntegrationPlanSelectsVariant(t *testing.T) {
+	servers := testServers(t)
 	ctx := context.Background()
 	bootstrap := filepath.Join(repoRoot, "bootstrap-channel.yaml")
 	local := filepath.Join(repoRoot, "addons", "local-channel.yaml")
@@ -89,6 +90,7 @@ func TestIntegrationPlanSelectsVariant(t *testing.T) {
 // admissionregistration.k8s.io/v1 ValidatingAdmissionPolicies, which the
 // admission plugin of k8s.io/apiserver 0.34 reads, and 1.30 and newer do.
 func TestIntegrationVariantBoundary(t *testing.T) {
+	servers := testServers(t)
 	for _, s := range servers {
 		t.Run(s.String(), func(t *testing.T) {
 			list, err := s.kube.Discovery().ServerResourcesForGroupVersion("admissionregistration.k8s.io/v1")

@@ -154,6 +154,7 @@ var accesses = []access{
 // asks the server's authorizer (SubjectAccessReview) about every access of
 // the table, as the ServiceAccount with its groups.
 func TestIntegrationRBAC(t *testing.T) {
+	servers := testServers(t)
 	ctx := context.Background()
 	releases, err := channels.Load(ctx, channels.NewFetcher(), filepath.Join(repoRoot, "bootstrap-channel.yaml"))
 	if err != nil {
