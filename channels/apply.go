@@ -8,10 +8,13 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/klog/v2"
@@ -35,6 +38,10 @@ const DefaultObjectNamespace = "default"
 
 var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
+// DefaultTimeout is how long an addon's objects may take to become ready
+// when ApplyOptions.Wait is set and Timeout is not.
+const DefaultTimeout = 5 * time.Minute
+
 // ApplyOptions tune Apply. The zero value is ready to use.
 type ApplyOptions struct {
 	// Fetcher reads manifests; nil means NewFetcher().
@@ -46,6 +53,21 @@ type ApplyOptions struct {
 	Identity string
 	// Parallelism bounds the requests in flight within one phase; 0 means 16.
 	Parallelism int
+	// Wait makes each addon wait, after applying and before pruning and
+	// recording, until its objects are ready as kstatus computes it
+	// (workloads rolled out, Jobs complete) and its APIServices are
+	// Available. An addon that is not ready within Timeout fails and keeps
+	// its old record.
+	Wait bool
+	// Timeout bounds the wait of each addon; 0 means DefaultTimeout.
+	Timeout time.Duration
+}
+
+func (o ApplyOptions) timeout() time.Duration {
+	if o.Timeout > 0 {
+		return o.Timeout
+	}
+	return DefaultTimeout
 }
 
 // ApplyError lists the addons a run failed to apply. The others were applied.
@@ -89,10 +111,14 @@ func (e *ApplyError) Unwrap() []error {
 // the lease it reads the install records again and skips addons another run
 // applied meanwhile.
 //
-// For each addon it fetches and verifies the manifest, applies its objects
-// with server-side apply in phases (see Phase), prunes what the release no
-// longer has, marks nodes for a rolling update when the release asks, and
-// then writes the install record. An addon that fails anywhere keeps its old
+// For each addon it fetches and verifies the manifest, stamps its selector
+// and IdentityLabel on every object, writes the pending inventory (the kinds
+// and namespaces it is about to apply) unless the record already covers
+// them, applies its objects with server-side apply in phases (see Phase),
+// taking over fields kOps or kubectl's client-side apply own, waits until
+// they are ready (when opts.Wait is set), prunes what the release no longer
+// has, marks nodes for a rolling update when the release asks, and then
+// writes the install record. An addon that fails anywhere keeps its old
 // record, and nothing of it is pruned; the other addons go on. The returned
 // error is an *ApplyError when addons failed.
 func (c *Client) Apply(ctx context.Context, plan *Plan, opts ApplyOptions) error {
@@ -115,6 +141,9 @@ func (c *Client) Apply(ctx context.Context, plan *Plan, opts ApplyOptions) error
 		if err := c.decide(ctx, items); err != nil {
 			return err
 		}
+		for i := range items {
+			items[i].shared = plan.sharingSelector(items[i].Addon)
+		}
 		var failed []AddonError
 		for _, it := range items {
 			if !it.Decision.Apply {
@@ -133,10 +162,13 @@ func (c *Client) Apply(ctx context.Context, plan *Plan, opts ApplyOptions) error
 	})
 }
 
-// applyAddon applies, prunes and records one addon.
+// applyAddon applies, waits for, prunes and records one addon.
 func (c *Client) applyAddon(ctx context.Context, it PlanItem, opts ApplyOptions, r *reporter) error {
 	a := it.Addon
 	logger := klog.FromContext(ctx).WithValues("addon", a.Name)
+	if errs := validation.IsValidLabelValue(a.Name); len(errs) > 0 {
+		return fmt.Errorf("the addon's name cannot be the value of label %s (%s): give it a shorter name", IdentityLabel, strings.Join(errs, "; "))
+	}
 	data, err := opts.Fetcher.FetchManifest(ctx, a)
 	if err != nil {
 		return err
@@ -149,14 +181,43 @@ func (c *Client) applyAddon(ctx context.Context, it PlanItem, opts ApplyOptions,
 		return errors.New("refusing to prune with an empty selector: give the addon a selector")
 	}
 	StampLabels(objs, a.Selector)
+	StampLabels(objs, map[string]string{IdentityLabel: a.Name})
 	logger.V(2).Info("Applying addon", "objects", len(objs), "reason", it.Decision.Reason)
 
-	w := &addonWriter{client: c, parallelism: opts.Parallelism}
-	inv, err := w.apply(ctx, objs)
+	w := &addonWriter{client: c, parallelism: opts.Parallelism, shared: it.shared}
+	rel, err := w.prepare(ctx, objs)
 	if err != nil {
 		return err
 	}
-	if err := w.prune(ctx, a, it.Current, inv, r); err != nil {
+	// As kubectl's ApplySet does, record where the release's objects will
+	// be before creating any, unless the record or an earlier pending
+	// inventory already says so: a run that dies while applying leaves the
+	// next run every kind and namespace to prune.
+	inv := rel.done.record(a.Name)
+	known := it.Pending
+	if it.Current != nil && it.Current.Inventory != nil && it.Current.Inventory.Identity != "" {
+		known = it.Current.Inventory.union(known)
+	}
+	if !known.covers(inv) {
+		if err := c.writePending(ctx, a.Namespace, a.Name, inv.union(known)); err != nil {
+			return err
+		}
+	}
+	if a.NeedsPKI {
+		if err := c.installPKI(ctx, a); err != nil {
+			return err
+		}
+	}
+	applied, err := w.apply(ctx, rel)
+	if err != nil {
+		return err
+	}
+	if opts.Wait {
+		if err := w.waitReady(ctx, a.Name, applied, opts.timeout(), r); err != nil {
+			return err
+		}
+	}
+	if err := w.prune(ctx, it, rel.done, r); err != nil {
 		return err
 	}
 	if it.Current != nil && a.NeedsRollingUpdate != "" {
@@ -165,7 +226,7 @@ func (c *Client) applyAddon(ctx context.Context, it PlanItem, opts ApplyOptions,
 		}
 	}
 	rec := NewRecord(a)
-	rec.Inventory = inv.record()
+	rec.Inventory = inv
 	if err := c.WriteRecord(ctx, a.Namespace, a.Name, rec); err != nil {
 		return err
 	}
@@ -182,26 +243,30 @@ func (c *Client) applyAddon(ctx context.Context, it PlanItem, opts ApplyOptions,
 type addonWriter struct {
 	client      *Client
 	parallelism int
+	// shared names the other addons of the channels with the same selector.
+	shared []string
 }
 
-// applied is what apply wrote: the objects to keep when pruning, and the
-// inventory to record.
+// applied is what a release applies: the objects to keep when pruning, and
+// the inventory to record.
 type applied struct {
 	keep       map[objectKey]bool
 	kinds      map[schema.GroupKind]bool
 	namespaces map[string]bool
 }
 
-func (in *applied) record() *Inventory {
+// record is the inventory of the release, with the identity its objects
+// carry.
+func (in *applied) record(name string) *Inventory {
 	kinds := map[string]bool{}
 	for gk := range in.kinds {
 		kinds[gk.String()] = true
 	}
-	inv := &Inventory{Kinds: sortedStrings(kinds), Namespaces: sortedStrings(in.namespaces)}
-	if len(inv.Kinds) == 0 && len(inv.Namespaces) == 0 {
-		return nil
+	return &Inventory{
+		Kinds:      sortedStrings(kinds),
+		Namespaces: sortedStrings(in.namespaces),
+		Identity:   IdentityLabel + "=" + name,
 	}
-	return inv
 }
 
 // target is an object ready to apply: its manifest and where it goes.
@@ -211,46 +276,96 @@ type target struct {
 	mapping *meta.RESTMapping
 }
 
-// apply applies objs phase by phase and returns what it applied. Objects of
-// kinds the manifest's own CRDs define are mapped once those are
-// Established; every other object is mapped, and every mapping problem
-// reported, before anything is applied.
-func (w *addonWriter) apply(ctx context.Context, objs []*unstructured.Unstructured) (*applied, error) {
-	defined := definedKinds(objs)
-	var byPhase [phaseCount][]*unstructured.Unstructured
-	for _, u := range objs {
-		p := PhaseOf(u.GroupVersionKind().GroupKind())
-		byPhase[p] = append(byPhase[p], u)
-	}
+// release is a manifest's objects, mapped and placed: what apply will do.
+type release struct {
+	byPhase [phaseCount][]*unstructured.Unstructured
+	// ready holds the objects mapped up front; objects of kinds the
+	// manifest's own CRDs define are mapped once those are Established.
+	ready map[*unstructured.Unstructured]*target
+	done  *applied
+}
 
-	done := &applied{keep: map[objectKey]bool{}, kinds: map[schema.GroupKind]bool{}, namespaces: map[string]bool{}}
-	ready := map[*unstructured.Unstructured]*target{}
+// prepare maps every object whose kind the server serves, defaults or clears
+// namespaces by scope (for kinds the manifest's CRDs define, by the CRD's
+// scope), and claims each object's key, reporting every problem before
+// anything is applied.
+func (w *addonWriter) prepare(ctx context.Context, objs []*unstructured.Unstructured) (*release, error) {
+	defined := definedKinds(objs)
+	rel := &release{
+		ready: map[*unstructured.Unstructured]*target{},
+		done:  &applied{keep: map[objectKey]bool{}, kinds: map[schema.GroupKind]bool{}, namespaces: map[string]bool{}},
+	}
 	var errs []error
 	for _, u := range objs {
-		if defined[u.GroupVersionKind().GroupKind()] {
+		gk := u.GroupVersionKind().GroupKind()
+		p := PhaseOf(gk)
+		rel.byPhase[p] = append(rel.byPhase[p], u)
+		if namespaced, ok := defined[gk]; ok {
+			place(u, namespaced)
+			if err := rel.done.claim(u); err != nil {
+				errs = append(errs, err)
+			}
 			continue
 		}
-		t, err := w.prepare(ctx, u, false, done)
+		mapping, err := w.client.mapping(ctx, u.GroupVersionKind(), false)
 		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", keyOf(u), err))
+			continue
+		}
+		place(u, mapping.Scope.Name() == meta.RESTScopeNameNamespace)
+		if err := rel.done.claim(u); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		ready[u] = t
+		rel.ready[u] = &target{obj: u, key: keyOf(u), mapping: mapping}
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	return rel, nil
+}
 
+// place defaults the namespace of a namespaced object and clears that of a
+// cluster-scoped one.
+func place(u *unstructured.Unstructured, namespaced bool) {
+	switch {
+	case !namespaced:
+		u.SetNamespace("")
+	case u.GetNamespace() == "":
+		u.SetNamespace(DefaultObjectNamespace)
+	}
+}
+
+// claim adds an object to the release, refusing one given twice.
+func (in *applied) claim(u *unstructured.Unstructured) error {
+	key := keyOf(u)
+	if in.keep[key] {
+		return fmt.Errorf("%s appears twice in the manifest", key)
+	}
+	in.keep[key] = true
+	in.kinds[key.GroupKind] = true
+	if key.Namespace != "" {
+		in.namespaces[key.Namespace] = true
+	}
+	return nil
+}
+
+// apply applies a prepared release phase by phase and returns the objects
+// as the server answered.
+func (w *addonWriter) apply(ctx context.Context, rel *release) ([]*unstructured.Unstructured, error) {
+	var out []*unstructured.Unstructured
 	for p := Phase(0); p < phaseCount; p++ {
 		var targets []*target
-		for _, u := range byPhase[p] {
-			t := ready[u]
+		var errs []error
+		for _, u := range rel.byPhase[p] {
+			t := rel.ready[u]
 			if t == nil {
-				var err error
-				if t, err = w.prepare(ctx, u, true, done); err != nil {
-					errs = append(errs, err)
+				mapping, err := w.client.mapping(ctx, u.GroupVersionKind(), true)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", keyOf(u), err))
 					continue
 				}
+				t = &target{obj: u, key: keyOf(u), mapping: mapping}
 			}
 			targets = append(targets, t)
 		}
@@ -259,8 +374,8 @@ func (w *addonWriter) apply(ctx context.Context, objs []*unstructured.Unstructur
 		}
 		results := make([]*unstructured.Unstructured, len(targets))
 		err := w.each(ctx, len(targets), func(ctx context.Context, i int) error {
-			out, err := w.applyOne(ctx, targets[i])
-			results[i] = out
+			res, err := w.applyOne(ctx, targets[i])
+			results[i] = res
 			return err
 		})
 		if err != nil {
@@ -271,36 +386,9 @@ func (w *addonWriter) apply(ctx context.Context, objs []*unstructured.Unstructur
 				return nil, err
 			}
 		}
+		out = append(out, results...)
 	}
-	return done, nil
-}
-
-// prepare maps an object to its resource, defaults or clears its namespace
-// by the resource's scope, and claims its key. When wait is set, a kind the
-// server does not serve yet is looked up again until discovery serves it.
-func (w *addonWriter) prepare(ctx context.Context, u *unstructured.Unstructured, wait bool, done *applied) (*target, error) {
-	gvk := u.GroupVersionKind()
-	mapping, err := w.client.mapping(ctx, gvk, wait)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", keyOf(u), err)
-	}
-	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
-		if u.GetNamespace() == "" {
-			u.SetNamespace(DefaultObjectNamespace)
-		}
-	} else {
-		u.SetNamespace("")
-	}
-	key := keyOf(u)
-	if done.keep[key] {
-		return nil, fmt.Errorf("%s appears twice in the manifest", key)
-	}
-	done.keep[key] = true
-	done.kinds[key.GroupKind] = true
-	if key.Namespace != "" {
-		done.namespaces[key.Namespace] = true
-	}
-	return &target{obj: u, key: key, mapping: mapping}, nil
+	return out, nil
 }
 
 // mapping finds the resource of a kind. A kind not found makes the mapper
@@ -331,15 +419,44 @@ func (c *Client) mapping(ctx context.Context, gvk schema.GroupVersionKind, await
 }
 
 // applyOne server-side applies one object, taking ownership of every field
-// the manifest sets.
+// the manifest sets. When other managers (kOps's channels, kubectl's
+// client-side apply) own fields of the object, their fields become this
+// tool's and the object is applied again, so that what the manifest no
+// longer sets is removed.
 func (w *addonWriter) applyOne(ctx context.Context, t *target) (*unstructured.Unstructured, error) {
 	var ri dynamic.ResourceInterface = w.client.Dynamic.Resource(t.mapping.Resource)
 	if t.key.Namespace != "" {
 		ri = w.client.Dynamic.Resource(t.mapping.Resource).Namespace(t.key.Namespace)
 	}
-	out, err := ri.Apply(ctx, t.key.Name, t.obj, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+	opts := metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
+	out, err := ri.Apply(ctx, t.key.Name, t.obj, opts)
 	if err != nil {
 		return nil, fmt.Errorf("applying %s: %w", t.key, err)
+	}
+	for attempt := 0; ; attempt++ {
+		patch, err := takeOverPatch(out)
+		if err != nil {
+			return nil, fmt.Errorf("taking over the fields of %s: %w", t.key, err)
+		}
+		if patch == nil {
+			break
+		}
+		_, err = ri.Patch(ctx, t.key.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+		if apierrors.IsConflict(err) && attempt < 3 {
+			// Changed since it was applied: read it again and retry.
+			if out, err = ri.Get(ctx, t.key.Name, metav1.GetOptions{}); err != nil {
+				return nil, fmt.Errorf("reading %s: %w", t.key, err)
+			}
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("taking over the fields of %s: %w", t.key, err)
+		}
+		if out, err = ri.Apply(ctx, t.key.Name, t.obj, opts); err != nil {
+			return nil, fmt.Errorf("applying %s: %w", t.key, err)
+		}
+		klog.FromContext(ctx).V(2).Info("Took over fields of other managers", "object", t.key.String())
+		break
 	}
 	klog.FromContext(ctx).V(3).Info("Applied object", "object", t.key.String())
 	return out, nil
@@ -399,7 +516,8 @@ func crdEstablished(obj *unstructured.Unstructured) (bool, error) {
 	return established, nil
 }
 
-// definedKinds returns the kinds the manifest's CRDs define.
+// definedKinds returns the kinds the manifest's CRDs define, each with
+// whether it is namespaced.
 func definedKinds(objs []*unstructured.Unstructured) map[schema.GroupKind]bool {
 	out := map[schema.GroupKind]bool{}
 	for _, u := range objs {
@@ -408,8 +526,9 @@ func definedKinds(objs []*unstructured.Unstructured) map[schema.GroupKind]bool {
 		}
 		group, _, _ := unstructured.NestedString(u.Object, "spec", "group")
 		kind, _, _ := unstructured.NestedString(u.Object, "spec", "names", "kind")
+		scope, _, _ := unstructured.NestedString(u.Object, "spec", "scope")
 		if kind != "" {
-			out[schema.GroupKind{Group: group, Kind: kind}] = true
+			out[schema.GroupKind{Group: group, Kind: kind}] = scope != "Cluster"
 		}
 	}
 	return out

@@ -86,12 +86,12 @@ rules: [{apiGroups: [""], resources: [configmaps], verbs: [get]}]
 
 	// The record holds exactly these fields, in this order.
 	wantRecord := fmt.Sprintf(`{"version":"1.0.0","channel":%q,"id":"k8s-1.34","manifestHash":%q,"systemGeneration":1,`+
-		`"inventory":{"kinds":["ClusterRole.rbac.authorization.k8s.io","ConfigMap","Deployment.apps","Namespace","ServiceAccount"],"namespaces":["rec-app"]}}`,
+		`"inventory":{"kinds":["ClusterRole.rbac.authorization.k8s.io","ConfigMap","Deployment.apps","Namespace","ServiceAccount"],"namespaces":["rec-app"],"identity":"channels.kos.example.com/addon=rec"}}`,
 		loc, HashManifest([]byte(recMan)))
 	if got := recordOf(t, "kube-system", "rec"); got != wantRecord {
 		t.Errorf("record of rec =\n%s\nwant\n%s", got, wantRecord)
 	}
-	wantTwo := fmt.Sprintf(`{"version":"0.1.0","channel":%q,"manifestHash":%q,"systemGeneration":1,"inventory":{"kinds":["ConfigMap"],"namespaces":["rec-app"]}}`,
+	wantTwo := fmt.Sprintf(`{"version":"0.1.0","channel":%q,"manifestHash":%q,"systemGeneration":1,"inventory":{"kinds":["ConfigMap"],"namespaces":["rec-app"],"identity":"channels.kos.example.com/addon=rec-two"}}`,
 		loc, HashManifest([]byte(configMap("rec-app", "rec-two", "x"))))
 	if got := recordOf(t, "rec-records", "rec-two"); got != wantTwo {
 		t.Errorf("record of rec-two =\n%s\nwant\n%s", got, wantTwo)
@@ -347,7 +347,7 @@ func TestIntegrationEmptyManifestWithPruneSpecUninstalls(t *testing.T) {
 	if got := configMapNames(t, ns); len(got) != 0 {
 		t.Errorf("ConfigMaps left: %v", got)
 	}
-	want := fmt.Sprintf(`{"version":"2.0.0","channel":%q,"manifestHash":%q,"systemGeneration":1}`, v2, HashManifest(nil))
+	want := fmt.Sprintf(`{"version":"2.0.0","channel":%q,"manifestHash":%q,"systemGeneration":1,"inventory":{"identity":"channels.kos.example.com/addon=gone"}}`, v2, HashManifest(nil))
 	if got := recordOf(t, "kube-system", "gone"); got != want {
 		t.Errorf("record = %s, want %s", got, want)
 	}

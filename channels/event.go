@@ -16,6 +16,9 @@ const (
 	EventLocked EventType = "Locked"
 	// EventApplied: an addon was applied, pruned and recorded.
 	EventApplied EventType = "Applied"
+	// EventProgress: an addon is applied and waits for its objects to be
+	// ready; repeated while it waits.
+	EventProgress EventType = "Progress"
 	// EventPruned: an object the addon no longer has was deleted.
 	EventPruned EventType = "Pruned"
 	// EventNote: something was left out on purpose, such as a kind to prune

@@ -26,15 +26,15 @@ type Installed struct {
 	Invalid string `json:"invalid,omitempty"`
 }
 
-// records holds the install records of some namespaces, keyed by namespace
-// and then addon name. A namespace that does not exist has no entry.
+// records holds the annotations of some record namespaces: install records
+// and pending inventories. A namespace that does not exist has a nil entry.
 type records map[string]map[string]string
 
 // lookup returns the parsed record of an addon, or nil when there is none or
 // it does not parse: an unreadable record is treated as no record, which
 // reinstalls the addon over it.
 func (rs records) lookup(namespace, name string) *Record {
-	value, ok := rs[namespace][name]
+	value, ok := rs[namespace][AnnotationPrefix+name]
 	if !ok {
 		return nil
 	}
@@ -44,6 +44,21 @@ func (rs records) lookup(namespace, name string) *Record {
 		return nil
 	}
 	return r
+}
+
+// pending returns the pending inventory an interrupted run left for an
+// addon, or nil. An unreadable one is ignored: it only ever widens pruning.
+func (rs records) pending(namespace, name string) *Inventory {
+	value, ok := rs[namespace][InventoryAnnotationPrefix+name]
+	if !ok {
+		return nil
+	}
+	inv, err := ParseInventory(value)
+	if err != nil {
+		klog.InfoS("Ignoring unreadable pending inventory", "namespace", namespace, "addon", name, "err", err)
+		return nil
+	}
+	return inv
 }
 
 // readRecords reads the install records of the given namespaces, with one
@@ -62,7 +77,7 @@ func (c *Client) readRecords(ctx context.Context, namespaces []string) (records,
 		if err != nil {
 			return nil, fmt.Errorf("reading install records in namespace %s: %w", ns, err)
 		}
-		rs[ns] = recordAnnotations(obj)
+		rs[ns] = obj.Annotations
 	}
 	return rs, nil
 }
@@ -108,35 +123,63 @@ func (c *Client) Installed(ctx context.Context) ([]Installed, error) {
 	return out, nil
 }
 
-// WriteRecord sets the install record of an addon with a JSON merge patch
-// that touches only its annotation, creating the namespace if it does not
-// exist.
+// WriteRecord sets the install record of an addon, and removes its pending
+// inventory, with one JSON merge patch that touches only those annotations,
+// as RecordFieldManager; it creates the namespace if it does not exist.
 func (c *Client) WriteRecord(ctx context.Context, namespace, name string, r *Record) error {
 	value, err := r.Encode()
 	if err != nil {
 		return err
 	}
 	key := AnnotationPrefix + name
-	patch, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"annotations": map[string]string{key: value}},
-	})
-	if err != nil {
-		return fmt.Errorf("encoding patch of %s: %w", key, err)
-	}
-	namespaces := c.Kube.CoreV1().Namespaces()
-	_, err = namespaces.Patch(ctx, namespace, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
-	if apierrors.IsNotFound(err) {
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-			Name:        namespace,
-			Annotations: map[string]string{key: value},
-		}}
-		_, err = namespaces.Create(ctx, ns, metav1.CreateOptions{FieldManager: FieldManager})
-		if apierrors.IsAlreadyExists(err) {
-			_, err = namespaces.Patch(ctx, namespace, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
-		}
-	}
+	err = c.patchAnnotations(ctx, namespace, map[string]*string{key: &value, InventoryAnnotationPrefix + name: nil})
 	if err != nil {
 		return fmt.Errorf("writing install record %s on namespace %s: %w", key, namespace, err)
 	}
 	return nil
+}
+
+// writePending records, before a release is applied, the kinds and
+// namespaces the addon's objects may be found in, so that a run that dies
+// half-way leaves the next one what to prune.
+func (c *Client) writePending(ctx context.Context, namespace, name string, inv *Inventory) error {
+	value, err := inv.encode()
+	if err != nil {
+		return err
+	}
+	key := InventoryAnnotationPrefix + name
+	if err := c.patchAnnotations(ctx, namespace, map[string]*string{key: &value}); err != nil {
+		return fmt.Errorf("writing pending inventory %s on namespace %s: %w", key, namespace, err)
+	}
+	return nil
+}
+
+// patchAnnotations sets (or, for nil values, removes) annotations of a
+// namespace with a JSON merge patch as RecordFieldManager, creating the
+// namespace if it does not exist.
+func (c *Client) patchAnnotations(ctx context.Context, namespace string, annotations map[string]*string) error {
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"annotations": annotations},
+	})
+	if err != nil {
+		return fmt.Errorf("encoding patch: %w", err)
+	}
+	opts := metav1.PatchOptions{FieldManager: RecordFieldManager}
+	namespaces := c.Kube.CoreV1().Namespaces()
+	_, err = namespaces.Patch(ctx, namespace, types.MergePatchType, patch, opts)
+	if !apierrors.IsNotFound(err) {
+		return err
+	}
+	set := map[string]string{}
+	for k, v := range annotations {
+		if v != nil {
+			set[k] = *v
+		}
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace, Annotations: set}}
+	_, err = namespaces.Create(ctx, ns, metav1.CreateOptions{FieldManager: RecordFieldManager})
+	if apierrors.IsAlreadyExists(err) {
+		_, err = namespaces.Patch(ctx, namespace, types.MergePatchType, patch, opts)
+	}
+	return err
 }

@@ -42,7 +42,7 @@ func Load(ctx context.Context, f *Fetcher, location string) ([]*Addon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading channel: %w", err)
 	}
-	addons, err := Parse(location, data)
+	addons, err := parse(location, data, f.Warn)
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +51,16 @@ func Load(ctx context.Context, f *Fetcher, location string) ([]*Addon, error) {
 }
 
 // Parse is Load without the fetch: it reads data as the content of location.
+// Entries it skips are logged.
 func Parse(location string, data []byte) ([]*Addon, error) {
+	return parse(location, data, nil)
+}
+
+// parse is Parse, telling warn about the entries it skips.
+func parse(location string, data []byte, warn func(string)) ([]*Addon, error) {
+	if warn == nil {
+		warn = func(msg string) { klog.InfoS("Skipping channel entry", "reason", msg) }
+	}
 	docs, err := splitDocuments(data)
 	if err != nil {
 		return nil, fmt.Errorf("channel %s: not YAML; check the location: %w", location, err)
@@ -75,7 +84,7 @@ func Parse(location string, data []byte) ([]*Addon, error) {
 	}
 	addons := make([]*Addon, 0, len(channel.Spec.Addons))
 	for i, spec := range channel.Spec.Addons {
-		a, specProblems := resolve(location, channel.ObjectMeta.Name, i, spec)
+		a, specProblems := resolve(location, channel.ObjectMeta.Name, i, spec, warn)
 		problems = append(problems, specProblems...)
 		if a != nil {
 			addons = append(addons, a)
@@ -134,8 +143,9 @@ func decodeChannel(doc []byte) (*api.Addons, []string) {
 }
 
 // resolve turns entry i of a channel into a release, or reports what is
-// wrong with it.
-func resolve(location, channelName string, i int, spec *api.AddonSpec) (*Addon, []string) {
+// wrong with it. An entry whose kubernetesVersion does not parse is skipped
+// with a warning.
+func resolve(location, channelName string, i int, spec *api.AddonSpec, warn func(string)) (*Addon, []string) {
 	path := fmt.Sprintf("spec.addons[%d]", i)
 	if spec == nil {
 		return nil, []string{path + " is empty"}
@@ -178,7 +188,11 @@ func resolve(location, channelName string, i int, spec *api.AddonSpec) (*Addon, 
 	}
 	if a.KubernetesVersion != "" {
 		if _, err := semver.ParseRange(a.KubernetesVersion); err != nil {
-			problem("kubernetesVersion %q is not a semver range such as \">=1.29.0 <1.31.0\": %v", spec.KubernetesVersion, err)
+			// kOps skips such an entry with a warning rather than failing
+			// the channel, and so do we: the channel's other entries stay
+			// usable.
+			warn(fmt.Sprintf("addon %q (%s): skipping the entry: kubernetesVersion %q is not a semver range such as \">=1.29.0 <1.31.0\": %v", name, path, spec.KubernetesVersion, err))
+			return nil, problems
 		}
 	}
 	if spec.Manifest == nil || *spec.Manifest == "" {
@@ -194,6 +208,9 @@ func resolve(location, channelName string, i int, spec *api.AddonSpec) (*Addon, 
 		problem("manifestHash %q is not a hex SHA-256", spec.ManifestHash)
 	}
 	switch spec.NeedsRollingUpdate {
+	case "worker":
+		// Older kOps channels wrote the singular; kOps reads it as workers.
+		a.NeedsRollingUpdate = api.NeedsRollingUpdateWorkers
 	case "", api.NeedsRollingUpdateControlPlane, api.NeedsRollingUpdateWorkers, api.NeedsRollingUpdateAll:
 	default:
 		problem("needsRollingUpdate %q is none of %q, %q, %q", spec.NeedsRollingUpdate,

@@ -123,7 +123,6 @@ func TestLoadErrors(t *testing.T) {
 	}{
 		{"unknown-field.yaml", []string{`unknown field "spec.addons[0].manifestHsh"`}},
 		{"version.yaml", []string{`addon "foo"`, `version "one.two"`}},
-		{"range.yaml", []string{`addon "bar"`, `kubernetesVersion ">=1.29.0 <banana"`}},
 		{"duplicate.yaml", []string{`"manifest" already set`}},
 		{"several.yaml", []string{
 			"spec.addons[0]: no name",
@@ -151,6 +150,41 @@ func TestLoadErrors(t *testing.T) {
 				t.Errorf("error spans several lines: %q", msg)
 			}
 		})
+	}
+}
+
+// TestLoadTolerance checks what kOps tolerates: an entry whose
+// kubernetesVersion does not parse is skipped with a warning, and the
+// legacy needsRollingUpdate "worker" means workers.
+func TestLoadTolerance(t *testing.T) {
+	dir := t.TempDir()
+	loc := filepath.Join(dir, "channel.yaml")
+	data := `kind: Addons
+metadata: {name: channel}
+spec:
+  addons:
+  - {name: bar, version: 1.0.0, kubernetesVersion: ">=1.29.0 <banana", manifest: bar-1.yaml}
+  - {name: bar, version: 0.9.0, kubernetesVersion: ">=1.29.0", manifest: bar-0.yaml, needsRollingUpdate: worker}
+`
+	if err := os.WriteFile(loc, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var warnings []string
+	f := NewFetcher()
+	f.Warn = func(msg string) { warnings = append(warnings, msg) }
+	addons, err := Load(context.Background(), f, loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(addons) != 1 || addons[0].VersionString() != "0.9.0" {
+		t.Fatalf("Load returned %v, want only bar 0.9.0", addons)
+	}
+	if got := addons[0].NeedsRollingUpdate; got != api.NeedsRollingUpdateWorkers {
+		t.Errorf("needsRollingUpdate worker read as %q, want %q", got, api.NeedsRollingUpdateWorkers)
+	}
+	want := []string{`addon "bar" (spec.addons[0]): skipping the entry: kubernetesVersion ">=1.29.0 <banana" is not a semver range such as ">=1.29.0 <1.31.0": Could not get version from string: "<banana"`}
+	if diff := cmp.Diff(warnings, want); diff != "" {
+		t.Errorf("warnings (-got +want):\n%s", diff)
 	}
 }
 

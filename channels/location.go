@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -52,6 +53,14 @@ type Fetcher struct {
 	// MaxBytes bounds the size of one location's content; 0 means
 	// DefaultMaxFetchBytes.
 	MaxBytes int64
+	// RetryTimeout bounds the time one http(s):// fetch may take, retries
+	// included: a 5xx or 429 answer, or a connection reset or cut short, is
+	// tried again with exponential backoff until it passes; 0
+	// means DefaultRetryTimeout.
+	RetryTimeout time.Duration
+	// Warn, when set, is told about channel entries Load skips (such as one
+	// whose kubernetesVersion does not parse); nil logs them.
+	Warn func(string)
 
 	mu           sync.Mutex
 	defaultHTTP  *http.Client
@@ -236,10 +245,46 @@ func (f *Fetcher) httpClient() *http.Client {
 	return f.defaultHTTP
 }
 
+// DefaultRetryTimeout bounds one http(s):// fetch, retries included.
+const DefaultRetryTimeout = 2 * time.Minute
+
+// The backoff between tries of an http(s):// fetch.
+const (
+	firstRetryDelay = 250 * time.Millisecond
+	maxRetryDelay   = 8 * time.Second
+)
+
+// fetchHTTP fetches an http(s):// location, trying again with exponential
+// backoff while the failure is one a later try may not meet (a 5xx or 429
+// answer, a connection reset or cut short), until RetryTimeout
+// would pass.
 func (f *Fetcher) fetchHTTP(ctx context.Context, location string, u *url.URL) ([]byte, error) {
+	total := f.RetryTimeout
+	if total <= 0 {
+		total = DefaultRetryTimeout
+	}
+	deadline := time.Now().Add(total)
+	delay := firstRetryDelay
+	for try := 1; ; try++ {
+		data, retry, err := f.fetchHTTPOnce(ctx, location, u)
+		if err == nil || !retry || time.Now().Add(delay).After(deadline) {
+			return data, err
+		}
+		klog.V(2).InfoS("Fetch failed, retrying", "location", location, "try", try, "delay", delay, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, maxRetryDelay)
+	}
+}
+
+// fetchHTTPOnce makes one try, and says whether another may succeed.
+func (f *Fetcher) fetchHTTPOnce(ctx context.Context, location string, u *url.URL) ([]byte, bool, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return nil, fmt.Errorf("malformed location %q: %w", location, err)
+		return nil, false, fmt.Errorf("malformed location %q: %w", location, err)
 	}
 	resp, err := f.httpClient().Do(req)
 	if err != nil {
@@ -247,19 +292,28 @@ func (f *Fetcher) fetchHTTP(ctx context.Context, location string, u *url.URL) ([
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return nil, fmt.Errorf("%s: %s: %w", location, connectHint(err), err)
+		return nil, transient(err), fmt.Errorf("%s: %s: %w", location, connectHint(err), err)
 	}
 	defer resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusOK:
-		return f.readAll(location, resp.Body)
+		data, err := f.readAll(location, resp.Body)
+		return data, err != nil && transient(err), err
 	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusGone:
-		return nil, fmt.Errorf("%s: not found (HTTP %s); check the location", location, resp.Status)
+		return nil, false, fmt.Errorf("%s: not found (HTTP %s); check the location", location, resp.Status)
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-		return nil, fmt.Errorf("%s: access denied (HTTP %s); check the URL and that it is readable without credentials", location, resp.Status)
+		return nil, false, fmt.Errorf("%s: access denied (HTTP %s); check the URL and that it is readable without credentials", location, resp.Status)
 	default:
-		return nil, fmt.Errorf("%s: the server answered HTTP %s; check the location and the server", location, resp.Status)
+		retry := resp.StatusCode >= 500 && resp.StatusCode != http.StatusNotImplemented || resp.StatusCode == http.StatusTooManyRequests
+		return nil, retry, fmt.Errorf("%s: the server answered HTTP %s; check the location and the server", location, resp.Status)
 	}
+}
+
+// transient reports whether a request failed in a way a later try may not:
+// the connection was reset or cut short.
+func transient(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, syscall.EPIPE)
 }
 
 // connectHint says, for a failed request, what to check.

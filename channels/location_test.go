@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -337,4 +338,65 @@ type staticCredentials struct{}
 
 func (staticCredentials) Retrieve(context.Context) (aws.Credentials, error) {
 	return aws.Credentials{AccessKeyID: "AKID", SecretAccessKey: "secret"}, nil
+}
+
+// TestFetchRetries checks that an http(s):// fetch tries again after 5xx
+// answers and connections cut short, and gives up once RetryTimeout would
+// pass.
+func TestFetchRetries(t *testing.T) {
+	var tries atomic.Int32
+	flaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		switch tries.Add(1) {
+		case 1:
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+		case 2:
+			// Cut the connection short: no answer at all.
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+		case 3:
+			http.Error(w, "bad gateway", http.StatusBadGateway)
+		default:
+			w.Write([]byte("kind: ConfigMap\n"))
+		}
+	}))
+	defer flaky.Close()
+	f := &Fetcher{RetryTimeout: time.Minute}
+	data, err := f.Fetch(context.Background(), flaky.URL+"/m.yaml")
+	if err != nil {
+		t.Fatalf("Fetch after transient failures: %v", err)
+	}
+	if string(data) != "kind: ConfigMap\n" || tries.Load() != 4 {
+		t.Errorf("Fetch = %q after %d tries, want the content after 4", data, tries.Load())
+	}
+
+	var failing atomic.Int32
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		failing.Add(1)
+		http.Error(w, "down", http.StatusInternalServerError)
+	}))
+	defer down.Close()
+	f = &Fetcher{RetryTimeout: time.Second}
+	start := time.Now()
+	_, err = f.Fetch(context.Background(), down.URL+"/m.yaml")
+	checkError(t, err, "HTTP 500 Internal Server Error")
+	if n := failing.Load(); n < 2 {
+		t.Errorf("a failing server was tried %d times, want retries", n)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("gave up after %s, want within about the 1s RetryTimeout", took)
+	}
+
+	var notFound atomic.Int32
+	missing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		notFound.Add(1)
+		http.NotFound(w, r)
+	}))
+	defer missing.Close()
+	_, err = f.Fetch(context.Background(), missing.URL+"/m.yaml")
+	checkError(t, err, "not found")
+	if n := notFound.Load(); n != 1 {
+		t.Errorf("a 404 was tried %d times, want once", n)
+	}
 }

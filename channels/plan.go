@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/blang/semver/v4"
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // Plan is what a run would do: for each addon the channels offer a release
@@ -27,8 +28,30 @@ type PlanItem struct {
 	// Current is the install record on the cluster; nil when there is none
 	// or it does not parse.
 	Current *Record
+	// Pending is the inventory a run that did not finish applying a release
+	// of the addon left; nil when there is none.
+	Pending *Inventory
 	// Decision says whether to apply Addon over Current.
 	Decision Decision
+
+	// shared names the other addons of the plan with the same selector.
+	shared []string
+}
+
+// sharingSelector names the other addons of the plan whose selector equals
+// a's.
+func (p *Plan) sharingSelector(a *Addon) []string {
+	if len(a.Selector) == 0 {
+		return nil
+	}
+	want := labels.SelectorFromSet(a.Selector).String()
+	var out []string
+	for _, it := range p.Items {
+		if it.Addon.Name != a.Name && len(it.Addon.Selector) > 0 && labels.SelectorFromSet(it.Addon.Selector).String() == want {
+			out = append(out, it.Addon.Name)
+		}
+	}
+	return out
 }
 
 // Plan reads the cluster's version and the install records of the addons,
@@ -69,6 +92,7 @@ func (c *Client) decide(ctx context.Context, items []PlanItem) error {
 	for i := range items {
 		a := items[i].Addon
 		items[i].Current = rs.lookup(a.Namespace, a.Name)
+		items[i].Pending = rs.pending(a.Namespace, a.Name)
 		items[i].Decision = Decide(a, items[i].Current)
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -28,20 +29,29 @@ type pruneQuery struct {
 	fieldSelector string
 }
 
-// candidate is an object pruning deletes.
+// candidate is an object pruning deletes, unless skip says why not.
 type candidate struct {
 	key     objectKey
 	uid     types.UID
 	mapping *meta.RESTMapping
+	skip    string
 }
 
 // prune deletes the objects of an addon that its new release does not have.
-// It lists, by the addon's selector, every kind the addon had (the record's
-// inventory) or has now, in the namespaces it used, and the kinds of its
-// prune spec as the spec narrows them; Namespaces and CRDs only when the
-// prune spec names them.
-// Objects a controller owns are left to their owner.
-func (w *addonWriter) prune(ctx context.Context, a *Addon, current *Record, in *applied, r *reporter) error {
+// It lists, by the addon's selector and its IdentityLabel, every kind the
+// addon had (the record's inventory, and the pending inventory of a run that
+// did not finish) or has now, in the namespaces it used, and the kinds of
+// its prune spec as the spec narrows them; Namespaces and CRDs only when the
+// prune spec names them. Objects a controller owns are left to their owner.
+//
+// A record written before identity labels existed (by an older release of
+// this tool, or by kOps) means the addon's objects may lack the label: then
+// the lists select by the selector alone, as they used to, and objects are
+// pruned unless they carry another addon's identity, or carry none while
+// another addon of the channels has the same selector (whose objects they
+// may be).
+func (w *addonWriter) prune(ctx context.Context, it PlanItem, in *applied, r *reporter) error {
+	a, current := it.Addon, it.Current
 	if len(a.Selector) == 0 {
 		if a.Prune != nil {
 			return fmt.Errorf("refusing to prune addon %q: its selector is empty", a.Name)
@@ -51,14 +61,15 @@ func (w *addonWriter) prune(ctx context.Context, a *Addon, current *Record, in *
 		}
 		return nil
 	}
-	queries, err := w.pruneQueries(ctx, a, current, in, r)
+	legacy := current != nil && (current.Inventory == nil || current.Inventory.Identity == "")
+	queries, err := w.pruneQueries(ctx, it, legacy, in, r)
 	if err != nil {
 		return err
 	}
 	found := make([][]candidate, len(queries))
 	err = w.each(ctx, len(queries), func(ctx context.Context, i int) error {
 		var err error
-		found[i], err = w.list(ctx, queries[i], in)
+		found[i], err = w.list(ctx, queries[i], in, a.Name, w.shared)
 		return err
 	})
 	if err != nil {
@@ -75,6 +86,10 @@ func (w *addonWriter) prune(ctx context.Context, a *Addon, current *Record, in *
 				continue
 			}
 			seen[c.uid] = true
+			if c.skip != "" {
+				r.report(EventNote, a.Name, "Not pruning %s: %s", c.key, c.skip)
+				continue
+			}
 			p := PhaseOf(c.key.GroupKind)
 			byPhase[p] = append(byPhase[p], c)
 		}
@@ -97,8 +112,16 @@ func (w *addonWriter) prune(ctx context.Context, a *Addon, current *Record, in *
 }
 
 // pruneQueries works out the lists prune makes.
-func (w *addonWriter) pruneQueries(ctx context.Context, a *Addon, current *Record, in *applied, r *reporter) ([]pruneQuery, error) {
-	selector := labels.SelectorFromSet(a.Selector).String()
+func (w *addonWriter) pruneQueries(ctx context.Context, it PlanItem, legacy bool, in *applied, r *reporter) ([]pruneQuery, error) {
+	a, current := it.Addon, it.Current
+	set := labels.Set{}
+	for k, v := range a.Selector {
+		set[k] = v
+	}
+	if !legacy {
+		set[IdentityLabel] = a.Name
+	}
+	selector := labels.SelectorFromSet(set).String()
 
 	// The kinds the addon had or has, in the namespaces it had or has.
 	kinds := map[schema.GroupKind]bool{}
@@ -109,11 +132,18 @@ func (w *addonWriter) pruneQueries(ctx context.Context, a *Addon, current *Recor
 	for ns := range in.namespaces {
 		namespaces[ns] = true
 	}
-	if current != nil && current.Inventory != nil {
-		for _, k := range current.Inventory.Kinds {
+	var had *Inventory
+	if current != nil {
+		had = current.Inventory
+	}
+	for _, inv := range []*Inventory{had, it.Pending} {
+		if inv == nil {
+			continue
+		}
+		for _, k := range inv.Kinds {
 			kinds[schema.ParseGroupKind(k)] = true
 		}
-		for _, ns := range current.Inventory.Namespaces {
+		for _, ns := range inv.Namespaces {
 			namespaces[ns] = true
 		}
 	}
@@ -191,7 +221,10 @@ func (w *addonWriter) pruneMapping(ctx context.Context, a *Addon, gk schema.Grou
 }
 
 // list returns the objects a query finds that the addon did not just apply.
-func (w *addonWriter) list(ctx context.Context, q pruneQuery, in *applied) ([]candidate, error) {
+// Those that carry another addon's identity are left out; those that carry
+// none while other addons (shared) have the same selector are returned with
+// the reason to keep them.
+func (w *addonWriter) list(ctx context.Context, q pruneQuery, in *applied, addon string, shared []string) ([]candidate, error) {
 	var ri dynamic.ResourceInterface = w.client.Dynamic.Resource(q.mapping.Resource)
 	if q.namespace != "" {
 		ri = w.client.Dynamic.Resource(q.mapping.Resource).Namespace(q.namespace)
@@ -214,7 +247,15 @@ func (w *addonWriter) list(ctx context.Context, q pruneQuery, in *applied) ([]ca
 			if in.keep[key] || u.GetDeletionTimestamp() != nil || ownedByController(u) {
 				continue
 			}
-			out = append(out, candidate{key: key, uid: u.GetUID(), mapping: q.mapping})
+			c := candidate{key: key, uid: u.GetUID(), mapping: q.mapping}
+			identity, labeled := u.GetLabels()[IdentityLabel]
+			switch {
+			case labeled && identity != addon:
+				continue
+			case !labeled && len(shared) > 0:
+				c.skip = fmt.Sprintf("it carries no %s label and addon %s has the same selector; delete it by hand if it is this addon's", IdentityLabel, strings.Join(shared, ", "))
+			}
+			out = append(out, c)
 		}
 		if list.GetContinue() == "" {
 			return out, nil

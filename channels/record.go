@@ -14,6 +14,29 @@ import (
 // its record namespace: addons.k8s.io/<name>. kOps uses the same key.
 const AnnotationPrefix = "addons.k8s.io/"
 
+// RecordFieldManager is the field manager of every write of an install
+// record or a pending inventory. It is not FieldManager on purpose: a field
+// manager that applies owns, and removes, whatever it wrote and stops
+// sending, so records written as the applier would vanish the next time a
+// manifest applies their namespace (which is what kOps's channels does to
+// its own records). No apply ever runs as this manager, and taking over other
+// managers' fields never adopts record annotations.
+const RecordFieldManager = "channels-record"
+
+// InventoryAnnotationPrefix prefixes the annotation that holds the pending
+// inventory of an addon on its record namespace while a release is being
+// applied: inventory.channels.kos.example.com/<name>. It is written before
+// anything is applied and removed with the record write, so a run that dies
+// half-way leaves the next run the kinds and namespaces to prune.
+const InventoryAnnotationPrefix = "inventory.channels.kos.example.com/"
+
+// IdentityLabel is stamped, with the addon's name as value, on every object
+// an addon applies, and every list that looks for objects to prune selects
+// it besides the addon's selector: two addons that share a selector (kOps
+// gives every networking addon role.kubernetes.io/networking=1) never prune
+// each other's objects.
+const IdentityLabel = "channels.kos.example.com/addon"
+
 // CurrentSystemGeneration is the systemGeneration this tool writes. A record
 // with a higher one was written by a newer tool and is never touched.
 const CurrentSystemGeneration = 1
@@ -43,6 +66,58 @@ type Inventory struct {
 	Kinds []string `json:"kinds,omitempty"`
 	// Namespaces are the namespaces namespaced objects were applied in.
 	Namespaces []string `json:"namespaces,omitempty"`
+	// Identity is the IdentityLabel selector ("key=value") the objects
+	// carry. Records written before identity labels existed have none:
+	// pruning after such a record also considers objects without the label.
+	Identity string `json:"identity,omitempty"`
+}
+
+// ParseInventory reads the value of a pending inventory annotation.
+func ParseInventory(value string) (*Inventory, error) {
+	inv := &Inventory{}
+	if err := json.Unmarshal([]byte(value), inv); err != nil {
+		return nil, fmt.Errorf("parsing pending inventory %q: %w", value, err)
+	}
+	return inv, nil
+}
+
+// union returns the kinds and namespaces of both inventories; b may be nil.
+func (inv *Inventory) union(b *Inventory) *Inventory {
+	kinds := map[string]bool{}
+	namespaces := map[string]bool{}
+	for _, x := range []*Inventory{inv, b} {
+		if x == nil {
+			continue
+		}
+		for _, k := range x.Kinds {
+			kinds[k] = true
+		}
+		for _, ns := range x.Namespaces {
+			namespaces[ns] = true
+		}
+	}
+	return &Inventory{Kinds: sortedStrings(kinds), Namespaces: sortedStrings(namespaces), Identity: inv.Identity}
+}
+
+// covers reports whether inv holds every kind and namespace of b.
+func (inv *Inventory) covers(b *Inventory) bool {
+	if b == nil || len(b.Kinds) == 0 && len(b.Namespaces) == 0 {
+		return true
+	}
+	if inv == nil {
+		return false
+	}
+	u := inv.union(b)
+	return len(u.Kinds) == len(inv.Kinds) && len(u.Namespaces) == len(inv.Namespaces)
+}
+
+// encode renders the inventory as compact JSON.
+func (inv *Inventory) encode() (string, error) {
+	data, err := json.Marshal(inv)
+	if err != nil {
+		return "", fmt.Errorf("encoding inventory: %w", err)
+	}
+	return string(data), nil
 }
 
 // NewRecord is the record of a release once it is applied, at

@@ -3,10 +3,9 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kos-sdn/kos/channels"
 )
@@ -23,8 +22,11 @@ func newApplyCommand(o *options) *cobra.Command {
 }
 
 func newApplyChannelCommand(o *options) *cobra.Command {
-	var yes bool
-	var out *outputFlags
+	var (
+		yes     bool
+		wait    bool
+		timeout time.Duration
+	)
 	cmd := &cobra.Command{
 		Use:   "channel LOCATION...",
 		Short: "Install or upgrade the addons of one or more channels",
@@ -40,21 +42,20 @@ applied. Across several channels, the newest release of each addon wins.
 Without --yes, the plan is printed and nothing is changed. With --yes, each
 addon is applied with server-side apply (field manager "channels"), in
 phases: namespaces and CRDs, RBAC, configuration, services, workloads, the
-rest, then APIServices and webhooks. Objects the new release no longer has
-are then deleted (found by the addon's selector), and the install record is
-written last. An addon that fails keeps its old record, so a second run
-retries it. A Lease (kube-system/channels) keeps two runs from interleaving.
+rest, then APIServices and webhooks. Every object is labelled
+channels.kos.example.com/addon=NAME besides the addon's selector; fields that
+kOps ("kops") or kubectl's client-side apply own are taken over. With --wait
+(the default), channels then waits until the addon's objects are ready
+(Deployments, DaemonSets and StatefulSets rolled out, Jobs complete,
+APIServices Available), printing progress, for at most --timeout. Objects the
+new release no longer has are then deleted (found by the addon's selector and
+label), and the install record is written last. An addon that fails, or is not
+ready in time, keeps its old record, so a second run retries it. A Lease
+(kube-system/channels) keeps two runs from interleaving.
 
 LOCATION is a path, a file://, https:// or s3://BUCKET/KEY URL. A location
 whose content is a plain manifest instead of a channel is applied as one
-addon.
-
-The plan is a table of the addons to apply or refused; -o prints it as
-kubectl get would (json, yaml, name, jsonpath=..., custom-columns=...): a
-List of objects of kind AddonUpdate (apiVersion ` + outputAPIVersion + `), one
-per addon the channels offer for this cluster, up-to-date ones included,
-with its current and offered release, whether it applies (apply) and why
-(reason). With -o other than wide, what --yes does is reported on stderr.`,
+addon.`,
 		Example: `  # Show the plan.
   channels apply channel ./bootstrap-channel.yaml
 
@@ -71,21 +72,22 @@ with its current and offered release, whether it applies (apply) and why
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return o.applyChannels(cmd, args, yes, out)
+			if timeout <= 0 {
+				return usageErrorf(cmd, "--timeout must be positive, such as 5m")
+			}
+			return o.applyChannels(cmd, args, yes, channels.ApplyOptions{Wait: wait, Timeout: timeout})
 		},
 	}
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "Apply the changes; without it, only print the plan")
-	out = addOutputFlags(cmd)
+	cmd.Flags().BoolVar(&wait, "wait", true, "Wait until each addon's objects are ready before pruning and recording it; --wait=false for a cluster without worker nodes yet (kOps bootstrap)")
+	cmd.Flags().DurationVar(&timeout, "timeout", channels.DefaultTimeout, "How long each addon's objects may take to become ready, with --wait")
 	return cmd
 }
 
-func (o *options) applyChannels(cmd *cobra.Command, locations []string, yes bool, out *outputFlags) error {
-	print, err := out.printer(cmd)
-	if err != nil {
-		return err
-	}
+func (o *options) applyChannels(cmd *cobra.Command, locations []string, yes bool, opts channels.ApplyOptions) error {
 	ctx := cmd.Context()
 	fetcher := channels.NewFetcher()
+	fetcher.Warn = func(msg string) { fmt.Fprintln(o.stderr, "warning: "+msg) }
 	var releases []*channels.Addon
 	for _, loc := range locations {
 		got, err := channels.Load(ctx, fetcher, loc)
@@ -102,42 +104,26 @@ func (o *options) applyChannels(cmd *cobra.Command, locations []string, yes bool
 	if err != nil {
 		return withHint(err, "check --kubeconfig and --context")
 	}
-	// Messages share stdout with a table only; after JSON, YAML or names
-	// they go to stderr, so that stdout stays one document.
-	msgs := o.stdout
-	items := plan.Items
-	if out.table() {
-		items = planRows(plan)
-	} else {
-		msgs = o.stderr
-	}
-	objs := make([]*unstructured.Unstructured, len(items))
-	for i, it := range items {
-		objs[i] = planObject(it)
-	}
-	if len(objs) > 0 || !out.table() {
-		if err := print(o.stdout, objs, func() *metav1.Table { return planTable(items, objs) }); err != nil {
-			return err
-		}
+	if err := plan.WriteTable(o.stdout); err != nil {
+		return err
 	}
 	if len(plan.Pending()) == 0 {
-		fmt.Fprintln(msgs, "No update required")
+		fmt.Fprintln(o.stdout, "No update required")
 		return nil
 	}
 	if !yes {
-		fmt.Fprintln(msgs, "\nMust specify --yes to apply changes")
+		fmt.Fprintln(o.stdout, "\nMust specify --yes to apply changes")
 		return nil
 	}
-	fmt.Fprintln(msgs)
-	err = client.Apply(ctx, plan, channels.ApplyOptions{
-		Fetcher: fetcher,
-		OnEvent: func(e channels.Event) {
-			switch e.Type {
-			case channels.EventWaiting, channels.EventApplied, channels.EventPruned, channels.EventNote:
-				fmt.Fprintln(msgs, e.String())
-			}
-		},
-	})
+	fmt.Fprintln(o.stdout)
+	opts.Fetcher = fetcher
+	opts.OnEvent = func(e channels.Event) {
+		switch e.Type {
+		case channels.EventWaiting, channels.EventProgress, channels.EventApplied, channels.EventPruned, channels.EventNote:
+			fmt.Fprintln(o.stdout, e.String())
+		}
+	}
+	err = client.Apply(ctx, plan, opts)
 	var failed *channels.ApplyError
 	if errors.As(err, &failed) {
 		return withHint(err, "addons that failed keep their install records: fix the cause and run again")

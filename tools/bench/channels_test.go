@@ -111,8 +111,12 @@ func write(b *testing.B, path string, data []byte) {
 
 func run(b *testing.B, name string, args ...string) {
 	b.Helper()
-	env := testenv.Shared(b)
-	cmd := exec.Command(name, append(args, "--kubeconfig", env.Kubeconfig)...)
+	runOn(b, testenv.Shared(b).Kubeconfig, name, args...)
+}
+
+func runOn(b *testing.B, kubeconfig, name string, args ...string) {
+	b.Helper()
+	cmd := exec.Command(name, append(args, "--kubeconfig", kubeconfig)...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		b.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
@@ -132,9 +136,15 @@ func tools(b *testing.B) []tool {
 		allow = append(allow, "--prune-allowlist="+k)
 	}
 	return []tool{{
-		name:    "channels",
-		install: func(b *testing.B, s *set) { run(b, bin, "apply", "channel", s.channel(b, "1.0.0", s.full), "--yes") },
-		upgrade: func(b *testing.B, s *set) { run(b, bin, "apply", "channel", s.channel(b, "1.1.0", s.smaller), "--yes") },
+		name: "channels",
+		// kubectl apply does not wait either; BenchmarkReadyInstall times
+		// the wait.
+		install: func(b *testing.B, s *set) {
+			run(b, bin, "apply", "channel", s.channel(b, "1.0.0", s.full), "--yes", "--wait=false")
+		},
+		upgrade: func(b *testing.B, s *set) {
+			run(b, bin, "apply", "channel", s.channel(b, "1.1.0", s.smaller), "--yes", "--wait=false")
+		},
 	}, {
 		name:    "kubectl-client-side",
 		install: func(b *testing.B, s *set) { run(b, "kubectl", "apply", "-f", s.full) },
@@ -191,6 +201,47 @@ func BenchmarkUpgradePrune(b *testing.B) {
 				t.install(b, s)
 				b.StartTimer()
 				t.upgrade(b, s)
+			}
+		})
+	}
+}
+
+// BenchmarkReadyInstall installs 200 objects and waits until they are ready,
+// on a control plane with kube-controller-manager: the manifest's 28
+// Deployments have no replicas, so the controller rolls them out without a
+// node. channels waits by default (kstatus); kubectl applies server-side and
+// then waits with kubectl wait for every Deployment to be Available.
+func BenchmarkReadyInstall(b *testing.B) {
+	env, err := testenv.Start(context.Background(), testenv.Options{Components: []string{testenv.KubeControllerManager}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = env.Stop() })
+	bin := channelsBinary(b)
+	newReadySet := func(b *testing.B) *set {
+		s := &set{ns: fmt.Sprintf("bench-ready-%d", counter.Add(1)), dir: b.TempDir()}
+		s.full = filepath.Join(s.dir, "full.yaml")
+		write(b, s.full, ManifestWithReplicas(s.ns, objects, objects, 0))
+		return s
+	}
+	for _, t := range []tool{{
+		name: "channels",
+		install: func(b *testing.B, s *set) {
+			runOn(b, env.Kubeconfig, bin, "apply", "channel", s.channel(b, "1.0.0", s.full), "--yes", "--timeout=5m")
+		},
+	}, {
+		name: "kubectl-server-side+wait",
+		install: func(b *testing.B, s *set) {
+			runOn(b, env.Kubeconfig, "kubectl", "apply", "--server-side", "-f", s.full)
+			runOn(b, env.Kubeconfig, "kubectl", "wait", "--for=condition=Available", "deployment", "--all", "-n", s.ns, "--timeout=5m")
+		},
+	}} {
+		b.Run(t.name, func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				s := newReadySet(b)
+				b.StartTimer()
+				t.install(b, s)
 			}
 		})
 	}

@@ -22,6 +22,12 @@ var PruneAllowlist = []string{
 // SelectorKey=ns. Objects whose index is at least keep are left out, as an
 // upgrade that drops them would.
 func Manifest(ns string, n, keep int) []byte {
+	return ManifestWithReplicas(ns, n, keep, 1)
+}
+
+// ManifestWithReplicas is Manifest with the Deployments' replicas given: 0
+// makes Deployments that kube-controller-manager rolls out without any node.
+func ManifestWithReplicas(ns string, n, keep, replicas int) []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n  labels:\n    %s: %s\n", ns, SelectorKey, ns)
 	for i := 1; i < n && i < keep; i++ {
@@ -42,7 +48,7 @@ func Manifest(ns string, n, keep int) []byte {
 		case 5:
 			fmt.Fprintf(&b, "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n%sroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: default\n  namespace: %s\n", meta, name, ns)
 		case 6:
-			fmt.Fprintf(&b, "apiVersion: apps/v1\nkind: Deployment\n%sspec:\n  replicas: 1\n  selector:\n    matchLabels:\n      app: %s\n  template:\n    metadata:\n      labels:\n        app: %s\n    spec:\n      containers:\n      - name: main\n        image: registry.k8s.io/pause:3.10\n", meta, name, name)
+			fmt.Fprintf(&b, "apiVersion: apps/v1\nkind: Deployment\n%sspec:\n  replicas: %d\n  selector:\n    matchLabels:\n      app: %s\n  template:\n    metadata:\n      labels:\n        app: %s\n    spec:\n      containers:\n      - name: main\n        image: registry.k8s.io/pause:3.10\n", meta, replicas, name, name)
 		}
 	}
 	return []byte(b.String())

@@ -1,0 +1,239 @@
+package channels
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kos-sdn/kos/channels/api"
+	"github.com/kos-sdn/kos/tools/testenv"
+)
+
+// kstyleLabels are the labels kOps's own addons carry and their prune specs
+// select.
+const kstyleLabels = "addon.kops.k8s.io/name: kstyle-dns.addons.k8s.io, app.kubernetes.io/managed-by: kops, k8s-addon: kstyle-dns.addons.k8s.io"
+
+func kstyleObject(kind, apiVersion, name, rest string) string {
+	return fmt.Sprintf("apiVersion: %s\nkind: %s\nmetadata: {name: %s, namespace: kube-system, labels: {%s}}\n%s", apiVersion, kind, name, kstyleLabels, rest)
+}
+
+// writeKStyleChannel writes a bootstrap channel in kOps's style: a DNS-like
+// addon with a prune spec as kOps gives coredns, and an RBAC addon without
+// one. Release 2 of the DNS addon drops ConfigMap kstyle-dns-b and Service
+// kstyle-dns, and adds ConfigMap kstyle-dns-c. It returns the channel's
+// file:// URL, as kOps's channels needs.
+func writeKStyleChannel(t *testing.T, dir string, release int) string {
+	t.Helper()
+	sa := kstyleObject("ServiceAccount", "v1", "kstyle-dns", "")
+	cm := func(name, value string) string {
+		return kstyleObject("ConfigMap", "v1", name, fmt.Sprintf("data: {value: %q}\n", value))
+	}
+	svc := kstyleObject("Service", "v1", "kstyle-dns", "spec: {selector: {k8s-app: kstyle-dns}, ports: [{name: dns, port: 53, protocol: UDP}]}\n")
+	deploy := kstyleObject("Deployment", "apps/v1", "kstyle-dns", fmt.Sprintf(`spec:
+  replicas: 0
+  selector: {matchLabels: {k8s-app: kstyle-dns}}
+  template:
+    metadata: {labels: {k8s-app: kstyle-dns}}
+    spec: {serviceAccountName: kstyle-dns, containers: [{name: dns, image: %s}]}
+`, pauseImage))
+	dns := manifest(sa, cm("kstyle-dns-a", "1"), cm("kstyle-dns-b", "1"), svc, deploy)
+	version := "1.0.0"
+	if release == 2 {
+		dns = manifest(sa, cm("kstyle-dns-a", "2"), cm("kstyle-dns-c", "2"), deploy)
+		version = "1.1.0"
+	}
+	sel := "addon.kops.k8s.io/name=kstyle-dns.addons.k8s.io,app.kubernetes.io/managed-by=kops"
+	prune := &api.PruneSpec{Kinds: []api.PruneKindSpec{
+		{Kind: "ConfigMap", LabelSelector: sel},
+		{Kind: "Service", LabelSelector: sel},
+		{Kind: "ServiceAccount", LabelSelector: sel, Namespaces: []string{"kube-system"}},
+		{Group: "apps", Kind: "Deployment", LabelSelector: sel, Namespaces: []string{"kube-system"}},
+	}}
+	rbac := `apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: kstyle-reader, labels: {k8s-addon: kstyle-rbac.addons.k8s.io}}
+rules: [{apiGroups: [""], resources: [configmaps], verbs: [get]}]
+`
+	loc := writeChannel(t, dir, fmt.Sprintf("kstyle-%d.yaml", release),
+		testRelease{Name: "kstyle-dns", Version: version, ID: "k8s-1.12", Manifest: dns, Prune: prune},
+		testRelease{Name: "kstyle-rbac", Version: "1.0.0", ID: "k8s-1.9", Manifest: rbac},
+	)
+	return "file://" + loc
+}
+
+// kstyleObjects lists the objects of the kOps-style channel on a cluster.
+func kstyleObjects(t *testing.T, dyn dynamic.Interface) []string {
+	t.Helper()
+	var out []string
+	for _, r := range []struct {
+		kind string
+		gvr  schema.GroupVersionResource
+	}{
+		{"ServiceAccount", schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}},
+		{"ConfigMap", schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}},
+		{"Service", schema.GroupVersionResource{Version: "v1", Resource: "services"}},
+		{"Deployment", schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}},
+		{"ClusterRole", schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"}},
+	} {
+		list, err := dyn.Resource(r.gvr).List(context.Background(), metav1.ListOptions{LabelSelector: "k8s-addon in (kstyle-dns.addons.k8s.io,kstyle-rbac.addons.k8s.io)"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range list.Items {
+			if u.GetNamespace() == "" {
+				out = append(out, r.kind+" "+u.GetName())
+			} else {
+				out = append(out, r.kind+" "+u.GetNamespace()+"/"+u.GetName())
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// installRecords returns the install records on kube-system, by addon.
+func installRecords(t *testing.T, k kubernetes.Interface) map[string]string {
+	t.Helper()
+	ns, err := k.CoreV1().Namespaces().Get(context.Background(), "kube-system", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for key, v := range ns.Annotations {
+		if name, ok := strings.CutPrefix(key, AnnotationPrefix); ok {
+			out[name] = v
+		}
+	}
+	return out
+}
+
+// TestIntegrationKOpsChannelsInterop runs kOps's own channels command (kOps
+// v1.32.0, see kopsVersion) and ours on the same clusters, on the KOS bundle
+// (bootstrap-channel.yaml) and on a kOps-style bootstrap channel with prune
+// specs, in both orders: whichever applies first, the other finds nothing to
+// do, every record is there, and a second run of either changes nothing.
+// Then the other tool upgrades the kOps-style channel, and exactly what the
+// release dropped is gone.
+func TestIntegrationKOpsChannelsInterop(t *testing.T) {
+	kopsBin := kopsChannels(t)
+	oursBin := ourChannels(t)
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle := "file://" + filepath.Join(root, "bootstrap-channel.yaml")
+	wantAddons := []string{"kos-agent", "kos-apiserver", "kos-controller-manager", "kos-etcd", "kstyle-dns", "kstyle-rbac"}
+
+	for _, first := range []string{"kops", "ours"} {
+		t.Run(first+" first", func(t *testing.T) {
+			env, err := testenv.Start(context.Background(), testenv.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = env.Stop() })
+			k, err := kubernetes.NewForConfig(env.RESTConfig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dyn, err := dynamic.NewForConfig(env.RESTConfig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tools := map[string]tool{
+				"kops": {name: "kops", bin: kopsBin, kubeconfig: env.Kubeconfig, home: t.TempDir()},
+				"ours": {name: "ours", bin: oursBin, kubeconfig: env.Kubeconfig, home: t.TempDir()},
+			}
+			a, b := tools["kops"], tools["ours"]
+			if first == "ours" {
+				a, b = b, a
+			}
+			dir := t.TempDir()
+			v1, v2 := writeKStyleChannel(t, dir, 1), writeKStyleChannel(t, dir, 2)
+			// No node runs pods here, as in kOps's bootstrap: ours does not
+			// wait for readiness.
+			apply := func(tl tool, loc string) string {
+				args := []string{"apply", "channel", loc, "--yes"}
+				if tl.name == "ours" {
+					args = append(args, "--wait=false")
+				}
+				return tl.mustRun(t, args...)
+			}
+
+			for _, loc := range []string{bundle, v1} {
+				out := apply(a, loc)
+				if strings.Contains(out, "No update required") {
+					t.Errorf("%s on a fresh cluster found nothing to do for %s:\n%s", a.name, loc, out)
+				}
+			}
+			records := installRecords(t, k)
+			if diff := cmp.Diff(sortedKeys(records), wantAddons); diff != "" {
+				t.Fatalf("install records after %s applied both channels (-got +want):\n%s", a.name, diff)
+			}
+			objects := kstyleObjects(t, dyn)
+			wantV1 := []string{
+				"ClusterRole kstyle-reader",
+				"ConfigMap kube-system/kstyle-dns-a", "ConfigMap kube-system/kstyle-dns-b",
+				"Deployment kube-system/kstyle-dns", "Service kube-system/kstyle-dns", "ServiceAccount kube-system/kstyle-dns",
+			}
+			if diff := cmp.Diff(objects, wantV1); diff != "" {
+				t.Errorf("objects of the kOps-style channel (-got +want):\n%s", diff)
+			}
+
+			// The other tool, then each once more: nothing to do.
+			for _, tl := range []tool{b, a, b} {
+				for _, loc := range []string{bundle, v1} {
+					if out := apply(tl, loc); !strings.Contains(out, "No update required") {
+						t.Errorf("%s after %s applied %s has something to do:\n%s", tl.name, a.name, loc, out)
+					}
+				}
+			}
+			if diff := cmp.Diff(installRecords(t, k), records); diff != "" {
+				t.Errorf("install records changed by runs with nothing to do (-got +want):\n%s", diff)
+			}
+
+			// The other tool upgrades what the first installed.
+			apply(b, v2)
+			got := kstyleObjects(t, dyn)
+			wantV2 := []string{
+				"ClusterRole kstyle-reader",
+				"ConfigMap kube-system/kstyle-dns-a", "ConfigMap kube-system/kstyle-dns-c",
+				"Deployment kube-system/kstyle-dns", "ServiceAccount kube-system/kstyle-dns",
+			}
+			if diff := cmp.Diff(got, wantV2); diff != "" {
+				t.Errorf("objects after %s upgraded what %s installed (-got +want):\n%s", b.name, a.name, diff)
+			}
+			after := installRecords(t, k)
+			if diff := cmp.Diff(sortedKeys(after), wantAddons); diff != "" {
+				t.Errorf("install records after the upgrade (-got +want):\n%s", diff)
+			}
+			for name, v := range records {
+				if name != "kstyle-dns" && after[name] != v {
+					t.Errorf("record of %s changed by the upgrade of kstyle-dns: %s, was %s", name, after[name], v)
+				}
+			}
+			for _, tl := range []tool{a, b} {
+				if out := apply(tl, v2); !strings.Contains(out, "No update required") {
+					t.Errorf("%s after %s upgraded has something to do:\n%s", tl.name, b.name, out)
+				}
+			}
+		})
+	}
+}
+
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,163 @@
+package channels
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/util/csaupgrade"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+)
+
+// takenOver are the field managers whose fields applying takes over: kOps's
+// channels applies (and, before server-side apply, updated) as "kops", and
+// `kubectl apply` without --server-side updates as
+// "kubectl-client-side-apply". Their fields would otherwise stay on an
+// object after a release drops them, because this tool applies as
+// FieldManager and only ever removes fields that manager owns.
+var takenOver = sets.New("kops", "kubectl-client-side-apply")
+
+// takeOverPatch returns the JSON patch that moves the fields other managers
+// (takenOver) own on obj into FieldManager's Apply entry, or nil when they
+// own none. It uses client-go's csaupgrade, which migrates Update entries:
+// kOps's own Apply entries are handed to it as Update entries, the same
+// fields under the same manager. The patch replaces managedFields and
+// carries obj's resourceVersion, so it fails with a conflict if obj changed
+// since it was read.
+//
+// Install records and pending inventories are never taken over: their paths
+// are left out of the migrated entries, so they end up owned by no manager
+// (or by the record writer alone) and no apply can remove them.
+func takeOverPatch(obj *unstructured.Unstructured) ([]byte, error) {
+	entries := obj.GetManagedFields()
+	found := false
+	for _, e := range entries {
+		if takenOver.Has(e.Manager) && e.Subresource == "" {
+			found = true
+			break
+		}
+	}
+	if !found {
+		return nil, nil
+	}
+	// csaupgrade folds one Update entry per manager and API version into
+	// the applier's: merge each taken-over manager's entries (kOps leaves
+	// an Update entry of its record writes next to its Apply entry) first,
+	// leaving the record paths out.
+	records, keys := recordPaths(obj)
+	kept := fieldpath.NewSet()
+	type entryKey struct{ manager, apiVersion string }
+	merged := map[entryKey]int{}
+	var sets []*fieldpath.Set
+	var prepared []metav1.ManagedFieldsEntry
+	for _, e := range entries {
+		if !takenOver.Has(e.Manager) || e.Subresource != "" {
+			prepared = append(prepared, *e.DeepCopy())
+			continue
+		}
+		set := &fieldpath.Set{}
+		if e.FieldsV1 != nil {
+			if err := set.FromJSON(bytes.NewReader(e.FieldsV1.Raw)); err != nil {
+				return nil, fmt.Errorf("reading fields of manager %s: %w", e.Manager, err)
+			}
+		}
+		kept = kept.Union(set.Intersection(keys))
+		set = set.Difference(records)
+		k := entryKey{e.Manager, e.APIVersion}
+		if i, ok := merged[k]; ok {
+			sets[i] = sets[i].Union(set)
+			continue
+		}
+		merged[k] = len(sets)
+		sets = append(sets, set)
+		c := *e.DeepCopy()
+		c.Operation = metav1.ManagedFieldsOperationUpdate
+		prepared = append(prepared, c)
+	}
+	for i := range prepared {
+		e := &prepared[i]
+		j, ok := merged[entryKey{e.Manager, e.APIVersion}]
+		if !ok || !takenOver.Has(e.Manager) || e.Subresource != "" {
+			continue
+		}
+		raw, err := sets[j].ToJSON()
+		if err != nil {
+			return nil, fmt.Errorf("writing fields of manager %s: %w", e.Manager, err)
+		}
+		e.FieldsType = "FieldsV1"
+		e.FieldsV1 = &metav1.FieldsV1{Raw: raw}
+	}
+	if !kept.Empty() {
+		// The records these managers wrote stay owned, by the record
+		// writer: a field no manager owns may be dropped by the server.
+		if err := ownRecords(&prepared, kept, obj.GetAPIVersion()); err != nil {
+			return nil, err
+		}
+	}
+	// csaupgrade compares against the object's entries to tell whether
+	// anything changed: give it the prepared ones.
+	tmp := &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{}}}
+	tmp.SetResourceVersion(obj.GetResourceVersion())
+	tmp.SetManagedFields(prepared)
+	return csaupgrade.UpgradeManagedFieldsPatch(tmp, takenOver, FieldManager)
+}
+
+// recordPaths returns the paths of the install records and pending
+// inventories among obj's annotations (keys), and those together with the
+// annotations map itself (all): a manager that owns the map and stops
+// sending it removes it whole, records included.
+func recordPaths(obj *unstructured.Unstructured) (all, keys *fieldpath.Set) {
+	keys = fieldpath.NewSet()
+	for k := range obj.GetAnnotations() {
+		if strings.HasPrefix(k, AnnotationPrefix) || strings.HasPrefix(k, InventoryAnnotationPrefix) {
+			keys.Insert(fieldpath.MakePathOrDie("metadata", "annotations", k))
+		}
+	}
+	all = keys.Union(fieldpath.NewSet())
+	if !keys.Empty() {
+		all.Insert(fieldpath.MakePathOrDie("metadata", "annotations"))
+		all.Insert(fieldpath.MakePathOrDie("metadata"))
+	}
+	return all, keys
+}
+
+// ownRecords gives the record paths to RecordFieldManager's Update entry,
+// adding one when there is none.
+func ownRecords(entries *[]metav1.ManagedFieldsEntry, paths *fieldpath.Set, apiVersion string) error {
+	for i := range *entries {
+		e := &(*entries)[i]
+		if e.Manager != RecordFieldManager || e.Operation != metav1.ManagedFieldsOperationUpdate || e.Subresource != "" || e.APIVersion != apiVersion {
+			continue
+		}
+		set := &fieldpath.Set{}
+		if e.FieldsV1 != nil {
+			if err := set.FromJSON(bytes.NewReader(e.FieldsV1.Raw)); err != nil {
+				return fmt.Errorf("reading fields of manager %s: %w", e.Manager, err)
+			}
+		}
+		paths = paths.Union(set)
+		raw, err := paths.ToJSON()
+		if err != nil {
+			return fmt.Errorf("writing fields of manager %s: %w", e.Manager, err)
+		}
+		e.FieldsType, e.FieldsV1 = "FieldsV1", &metav1.FieldsV1{Raw: raw}
+		return nil
+	}
+	raw, err := paths.ToJSON()
+	if err != nil {
+		return fmt.Errorf("writing fields of manager %s: %w", RecordFieldManager, err)
+	}
+	now := metav1.Now()
+	*entries = append(*entries, metav1.ManagedFieldsEntry{
+		Manager:    RecordFieldManager,
+		Operation:  metav1.ManagedFieldsOperationUpdate,
+		APIVersion: apiVersion,
+		Time:       &now,
+		FieldsType: "FieldsV1",
+		FieldsV1:   &metav1.FieldsV1{Raw: raw},
+	})
+	return nil
+}
