@@ -1,21 +1,14 @@
 package agent
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/component-base/term"
-	"k8s.io/klog/v2"
 )
 
 // NewCommand returns the kos-agent command. It writes help to out; errors go
@@ -49,11 +42,15 @@ ovs-vswitchd restarts and periodically. It serves Prometheus metrics and
 			if err := o.Validate(); err != nil {
 				return err
 			}
-			s, err := o.Config(cmd.Context())
+			config, err := o.Config()
 			if err != nil {
 				return err
 			}
-			return s.Run(cmd.Context())
+			server, err := config.Complete().New()
+			if err != nil {
+				return err
+			}
+			return server.Run(cmd.Context())
 		},
 	}
 	cmd.SetOut(out)
@@ -65,38 +62,4 @@ ovs-vswitchd restarts and periodically. It serves Prometheus metrics and
 	cols, _, _ := term.TerminalSize(out)
 	cliflag.SetUsageAndHelpFunc(cmd, fss, cols)
 	return cmd
-}
-
-// Run serves /metrics and /healthz and runs the agent until ctx is done; it
-// returns once the agent and the HTTP server have stopped.
-func (s *Server) Run(ctx context.Context) error {
-	defer s.broadcaster.Shutdown()
-	logger := klog.FromContext(ctx)
-	l, err := net.Listen("tcp", s.MetricsBindAddress)
-	if err != nil {
-		return fmt.Errorf("serving metrics: %w", err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := s.Agent.Healthy(); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
-	logger.Info("Serving metrics and health", "address", l.Addr().String())
-
-	runErr := s.Agent.Run(ctx, s.Workers)
-
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	shutdownErr := srv.Shutdown(shutdownCtx)
-	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-		shutdownErr = errors.Join(shutdownErr, err)
-	}
-	return errors.Join(runErr, shutdownErr)
 }

@@ -28,5 +28,7 @@
 // goes to the log.
 //
 // The library takes no flags: NewCommand builds the kos-agent command,
-// whose flags fill an Options.
+// whose flags fill an Options. Like kos-apiserver, the command goes Options →
+// Complete → Validate → Config (a ServerConfig) → Complete → New (a Server:
+// the agent, its Events and its metrics and health endpoint) → Run.
 package agent

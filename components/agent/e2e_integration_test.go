@@ -24,7 +24,7 @@ import (
 func startControllers(t testing.TB) {
 	t.Helper()
 	env := testenv.Shared(t)
-	m, err := controllermanager.New(controllermanager.Config{Kube: env.RESTConfig, KOS: directConfig(t)})
+	m, err := controllermanager.Config{Kube: env.RESTConfig, KOS: directConfig(t)}.Complete().New()
 	if err != nil {
 		t.Fatalf("creating the controller manager: %v", err)
 	}

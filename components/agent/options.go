@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -9,22 +8,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/record"
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
 	"github.com/kos-sdn/kos/components/fabric"
 	"github.com/kos-sdn/kos/components/fabric/logging"
 	"github.com/kos-sdn/kos/components/fabric/ovs"
-	kosclient "github.com/kos-sdn/kos/components/generated/clientset/versioned"
-	kosscheme "github.com/kos-sdn/kos/components/generated/clientset/versioned/scheme"
 )
 
 // Fabric names for Options.Fabric.
@@ -173,23 +164,9 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Server is a configured kos-agent: the agent and what serves it.
-type Server struct {
-	// Agent is the node agent.
-	Agent *Agent
-	// Workers is how many attachments the agent syncs at once.
-	Workers int
-	// Registry holds the agent's metrics and the process's.
-	Registry *prometheus.Registry
-	// MetricsBindAddress is where /metrics and /healthz are served.
-	MetricsBindAddress string
-
-	broadcaster record.EventBroadcaster
-}
-
-// Config builds the clients, the fabric and the agent the settings describe.
-// ctx bounds the Event broadcaster, which Server.Run also stops.
-func (o *Options) Config(ctx context.Context) (*Server, error) {
+// Config turns the settings into the configuration of kos-agent: the
+// client configurations, the fabric and the agent's settings.
+func (o *Options) Config() (*ServerConfig, error) {
 	mainCfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("loading the main cluster's configuration: %w", err)
@@ -203,14 +180,6 @@ func (o *Options) Config(ctx context.Context) (*Server, error) {
 			kosCfg.TLSClientConfig.CAData, kosCfg.TLSClientConfig.CAFile = nil, o.KOSCAFile
 		}
 	}
-	kube, err := kubernetes.NewForConfig(mainCfg)
-	if err != nil {
-		return nil, fmt.Errorf("creating the main cluster's client: %w", err)
-	}
-	kos, err := kosclient.NewForConfig(kosCfg)
-	if err != nil {
-		return nil, fmt.Errorf("creating the KOS API's client: %w", err)
-	}
 
 	var fab fabric.Interface
 	switch o.Fabric {
@@ -219,29 +188,23 @@ func (o *Options) Config(ctx context.Context) (*Server, error) {
 	default:
 		fab = ovs.New(ovs.Config{Bridge: o.Bridge, DatapathType: o.DatapathType, RunDir: o.OVSRunDir})
 	}
-
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
-	recorder := broadcaster.NewRecorder(kosscheme.Scheme, corev1.EventSource{Component: "kos-agent", Host: o.NodeName})
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	hostIP, _ := netip.ParseAddr(o.HostIP)
-	a, err := New(Config{
-		NodeName:        o.NodeName,
-		HostIP:          hostIP,
-		Client:          kos,
-		Fabric:          fab,
-		Recorder:        recorder,
-		Registerer:      reg,
-		AllowedPrograms: o.AllowedPrograms,
-		FlowCheckPeriod: o.FlowCheckPeriod,
-		ReconcilePeriod: o.ReconcilePeriod,
-		ExecTimeout:     o.ExecTimeout,
-	})
+	hostIP, err := netip.ParseAddr(o.HostIP)
 	if err != nil {
-		broadcaster.Shutdown()
-		return nil, err
+		return nil, fmt.Errorf("--host-ip: %w", err)
 	}
-	return &Server{Agent: a, Workers: o.Workers, Registry: reg, MetricsBindAddress: o.MetricsBindAddress, broadcaster: broadcaster}, nil
+	return &ServerConfig{
+		Main: mainCfg,
+		KOS:  kosCfg,
+		Agent: Config{
+			NodeName:        o.NodeName,
+			HostIP:          hostIP,
+			Fabric:          fab,
+			AllowedPrograms: o.AllowedPrograms,
+			FlowCheckPeriod: o.FlowCheckPeriod,
+			ReconcilePeriod: o.ReconcilePeriod,
+			ExecTimeout:     o.ExecTimeout,
+		},
+		Workers:            o.Workers,
+		MetricsBindAddress: o.MetricsBindAddress,
+	}, nil
 }

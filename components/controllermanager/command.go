@@ -5,8 +5,10 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/component-base/term"
 	"k8s.io/klog/v2"
 )
 
@@ -32,14 +34,18 @@ and health checks on --metrics-bind-address.`,
 				return err
 			}
 			defer logs.FlushLogs()
+			cliflag.PrintFlags(cmd.Flags())
+			if err := o.Complete(); err != nil {
+				return err
+			}
 			if err := o.Validate(); err != nil {
 				return err
 			}
-			cfg, err := o.Config()
+			config, err := o.Config()
 			if err != nil {
 				return err
 			}
-			m, err := New(cfg)
+			m, err := config.Complete().New()
 			if err != nil {
 				return err
 			}
@@ -49,6 +55,11 @@ and health checks on --metrics-bind-address.`,
 	}
 	cmd.SetOut(out)
 	cmd.SetErr(errOut)
-	o.AddFlags(cmd.Flags())
+	fss := o.Flags()
+	for _, fs := range fss.FlagSets {
+		cmd.Flags().AddFlagSet(fs)
+	}
+	cols, _, _ := term.TerminalSize(out)
+	cliflag.SetUsageAndHelpFunc(cmd, fss, cols)
 	return cmd
 }

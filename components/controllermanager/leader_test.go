@@ -36,14 +36,14 @@ func TestIntegrationLeaderElection(t *testing.T) {
 	}
 	var candidates []*candidate
 	for _, identity := range []string{"first", "second"} {
-		m, err := controllermanager.New(controllermanager.Config{
+		m, err := controllermanager.Config{
 			Kube: env.RESTConfig,
 			KOS:  kos.DirectConfig,
 			LeaderElection: &controllermanager.LeaderElection{
 				Namespace: ns, Name: "kos-controller-manager", Identity: identity,
 				LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond,
 			},
-		})
+		}.Complete().New()
 		if err != nil {
 			t.Fatal(err)
 		}

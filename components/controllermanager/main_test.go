@@ -63,12 +63,12 @@ func startManager(t testing.TB, name string, ipamWorkers int) (m *controllermana
 	t.Helper()
 	env := testenv.Shared(t)
 	kos := startKOS(t)
-	m, err := controllermanager.New(controllermanager.Config{
+	m, err := controllermanager.Config{
 		Kube:                   env.RESTConfig,
 		KOS:                    kos.DirectConfig,
 		SubnetValidatorWorkers: 2,
 		IPAMWorkers:            ipamWorkers,
-	})
+	}.Complete().New()
 	if err != nil {
 		t.Fatalf("creating manager %s: %v", name, err)
 	}

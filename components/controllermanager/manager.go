@@ -3,19 +3,20 @@
 // shared informers, Events, leader election on a Lease, and an HTTP server
 // with Prometheus metrics and health checks. The controllers themselves live
 // in components/controllers.
+//
+// Like kos-apiserver it goes Options → Complete → Validate → Config →
+// Complete → New → Run, and NewCommand wraps those steps in a command.
 package controllermanager
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -33,12 +34,14 @@ import (
 	"github.com/kos-sdn/kos/components/generated/clientset/versioned"
 	kosscheme "github.com/kos-sdn/kos/components/generated/clientset/versioned/scheme"
 	"github.com/kos-sdn/kos/components/generated/informers/externalversions"
+	"github.com/kos-sdn/kos/components/monitoring"
 )
 
 // Component is the name the manager records Events and holds its Lease as.
 const Component = "kos-controller-manager"
 
-// Config is what a Manager needs. Build it with Options, or directly.
+// Config is what a Manager needs. Build it with Options, or directly, and
+// Complete it before New.
 type Config struct {
 	// Kube is the client configuration of the main cluster, which holds the
 	// Events and the Lease.
@@ -48,7 +51,7 @@ type Config struct {
 	KOS *rest.Config
 
 	// SubnetValidatorWorkers and IPAMWorkers are how many subnets and
-	// attachments are worked on at once; 0 means 1.
+	// attachments are worked on at once; Complete makes 0 into 1.
 	SubnetValidatorWorkers, IPAMWorkers int
 
 	// ResyncPeriod makes the informers deliver every object again this
@@ -76,9 +79,26 @@ type LeaderElection struct {
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 }
 
+// CompletedConfig is a Config whose defaults are filled in; only Complete
+// makes one, so New never runs on a half-set configuration.
+type CompletedConfig struct {
+	*completedConfig
+}
+
+type completedConfig struct {
+	Config
+}
+
+// Complete fills in the defaults of c.
+func (c Config) Complete() CompletedConfig {
+	c.SubnetValidatorWorkers = max(c.SubnetValidatorWorkers, 1)
+	c.IPAMWorkers = max(c.IPAMWorkers, 1)
+	return CompletedConfig{&completedConfig{Config: c}}
+}
+
 // Manager runs the subnet validator and the IPAM controller.
 type Manager struct {
-	cfg      Config
+	cfg      completedConfig
 	kube     kubernetes.Interface
 	kos      versioned.Interface
 	registry *prometheus.Registry
@@ -92,9 +112,10 @@ type Manager struct {
 	watchdog *leaderelection.HealthzAdaptor
 }
 
-// New returns a Manager for cfg. It creates the clients and the metrics but
-// starts nothing.
-func New(cfg Config) (*Manager, error) {
+// New returns a Manager of the configuration. It creates the clients and
+// the metrics but starts nothing.
+func (c CompletedConfig) New() (*Manager, error) {
+	cfg := *c.completedConfig
 	if cfg.Kube == nil || cfg.KOS == nil {
 		return nil, errors.New("the client configurations of the main cluster and of the KOS API are both required")
 	}
@@ -115,70 +136,58 @@ func New(cfg Config) (*Manager, error) {
 		validatedLatency: validated, addressLatency: addressed,
 		watchdog: leaderelection.NewLeaderHealthzAdaptor(20 * time.Second),
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("/healthz", m.healthz)
-	mux.HandleFunc("/readyz", m.readyz)
-	m.handler = mux
+	m.handler = monitoring.Handler(reg,
+		monitoring.Check{Path: "/healthz", Func: m.watchdog.Check, Code: http.StatusInternalServerError},
+		// A manager waiting for the Lease is alive but not ready.
+		monitoring.Check{Path: "/readyz", Func: func(*http.Request) error {
+			if !m.running.Load() {
+				return errors.New("the controllers are not running")
+			}
+			return nil
+		}},
+	)
 	return m, nil
 }
 
 // Handler serves /metrics, /healthz and /readyz.
 func (m *Manager) Handler() http.Handler { return m.handler }
 
-func (m *Manager) healthz(w http.ResponseWriter, r *http.Request) {
-	if err := m.watchdog.Check(r); err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	fmt.Fprintln(w, "ok")
-}
-
-// readyz succeeds once the controllers run; a manager waiting for the
-// Lease is alive but not ready.
-func (m *Manager) readyz(w http.ResponseWriter, _ *http.Request) {
-	if !m.running.Load() {
-		http.Error(w, "the controllers are not running", http.StatusServiceUnavailable)
-		return
-	}
-	fmt.Fprintln(w, "ok")
-}
-
 // Run serves the metrics and runs the controllers, once elected when leader
 // election is on, until ctx ends. Its goroutines stop when ctx ends or, with
 // leader election, when the Lease is lost, which Run reports as an error: a
-// process that lost its Lease must not go on.
+// process that lost its Lease must not go on. A failure to serve the
+// metrics stops the controllers too.
 func (m *Manager) Run(ctx context.Context) error {
+	if m.cfg.MetricsAddress == "" {
+		return m.run(ctx)
+	}
+	server, err := monitoring.Listen(m.cfg.MetricsAddress, m.handler)
+	if err != nil {
+		return err
+	}
+	klog.FromContext(ctx).Info("Serving metrics and health checks", "address", server.Addr())
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	served := make(chan error, 1)
+	go func() {
+		err := server.Serve(ctx)
+		cancel()
+		served <- err
+	}()
+	runErr := m.run(ctx)
+	cancel()
+	return errors.Join(runErr, <-served)
+}
+
+// run runs the controllers, once elected when leader election is on, until
+// ctx ends or the Lease is lost.
+func (m *Manager) run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-
-	serveErr := make(chan error, 1)
-	if m.cfg.MetricsAddress != "" {
-		l, err := net.Listen("tcp", m.cfg.MetricsAddress)
-		if err != nil {
-			return fmt.Errorf("listening for metrics: %w", err)
-		}
-		srv := &http.Server{Handler: m.handler, ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				serveErr <- fmt.Errorf("serving metrics: %w", err)
-				cancel()
-			}
-		}()
-		go func() {
-			<-ctx.Done()
-			shutdownCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer done()
-			_ = srv.Shutdown(shutdownCtx)
-		}()
-		logger.Info("Serving metrics and health checks", "address", l.Addr().String())
-	}
-
 	le := m.cfg.LeaderElection
 	if le == nil {
-		err := m.runControllers(ctx)
-		return errors.Join(err, drain(serveErr))
+		return m.runControllers(ctx)
 	}
 	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, le.Namespace, le.Name,
 		m.kube.CoreV1(), m.kube.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: le.Identity})
@@ -222,16 +231,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	if lost {
 		runErr = errors.Join(runErr, fmt.Errorf("lost the lease %s/%s", le.Namespace, le.Name))
 	}
-	return errors.Join(runErr, drain(serveErr))
-}
-
-func drain(errs <-chan error) error {
-	select {
-	case err := <-errs:
-		return err
-	default:
-		return nil
-	}
+	return runErr
 }
 
 // runControllers starts the informers and both controllers and returns when
@@ -263,8 +263,8 @@ func (m *Manager) runControllers(ctx context.Context) error {
 	defer factory.Shutdown()
 
 	errs := make(chan error, 2)
-	go func() { errs <- validator.Run(ctx, max(m.cfg.SubnetValidatorWorkers, 1)) }()
-	go func() { errs <- addresses.Run(ctx, max(m.cfg.IPAMWorkers, 1)) }()
+	go func() { errs <- validator.Run(ctx, m.cfg.SubnetValidatorWorkers) }()
+	go func() { errs <- addresses.Run(ctx, m.cfg.IPAMWorkers) }()
 	m.running.Store(true)
 	defer m.running.Store(false)
 	logger.Info("Running the controllers")

@@ -7,11 +7,15 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
 )
+
+// DefaultMetricsBindAddress is where kos-controller-manager serves
+// /metrics, /healthz and /readyz.
+const DefaultMetricsBindAddress = ":9295"
 
 // Options are the command-line settings of kos-controller-manager.
 type Options struct {
@@ -44,7 +48,7 @@ type Options struct {
 	Logs *logsapi.LoggingConfiguration
 }
 
-// NewOptions returns the defaults.
+// NewOptions returns the default settings of kos-controller-manager.
 func NewOptions() *Options {
 	return &Options{
 		QPS:                    200,
@@ -52,7 +56,7 @@ func NewOptions() *Options {
 		SubnetValidatorWorkers: 2,
 		IPAMWorkers:            4,
 		ResyncPeriod:           10 * time.Minute,
-		MetricsAddress:         ":9295",
+		MetricsAddress:         DefaultMetricsBindAddress,
 		LeaderElect:            true,
 		LeaderElectNamespace:   "example-com",
 		LeaderElectName:        Component,
@@ -63,17 +67,26 @@ func NewOptions() *Options {
 	}
 }
 
-// AddFlags adds the options' flags to fs.
-func (o *Options) AddFlags(fs *pflag.FlagSet) {
+// Flags returns the command-line flags of kos-controller-manager, by
+// section.
+func (o *Options) Flags() cliflag.NamedFlagSets {
+	var fss cliflag.NamedFlagSets
+	fs := fss.FlagSet("API access")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the main cluster; empty means the in-cluster configuration.")
 	fs.Float32Var(&o.QPS, "kube-api-qps", o.QPS, "Requests per second to each API server.")
 	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "Requests in a burst to each API server.")
 	fs.StringVar(&o.KOSServer, "kos-api-server", o.KOSServer, "URL of kos-apiserver, such as https://kos-apiserver.example-com.svc, for direct access; empty reaches the KOS API through the main cluster's kube-apiserver.")
 	fs.StringVar(&o.KOSCAFile, "kos-api-ca-file", o.KOSCAFile, "CA bundle of kos-apiserver's serving certificate, with --kos-api-server.")
+
+	fs = fss.FlagSet("controllers")
 	fs.IntVar(&o.SubnetValidatorWorkers, "subnet-validator-workers", o.SubnetValidatorWorkers, "Subnets validated at once.")
 	fs.IntVar(&o.IPAMWorkers, "ipam-workers", o.IPAMWorkers, "Attachments given addresses at once.")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "How often every object is checked again; 0 means never.")
+
+	fs = fss.FlagSet("metrics")
 	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", o.MetricsAddress, "Address of /metrics, /healthz and /readyz; empty serves none.")
+
+	fs = fss.FlagSet("leader election")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Run the controllers only while holding the Lease, so that one manager of several works.")
 	fs.StringVar(&o.LeaderElectNamespace, "leader-elect-resource-namespace", o.LeaderElectNamespace, "Namespace of the Lease.")
 	fs.StringVar(&o.LeaderElectName, "leader-elect-resource-name", o.LeaderElectName, "Name of the Lease.")
@@ -81,7 +94,22 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration, "How long others wait after the last renewal before they take the Lease.")
 	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", o.RenewDeadline, "How long the leader tries to renew before it gives up leading.")
 	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod, "How long to wait between tries to take or renew the Lease.")
-	logsapi.AddFlags(o.Logs, fs)
+	logsapi.AddFlags(o.Logs, fss.FlagSet("logs"))
+	return fss
+}
+
+// Complete fills in the settings that follow from others: without
+// --leader-elect-identity, the identity is the host name and a random
+// suffix.
+func (o *Options) Complete() error {
+	if o.LeaderElect && o.LeaderElectIdentity == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("reading the host name for the leader election identity: %w", err)
+		}
+		o.LeaderElectIdentity = host + "_" + uuid.NewString()
+	}
+	return nil
 }
 
 // Validate reports every problem of the options at once.
@@ -103,10 +131,10 @@ func (o *Options) Validate() error {
 }
 
 // Config loads the kubeconfig and returns the manager's configuration.
-func (o *Options) Config() (Config, error) {
+func (o *Options) Config() (*Config, error) {
 	kube, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
 	if err != nil {
-		return Config{}, fmt.Errorf("loading the main cluster's client configuration: %w", err)
+		return nil, fmt.Errorf("loading the main cluster's client configuration: %w", err)
 	}
 	kube.QPS, kube.Burst = o.QPS, o.Burst
 	kos := rest.CopyConfig(kube)
@@ -119,7 +147,7 @@ func (o *Options) Config() (Config, error) {
 			kos.TLSClientConfig.CAData, kos.TLSClientConfig.CAFile = nil, o.KOSCAFile
 		}
 	}
-	cfg := Config{
+	cfg := &Config{
 		Kube:                   kube,
 		KOS:                    kos,
 		SubnetValidatorWorkers: o.SubnetValidatorWorkers,
@@ -128,16 +156,8 @@ func (o *Options) Config() (Config, error) {
 		MetricsAddress:         o.MetricsAddress,
 	}
 	if o.LeaderElect {
-		identity := o.LeaderElectIdentity
-		if identity == "" {
-			host, err := os.Hostname()
-			if err != nil {
-				return Config{}, fmt.Errorf("reading the host name for the leader election identity: %w", err)
-			}
-			identity = host + "_" + uuid.NewString()
-		}
 		cfg.LeaderElection = &LeaderElection{
-			Namespace: o.LeaderElectNamespace, Name: o.LeaderElectName, Identity: identity,
+			Namespace: o.LeaderElectNamespace, Name: o.LeaderElectName, Identity: o.LeaderElectIdentity,
 			LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod,
 		}
 	}

@@ -65,9 +65,14 @@ func TestOptionsConfig(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			o := NewOptions()
 			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
-			o.AddFlags(fs)
+			for _, f := range o.Flags().FlagSets {
+				fs.AddFlagSet(f)
+			}
 			if err := fs.Parse(append([]string{"--kubeconfig=" + kubeconfig}, tc.args...)); err != nil {
 				t.Fatal(err)
+			}
+			if err := o.Complete(); err != nil {
+				t.Fatalf("Complete: %v", err)
 			}
 			if err := o.Validate(); err != nil {
 				t.Fatalf("Validate: %v", err)

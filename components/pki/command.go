@@ -1,26 +1,13 @@
 package pki
 
 import (
-	"errors"
 	"fmt"
 	"io"
-	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
-	"k8s.io/klog/v2"
-	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 )
-
-// requestTimeout bounds each request, so that an init container facing an
-// unreachable API server fails and is retried by the kubelet rather than
-// hanging.
-const requestTimeout = 30 * time.Second
 
 // NewCommand returns the kos-pki command. It prints one line per object it
 // ensured to out; errors go to errOut.
@@ -41,26 +28,8 @@ pods.`,
 	return root
 }
 
-// ensureOptions are the flags of kos-pki ensure.
-type ensureOptions struct {
-	namespace  string
-	secrets    string
-	apiService string
-	kubeconfig string
-	outDir     string
-	logs       *logsapi.LoggingConfiguration
-}
-
 func newEnsureCommand(out io.Writer) *cobra.Command {
-	o := &ensureOptions{
-		namespace: DefaultNamespace,
-		secrets:   string(SetAll),
-		logs:      logsapi.NewLoggingConfiguration(),
-	}
-	var sets []string
-	for _, s := range Sets {
-		sets = append(sets, string(s))
-	}
+	o := NewEnsureOptions()
 	cmd := &cobra.Command{
 		Use:   "ensure",
 		Short: "Make the missing KOS Secrets, keep the others, renew stale certificates",
@@ -80,87 +49,30 @@ once end with one consistent set of Secrets.`,
 			if len(args) > 0 {
 				return fmt.Errorf("kos-pki ensure takes no arguments, got %q", args)
 			}
-			if err := logsapi.ValidateAndApply(o.logs, nil); err != nil {
+			if err := logsapi.ValidateAndApply(o.Logs, nil); err != nil {
 				return err
 			}
 			defer logs.FlushLogs()
-			return o.run(cmd, out)
-		},
-	}
-	fs := cmd.Flags()
-	fs.StringVar(&o.namespace, "namespace", o.namespace, "Namespace of the Secrets and of the Services the certificates name.")
-	fs.StringVar(&o.secrets, "secrets", o.secrets, "Which Secrets to ensure: "+strings.Join(sets, ", ")+".")
-	fs.StringVar(&o.apiService, "apiservice", o.apiService, "APIService whose CA bundle to set to the CA, such as v1alpha1.network.example.com; empty sets none.")
-	fs.StringVar(&o.kubeconfig, "kubeconfig", o.kubeconfig, "Kubeconfig of the cluster; empty means the in-cluster configuration.")
-	fs.StringVar(&o.outDir, "out-dir", o.outDir, "Also write each ensured Secret's data (never the CA key) into DIR/<secret>/<key>, for the pod's containers; empty writes none.")
-	logsapi.AddFlags(o.logs, fs)
-	return cmd
-}
-
-func (o *ensureOptions) run(cmd *cobra.Command, out io.Writer) error {
-	ctx := cmd.Context()
-	began := time.Now()
-	if o.namespace == "" {
-		return errors.New("--namespace is empty")
-	}
-	leaves, err := Set(o.secrets).Leaves(o.namespace)
-	if err != nil {
-		return fmt.Errorf("--secrets: %w", err)
-	}
-	cfg, err := o.restConfig()
-	if err != nil {
-		return err
-	}
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("creating a client: %w", err)
-	}
-	e := &Ensurer{Client: kube, Namespace: o.namespace}
-	ca, results, err := e.Ensure(ctx, leaves)
-	for _, r := range results {
-		fmt.Fprintln(out, r)
-	}
-	if err != nil {
-		return err
-	}
-	if o.outDir != "" {
-		for _, r := range results {
-			if err := WriteFiles(o.outDir, r.Secret); err != nil {
+			if err := o.Complete(); err != nil {
 				return err
 			}
-		}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			config, err := o.Config()
+			if err != nil {
+				return err
+			}
+			run, err := config.Complete().New()
+			if err != nil {
+				return err
+			}
+			return run.Run(cmd.Context(), out)
+		},
 	}
-	if o.apiService != "" {
-		agg, err := aggregator.NewForConfig(cfg)
-		if err != nil {
-			return fmt.Errorf("creating an aggregator client: %w", err)
-		}
-		r, err := EnsureCABundle(ctx, agg.ApiregistrationV1().APIServices(), o.apiService, ca.CertPEM)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(out, r)
+	fss := o.Flags()
+	for _, fs := range fss.FlagSets {
+		cmd.Flags().AddFlagSet(fs)
 	}
-	klog.FromContext(ctx).V(1).Info("Ensured the KOS PKI", "namespace", o.namespace, "secrets", o.secrets, "duration", time.Since(began))
-	return nil
-}
-
-// restConfig loads --kubeconfig, or the pod's own configuration without it.
-func (o *ensureOptions) restConfig() (*rest.Config, error) {
-	var cfg *rest.Config
-	var err error
-	if o.kubeconfig == "" {
-		cfg, err = rest.InClusterConfig()
-		if err != nil {
-			return nil, fmt.Errorf("loading the in-cluster configuration (outside a pod, pass --kubeconfig): %w", err)
-		}
-	} else {
-		cfg, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("loading --kubeconfig: %w", err)
-		}
-	}
-	cfg.Timeout = requestTimeout
-	cfg.UserAgent = "kos-pki"
-	return cfg, nil
+	return cmd
 }

@@ -15,4 +15,7 @@
 //
 // The package does not rotate certificates in running processes; the pods
 // pick up renewed certificates when they restart.
+//
+// Like the other KOS commands, kos-pki ensure goes EnsureOptions → Complete
+// → Validate → Config → Complete → New (an EnsureRun) → Run.
 package pki

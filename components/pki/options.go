@@ -1,0 +1,101 @@
+package pki
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	cliflag "k8s.io/component-base/cli/flag"
+	logsapi "k8s.io/component-base/logs/api/v1"
+)
+
+// EnsureOptions are the settings of kos-pki ensure, as its command line
+// gives them.
+type EnsureOptions struct {
+	// Namespace holds the Secrets and the Services the certificates name.
+	Namespace string
+	// Secrets names the set of Secrets to ensure.
+	Secrets string
+	// APIService, when set, is the APIService whose CA bundle to set.
+	APIService string
+	// Kubeconfig reaches the cluster; empty means the in-cluster
+	// configuration.
+	Kubeconfig string
+	// OutDir, when set, receives the data of each ensured Secret.
+	OutDir string
+	// Logs configures logging.
+	Logs *logsapi.LoggingConfiguration
+}
+
+// NewEnsureOptions returns the default settings of kos-pki ensure.
+func NewEnsureOptions() *EnsureOptions {
+	return &EnsureOptions{
+		Namespace: DefaultNamespace,
+		Secrets:   string(SetAll),
+		Logs:      logsapi.NewLoggingConfiguration(),
+	}
+}
+
+// Flags returns the command-line flags of kos-pki ensure, by section.
+func (o *EnsureOptions) Flags() cliflag.NamedFlagSets {
+	var sets []string
+	for _, s := range Sets {
+		sets = append(sets, string(s))
+	}
+	var fss cliflag.NamedFlagSets
+	fs := fss.FlagSet("ensure")
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Namespace of the Secrets and of the Services the certificates name.")
+	fs.StringVar(&o.Secrets, "secrets", o.Secrets, "Which Secrets to ensure: "+strings.Join(sets, ", ")+".")
+	fs.StringVar(&o.APIService, "apiservice", o.APIService, "APIService whose CA bundle to set to the CA, such as v1alpha1.network.example.com; empty sets none.")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the cluster; empty means the in-cluster configuration.")
+	fs.StringVar(&o.OutDir, "out-dir", o.OutDir, "Also write each ensured Secret's data (never the CA key) into DIR/<secret>/<key>, for the pod's containers; empty writes none.")
+	logsapi.AddFlags(o.Logs, fss.FlagSet("logs"))
+	return fss
+}
+
+// Complete fills in the settings that follow from others; there are none
+// yet, and it is here so that every KOS command takes the same steps.
+func (o *EnsureOptions) Complete() error { return nil }
+
+// Validate returns every problem with the settings at once.
+func (o *EnsureOptions) Validate() error {
+	var errs []error
+	if o.Namespace == "" {
+		errs = append(errs, errors.New("--namespace is empty"))
+	} else if _, err := Set(o.Secrets).Leaves(o.Namespace); err != nil {
+		errs = append(errs, fmt.Errorf("--secrets: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// Config turns the settings into the configuration of an ensure run: the
+// client configuration (--kubeconfig, or the pod's own without it) and the
+// leaf certificates of the set.
+func (o *EnsureOptions) Config() (*EnsureConfig, error) {
+	leaves, err := Set(o.Secrets).Leaves(o.Namespace)
+	if err != nil {
+		return nil, fmt.Errorf("--secrets: %w", err)
+	}
+	var cfg *rest.Config
+	if o.Kubeconfig == "" {
+		cfg, err = rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("loading the in-cluster configuration (outside a pod, pass --kubeconfig): %w", err)
+		}
+	} else {
+		cfg, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("loading --kubeconfig: %w", err)
+		}
+	}
+	return &EnsureConfig{
+		REST:       cfg,
+		Namespace:  o.Namespace,
+		Leaves:     leaves,
+		APIService: o.APIService,
+		OutDir:     o.OutDir,
+		set:        o.Secrets,
+	}, nil
+}
