@@ -115,8 +115,8 @@ func (d *demo) runChannels(ctx context.Context) error {
 	if err := d.channels("apply", "channel", url); err != nil {
 		return err
 	}
-	say("Apply it:")
-	if err := d.channels("apply", "channel", url, "--yes"); err != nil {
+	say("Apply it (--wait=false: no pods run on this control plane, so nothing would ever be ready):")
+	if err := d.channels("apply", "channel", url, "--yes", "--wait=false"); err != nil {
 		return err
 	}
 	say("What is installed is recorded as annotations on the kube-system namespace:")
@@ -124,7 +124,7 @@ func (d *demo) runChannels(ctx context.Context) error {
 		return err
 	}
 	say("Running the same channel again changes nothing:")
-	if err := d.channels("apply", "channel", url, "--yes"); err != nil {
+	if err := d.channels("apply", "channel", url, "--yes", "--wait=false"); err != nil {
 		return err
 	}
 
@@ -133,7 +133,7 @@ func (d *demo) runChannels(ctx context.Context) error {
 	if err := d.channels("apply", "channel", url); err != nil {
 		return err
 	}
-	if err := d.channels("apply", "channel", url, "--yes"); err != nil {
+	if err := d.channels("apply", "channel", url, "--yes", "--wait=false"); err != nil {
 		return err
 	}
 	return d.channels("get", "addons")
