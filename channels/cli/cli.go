@@ -106,7 +106,7 @@ Channels are read from a path, an https:// URL or an s3:// URL.`,
 	o.config.AddFlags(cmd.PersistentFlags())
 	cmd.PersistentFlags().IntVarP(&o.verbosity, "v", "v", 0, "Log verbosity: 0 logs nothing, 1 and more log to stderr, 2 and more log each step")
 
-	cmd.AddCommand(newApplyCommand(o), newGetCommand(o), newVersionCommand(o))
+	cmd.AddCommand(newApplyCommand(o), newGetCommand(o), newDeleteCommand(o), newVersionCommand(o))
 	return cmd
 }
 
@@ -120,16 +120,30 @@ type options struct {
 
 // client connects to the cluster the kubeconfig flags select.
 func (o *options) client() (*channels.Client, error) {
+	cfg, err := o.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	return channels.NewClient(cfg)
+}
+
+// restConfig is the client configuration the kubeconfig flags select.
+func (o *options) restConfig() (*rest.Config, error) {
 	cfg, err := o.config.ToRESTConfig()
 	if err != nil {
-		if clientcmd.IsEmptyConfig(err) {
-			return nil, errors.New("no cluster configured: pass --kubeconfig or set KUBECONFIG")
-		}
-		return nil, withHint(fmt.Errorf("loading kubeconfig: %w", err), "check --kubeconfig, --context and KUBECONFIG")
+		return nil, o.configError(err)
 	}
 	cfg.WarningHandler = rest.NewWarningWriter(o.stderr, rest.WarningWriterOptions{Deduplicate: true})
 	cfg.UserAgent = "channels"
-	return channels.NewClient(cfg)
+	return cfg, nil
+}
+
+// configError says what to do about a kubeconfig that does not load.
+func (o *options) configError(err error) error {
+	if clientcmd.IsEmptyConfig(err) {
+		return errors.New("no cluster configured: pass --kubeconfig or set KUBECONFIG")
+	}
+	return withHint(fmt.Errorf("loading kubeconfig: %w", err), "check --kubeconfig, --context and KUBECONFIG")
 }
 
 // klogFlags holds klog's flags. klog is process-global, so they are

@@ -1,0 +1,311 @@
+package channels
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+)
+
+// DeleteOptions tune PlanUninstall and Uninstall. The zero value deletes
+// what the addon's record and identity label find, leaving Namespaces and
+// CRDs in place.
+type DeleteOptions struct {
+	// Selector is the addon's selector. It narrows the lists further, and is
+	// required for a record written before identity labels existed (by kOps
+	// or an older channels), whose objects may carry only the selector.
+	Selector map[string]string
+	// Namespaces deletes the addon's Namespaces too, with everything in
+	// them. The record namespace and Kubernetes' own namespaces are never
+	// deleted.
+	Namespaces bool
+	// CRDs deletes the addon's CustomResourceDefinitions too, with every
+	// custom resource of them.
+	CRDs bool
+	// OnEvent, when set, is called for every step, one call at a time.
+	OnEvent func(Event)
+	// Identity names this run as the holder of the lease; empty means
+	// NewIdentity().
+	Identity string
+	// Parallelism bounds the deletes in flight; 0 means 16.
+	Parallelism int
+}
+
+// Uninstall is what deleting one addon does: the objects to delete, in
+// order, and the ones found but kept, each with why.
+type Uninstall struct {
+	// Namespace holds the addon's install record; Name is the addon.
+	Namespace, Name string
+	// Record is the install record.
+	Record *Record
+	// Delete lists the objects to delete, in the order they will be.
+	Delete []UninstallObject
+	// Keep lists objects found that will not be deleted.
+	Keep []UninstallObject
+
+	candidates []candidate
+}
+
+// UninstallObject is one object an uninstall found.
+type UninstallObject struct {
+	// Kind is the object's group and kind.
+	Kind schema.GroupKind
+	// Namespace is empty for a cluster-scoped object.
+	Namespace, Name string
+	// Reason says why the object is kept; empty for one to delete.
+	Reason string
+}
+
+// String names the object as the output shows it: "Deployment.apps ns/name".
+func (o UninstallObject) String() string {
+	return objectKey{GroupKind: o.Kind, Namespace: o.Namespace, Name: o.Name}.String()
+}
+
+// protectedNamespaces are never deleted by an uninstall.
+var protectedNamespaces = map[string]bool{
+	"default": true, "kube-system": true, "kube-public": true, "kube-node-lease": true,
+}
+
+// PlanUninstall works out what deleting an addon does, reading only: its
+// record names the kinds and namespaces to list (with a pending inventory
+// an interrupted run left), and the lists select the addon's IdentityLabel
+// and, when given, its selector. As when pruning, objects a controller
+// owns, objects of another addon and (unless asked) Namespaces and CRDs are
+// kept.
+func (c *Client) PlanUninstall(ctx context.Context, namespace, name string, opts DeleteOptions) (*Uninstall, error) {
+	rs, err := c.readRecords(ctx, []string{namespace})
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := rs[namespace][AnnotationPrefix+name]; !ok {
+		return nil, fmt.Errorf("addon %q has no install record in namespace %s", name, namespace)
+	}
+	rec := rs.lookup(namespace, name)
+	if rec == nil {
+		return nil, fmt.Errorf("the install record of addon %q in namespace %s does not parse", name, namespace)
+	}
+	inv := rec.Inventory
+	if p := rs.pending(namespace, name); p != nil {
+		if inv == nil {
+			inv = p
+		} else {
+			inv = inv.union(p)
+		}
+	}
+	set := labels.Set{}
+	for k, v := range opts.Selector {
+		set[k] = v
+	}
+	switch {
+	case rec.Inventory != nil && rec.Inventory.Identity != "":
+		sel, err := labels.ConvertSelectorToLabelsMap(rec.Inventory.Identity)
+		if err != nil {
+			return nil, fmt.Errorf("install record of addon %q: identity %q: %w", name, rec.Inventory.Identity, err)
+		}
+		for k, v := range sel {
+			set[k] = v
+		}
+	case len(opts.Selector) == 0:
+		return nil, fmt.Errorf("the install record of addon %q names no identity label (kOps or an older channels wrote it): give the addon's selector", name)
+	}
+	if inv == nil || len(inv.Kinds) == 0 {
+		return nil, fmt.Errorf("the install record of addon %q lists no kinds (kOps writes none): delete its objects by label %s with kubectl, then the record annotation %s%s on namespace %s",
+			name, labels.SelectorFromSet(set), AnnotationPrefix, name, namespace)
+	}
+
+	u := &Uninstall{Namespace: namespace, Name: name, Record: rec}
+	w := &addonWriter{client: c, parallelism: defaultParallelism}
+	var queries []pruneQuery
+	for _, k := range inv.Kinds {
+		gk := schema.ParseGroupKind(k)
+		m, err := c.mapping(ctx, gk.WithVersion(""), false)
+		if meta.IsNoMatchError(err) {
+			continue // the server serves no such kind any more: nothing left of it
+		}
+		if err != nil {
+			return nil, fmt.Errorf("finding kind %s: %w", gk, err)
+		}
+		if m.Scope.Name() != meta.RESTScopeNameNamespace {
+			queries = append(queries, pruneQuery{mapping: m, labelSelector: labels.SelectorFromSet(set).String()})
+			continue
+		}
+		for _, ns := range inv.Namespaces {
+			queries = append(queries, pruneQuery{mapping: m, namespace: ns, labelSelector: labels.SelectorFromSet(set).String()})
+		}
+	}
+	found := make([][]candidate, len(queries))
+	err = w.each(ctx, len(queries), func(ctx context.Context, i int) error {
+		var err error
+		found[i], err = listOwned(ctx, c.Dynamic, queries[i], name)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	seen := map[types.UID]bool{}
+	for _, cs := range found {
+		for _, cand := range cs {
+			if seen[cand.uid] {
+				continue
+			}
+			seen[cand.uid] = true
+			if cand.skip == "" {
+				cand.skip = keepReason(cand.key, namespace, opts)
+			}
+			o := UninstallObject{Kind: cand.key.GroupKind, Namespace: cand.key.Namespace, Name: cand.key.Name, Reason: cand.skip}
+			if cand.skip != "" {
+				u.Keep = append(u.Keep, o)
+				continue
+			}
+			u.candidates = append(u.candidates, cand)
+		}
+	}
+	// Delete in the reverse of apply order, as pruning does.
+	sort.SliceStable(u.candidates, func(i, j int) bool {
+		a, b := u.candidates[i].key, u.candidates[j].key
+		if pa, pb := PhaseOf(a.GroupKind), PhaseOf(b.GroupKind); pa != pb {
+			return pa > pb
+		}
+		return a.String() < b.String()
+	})
+	for _, cand := range u.candidates {
+		u.Delete = append(u.Delete, UninstallObject{Kind: cand.key.GroupKind, Namespace: cand.key.Namespace, Name: cand.key.Name})
+	}
+	sort.Slice(u.Keep, func(i, j int) bool { return u.Keep[i].String() < u.Keep[j].String() })
+	return u, nil
+}
+
+// keepReason says why an object the lists found is kept, or "".
+func keepReason(key objectKey, recordNamespace string, opts DeleteOptions) string {
+	switch key.GroupKind {
+	case schema.GroupKind{Kind: "Namespace"}:
+		switch {
+		case key.Name == recordNamespace:
+			return "it holds the install records"
+		case protectedNamespaces[key.Name]:
+			return "a namespace of Kubernetes itself"
+		case !opts.Namespaces:
+			return "a Namespace: deleted only when asked"
+		}
+	case crdKind:
+		if !opts.CRDs {
+			return "a CustomResourceDefinition: deleted only when asked"
+		}
+	}
+	return ""
+}
+
+// listOwned lists the objects of a query, marking the ones that are not the
+// addon's to delete: those a controller owns, being deleted, or carrying
+// another addon's identity.
+func listOwned(ctx context.Context, dyn dynamic.Interface, q pruneQuery, addon string) ([]candidate, error) {
+	var ri dynamic.ResourceInterface = dyn.Resource(q.mapping.Resource)
+	if q.namespace != "" {
+		ri = dyn.Resource(q.mapping.Resource).Namespace(q.namespace)
+	}
+	gk := q.mapping.GroupVersionKind.GroupKind()
+	var out []candidate
+	opts := metav1.ListOptions{LabelSelector: q.labelSelector, Limit: listLimit}
+	for {
+		list, err := ri.List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("listing %s: %w", gk, err)
+		}
+		for i := range list.Items {
+			obj := &list.Items[i]
+			if obj.GetDeletionTimestamp() != nil {
+				continue
+			}
+			c := candidate{key: objectKey{GroupKind: gk, Namespace: obj.GetNamespace(), Name: obj.GetName()}, uid: obj.GetUID(), mapping: q.mapping}
+			switch id, ok := obj.GetLabels()[IdentityLabel]; {
+			case ownedByController(obj):
+				c.skip = "a controller owns it"
+			case ok && id != addon:
+				c.skip = fmt.Sprintf("it belongs to addon %q", id)
+			}
+			out = append(out, c)
+		}
+		if list.GetContinue() == "" {
+			return out, nil
+		}
+		opts.Continue = list.GetContinue()
+	}
+}
+
+// Uninstall deletes what PlanUninstall found, while holding the channels
+// Lease, and then removes the addon's install record (and pending
+// inventory). Each object is deleted only if it is still the one listed
+// (same UID), in the background (the garbage collector deletes its
+// dependents). When a delete fails the record stays, so the addon still
+// shows as installed and a second run retries.
+func (c *Client) Uninstall(ctx context.Context, u *Uninstall, opts DeleteOptions) error {
+	if opts.Identity == "" {
+		opts.Identity = NewIdentity()
+	}
+	if opts.Parallelism <= 0 {
+		opts.Parallelism = defaultParallelism
+	}
+	r := newReporter(opts.OnEvent)
+	return c.withLease(ctx, opts.Identity, r, func(ctx context.Context) error {
+		w := &addonWriter{client: c, parallelism: opts.Parallelism}
+		// Phase by phase, in the order PlanUninstall sorted them.
+		var errs []error
+		for start := 0; start < len(u.candidates); {
+			end := start
+			p := PhaseOf(u.candidates[start].key.GroupKind)
+			for end < len(u.candidates) && PhaseOf(u.candidates[end].key.GroupKind) == p {
+				end++
+			}
+			batch := u.candidates[start:end]
+			err := w.each(ctx, len(batch), func(ctx context.Context, i int) error {
+				deleted, err := deleteObject(ctx, c.Dynamic, batch[i])
+				if deleted {
+					r.report(EventPruned, u.Name, "Deleted %s", batch[i].key)
+				}
+				return err
+			})
+			if err != nil {
+				errs = append(errs, err)
+				break
+			}
+			start = end
+		}
+		if len(errs) > 0 {
+			return errors.Join(errs...)
+		}
+		if err := c.patchAnnotations(ctx, u.Namespace, map[string]*string{AnnotationPrefix + u.Name: nil, InventoryAnnotationPrefix + u.Name: nil}); err != nil {
+			return fmt.Errorf("removing the install record of addon %q from namespace %s: %w", u.Name, u.Namespace, err)
+		}
+		r.report(EventApplied, u.Name, "Deleted the install record of %s", describeRelease(u.Record.Version, u.Record.ID))
+		return nil
+	})
+}
+
+// deleteObject deletes one object if it is still the one listed, and
+// reports whether this call deleted it.
+func deleteObject(ctx context.Context, dyn dynamic.Interface, c candidate) (bool, error) {
+	var ri dynamic.ResourceInterface = dyn.Resource(c.mapping.Resource)
+	if c.key.Namespace != "" {
+		ri = dyn.Resource(c.mapping.Resource).Namespace(c.key.Namespace)
+	}
+	uid := c.uid
+	policy := metav1.DeletePropagationBackground
+	err := ri.Delete(ctx, c.key.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}, PropagationPolicy: &policy})
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		// Gone already, or replaced by another object of the same name.
+		return false, nil
+	default:
+		return false, fmt.Errorf("deleting %s: %w", c.key, err)
+	}
+}
