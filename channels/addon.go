@@ -34,7 +34,8 @@ type Addon struct {
 	Prune *api.PruneSpec
 	// NeedsRollingUpdate marks nodes on an update.
 	NeedsRollingUpdate api.NeedsRollingUpdate
-	// NeedsPKI is kept from kOps channels; this tool provisions no PKI.
+	// NeedsPKI asks, as in kOps, for a CA Secret and a cert-manager Issuer
+	// for the addon before its manifest is applied.
 	NeedsPKI bool
 	// Channel is the location of the channel the release came from.
 	Channel string

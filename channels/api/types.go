@@ -60,7 +60,8 @@ type AddonSpec struct {
 	ID string `json:"id,omitempty"`
 	// NeedsRollingUpdate marks matching nodes kops.k8s.io/needs-update on an update.
 	NeedsRollingUpdate NeedsRollingUpdate `json:"needsRollingUpdate,omitempty"`
-	// NeedsPKI is read for kOps compatibility; this tool provisions no PKI.
+	// NeedsPKI asks for a CA Secret (kube-system/NAME-ca) and a cert-manager
+	// Issuer (kube-system/NAME) signing with it, as kOps provides them.
 	NeedsPKI bool `json:"needsPKI,omitempty"`
 	// Prune adds kinds to prune beyond those the addon applied.
 	Prune *PruneSpec `json:"prune,omitempty"`

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kos-sdn/kos/channels"
 )
@@ -23,10 +25,13 @@ func newApplyCommand(o *options) *cobra.Command {
 
 func newApplyChannelCommand(o *options) *cobra.Command {
 	var (
+		daemon  *daemonFlags
 		yes     bool
+		diff    bool
 		wait    bool
 		timeout time.Duration
 	)
+	var out *outputFlags
 	cmd := &cobra.Command{
 		Use:   "channel LOCATION...",
 		Short: "Install or upgrade the addons of one or more channels",
@@ -39,7 +44,13 @@ default). A release is applied when it is newer, or of the same version with
 another id or manifest hash. A release older than the installed one is never
 applied. Across several channels, the newest release of each addon wins.
 
-Without --yes, the plan is printed and nothing is changed. With --yes, each
+Without --yes, the plan is printed and nothing is changed: every pending
+manifest is fetched and verified (hash, YAML, kinds the server serves),
+each object is dry-run with server-side apply, and the plan lists per object
+whether it would be created, updated, left unchanged or pruned; a manifest
+that would fail fails here, with the same error. --diff adds a unified diff
+of each object that would change, without managed fields and the fields the
+server sets, as kubectl diff shows it. With --yes, each
 addon is applied with server-side apply (field manager "channels"), in
 phases: namespaces and CRDs, RBAC, configuration, services, workloads, the
 rest, then APIServices and webhooks. Every object is labelled
@@ -53,14 +64,38 @@ label), and the install record is written last. An addon that fails, or is not
 ready in time, keeps its old record, so a second run retries it. A Lease
 (kube-system/channels) keeps two runs from interleaving.
 
+With --interval (and --yes), channels runs as kOps runs its channels on each
+control-plane node: a pass every interval until SIGTERM, each with a fresh
+discovery, retried every min(5s, interval) until one fully succeeds. Each
+pass also checks the objects of the installed addons for drift and
+re-applies what someone changed or deleted: cheaply, by listing their
+metadata, and by re-applying every object every --full-check-every passes.
+--metrics-bind-address serves /healthz, /readyz (ready after the first fully
+successful pass) and Prometheus /metrics; --node-name and --node-labels set
+labels on the node it runs on.
+
 LOCATION is a path, a file://, https:// or s3://BUCKET/KEY URL. A location
 whose content is a plain manifest instead of a channel is applied as one
-addon.`,
+addon.
+
+The plan is a table of the addons to apply or refused; -o prints it as
+kubectl get would (json, yaml, name, jsonpath=..., custom-columns=...): a
+List of objects of kind AddonUpdate (apiVersion ` + outputAPIVersion + `), one
+per addon the channels offer for this cluster, up-to-date ones included,
+with its current and offered release, whether it applies (apply) and why
+(reason). With -o other than wide, what --yes does is reported on stderr.`,
 		Example: `  # Show the plan.
   channels apply channel ./bootstrap-channel.yaml
 
+  # Show what would change in each object.
+  channels apply channel ./bootstrap-channel.yaml --diff
+
   # Apply it.
   channels apply channel ./bootstrap-channel.yaml --yes
+
+  # As a daemon on a control-plane node, as kOps runs channels.
+  channels apply channel s3://my-state-store/cluster/addons/bootstrap-channel.yaml --yes \
+      --interval 1m --metrics-bind-address 127.0.0.1:8089 --node-name "$NODE_NAME"
 
   # Several channels at once, from S3 (S3_ENDPOINT selects another store).
   channels apply channel s3://my-state-store/cluster/addons/bootstrap-channel.yaml \
@@ -75,16 +110,34 @@ addon.`,
 			if timeout <= 0 {
 				return usageErrorf(cmd, "--timeout must be positive, such as 5m")
 			}
-			return o.applyChannels(cmd, args, yes, channels.ApplyOptions{Wait: wait, Timeout: timeout})
+			opts := channels.ApplyOptions{Wait: wait, Timeout: timeout}
+			isDaemon, err := daemon.validate(cmd, yes)
+			if err != nil {
+				return err
+			}
+			if isDaemon {
+				if cmd.Flags().Changed("output") || diff {
+					return usageErrorf(cmd, "--interval prints progress lines: -o and --diff do not apply")
+				}
+				return o.runDaemon(cmd.Context(), args, daemon, opts)
+			}
+			return o.applyChannels(cmd, args, yes, diff, out, opts)
 		},
 	}
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "Apply the changes; without it, only print the plan")
+	cmd.Flags().BoolVar(&diff, "diff", false, "Print a unified diff of each object the plan changes")
 	cmd.Flags().BoolVar(&wait, "wait", true, "Wait until each addon's objects are ready before pruning and recording it; --wait=false for a cluster without worker nodes yet (kOps bootstrap)")
 	cmd.Flags().DurationVar(&timeout, "timeout", channels.DefaultTimeout, "How long each addon's objects may take to become ready, with --wait")
+	out = addOutputFlags(cmd)
+	daemon = addDaemonFlags(cmd)
 	return cmd
 }
 
-func (o *options) applyChannels(cmd *cobra.Command, locations []string, yes bool, opts channels.ApplyOptions) error {
+func (o *options) applyChannels(cmd *cobra.Command, locations []string, yes, diff bool, out *outputFlags, opts channels.ApplyOptions) error {
+	print, err := out.printer(cmd)
+	if err != nil {
+		return err
+	}
 	ctx := cmd.Context()
 	fetcher := channels.NewFetcher()
 	fetcher.Warn = func(msg string) { fmt.Fprintln(o.stderr, "warning: "+msg) }
@@ -104,23 +157,55 @@ func (o *options) applyChannels(cmd *cobra.Command, locations []string, yes bool
 	if err != nil {
 		return withHint(err, "check --kubeconfig and --context")
 	}
-	if err := plan.WriteTable(o.stdout); err != nil {
-		return err
+	// Messages share stdout with a table only; after JSON, YAML or names
+	// they go to stderr, so that stdout stays one document.
+	msgs := o.stdout
+	items := plan.Items
+	if out.table() {
+		items = planRows(plan)
+	} else {
+		msgs = o.stderr
+	}
+	// The dry-run: what each pending addon does to its objects.
+	var previews map[string]channels.AddonPreview
+	if len(plan.Pending()) > 0 && (!yes || diff) {
+		got, err := client.Preview(ctx, plan, channels.PreviewOptions{Fetcher: fetcher})
+		if err != nil {
+			return withHint(err, "nothing was changed: fix the release and run again")
+		}
+		previews = map[string]channels.AddonPreview{}
+		for _, p := range got {
+			previews[p.Addon] = p
+		}
+	}
+	objs := make([]*unstructured.Unstructured, len(items))
+	for i, it := range items {
+		objs[i] = planObject(it, previews[it.Addon.Name].Objects)
+	}
+	if len(objs) > 0 || !out.table() {
+		if err := print(o.stdout, objs, func() *metav1.Table { return planTable(items, objs) }); err != nil {
+			return err
+		}
+	}
+	if out.table() && previews != nil {
+		if err := writeObjectPlan(o.stdout, plan, previews, diff); err != nil {
+			return err
+		}
 	}
 	if len(plan.Pending()) == 0 {
-		fmt.Fprintln(o.stdout, "No update required")
+		fmt.Fprintln(msgs, "No update required")
 		return nil
 	}
 	if !yes {
-		fmt.Fprintln(o.stdout, "\nMust specify --yes to apply changes")
+		fmt.Fprintln(msgs, "\nMust specify --yes to apply changes")
 		return nil
 	}
-	fmt.Fprintln(o.stdout)
+	fmt.Fprintln(msgs)
 	opts.Fetcher = fetcher
 	opts.OnEvent = func(e channels.Event) {
 		switch e.Type {
 		case channels.EventWaiting, channels.EventProgress, channels.EventApplied, channels.EventPruned, channels.EventNote:
-			fmt.Fprintln(o.stdout, e.String())
+			fmt.Fprintln(msgs, e.String())
 		}
 	}
 	err = client.Apply(ctx, plan, opts)

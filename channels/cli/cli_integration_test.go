@@ -108,6 +108,10 @@ func TestIntegrationCLI(t *testing.T) {
 			"cli-demo   -         1.0.0 (k8s-1.34)\n" +
 			"cli-two    -         0.1.0\n" +
 			"\n" +
+			"cli-demo: create ConfigMap default/cli-keep\n" +
+			"cli-demo: create ConfigMap default/cli-drop\n" +
+			"cli-two: create ConfigMap default/cli-two\n" +
+			"\n" +
 			"Must specify --yes to apply changes\n"
 		if diff := cmp.Diff(out, want); diff != "" {
 			t.Errorf("stdout (-got +want):\n%s", diff)
@@ -272,6 +276,10 @@ func TestIntegrationCLIErrors(t *testing.T) {
 	}{
 		{name: "no location", args: []string{"apply", "channel"}, wantCode: 2, wantErr: "give at least one channel location (see 'channels apply channel --help')"},
 		{name: "unknown command", args: []string{"remove"}, wantCode: 2, wantErr: `unknown command "remove" for "channels"`},
+		{name: "daemon without --yes", args: []string{"apply", "channel", "x.yaml", "--interval", "1m"}, wantCode: 2, wantErr: "--interval applies changes again and again: it needs --yes"},
+		{name: "daemon flag without --interval", args: []string{"apply", "channel", "x.yaml", "--node-name", "n1"}, wantCode: 2, wantErr: "--node-name needs --interval"},
+		{name: "bad node labels", args: []string{"apply", "channel", "x.yaml", "--yes", "--interval", "1m", "--node-name", "n1", "--node-labels", "a=b=c"}, wantCode: 2, wantErr: "--node-labels"},
+		{name: "delete without a name", args: []string{"delete", "addon"}, wantCode: 2, wantErr: "give the name of at least one addon"},
 		{name: "unknown subcommand", args: []string{"get", "widgets"}, wantCode: 2, wantErr: `unknown command "widgets" for "channels get"`},
 		{name: "unknown flag", args: []string{"apply", "channel", "x.yaml", "--force"}, wantCode: 2, wantErr: "unknown flag: --force"},
 		{name: "bad output format", args: []string{"get", "addons", "-o", "xml"}, wantCode: 2, wantErr: `--output "xml" is not a format; use one of: wide, custom-columns=SPEC, json, yaml`},
@@ -295,7 +303,7 @@ func TestIntegrationCLIErrors(t *testing.T) {
 }
 
 func TestHelp(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"apply", "channel", "--help"}, {"get", "addons", "--help"}, {"version", "--help"}, {"apply"}} {
+	for _, args := range [][]string{{"--help"}, {"apply", "channel", "--help"}, {"get", "addons", "--help"}, {"delete", "addon", "--help"}, {"version", "--help"}, {"apply"}} {
 		var out, errOut bytes.Buffer
 		if code := Main(context.Background(), args, &out, &errOut); code != 0 {
 			t.Errorf("%v: exit %d, stderr %q", args, code, errOut.String())

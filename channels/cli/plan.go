@@ -1,6 +1,9 @@
 package cli
 
 import (
+	"fmt"
+	"io"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -9,7 +12,8 @@ import (
 
 // planObject is one item of a plan as the printers see it: kind AddonUpdate,
 // named after the addon, in its record namespace.
-func planObject(it channels.PlanItem) *unstructured.Unstructured {
+// objects is the dry-run of the addon's objects, nil when there is none.
+func planObject(it channels.PlanItem, objects []channels.ObjectChange) *unstructured.Unstructured {
 	a := it.Addon
 	update := map[string]any{"manifest": a.Manifest}
 	setIf(update, "version", a.VersionString())
@@ -24,6 +28,17 @@ func planObject(it channels.PlanItem) *unstructured.Unstructured {
 		"apply":      it.Decision.Apply,
 		"reason":     it.Decision.Reason,
 	}}
+	if objects != nil {
+		list := make([]any, len(objects))
+		for i, ch := range objects {
+			o := map[string]any{"action": string(ch.Action), "kind": ch.Kind.Kind, "name": ch.Name}
+			setIf(o, "group", ch.Kind.Group)
+			setIf(o, "namespace", ch.Namespace)
+			setIf(o, "note", ch.Note)
+			list[i] = o
+		}
+		u.Object["objects"] = list
+	}
 	if r := it.Current; r != nil {
 		current := map[string]any{}
 		setIf(current, "version", r.Version)
@@ -98,4 +113,33 @@ func describeRelease(version, id string) string {
 		return version
 	}
 	return version + " (" + id + ")"
+}
+
+// writeObjectPlan writes, after the plan table, what each pending addon
+// does to its objects, one line each, and with diff the unified diff of
+// each object that changes:
+//
+//	coredns: update Deployment.apps kube-system/coredns
+//	coredns: unchanged ConfigMap kube-system/coredns
+//	coredns: prune Service kube-system/old
+func writeObjectPlan(w io.Writer, plan *channels.Plan, previews map[string]channels.AddonPreview, diff bool) error {
+	fmt.Fprintln(w)
+	for _, it := range plan.Pending() {
+		for _, ch := range previews[it.Addon.Name].Objects {
+			line := fmt.Sprintf("%s: %s %s", it.Addon.Name, ch.Action, ch)
+			if ch.Note != "" {
+				line += " (" + ch.Note + ")"
+			}
+			fmt.Fprintln(w, line)
+			if !diff || ch.Action == channels.ActionUnchanged {
+				continue
+			}
+			d, err := ch.Diff()
+			if err != nil {
+				return err
+			}
+			fmt.Fprint(w, d)
+		}
+	}
+	return nil
 }

@@ -1,0 +1,349 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kos-sdn/kos/tools/testenv"
+)
+
+// process is a channels process the test runs, with its output collected.
+type process struct {
+	cmd   *exec.Cmd
+	mu    sync.Mutex
+	lines []string
+	added chan struct{}
+	done  chan struct{}
+}
+
+func startProcess(t *testing.T, args ...string) *process {
+	t.Helper()
+	p := &process{cmd: exec.Command(buildChannels(t), args...), added: make(chan struct{}, 1), done: make(chan struct{})}
+	out, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Stderr = p.cmd.Stdout
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go p.collect(out)
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("channels output:\n%s", strings.Join(p.output(), "\n"))
+		}
+	})
+	return p
+}
+
+func (p *process) collect(r io.Reader) {
+	s := bufio.NewScanner(r)
+	for s.Scan() {
+		p.mu.Lock()
+		p.lines = append(p.lines, s.Text())
+		p.mu.Unlock()
+		select {
+		case p.added <- struct{}{}:
+		default:
+		}
+	}
+	_ = p.cmd.Wait()
+	close(p.done)
+}
+
+func (p *process) output() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.lines...)
+}
+
+// waitLine waits for a line matching re and returns its submatches.
+func (p *process) waitLine(t *testing.T, re *regexp.Regexp, timeout time.Duration) []string {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		for _, l := range p.output() {
+			if m := re.FindStringSubmatch(l); m != nil {
+				return m
+			}
+		}
+		select {
+		case <-p.added:
+		case <-p.done:
+			t.Fatalf("channels exited (%v) before printing a line matching %s", p.cmd.ProcessState, re)
+		case <-deadline:
+			t.Fatalf("no line matching %s within %s", re, timeout)
+		}
+	}
+}
+
+// get fetches a URL and returns the status code and body.
+func get(url string) (int, string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
+}
+
+// metric returns the value of one sample of the metrics text, or -1.
+func metric(body, sample string) float64 {
+	for _, line := range strings.Split(body, "\n") {
+		if rest, ok := strings.CutPrefix(line, sample+" "); ok {
+			v, err := strconv.ParseFloat(rest, 64)
+			if err == nil {
+				return v
+			}
+		}
+	}
+	return -1
+}
+
+// poll calls cond every 100ms until it returns "" or timeout passes, and
+// fails the test with its last answer then.
+func poll(t *testing.T, timeout time.Duration, cond func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		problem := cond()
+		if problem == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %s", timeout, problem)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+const daemonManifest = `apiVersion: v1
+kind: ConfigMap
+metadata: {name: dmn-config, namespace: default}
+data: {mode: fast}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: dmn-secret, namespace: default}
+stringData: {token: abc}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: dmn-server, namespace: default}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: dmn-server}}
+  template:
+    metadata: {labels: {app: dmn-server}}
+    spec:
+      containers: [{name: server, image: registry.k8s.io/pause:3.10}]
+`
+
+func TestIntegrationDaemon(t *testing.T) {
+	// A control plane of its own, to restart.
+	dir := t.TempDir()
+	ctx := context.Background()
+	env, err := testenv.Start(ctx, testenv.Options{Dir: dir})
+	if err != nil {
+		t.Fatalf("starting a control plane: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	k, err := kubernetes.NewForConfig(env.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The node channels labels, as kOps's control-plane nodes.
+	if _, err := k.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cp-1"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	d := channelDir{t: t, dir: t.TempDir()}
+	m, hash := d.manifest("dmn.yaml", daemonManifest)
+	loc := d.channel("dmn-channel.yaml", fmt.Sprintf(`kind: Addons
+metadata: {name: dmn}
+spec:
+  addons:
+  - {name: dmn, version: 1.0.0, selector: {k8s-addon: dmn.addons.k8s.io}, manifest: %s, manifestHash: %s}
+`, m, hash))
+
+	const interval = 2 * time.Second
+	p := startProcess(t, "apply", "channel", loc, "--yes", "--wait=false", "--interval", interval.String(),
+		"--full-check-every", "1000", "--metrics-bind-address", "127.0.0.1:0",
+		"--node-name", "cp-1", "--node-labels", "node-role.kubernetes.io/control-plane=,kops.k8s.io/instancegroup=control-plane-1",
+		"--kubeconfig", env.Kubeconfig)
+	addr := p.waitLine(t, regexp.MustCompile(`serving /healthz, /readyz and /metrics on (\S+)`), 30*time.Second)[1]
+	base := "http://" + addr
+	metrics := func() string {
+		_, body, err := get(base + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return body
+	}
+
+	t.Run("applies, labels the node and becomes ready", func(t *testing.T) {
+		poll(t, 60*time.Second, func() string {
+			code, _, err := get(base + "/readyz")
+			if code != http.StatusOK {
+				return fmt.Sprintf("/readyz: %d %v", code, err)
+			}
+			return ""
+		})
+		if code, _, err := get(base + "/healthz"); code != http.StatusOK {
+			t.Errorf("/healthz: %d %v", code, err)
+		}
+		ns, err := k.CoreV1().Namespaces().Get(ctx, "kube-system", metav1.GetOptions{})
+		if err != nil || ns.Annotations["addons.k8s.io/dmn"] == "" {
+			t.Errorf("no install record of dmn: %v", err)
+		}
+		node, err := k.CoreV1().Nodes().Get(ctx, "cp-1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := node.Labels["node-role.kubernetes.io/control-plane"]; !ok || node.Labels["kops.k8s.io/instancegroup"] != "control-plane-1" {
+			t.Errorf("node labels = %v", node.Labels)
+		}
+		body := metrics()
+		for sample, min := range map[string]float64{
+			`channels_passes_total{result="success"}`:    1,
+			`channels_addons_applied_total{addon="dmn"}`: 1,
+			`channels_last_success_timestamp_seconds`:    float64(time.Now().Add(-time.Minute).Unix()),
+			`channels_pass_duration_seconds_count`:       1,
+			`process_resident_memory_bytes`:              1,
+		} {
+			if got := metric(body, sample); got < min {
+				t.Errorf("%s = %v, want at least %v", sample, got, min)
+			}
+		}
+	})
+
+	// repairs edits the ConfigMap and the Deployment, deletes the Secret,
+	// and waits for the daemon to put them back.
+	repairs := func(t *testing.T) {
+		t.Helper()
+		before := metrics()
+		began := time.Now()
+		patch := []byte(`{"data":{"mode":"slow"}}`)
+		if _, err := k.CoreV1().ConfigMaps("default").Patch(ctx, "dmn-config", types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "kubectl-edit"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := k.AppsV1().Deployments("default").Patch(ctx, "dmn-server", types.MergePatchType, []byte(`{"spec":{"replicas":5}}`), metav1.PatchOptions{FieldManager: "kubectl-edit"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := k.CoreV1().Secrets("default").Delete(ctx, "dmn-secret", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// Within one interval, and the pass it takes.
+		poll(t, interval+3*time.Second, func() string {
+			cm, err := k.CoreV1().ConfigMaps("default").Get(ctx, "dmn-config", metav1.GetOptions{})
+			if err != nil || cm.Data["mode"] != "fast" {
+				return fmt.Sprintf("ConfigMap dmn-config: %v %v", cm.Data, err)
+			}
+			dep, err := k.AppsV1().Deployments("default").Get(ctx, "dmn-server", metav1.GetOptions{})
+			if err != nil || *dep.Spec.Replicas != 2 {
+				return fmt.Sprintf("Deployment dmn-server: %v", err)
+			}
+			if _, err := k.CoreV1().Secrets("default").Get(ctx, "dmn-secret", metav1.GetOptions{}); err != nil {
+				return fmt.Sprintf("Secret dmn-secret: %v", err)
+			}
+			return ""
+		})
+		t.Logf("repaired in %s", time.Since(began).Round(time.Millisecond))
+		poll(t, 5*time.Second, func() string {
+			after := metrics()
+			for sample, want := range map[string]float64{
+				`channels_drift_objects_repaired_total{drift="changed"}`: 2,
+				`channels_drift_objects_repaired_total{drift="deleted"}`: 1,
+			} {
+				if got := metric(after, sample) - metric(before, sample); got != want {
+					return fmt.Sprintf("%s went up by %v, want %v", sample, got, want)
+				}
+			}
+			return ""
+		})
+	}
+	t.Run("checks the applied objects on the next pass", func(t *testing.T) {
+		poll(t, interval+3*time.Second, func() string {
+			if got := metric(metrics(), "channels_drift_objects_checked_total"); got < 3 {
+				return fmt.Sprintf("channels_drift_objects_checked_total = %v, want at least 3", got)
+			}
+			return ""
+		})
+	})
+	t.Run("repairs a hand-edited and a hand-deleted object", repairs)
+
+	t.Run("survives the control plane restarting", func(t *testing.T) {
+		failures := metric(metrics(), `channels_passes_total{result="failure"}`)
+		if err := env.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, 30*time.Second, func() string {
+			if got := metric(metrics(), `channels_passes_total{result="failure"}`); got <= failures {
+				return "no pass failed while the control plane was down"
+			}
+			return ""
+		})
+		if code, _, err := get(base + "/healthz"); code != http.StatusOK {
+			t.Errorf("/healthz while the control plane is down: %d %v", code, err)
+		}
+		env, err = testenv.Start(ctx, testenv.Options{Dir: dir})
+		if err != nil {
+			t.Fatalf("restarting the control plane: %v", err)
+		}
+		if k, err = kubernetes.NewForConfig(env.RESTConfig); err != nil {
+			t.Fatal(err)
+		}
+		successes := metric(metrics(), `channels_passes_total{result="success"}`)
+		poll(t, 30*time.Second, func() string {
+			if got := metric(metrics(), `channels_passes_total{result="success"}`); got <= successes {
+				return "no pass succeeded since the control plane came back"
+			}
+			return ""
+		})
+		repairs(t)
+	})
+
+	t.Run("stops cleanly on SIGTERM", func(t *testing.T) {
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-p.done:
+		case <-time.After(15 * time.Second):
+			t.Fatal("channels did not stop within 15s of SIGTERM")
+		}
+		if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+			t.Errorf("exit %d after SIGTERM, want 0", code)
+		}
+		out := p.output()
+		if len(out) == 0 || !strings.HasSuffix(out[len(out)-1], " stopped") {
+			t.Errorf("last line = %q, want it to say stopped", out[len(out)-1:])
+		}
+		// The lease was released.
+		if l, err := k.CoordinationV1().Leases("kube-system").Get(ctx, "channels", metav1.GetOptions{}); err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
+			t.Errorf("lease still held by %q", *l.Spec.HolderIdentity)
+		} else if err != nil && !apierrors.IsNotFound(err) {
+			t.Error(err)
+		}
+	})
+}

@@ -1,0 +1,265 @@
+package channels
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+)
+
+// maxRetryInterval bounds the wait between passes until the first pass
+// succeeds.
+const maxRetryInterval = 5 * time.Second
+
+// DefaultFullCheckEvery is how often, in passes, a daemon re-applies every
+// object of the installed addons instead of checking them cheaply.
+const DefaultFullCheckEvery = 10
+
+// DaemonOptions configure a Daemon.
+type DaemonOptions struct {
+	// Locations are the channels, read again on every pass.
+	Locations []string
+	// Interval is the time between passes once a pass has succeeded; until
+	// then a failed pass is retried after min(5s, Interval).
+	Interval time.Duration
+	// Apply tunes the applies of each pass. Its Fetcher reads the channels
+	// too.
+	Apply ApplyOptions
+	// NodeName, when set, names the node whose labels every pass sets to
+	// NodeLabels, as kOps's channels does on the control-plane node it runs
+	// on (the kubelet may not set node-role labels on its own node).
+	NodeName   string
+	NodeLabels map[string]string
+	// FullCheckEvery makes every Nth pass re-apply every object of the
+	// installed addons; 0 means DefaultFullCheckEvery. The passes between
+	// only list the objects' metadata and re-apply what changed (see Drift).
+	FullCheckEvery int
+	// OnPass, when set, is called after each pass with its result.
+	OnPass func(PassResult)
+}
+
+// PassResult is what one pass of a daemon did.
+type PassResult struct {
+	// Number counts passes from 1.
+	Number int
+	// Duration is how long the pass took.
+	Duration time.Duration
+	// Err is nil when the pass fully succeeded.
+	Err error
+	// Applied and Failed name the addons applied and failed.
+	Applied, Failed []string
+	// Drift is what the drift check found and repaired.
+	Drift DriftResult
+}
+
+// Daemon applies channels again and again: kOps runs its channels this way
+// on every control-plane node. It is ready once a pass has fully succeeded.
+type Daemon struct {
+	client  *Client
+	meta    metadata.Interface
+	opts    DaemonOptions
+	metrics *Metrics
+	drift   *driftState
+	ready   atomic.Bool
+	passes  int
+}
+
+// NewDaemon returns a daemon on the cluster of config.
+func NewDaemon(config *rest.Config, opts DaemonOptions) (*Daemon, error) {
+	if opts.Interval <= 0 {
+		return nil, errors.New("the interval between passes must be positive")
+	}
+	if len(opts.Locations) == 0 {
+		return nil, errors.New("give at least one channel location")
+	}
+	if opts.Apply.Fetcher == nil {
+		opts.Apply.Fetcher = NewFetcher()
+	}
+	if opts.Apply.Identity == "" {
+		opts.Apply.Identity = NewIdentity()
+	}
+	if opts.FullCheckEvery <= 0 {
+		opts.FullCheckEvery = DefaultFullCheckEvery
+	}
+	c, err := NewClient(config)
+	if err != nil {
+		return nil, err
+	}
+	cfg := rest.CopyConfig(config)
+	if cfg.QPS == 0 {
+		cfg.QPS, cfg.Burst = defaultQPS, defaultBurst
+	}
+	m, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating metadata client: %w", err)
+	}
+	return &Daemon{client: c, meta: m, opts: opts, metrics: NewMetrics(), drift: newDriftState()}, nil
+}
+
+// Metrics returns the daemon's metrics.
+func (d *Daemon) Metrics() *Metrics { return d.metrics }
+
+// Ready reports whether a pass has fully succeeded.
+func (d *Daemon) Ready() bool { return d.ready.Load() }
+
+// Run runs passes until ctx is cancelled, and then returns nil: it stops
+// between passes, or in a pass at its next request. A pass in which
+// anything failed is retried after min(5s, Interval) until one fully
+// succeeds, and after Interval from then on.
+func (d *Daemon) Run(ctx context.Context) error {
+	retry := min(maxRetryInterval, d.opts.Interval)
+	for {
+		res := d.Pass(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if d.opts.OnPass != nil {
+			d.opts.OnPass(res)
+		}
+		wait := d.opts.Interval
+		if !d.ready.Load() {
+			wait = retry
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Pass runs one pass: it reads discovery afresh, loads the channels,
+// plans, applies what is pending, labels the node, and checks the
+// installed addons for drift, repairing it.
+func (d *Daemon) Pass(ctx context.Context) PassResult {
+	d.passes++
+	res := PassResult{Number: d.passes}
+	began := time.Now()
+	res.Err = d.pass(ctx, &res)
+	res.Duration = time.Since(began)
+	d.metrics.observePass(res, began)
+	if res.Err == nil {
+		d.ready.Store(true)
+	} else {
+		klog.FromContext(ctx).V(1).Info("Pass failed", "pass", res.Number, "err", res.Err)
+	}
+	return res
+}
+
+func (d *Daemon) pass(ctx context.Context, res *PassResult) error {
+	c := d.client
+	// A fresh discovery each pass: CRDs and aggregated APIs come and go.
+	c.Mapper.Reset()
+	var releases []*Addon
+	for _, loc := range d.opts.Locations {
+		got, err := Load(ctx, d.opts.Apply.Fetcher, loc)
+		if err != nil {
+			return err
+		}
+		releases = append(releases, got...)
+	}
+	plan, err := c.Plan(ctx, releases)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	if len(plan.Pending()) > 0 {
+		failed := map[string]bool{}
+		err := c.Apply(ctx, plan, d.opts.Apply)
+		var applyErr *ApplyError
+		if errors.As(err, &applyErr) {
+			for _, f := range applyErr.Failed {
+				failed[f.Addon] = true
+				res.Failed = append(res.Failed, f.Addon)
+			}
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if err == nil || applyErr != nil {
+			for _, it := range plan.Pending() {
+				if !failed[it.Addon.Name] {
+					res.Applied = append(res.Applied, it.Addon.Name)
+				}
+			}
+		}
+		// What was applied is checked afresh by the drift check below.
+		for _, it := range plan.Pending() {
+			d.drift.forget(it.Addon.Name)
+		}
+	}
+	if d.opts.NodeName != "" {
+		if err := c.labelNode(ctx, d.opts.NodeName, d.opts.NodeLabels); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	full := (res.Number-1)%d.opts.FullCheckEvery == 0
+	drift, err := d.checkDrift(ctx, plan, full)
+	res.Drift = drift
+	if err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// labelNode sets labels on a node with a merge patch, unless it has them.
+func (c *Client) labelNode(ctx context.Context, name string, labels map[string]string) error {
+	if len(labels) == 0 {
+		return nil
+	}
+	node, err := c.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading node %s to label it: %w", name, err)
+	}
+	missing := map[string]string{}
+	for k, v := range labels {
+		if got, ok := node.Labels[k]; !ok || got != v {
+			missing[k] = v
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": missing}})
+	if err != nil {
+		return fmt.Errorf("encoding the labels of node %s: %w", name, err)
+	}
+	_, err = c.Kube.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("labelling node %s: it does not exist; check --node-name", name)
+	}
+	if err != nil {
+		return fmt.Errorf("labelling node %s: %w", name, err)
+	}
+	return nil
+}
+
+// Handler serves /healthz (the daemon runs), /readyz (a pass has fully
+// succeeded) and /metrics (Prometheus).
+func (d *Daemon) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !d.ready.Load() {
+			http.Error(w, "no pass has succeeded yet", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.Handle("/metrics", d.metrics.Handler())
+	return mux
+}

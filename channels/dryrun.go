@@ -1,0 +1,356 @@
+package channels
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+)
+
+// Action is what applying a release does to one object.
+type Action string
+
+// The actions a preview reports.
+const (
+	ActionCreate    Action = "create"
+	ActionUpdate    Action = "update"
+	ActionUnchanged Action = "unchanged"
+	ActionPrune     Action = "prune"
+)
+
+// ObjectChange is what applying a release does to one object.
+type ObjectChange struct {
+	Action Action
+	// Kind is the object's group and kind.
+	Kind schema.GroupKind
+	// Namespace is empty for a cluster-scoped object.
+	Namespace, Name string
+	// Live is the object on the cluster and Merged the object as the
+	// server-side dry-run answered, both without managed fields and the
+	// fields the server sets (resourceVersion, uid, generation,
+	// creationTimestamp, status); nil when the object does not exist before
+	// or after.
+	Live, Merged *unstructured.Unstructured
+	// Note says why an object could not be dry-run: its kind or its
+	// namespace is one the release creates.
+	Note string
+}
+
+// String names the object: "Deployment.apps ns/name".
+func (o ObjectChange) String() string {
+	return objectKey{GroupKind: o.Kind, Namespace: o.Namespace, Name: o.Name}.String()
+}
+
+// AddonPreview is what applying one addon's release would do.
+type AddonPreview struct {
+	Addon   string
+	Objects []ObjectChange
+}
+
+// PreviewOptions tune Preview. The zero value is ready to use.
+type PreviewOptions struct {
+	// Fetcher reads manifests; nil means NewFetcher().
+	Fetcher *Fetcher
+	// Parallelism bounds the requests in flight; 0 means 16.
+	Parallelism int
+}
+
+// Preview works out, without changing anything, what Apply would do to the
+// objects of the plan's pending addons: it fetches and verifies each
+// manifest, decodes it, maps every kind (a kind the server does not serve
+// and the manifest does not define is an error, as it is for Apply),
+// dry-runs each object with server-side apply (dryRun=All, the same field
+// manager and force), compares the answer with the live object, and lists
+// what pruning would delete. Objects of kinds or in namespaces the release
+// itself creates cannot be dry-run before those exist; they show as
+// created, with a note.
+//
+// It returns one AddonPreview per pending addon, in plan order. Addons that
+// fail are reported together in an *ApplyError, with the errors Apply would
+// meet first.
+func (c *Client) Preview(ctx context.Context, plan *Plan, opts PreviewOptions) ([]AddonPreview, error) {
+	if opts.Fetcher == nil {
+		opts.Fetcher = NewFetcher()
+	}
+	if opts.Parallelism <= 0 {
+		opts.Parallelism = defaultParallelism
+	}
+	var out []AddonPreview
+	var failed []AddonError
+	for _, it := range plan.Pending() {
+		it.shared = plan.sharingSelector(it.Addon)
+		changes, err := c.previewAddon(ctx, it, opts)
+		if err != nil {
+			failed = append(failed, AddonError{Addon: it.Addon.Name, Err: err})
+			continue
+		}
+		out = append(out, AddonPreview{Addon: it.Addon.Name, Objects: changes})
+	}
+	if len(failed) > 0 {
+		return out, &ApplyError{Failed: failed}
+	}
+	return out, nil
+}
+
+func (c *Client) previewAddon(ctx context.Context, it PlanItem, opts PreviewOptions) ([]ObjectChange, error) {
+	a := it.Addon
+	if errs := validation.IsValidLabelValue(a.Name); len(errs) > 0 {
+		return nil, fmt.Errorf("the addon's name cannot be the value of label %s (%s): give it a shorter name", IdentityLabel, strings.Join(errs, "; "))
+	}
+	data, err := opts.Fetcher.FetchManifest(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	objs, err := DecodeObjects(data)
+	if err != nil {
+		return nil, fmt.Errorf("decoding manifest %s: %w", a.Manifest, err)
+	}
+	if len(a.Selector) == 0 && a.Prune != nil {
+		return nil, errors.New("refusing to prune with an empty selector: give the addon a selector")
+	}
+	// As applyAddon stamps them.
+	StampLabels(objs, a.Selector)
+	StampLabels(objs, map[string]string{IdentityLabel: a.Name})
+
+	w := &addonWriter{client: c, parallelism: opts.Parallelism, shared: it.shared}
+	rel, err := w.prepare(ctx, objs)
+	if err != nil {
+		return nil, err
+	}
+	var pki []ObjectChange
+	if a.NeedsPKI {
+		if pki, err = c.previewPKI(ctx, a); err != nil {
+			return nil, err
+		}
+	}
+	creates := map[string]bool{}
+	for _, u := range objs {
+		if u.GroupVersionKind().GroupKind() == (schema.GroupKind{Kind: "Namespace"}) {
+			creates[u.GetName()] = true
+		}
+	}
+	missing := &namespaceCache{client: c, exists: map[string]bool{}}
+
+	changes := make([]ObjectChange, len(objs))
+	err = w.each(ctx, len(objs), func(ctx context.Context, i int) error {
+		u := objs[i]
+		key := keyOf(u)
+		ch := ObjectChange{Kind: key.GroupKind, Namespace: key.Namespace, Name: key.Name}
+		t := rel.ready[u]
+		switch {
+		case t == nil:
+			ch.Action, ch.Note = ActionCreate, "its kind is defined by this release"
+		case key.Namespace != "" && creates[key.Namespace]:
+			exists, err := missing.has(ctx, key.Namespace)
+			if err != nil {
+				return err
+			}
+			if !exists {
+				ch.Action, ch.Note = ActionCreate, "its namespace is created by this release"
+				break
+			}
+			fallthrough
+		default:
+			if err := w.dryRun(ctx, t, &ch); err != nil {
+				return err
+			}
+		}
+		changes[i] = ch
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	if len(a.Selector) > 0 {
+		legacy := it.Current != nil && (it.Current.Inventory == nil || it.Current.Inventory.Identity == "")
+		queries, err := w.pruneQueries(ctx, it, legacy, rel.done, nil)
+		if err != nil {
+			return nil, err
+		}
+		found := make([][]candidate, len(queries))
+		err = w.each(ctx, len(queries), func(ctx context.Context, i int) error {
+			var err error
+			found[i], err = w.list(ctx, queries[i], rel.done, a.Name, w.shared)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		seen := map[objectKey]bool{}
+		for _, cs := range found {
+			for _, cand := range cs {
+				if cand.skip != "" || seen[cand.key] {
+					continue
+				}
+				seen[cand.key] = true
+				ch := ObjectChange{Action: ActionPrune, Kind: cand.key.GroupKind, Namespace: cand.key.Namespace, Name: cand.key.Name}
+				live, err := resourceFor(c.Dynamic, cand.mapping.Resource, cand.key.Namespace).Get(ctx, cand.key.Name, metav1.GetOptions{})
+				if err != nil && !apierrors.IsNotFound(err) {
+					return nil, fmt.Errorf("reading %s: %w", cand.key, err)
+				}
+				if err == nil {
+					ch.Live = comparable(live)
+				}
+				changes = append(changes, ch)
+			}
+		}
+	}
+	changes = append(pki, changes...)
+	// In the order Apply goes: phase by phase, then pruning.
+	order := func(ch ObjectChange) int {
+		if ch.Action == ActionPrune {
+			return int(phaseCount)
+		}
+		return int(PhaseOf(ch.Kind))
+	}
+	sort.SliceStable(changes, func(i, j int) bool { return order(changes[i]) < order(changes[j]) })
+	return changes, nil
+}
+
+// dryRun reads the live object and dry-runs the apply of t, and sets the
+// change's action from the difference.
+func (w *addonWriter) dryRun(ctx context.Context, t *target, ch *ObjectChange) error {
+	ri := resourceFor(w.client.Dynamic, t.mapping.Resource, t.key.Namespace)
+	live, err := ri.Get(ctx, t.key.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		live = nil
+	case err != nil:
+		return fmt.Errorf("reading %s: %w", t.key, err)
+	}
+	merged, err := ri.Apply(ctx, t.key.Name, t.obj, metav1.ApplyOptions{FieldManager: FieldManager, Force: true, DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		return fmt.Errorf("applying %s (dry run): %w", t.key, err)
+	}
+	ch.Merged = comparable(merged)
+	switch {
+	case live == nil:
+		ch.Action = ActionCreate
+	default:
+		ch.Live = comparable(live)
+		ch.Action = ActionUpdate
+		if equalObjects(ch.Live, ch.Merged) {
+			ch.Action = ActionUnchanged
+		}
+	}
+	return nil
+}
+
+// resourceFor is the dynamic client of a resource in a namespace ("" for
+// cluster-scoped).
+func resourceFor(dyn dynamic.Interface, gvr schema.GroupVersionResource, namespace string) dynamic.ResourceInterface {
+	if namespace == "" {
+		return dyn.Resource(gvr)
+	}
+	return dyn.Resource(gvr).Namespace(namespace)
+}
+
+// comparable returns a copy of obj without managed fields and the fields
+// the server sets, as kubectl diff leaves them out.
+func comparable(obj *unstructured.Unstructured) *unstructured.Unstructured {
+	out := obj.DeepCopy()
+	for _, f := range []string{"managedFields", "resourceVersion", "uid", "generation", "creationTimestamp", "selfLink"} {
+		unstructured.RemoveNestedField(out.Object, "metadata", f)
+	}
+	unstructured.RemoveNestedField(out.Object, "status")
+	return out
+}
+
+func equalObjects(a, b *unstructured.Unstructured) bool {
+	return reflect.DeepEqual(a.Object, b.Object)
+}
+
+// namespaceCache remembers which namespaces exist.
+type namespaceCache struct {
+	client *Client
+	mu     sync.Mutex
+	exists map[string]bool
+}
+
+func (nc *namespaceCache) has(ctx context.Context, name string) (bool, error) {
+	nc.mu.Lock()
+	defer nc.mu.Unlock()
+	if e, ok := nc.exists[name]; ok {
+		return e, nil
+	}
+	_, err := nc.client.Kube.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		nc.exists[name] = false
+	case err != nil:
+		return false, fmt.Errorf("reading namespace %s: %w", name, err)
+	default:
+		nc.exists[name] = true
+	}
+	return nc.exists[name], nil
+}
+
+// previewPKI lists the PKI objects installPKI would create for an addon, and
+// fails as it would when cert-manager's Issuer is not served.
+func (c *Client) previewPKI(ctx context.Context, a *Addon) ([]ObjectChange, error) {
+	mapping, err := c.issuerMapping(ctx, a.Name)
+	if err != nil {
+		return nil, err
+	}
+	changes := []ObjectChange{
+		{Kind: schema.GroupKind{Kind: "Secret"}, Namespace: PKINamespace, Name: PKISecretName(a.Name)},
+		{Kind: issuerKind.GroupKind(), Namespace: PKINamespace, Name: a.Name},
+	}
+	resources := []schema.GroupVersionResource{corev1.SchemeGroupVersion.WithResource("secrets"), mapping.Resource}
+	for i := range changes {
+		_, err := resourceFor(c.Dynamic, resources[i], PKINamespace).Get(ctx, changes[i].Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			changes[i].Action, changes[i].Note = ActionCreate, "needsPKI"
+		case err != nil:
+			return nil, fmt.Errorf("reading %s: %w", changes[i], err)
+		default:
+			changes[i].Action = ActionUnchanged
+		}
+	}
+	return changes, nil
+}
+
+// Diff returns the unified diff of the change, from the live object to the
+// object as it would be, in YAML, with managed fields and server-set fields
+// left out (as kubectl diff shows it); "" when nothing changes.
+func (o ObjectChange) Diff() (string, error) {
+	before, err := yamlLines(o.Live)
+	if err != nil {
+		return "", err
+	}
+	after, err := yamlLines(o.Merged)
+	if err != nil {
+		return "", err
+	}
+	name := o.String()
+	return UnifiedDiff("live/"+name, "applied/"+name, before, after), nil
+}
+
+func yamlLines(u *unstructured.Unstructured) ([]string, error) {
+	if u == nil {
+		return nil, nil
+	}
+	data, err := yaml.Marshal(u.Object)
+	if err != nil {
+		return nil, fmt.Errorf("encoding %s: %w", keyOf(u), err)
+	}
+	lines := strings.SplitAfter(string(data), "\n")
+	if lines[len(lines)-1] == "" {
+		lines = lines[:len(lines)-1]
+	}
+	return lines, nil
+}
