@@ -162,26 +162,37 @@ func (c *Client) Apply(ctx context.Context, plan *Plan, opts ApplyOptions) error
 	})
 }
 
+// releaseObjects fetches and verifies the manifest of a release, decodes it
+// and stamps the addon's selector and IdentityLabel on every object: the
+// objects exactly as apply, the plan's dry-run and drift repair send them.
+func releaseObjects(ctx context.Context, f *Fetcher, a *Addon) ([]*unstructured.Unstructured, error) {
+	if errs := validation.IsValidLabelValue(a.Name); len(errs) > 0 {
+		return nil, fmt.Errorf("the addon's name cannot be the value of label %s (%s): give it a shorter name", IdentityLabel, strings.Join(errs, "; "))
+	}
+	if len(a.Selector) == 0 && a.Prune != nil {
+		return nil, errors.New("refusing to prune with an empty selector: give the addon a selector")
+	}
+	data, err := f.FetchManifest(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	objs, err := DecodeObjects(data)
+	if err != nil {
+		return nil, fmt.Errorf("decoding manifest %s: %w", a.Manifest, err)
+	}
+	StampLabels(objs, a.Selector)
+	StampLabels(objs, map[string]string{IdentityLabel: a.Name})
+	return objs, nil
+}
+
 // applyAddon applies, waits for, prunes and records one addon.
 func (c *Client) applyAddon(ctx context.Context, it PlanItem, opts ApplyOptions, r *reporter) error {
 	a := it.Addon
 	logger := klog.FromContext(ctx).WithValues("addon", a.Name)
-	if errs := validation.IsValidLabelValue(a.Name); len(errs) > 0 {
-		return fmt.Errorf("the addon's name cannot be the value of label %s (%s): give it a shorter name", IdentityLabel, strings.Join(errs, "; "))
-	}
-	data, err := opts.Fetcher.FetchManifest(ctx, a)
+	objs, err := releaseObjects(ctx, opts.Fetcher, a)
 	if err != nil {
 		return err
 	}
-	objs, err := DecodeObjects(data)
-	if err != nil {
-		return fmt.Errorf("decoding manifest %s: %w", a.Manifest, err)
-	}
-	if len(a.Selector) == 0 && a.Prune != nil {
-		return errors.New("refusing to prune with an empty selector: give the addon a selector")
-	}
-	StampLabels(objs, a.Selector)
-	StampLabels(objs, map[string]string{IdentityLabel: a.Name})
 	logger.V(2).Info("Applying addon", "objects", len(objs), "reason", it.Decision.Reason)
 
 	w := &addonWriter{client: c, parallelism: opts.Parallelism, shared: it.shared}

@@ -205,16 +205,10 @@ func (d *Daemon) checkDrift(ctx context.Context, plan *Plan, full bool) (DriftRe
 // release, as applyAddon does.
 func (d *Daemon) targetsOf(ctx context.Context, it PlanItem) ([]*target, error) {
 	a := it.Addon
-	data, err := d.opts.Apply.Fetcher.FetchManifest(ctx, a)
+	objs, err := releaseObjects(ctx, d.opts.Apply.Fetcher, a)
 	if err != nil {
 		return nil, err
 	}
-	objs, err := DecodeObjects(data)
-	if err != nil {
-		return nil, fmt.Errorf("decoding manifest %s: %w", a.Manifest, err)
-	}
-	StampLabels(objs, a.Selector)
-	StampLabels(objs, map[string]string{IdentityLabel: a.Name})
 	w := &addonWriter{client: d.client, parallelism: defaultParallelism}
 	rel, err := w.prepare(ctx, objs)
 	if err != nil {

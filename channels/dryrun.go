@@ -2,7 +2,6 @@ package channels
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"reflect"
 	"sort"
@@ -14,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 )
@@ -106,23 +104,10 @@ func (c *Client) Preview(ctx context.Context, plan *Plan, opts PreviewOptions) (
 
 func (c *Client) previewAddon(ctx context.Context, it PlanItem, opts PreviewOptions) ([]ObjectChange, error) {
 	a := it.Addon
-	if errs := validation.IsValidLabelValue(a.Name); len(errs) > 0 {
-		return nil, fmt.Errorf("the addon's name cannot be the value of label %s (%s): give it a shorter name", IdentityLabel, strings.Join(errs, "; "))
-	}
-	data, err := opts.Fetcher.FetchManifest(ctx, a)
+	objs, err := releaseObjects(ctx, opts.Fetcher, a)
 	if err != nil {
 		return nil, err
 	}
-	objs, err := DecodeObjects(data)
-	if err != nil {
-		return nil, fmt.Errorf("decoding manifest %s: %w", a.Manifest, err)
-	}
-	if len(a.Selector) == 0 && a.Prune != nil {
-		return nil, errors.New("refusing to prune with an empty selector: give the addon a selector")
-	}
-	// As applyAddon stamps them.
-	StampLabels(objs, a.Selector)
-	StampLabels(objs, map[string]string{IdentityLabel: a.Name})
 
 	w := &addonWriter{client: c, parallelism: opts.Parallelism, shared: it.shared}
 	rel, err := w.prepare(ctx, objs)
