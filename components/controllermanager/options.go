@@ -22,11 +22,16 @@ type Options struct {
 	// Kubeconfig is the main cluster's kubeconfig; "" means the in-cluster
 	// configuration.
 	Kubeconfig string
-	// QPS and Burst limit the requests to each API server. Each address
-	// takes two requests (the lock and the status) and an Event, so the
-	// defaults are well above client-go's.
+	// QPS and Burst limit the requests to the main cluster's API server,
+	// which takes the Events (one per address) and the Lease.
 	QPS   float32
 	Burst int
+	// KOSQPS and KOSBurst limit the requests to the KOS API. Each address
+	// takes two (the lock and the status); kos-apiserver and its etcd take
+	// a few thousand writes a second, and a lower limit than that, not the
+	// server, would bound the rate of addressing.
+	KOSQPS   float32
+	KOSBurst int
 
 	// KOSServer is the URL of kos-apiserver for direct access; "" reaches
 	// the KOS API through the main cluster's kube-apiserver.
@@ -53,6 +58,8 @@ func NewOptions() *Options {
 	return &Options{
 		QPS:                    200,
 		Burst:                  400,
+		KOSQPS:                 5000,
+		KOSBurst:               10000,
 		SubnetValidatorWorkers: 2,
 		IPAMWorkers:            4,
 		ResyncPeriod:           10 * time.Minute,
@@ -73,8 +80,10 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	var fss cliflag.NamedFlagSets
 	fs := fss.FlagSet("API access")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the main cluster; empty means the in-cluster configuration.")
-	fs.Float32Var(&o.QPS, "kube-api-qps", o.QPS, "Requests per second to each API server.")
-	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "Requests in a burst to each API server.")
+	fs.Float32Var(&o.QPS, "kube-api-qps", o.QPS, "Requests per second to the main cluster's API server (Events, the Lease).")
+	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "Requests in a burst to the main cluster's API server.")
+	fs.Float32Var(&o.KOSQPS, "kos-api-qps", o.KOSQPS, "Requests per second to the KOS API; each address takes two.")
+	fs.IntVar(&o.KOSBurst, "kos-api-burst", o.KOSBurst, "Requests in a burst to the KOS API.")
 	fs.StringVar(&o.KOSServer, "kos-api-server", o.KOSServer, "URL of kos-apiserver, such as https://kos-apiserver.example-com.svc, for direct access; empty reaches the KOS API through the main cluster's kube-apiserver.")
 	fs.StringVar(&o.KOSCAFile, "kos-api-ca-file", o.KOSCAFile, "CA bundle of kos-apiserver's serving certificate, with --kos-api-server.")
 
@@ -118,6 +127,9 @@ func (o *Options) Validate() error {
 	if o.QPS <= 0 || o.Burst <= 0 {
 		errs = append(errs, fmt.Errorf("--kube-api-qps and --kube-api-burst must be positive, got %v and %d", o.QPS, o.Burst))
 	}
+	if o.KOSQPS <= 0 || o.KOSBurst <= 0 {
+		errs = append(errs, fmt.Errorf("--kos-api-qps and --kos-api-burst must be positive, got %v and %d", o.KOSQPS, o.KOSBurst))
+	}
 	if o.SubnetValidatorWorkers < 1 || o.IPAMWorkers < 1 {
 		errs = append(errs, fmt.Errorf("--subnet-validator-workers and --ipam-workers must be at least 1, got %d and %d", o.SubnetValidatorWorkers, o.IPAMWorkers))
 	}
@@ -138,6 +150,7 @@ func (o *Options) Config() (*Config, error) {
 	}
 	kube.QPS, kube.Burst = o.QPS, o.Burst
 	kos := rest.CopyConfig(kube)
+	kos.QPS, kos.Burst = o.KOSQPS, o.KOSBurst
 	if o.KOSServer != "" {
 		// The same identity, presented to kos-apiserver, which asks the
 		// main cluster about it.

@@ -33,8 +33,8 @@ func TestOptionsConfig(t *testing.T) {
 	}
 	type summary struct {
 		KubeHost, KOSHost, KOSCAFile string
-		QPS                          float32
-		Burst                        int
+		QPS, KOSQPS                  float32
+		Burst, KOSBurst              int
 		Leader                       bool
 		Identity                     string
 		IPAMWorkers                  int
@@ -47,18 +47,19 @@ func TestOptionsConfig(t *testing.T) {
 	}{
 		{"defaults: aggregated, elected", nil, summary{
 			KubeHost: "https://127.0.0.1:6443", KOSHost: "https://127.0.0.1:6443",
-			QPS: 200, Burst: 400, Leader: true, IPAMWorkers: 4, Metrics: ":9295",
+			QPS: 200, Burst: 400, KOSQPS: 5000, KOSBurst: 10000, Leader: true, IPAMWorkers: 4, Metrics: ":9295",
 		}},
 		{"direct, no election", []string{
 			"--kos-api-server=https://kos.example-com.svc:443", "--kos-api-ca-file=/ca.crt",
-			"--leader-elect=false", "--kube-api-qps=7", "--kube-api-burst=9", "--ipam-workers=8", "--metrics-bind-address=",
+			"--leader-elect=false", "--kube-api-qps=7", "--kube-api-burst=9", "--kos-api-qps=70", "--kos-api-burst=90",
+			"--ipam-workers=8", "--metrics-bind-address=",
 		}, summary{
 			KubeHost: "https://127.0.0.1:6443", KOSHost: "https://kos.example-com.svc:443", KOSCAFile: "/ca.crt",
-			QPS: 7, Burst: 9, IPAMWorkers: 8,
+			QPS: 7, Burst: 9, KOSQPS: 70, KOSBurst: 90, IPAMWorkers: 8,
 		}},
 		{"named identity", []string{"--leader-elect-identity=me"}, summary{
 			KubeHost: "https://127.0.0.1:6443", KOSHost: "https://127.0.0.1:6443",
-			QPS: 200, Burst: 400, Leader: true, Identity: "me", IPAMWorkers: 4, Metrics: ":9295",
+			QPS: 200, Burst: 400, KOSQPS: 5000, KOSBurst: 10000, Leader: true, Identity: "me", IPAMWorkers: 4, Metrics: ":9295",
 		}},
 	}
 	for _, tc := range tests {
@@ -83,7 +84,7 @@ func TestOptionsConfig(t *testing.T) {
 			}
 			got := summary{
 				KubeHost: cfg.Kube.Host, KOSHost: cfg.KOS.Host, KOSCAFile: cfg.KOS.TLSClientConfig.CAFile,
-				QPS: cfg.KOS.QPS, Burst: cfg.KOS.Burst, Leader: cfg.LeaderElection != nil,
+				QPS: cfg.Kube.QPS, Burst: cfg.Kube.Burst, KOSQPS: cfg.KOS.QPS, KOSBurst: cfg.KOS.Burst, Leader: cfg.LeaderElection != nil,
 				IPAMWorkers: cfg.IPAMWorkers, Metrics: cfg.MetricsAddress,
 			}
 			if cfg.LeaderElection != nil {
@@ -111,6 +112,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"CA without server", func(o *Options) { o.KOSCAFile = "/ca.crt" }},
 		{"renew deadline beyond the lease", func(o *Options) { o.RenewDeadline = o.LeaseDuration }},
 		{"no QPS", func(o *Options) { o.QPS = 0 }},
+		{"no KOS burst", func(o *Options) { o.KOSBurst = 0 }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -39,6 +39,10 @@ const (
 	locksByOwnerIndex = "ipam-owner"
 	// locksByVNIIndex indexes IP locks by the VNI their name encodes.
 	locksByVNIIndex = "ipam-vni"
+	// locksByAddressIndex indexes IP locks by their name alone, which
+	// encodes VNI and address: whether an address is locked, in any
+	// namespace, is one lookup.
+	locksByAddressIndex = "ipam-address"
 	// subnetsByVNIIndex indexes subnets by spec.vni.
 	subnetsByVNIIndex = "ipam-vni"
 )
@@ -102,7 +106,7 @@ func NewController(client versioned.Interface, subnets informers.SubnetInformer,
 	if err := attachments.Informer().AddIndexers(cache.Indexers{attachmentsBySubnetIndex: attachmentSubnet}); err != nil {
 		return nil, fmt.Errorf("adding the attachment index: %w", err)
 	}
-	if err := locks.Informer().AddIndexers(cache.Indexers{locksByOwnerIndex: lockOwner, locksByVNIIndex: lockVNI}); err != nil {
+	if err := locks.Informer().AddIndexers(cache.Indexers{locksByOwnerIndex: lockOwner, locksByVNIIndex: lockVNI, locksByAddressIndex: lockAddress}); err != nil {
 		return nil, fmt.Errorf("adding the IP lock indexes: %w", err)
 	}
 	handlers := []struct {
@@ -172,6 +176,17 @@ func lockVNI(obj any) ([]string, error) {
 		return nil, nil
 	}
 	return []string{strconv.FormatUint(uint64(vni), 10)}, nil
+}
+
+func lockAddress(obj any) ([]string, error) {
+	l, ok := obj.(*v1alpha1.IPLock)
+	if !ok {
+		return nil, nil
+	}
+	if _, _, err := ParseLockName(l.Name); err != nil {
+		return nil, nil
+	}
+	return []string{l.Name}, nil
 }
 
 // ownerRef returns the controller reference of a lock to its attachment.

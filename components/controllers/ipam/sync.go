@@ -297,21 +297,12 @@ func (c *Controller) lockFits(l *v1alpha1.IPLock, att *v1alpha1.NetworkAttachmen
 // returns nil when the subnet is full.
 func (c *Controller) lockFreeAddress(ctx context.Context, att *v1alpha1.NetworkAttachment, subnet *v1alpha1.Subnet, r addrRange) (*v1alpha1.IPLock, error) {
 	vni := subnet.Spec.VNI
-	objs, err := c.lockIndex.ByIndex(locksByVNIIndex, fmt.Sprint(vni))
-	if err != nil {
-		return nil, fmt.Errorf("looking up the IP locks of VNI %d: %w", vni, err)
-	}
-	taken := map[uint32]bool{}
-	for _, o := range objs {
-		if _, addr, err := ParseLockName(o.(*v1alpha1.IPLock).Name); err == nil && r.contains(addrToUint32(addr)) {
-			taken[addrToUint32(addr)] = true
-		}
-	}
-	isTaken := func(a uint32) bool { return taken[a] }
+	// Addresses the server found taken although the cache lacks their lock.
+	serverTaken := map[uint32]bool{}
 	for range createAttempts {
-		a, ok := pickFree(r, uint64(len(taken)), isTaken, c.intN)
-		if !ok {
-			return nil, nil
+		a, ok, err := c.pickUnlocked(vni, r, serverTaken)
+		if err != nil || !ok {
+			return nil, err
 		}
 		addr := uint32ToAddr(a)
 		lock := &v1alpha1.IPLock{
@@ -336,9 +327,45 @@ func (c *Controller) lockFreeAddress(ctx context.Context, att *v1alpha1.NetworkA
 			return nil, fmt.Errorf("locking %s on VNI %d: %w", addr, vni, err)
 		}
 		// The cache trails the server: someone holds this one.
-		taken[a] = true
+		serverTaken[a] = true
 	}
 	return nil, fmt.Errorf("the cache of VNI %d trails the server: %d addresses it thought free were taken", vni, createAttempts)
+}
+
+// pickUnlocked returns a random address of r on vni that no cached lock
+// holds and that is not in also, or false when there is none. Random
+// probes cost one index lookup each, whatever the number of locks; only
+// when they all miss, as in a range more than half taken, are the VNI's
+// locks listed and counted.
+func (c *Controller) pickUnlocked(vni uint32, r addrRange, also map[uint32]bool) (uint32, bool, error) {
+	locked := func(a uint32) bool {
+		if also[a] {
+			return true
+		}
+		objs, err := c.lockIndex.ByIndex(locksByAddressIndex, LockName(vni, uint32ToAddr(a)))
+		return err != nil || len(objs) > 0
+	}
+	for range probes {
+		a := r.first + uint32(c.intN(r.size()))
+		if !locked(a) {
+			return a, true, nil
+		}
+	}
+	objs, err := c.lockIndex.ByIndex(locksByVNIIndex, fmt.Sprint(vni))
+	if err != nil {
+		return 0, false, fmt.Errorf("looking up the IP locks of VNI %d: %w", vni, err)
+	}
+	taken := map[uint32]bool{}
+	for a := range also {
+		taken[a] = true
+	}
+	for _, o := range objs {
+		if _, addr, err := ParseLockName(o.(*v1alpha1.IPLock).Name); err == nil && r.contains(addrToUint32(addr)) {
+			taken[addrToUint32(addr)] = true
+		}
+	}
+	a, ok := pickFree(r, uint64(len(taken)), func(a uint32) bool { return taken[a] }, c.intN)
+	return a, ok, nil
 }
 
 func ptrTo[T any](v T) *T { return &v }

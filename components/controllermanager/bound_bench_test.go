@@ -1,0 +1,338 @@
+package controllermanager_test
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
+	"github.com/kos-sdn/kos/components/controllermanager"
+	"github.com/kos-sdn/kos/components/controllers/ipam"
+	"github.com/kos-sdn/kos/components/generated/clientset/versioned"
+	"github.com/kos-sdn/kos/tools/poll"
+	"github.com/kos-sdn/kos/tools/testenv"
+)
+
+// boundClients is how many clients write at once in BenchmarkIPAMBound, as
+// in the apiserver's BenchmarkAttachmentCreate.
+const boundClients = 8
+
+// boundCount is how many attachments each phase of BenchmarkIPAMBound
+// addresses.
+const boundCount = 3000
+
+// BenchmarkIPAMBound measures how close the IPAM controller comes to what
+// kos-apiserver and its etcd can write, as a ratio taken in one run, so that
+// a busy machine slows both sides alike. Run it with -benchtime=1x.
+//
+// First, with no controller running, boundClients clients address
+// attachments themselves: each creates an attachment, creates its IPLock and
+// writes its address in the status, the very writes an addressed attachment
+// costs. That is the raw rate (raw-addr/s; raw-writes/s counts the writes).
+// Then one in-process manager with the product's client settings runs, and
+// the same clients create attachments as fast as they can while the
+// controller addresses them; the addressing rate (addressed/s) is taken from
+// the server's write times of the addresses, over their middle 80%. The
+// ratio is addressed/s over raw-addr/s. The bound, half the raw
+// write rate (two KOS writes per address, the attachment's creation not
+// counted), gives ratio-vs-writes/2. Last, attachments are created paced at
+// the addressing rate just measured (1x) and the p50 and p99 latency from
+// creation to address, by server times, are reported.
+func BenchmarkIPAMBound(b *testing.B) {
+	for _, workers := range []int{2, 8, 32} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+			kos := startKOS(b)
+			clients := boundWriters(b, kos, boundClients)
+			vni := uint32(1900 + workers*10)
+
+			// The raw rate, no controller running: the subnet is
+			// marked validated by hand.
+			ns := newNamespace(b)
+			subnet := createSubnet(b, clients[0], newSubnet(ns, "raw", "10.128.0.0/16", vni))
+			subnet.Status.Validated = true
+			subnet, err := clients[0].NetworkV1alpha1().Subnets(ns).UpdateStatus(context.Background(), subnet, metav1.UpdateOptions{})
+			if err != nil {
+				b.Fatalf("validating subnet %s/%s: %v", ns, subnet.Name, err)
+			}
+			cpu := takeCPU(b)
+			rawRate, rawWrites := rawAddressing(b, clients, subnet, boundCount)
+			b.Logf("raw phase, CPU ms per address: %s", cpu.since(b, boundCount))
+
+			// The controller, with the product's client settings. It
+			// finds the raw attachments addressed and leaves them be.
+			stop := startBoundManager(b, kos, workers)
+			defer stop()
+
+			ns2, subnet2 := benchSubnet(b, clients[0], vni+1, 0)
+			cpu = takeCPU(b)
+			began := time.Now()
+			createFast(b, clients, ns2, subnet2, boundCount)
+			createRate := float64(boundCount) / time.Since(began).Seconds()
+			addressed := waitAddressed(b, clients[0], ns2, boundCount)
+			b.Logf("controller phase, CPU ms per address: %s", cpu.since(b, boundCount))
+			rate := steadyRate(addressed)
+			lat := latencies(addressed)
+			if err := (&snapshot{attachments: addressed}).uniqueAddresses(); err != nil {
+				b.Fatal(err)
+			}
+			b.Logf("raw: %.0f addresses/s (%.0f writes/s); controller: created %.0f/s, addressed %.0f/s (ratio %.2f, %.2f of writes/2); p50 %s, p99 %s while saturated",
+				rawRate, rawWrites, createRate, rate, rate/rawRate, rate/(rawWrites/2), lat[len(lat)/2], lat[len(lat)*99/100])
+
+			// At the sustained rate, paced.
+			ns3, subnet3 := benchSubnet(b, clients[0], vni+2, 1)
+			n := max(500, int(rate*5))
+			start := time.Now()
+			createPaced(b, clients[0], ns3, subnet3, n, rate)
+			pacedRate := float64(n) / time.Since(start).Seconds()
+			paced := latencies(waitAddressed(b, clients[0], ns3, n))
+			b.Logf("paced at %.0f/s (created %.0f/s): p50 %s, p99 %s", rate, pacedRate, paced[len(paced)/2], paced[len(paced)*99/100])
+
+			b.ReportMetric(rawRate, "raw-addr/s")
+			b.ReportMetric(rawWrites, "raw-writes/s")
+			b.ReportMetric(rate, "addressed/s")
+			b.ReportMetric(rate/rawRate, "ratio")
+			b.ReportMetric(rate/(rawWrites/2), "ratio-vs-writes/2")
+			b.ReportMetric(float64(paced[len(paced)/2].Microseconds())/1000, "1x-p50-ms")
+			b.ReportMetric(float64(paced[len(paced)*99/100].Microseconds())/1000, "1x-p99-ms")
+		})
+	}
+}
+
+// boundWriters returns n clients of kos-apiserver, each with a connection of
+// its own and no client-side rate limit, as in the apiserver's benchmarks.
+func boundWriters(b *testing.B, kos *testenv.KOS, n int) []versioned.Interface {
+	b.Helper()
+	out := make([]versioned.Interface, n)
+	for i := range out {
+		cfg := rest.CopyConfig(kos.DirectConfig)
+		cfg.QPS = -1
+		// A dialer of its own keeps client-go from sharing one transport.
+		dialer := &net.Dialer{Timeout: 30 * time.Second}
+		cfg.Dial = dialer.DialContext
+		c, err := versioned.NewForConfig(cfg)
+		if err != nil {
+			b.Fatalf("creating a KOS client: %v", err)
+		}
+		out[i] = c
+	}
+	return out
+}
+
+// rawAddressing addresses n attachments of subnet the way the controller
+// does, by clients: create the attachment, lock an address, write it in the
+// status. It returns the attachments so addressed per second and the writes
+// per second.
+func rawAddressing(b *testing.B, clients []versioned.Interface, subnet *v1alpha1.Subnet, n int) (float64, float64) {
+	b.Helper()
+	ns := subnet.Namespace
+	first := netip.MustParsePrefix(subnet.Spec.IPv4).Addr().As4()
+	base := uint32(first[0])<<24 | uint32(first[1])<<16 | uint32(first[2])<<8 | uint32(first[3])
+	work := make(chan int, n)
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	began := time.Now()
+	for _, c := range clients {
+		wg.Go(func() {
+			ctx := context.Background()
+			for i := range work {
+				err := func() error {
+					att, err := c.NetworkV1alpha1().NetworkAttachments(ns).Create(ctx, newAttachment(ns, fmt.Sprintf("raw-%d", i), subnet.Name), metav1.CreateOptions{})
+					if err != nil {
+						return err
+					}
+					n := base + 2 + uint32(i)
+					addr := netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})
+					lock, err := c.NetworkV1alpha1().IPLocks(ns).Create(ctx, &v1alpha1.IPLock{
+						ObjectMeta: metav1.ObjectMeta{
+							Namespace: ns,
+							Name:      ipam.LockName(subnet.Spec.VNI, addr),
+							OwnerReferences: []metav1.OwnerReference{{
+								APIVersion: v1alpha1.SchemeGroupVersion.String(),
+								Kind:       "NetworkAttachment",
+								Name:       att.Name,
+								UID:        att.UID,
+								Controller: new(true),
+							}},
+						},
+						Spec: v1alpha1.IPLockSpec{SubnetName: subnet.Name},
+					}, metav1.CreateOptions{})
+					if err != nil {
+						return err
+					}
+					att.Status.IPv4 = addr.String()
+					att.Status.AddressVNI = subnet.Spec.VNI
+					att.Status.LockUID = string(lock.UID)
+					att.Status.SubnetCreationTime = &subnet.CreationTimestamp
+					_, err = c.NetworkV1alpha1().NetworkAttachments(ns).UpdateStatus(ctx, att, metav1.UpdateOptions{})
+					return err
+				}()
+				if err != nil && failed.Add(1) == 1 {
+					b.Errorf("addressing attachment raw-%d by hand: %v", i, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(began).Seconds()
+	if failed.Load() > 0 {
+		b.FailNow()
+	}
+	return float64(n) / elapsed, float64(3*n) / elapsed
+}
+
+// createFast creates n attachments of subnet, spread over the clients, as
+// fast as they go.
+func createFast(b *testing.B, clients []versioned.Interface, ns, subnet string, n int) {
+	b.Helper()
+	work := make(chan int, n)
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		wg.Go(func() {
+			for i := range work {
+				_, err := c.NetworkV1alpha1().NetworkAttachments(ns).Create(context.Background(), newAttachment(ns, fmt.Sprintf("att-%d", i), subnet), metav1.CreateOptions{})
+				if err != nil && failed.Add(1) == 1 {
+					b.Errorf("creating attachment att-%d: %v", i, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if failed.Load() > 0 {
+		b.FailNow()
+	}
+}
+
+// startBoundManager runs an in-process controller manager with the client
+// settings kos-controller-manager has by default, without leader election.
+func startBoundManager(b *testing.B, kos *testenv.KOS, workers int) (stop func()) {
+	b.Helper()
+	env := testenv.Shared(b)
+	opts := controllermanager.NewOptions()
+	kubeCfg := rest.CopyConfig(env.RESTConfig)
+	kosCfg := rest.CopyConfig(kos.DirectConfig)
+	kubeCfg.QPS, kubeCfg.Burst = opts.QPS, opts.Burst
+	kosCfg.QPS, kosCfg.Burst = opts.KOSQPS, opts.KOSBurst
+	m, err := controllermanager.Config{
+		Kube:                   kubeCfg,
+		KOS:                    kosCfg,
+		SubnetValidatorWorkers: 2,
+		IPAMWorkers:            workers,
+	}.Complete().New()
+	if err != nil {
+		b.Fatalf("creating the manager: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ctx = klog.NewContext(ctx, klog.Background().WithName("bound"))
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				b.Errorf("manager: %v", err)
+			}
+		})
+	}
+	b.Cleanup(stop)
+	poll.Until(b, time.Minute, "the manager ready", func(context.Context) error {
+		rec := httptest.NewRecorder()
+		m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		if rec.Code != http.StatusOK {
+			return fmt.Errorf("/readyz: %d %s", rec.Code, rec.Body)
+		}
+		return nil
+	})
+	return stop
+}
+
+// cpuSample is the CPU time, user and system, that the environment's
+// processes and this one (the clients and the controller) had used.
+type cpuSample map[string]time.Duration
+
+func takeCPU(b *testing.B) cpuSample {
+	b.Helper()
+	out := cpuSample{"benchmark+controller": processCPU(b, "self")}
+	for _, p := range testenv.Shared(b).Processes() {
+		if p.Running {
+			out[p.Name] = processCPU(b, strconv.Itoa(p.PID))
+		}
+	}
+	return out
+}
+
+// since returns the CPU milliseconds per address each process used since
+// the sample, the busiest first.
+func (s cpuSample) since(b *testing.B, addresses int) string {
+	b.Helper()
+	now := takeCPU(b)
+	type use struct {
+		name string
+		ms   float64
+	}
+	var uses []use
+	total := 0.0
+	for name, t := range now {
+		ms := float64(t-s[name]) / float64(time.Millisecond) / float64(addresses)
+		total += ms
+		uses = append(uses, use{name, ms})
+	}
+	slices.SortFunc(uses, func(a, b use) int { return cmp.Compare(b.ms, a.ms) })
+	parts := []string{fmt.Sprintf("total %.2f", total)}
+	for _, u := range uses {
+		if u.ms >= 0.01 {
+			parts = append(parts, fmt.Sprintf("%s %.2f", u.name, u.ms))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// processCPU returns the user and system time of process pid ("self" for
+// this one), from /proc.
+func processCPU(b *testing.B, pid string) time.Duration {
+	b.Helper()
+	data, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	if err != nil {
+		b.Fatalf("reading the CPU time of process %s: %v", pid, err)
+	}
+	// The fields after the command, which is in parentheses and may hold
+	// spaces: utime and stime are the 12th and 13th.
+	fields := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+	var ticks int64
+	for _, f := range fields[11:13] {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			b.Fatalf("parsing /proc/%s/stat: %v", pid, err)
+		}
+		ticks += n
+	}
+	// Linux counts in USER_HZ, 100 a second.
+	return time.Duration(ticks) * 10 * time.Millisecond
+}
