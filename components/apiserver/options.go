@@ -3,6 +3,7 @@ package apiserver
 import (
 	"fmt"
 	"net"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -18,6 +19,7 @@ import (
 	netutils "k8s.io/utils/net"
 
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
+	"github.com/kos-sdn/kos/components/apiserver/admission/noderestriction"
 	generatedopenapi "github.com/kos-sdn/kos/components/generated/openapi"
 )
 
@@ -38,6 +40,10 @@ type Options struct {
 	// AlternateDNS are more names for the self-signed serving certificate made
 	// when no certificate is given.
 	AlternateDNS []string
+	// AgentIdentities are the user names of node agents, whose status writes
+	// to NetworkAttachments the NodeRestriction admission plugin scopes to
+	// their node.
+	AgentIdentities []string
 }
 
 // NewOptions returns the default settings of kos-apiserver.
@@ -46,7 +52,13 @@ func NewOptions() *Options {
 		Recommended: genericoptions.NewRecommendedOptions(DefaultEtcdPrefix, Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion)),
 		ServerRun:   genericoptions.NewServerRunOptions(),
 		Logs:        logsapi.NewLoggingConfiguration(),
+
+		AgentIdentities: slices.Clone(noderestriction.DefaultAgents),
 	}
+	// NodeRestriction is on by default, next to the generic plugins; it is
+	// made after the flags are parsed, so it sees --agent-identities.
+	noderestriction.Register(o.Recommended.Admission.Plugins, func() []string { return o.AgentIdentities })
+	o.Recommended.Admission.RecommendedPluginOrder = append(o.Recommended.Admission.RecommendedPluginOrder, noderestriction.PluginName)
 	// Objects are stored as v1alpha1, whatever version a client used.
 	o.Recommended.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(v1alpha1.SchemeGroupVersion, schema.GroupKind{Group: v1alpha1.GroupName})
 	return o
@@ -65,6 +77,10 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	o.Recommended.Authorization.AddFlags(fss.FlagSet("authorization"))
 	o.Recommended.CoreAPI.AddFlags(fss.FlagSet("main cluster"))
 	o.Recommended.Admission.AddFlags(fss.FlagSet("admission"))
+	fss.FlagSet("admission").StringSliceVar(&o.AgentIdentities, "agent-identities", o.AgentIdentities,
+		"The user names of node agents (admission plugin "+noderestriction.PluginName+"). Such a user may write the status of a NetworkAttachment "+
+			"only with credentials that name a node (a service-account token bound to a pod, Kubernetes 1.30 or later), only if the attachment is on that node, "+
+			"and only its interface and postCreateExec sections. Empty turns the restriction off.")
 	o.Recommended.Audit.AddFlags(fss.FlagSet("audit"))
 	o.Recommended.Features.AddFlags(fss.FlagSet("features"))
 	o.Recommended.EgressSelector.AddFlags(fss.FlagSet("egress selector"))

@@ -84,11 +84,22 @@ func (s statusStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Obj
 	registry.KeepMetadata(&att.ObjectMeta, &oldAtt.ObjectMeta)
 	att.ExtendedMetadata = oldAtt.ExtendedMetadata
 	now := s.Clock.Now()
+	for _, sec := range ChangedStatusSections(&att.Status, &oldAtt.Status) {
+		att.ExtendedMetadata.Writes = att.ExtendedMetadata.Writes.Stamp(sec, now)
+	}
+}
+
+// ChangedStatusSections returns the write sections (network.SectionAddress,
+// SectionImpl, SectionExecReport) in which status differs from old, in that
+// order. Nil and empty lists are the same.
+func ChangedStatusSections(status, old *network.NetworkAttachmentStatus) []string {
+	var changed []string
 	for _, sec := range statusSections {
-		if !equality.Semantic.DeepEqual(sec.part(&att.Status), sec.part(&oldAtt.Status)) {
-			att.ExtendedMetadata.Writes = att.ExtendedMetadata.Writes.Stamp(sec.name, now)
+		if !equality.Semantic.DeepEqual(sec.part(status), sec.part(old)) {
+			changed = append(changed, sec.name)
 		}
 	}
+	return changed
 }
 
 // statusSections maps each write section of an attachment's status to the
