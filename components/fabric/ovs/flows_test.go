@@ -188,3 +188,17 @@ func TestParseInterfaces(t *testing.T) {
 		}
 	}
 }
+
+// TestParseFlowUnbalanced keeps what FuzzDumpedFlow found: the library's
+// parser panics on an unbalanced parenthesis in the actions; parseFlow
+// reports it as an error instead.
+func TestParseFlowUnbalanced(t *testing.T) {
+	for _, line := range []string{"actions=)0000000000000000", "cookie=0x1, table=1, priority=1 actions=resubmit(,1))"} {
+		if _, err := parseFlow(line); err == nil {
+			t.Errorf("parseFlow(%q) succeeded, want an error", line)
+		}
+	}
+	if _, err := parseFlow("cookie=0x6b20000000000000, table=1, priority=0 actions=drop"); err != nil {
+		t.Errorf("parseFlow of a good flow: %v", err)
+	}
+}

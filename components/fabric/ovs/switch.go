@@ -297,10 +297,33 @@ func (c *ovsClient) bundle(ctx context.Context, bridge string, mods ...flowMod) 
 }
 
 // dumpFlows returns the flows of a bridge that match.
-func (c *ovsClient) dumpFlows(ctx context.Context, bridge string, match *goovs.MatchFlow) ([]*goovs.Flow, error) {
-	flows, err := c.lib(ctx).OpenFlow.DumpFlowsWithFlowArgs(bridge, match)
+func (c *ovsClient) dumpFlows(ctx context.Context, bridge string, match *goovs.MatchFlow) (flows []*goovs.Flow, err error) {
+	// The library's parser of ovs-ofctl's output panics on some flows
+	// (unbalanced parentheses in the actions, found by FuzzDumpedFlow); a
+	// flow someone else put on the bridge must not crash the agent.
+	defer func() {
+		if r := recover(); r != nil {
+			flows, err = nil, fmt.Errorf("reading the flows of bridge %s: ovs-ofctl printed a flow that cannot be parsed: %v", bridge, r)
+		}
+	}()
+	flows, err = c.lib(ctx).OpenFlow.DumpFlowsWithFlowArgs(bridge, match)
 	if err != nil {
 		return nil, fmt.Errorf("reading the flows of bridge %s: %w", bridge, err)
 	}
 	return flows, nil
+}
+
+// parseFlow parses one flow as ovs-ofctl dump-flows prints it, with the
+// library's parser, turning its panics into errors.
+func parseFlow(line string) (f *goovs.Flow, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			f, err = nil, fmt.Errorf("parsing flow %q: %v", line, r)
+		}
+	}()
+	f = new(goovs.Flow)
+	if err := f.UnmarshalText([]byte(line)); err != nil {
+		return nil, fmt.Errorf("parsing flow %q: %w", line, err)
+	}
+	return f, nil
 }
