@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"path"
 	"strings"
 
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
@@ -147,6 +148,47 @@ func ValidateNetworkAttachment(att *network.NetworkAttachment) field.ErrorList {
 	errs := apimachineryvalidation.ValidateObjectMeta(&att.ObjectMeta, true, apimachineryvalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
 	errs = append(errs, validateObjectName(att.Spec.Node, "node", specPath.Child("node"))...)
 	errs = append(errs, validateObjectName(att.Spec.Subnet, "Subnet", specPath.Child("subnet"))...)
+	errs = append(errs, ValidateExec(att.Spec.PostCreateExec, specPath.Child("postCreateExec"))...)
+	errs = append(errs, ValidateExec(att.Spec.PostDeleteExec, specPath.Child("postDeleteExec"))...)
+	return errs
+}
+
+// Bounds of spec.postCreateExec and spec.postDeleteExec: a command is a
+// program and its arguments, and the agent reports it back in status, so it
+// stays small.
+const (
+	// MaxExecArgs is the most elements a command may have, the program
+	// included.
+	MaxExecArgs = 32
+	// MaxExecArgLength is the longest an element of a command may be, in
+	// bytes.
+	MaxExecArgLength = 1024
+)
+
+// ValidateExec checks a postCreateExec or postDeleteExec command: empty (no
+// command), or an absolute, clean program path followed by at most
+// MaxExecArgs-1 arguments, none longer than MaxExecArgLength bytes or holding
+// a NUL byte. Whether the program may run is the node agent's allow-list's
+// call, not the API's.
+func ValidateExec(command []string, fldPath *field.Path) field.ErrorList {
+	if len(command) == 0 {
+		return nil
+	}
+	var errs field.ErrorList
+	if len(command) > MaxExecArgs {
+		errs = append(errs, field.TooMany(fldPath, len(command), MaxExecArgs))
+	}
+	for i, arg := range command[:min(len(command), MaxExecArgs)] {
+		p := fldPath.Index(i)
+		switch {
+		case len(arg) > MaxExecArgLength:
+			errs = append(errs, field.TooLong(p, "", MaxExecArgLength))
+		case strings.ContainsRune(arg, 0):
+			errs = append(errs, field.Invalid(p, arg, "must not contain a NUL byte"))
+		case i == 0 && (!path.IsAbs(arg) || path.Clean(arg) != arg):
+			errs = append(errs, field.Invalid(p, arg, "must be the absolute, clean path of a program, such as /usr/sbin/ip"))
+		}
+	}
 	return errs
 }
 
@@ -156,6 +198,8 @@ func ValidateNetworkAttachmentUpdate(att, old *network.NetworkAttachment) field.
 	errs := apimachineryvalidation.ValidateObjectMetaUpdate(&att.ObjectMeta, &old.ObjectMeta, field.NewPath("metadata"))
 	errs = append(errs, apimachineryvalidation.ValidateImmutableField(att.Spec.Node, old.Spec.Node, specPath.Child("node"))...)
 	errs = append(errs, apimachineryvalidation.ValidateImmutableField(att.Spec.Subnet, old.Spec.Subnet, specPath.Child("subnet"))...)
+	errs = append(errs, ValidateExec(att.Spec.PostCreateExec, specPath.Child("postCreateExec"))...)
+	errs = append(errs, ValidateExec(att.Spec.PostDeleteExec, specPath.Child("postDeleteExec"))...)
 	return errs
 }
 

@@ -2,6 +2,7 @@ package validation
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -269,7 +270,10 @@ func TestValidateNetworkAttachmentUpdate(t *testing.T) {
 		mutate func(*network.NetworkAttachment)
 		want   []string
 	}{
-		{"exec commands may change", func(a *network.NetworkAttachment) { a.Spec.PostCreateExec = []string{"true"} }, nil},
+		{"exec commands may change", func(a *network.NetworkAttachment) { a.Spec.PostCreateExec = []string{"/bin/true"} }, nil},
+		{"exec commands stay bounded", func(a *network.NetworkAttachment) { a.Spec.PostDeleteExec = []string{"true"} }, []string{
+			`spec.postDeleteExec[0]: Invalid value: "true": must be the absolute, clean path of a program, such as /usr/sbin/ip`,
+		}},
 		{"node is immutable", func(a *network.NetworkAttachment) { a.Spec.Node = "node-2" }, []string{`spec.node: Invalid value: "node-2": field is immutable`}},
 		{"subnet is immutable", func(a *network.NetworkAttachment) { a.Spec.Subnet = "s2" }, []string{`spec.subnet: Invalid value: "s2": field is immutable`}},
 	}
@@ -329,5 +333,32 @@ func TestValidateIPLock(t *testing.T) {
 	got = errorStrings(ValidateIPLockUpdate(lock("s2"), lock("s1")))
 	if diff := cmp.Diff(got, []string{`spec.subnetName: Invalid value: "s2": field is immutable`}); diff != "" {
 		t.Errorf("ValidateIPLockUpdate mismatch (-got +want):\n%s", diff)
+	}
+}
+
+func TestValidateExec(t *testing.T) {
+	long := strings.Repeat("x", MaxExecArgLength+1)
+	tests := []struct {
+		name    string
+		command []string
+		want    []string
+	}{
+		{"none", nil, nil},
+		{"program and arguments", []string{"/usr/sbin/ip", "link", "set", "${ifname}", "up"}, nil},
+		{"as many elements as allowed", append([]string{"/bin/echo"}, make([]string, MaxExecArgs-1)...), nil},
+		{"relative program", []string{"ip", "link"}, []string{`spec.postCreateExec[0]: Invalid value: "ip": must be the absolute, clean path of a program, such as /usr/sbin/ip`}},
+		{"unclean program", []string{"/usr/sbin/../sbin/ip"}, []string{`spec.postCreateExec[0]: Invalid value: "/usr/sbin/../sbin/ip": must be the absolute, clean path of a program, such as /usr/sbin/ip`}},
+		{"a variable as program", []string{"${ifname}"}, []string{`spec.postCreateExec[0]: Invalid value: "${ifname}": must be the absolute, clean path of a program, such as /usr/sbin/ip`}},
+		{"too many elements", append([]string{"/bin/echo"}, make([]string, MaxExecArgs)...), []string{`spec.postCreateExec: Too many: 33: must have at most 32 items`}},
+		{"too long", []string{"/bin/echo", long}, []string{`spec.postCreateExec[1]: Too long: may not be more than 1024 bytes`}},
+		{"NUL", []string{"/bin/echo", "a\x00b"}, []string{`spec.postCreateExec[1]: Invalid value: "a\x00b": must not contain a NUL byte`}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := errorStrings(ValidateExec(tc.command, field.NewPath("spec", "postCreateExec")))
+			if diff := cmp.Diff(got, tc.want); diff != "" {
+				t.Errorf("ValidateExec mismatch (-got +want):\n%s", diff)
+			}
+		})
 	}
 }
