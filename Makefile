@@ -2,7 +2,7 @@
 SHELL := /usr/bin/env bash
 export GOTOOLCHAIN := local
 
-.PHONY: all build test verify generate addons images demo demo-down demo-cluster demo-cluster-down bench tools clean
+.PHONY: all build test fuzz verify generate addons images demo demo-down demo-cluster demo-cluster-down bench tools clean
 
 all: build
 
@@ -13,6 +13,10 @@ build:
 ## test: what CI runs — install what the tests need, verify, run unit and integration tests
 test:
 	tools/test.sh
+
+## fuzz: run every fuzz target for FUZZTIME each (default 1m; make test runs each for 3s)
+fuzz:
+	tools/fuzz.sh
 
 ## verify: formatting, vet, import directions, generated code drift
 verify:

@@ -29,5 +29,8 @@ tools/versitygw/build.sh >/dev/null
 step "verifying the tree"
 tools/verify.sh
 
+step "fuzzing: every fuzz target for ${FUZZTIME:-3s} (make fuzz runs them longer)"
+FUZZTIME=${FUZZTIME:-3s} tools/fuzz.sh
+
 step "running unit and integration tests"
 go test -count=1 -timeout 40m ${GOTEST_FLAGS:-} ./...
