@@ -23,6 +23,7 @@ func TestCommandFlags(t *testing.T) {
 		"etcd-servers", "etcd-prefix", "etcd-cafile", "etcd-certfile", "etcd-keyfile",
 		"bind-address", "secure-port", "cert-dir", "tls-cert-file", "tls-private-key-file", "alternate-dns",
 		"kubeconfig", "authentication-kubeconfig", "authorization-kubeconfig",
+		"agent-identities", "enable-admission-plugins", "disable-admission-plugins",
 		"feature-gates", "v", "version", "help",
 	} {
 		if cmd.Flags().Lookup(name) == nil {
@@ -31,6 +32,14 @@ func TestCommandFlags(t *testing.T) {
 	}
 	if got := cmd.Flags().Lookup("etcd-prefix").DefValue; got != apiserver.DefaultEtcdPrefix {
 		t.Errorf("--etcd-prefix defaults to %q, want %q", got, apiserver.DefaultEtcdPrefix)
+	}
+
+	if got, want := cmd.Flags().Lookup("agent-identities").DefValue, "[system:serviceaccount:example-com:kos-agent]"; got != want {
+		t.Errorf("--agent-identities defaults to %q, want %q", got, want)
+	}
+	// NodeRestriction is among the plugins on by default.
+	if usage := cmd.Flags().Lookup("enable-admission-plugins").Usage; !strings.Contains(usage, "ValidatingAdmissionWebhook, NodeRestriction).") {
+		t.Errorf("--enable-admission-plugins does not list NodeRestriction as on by default: %q", usage)
 	}
 
 	if err := cmd.Help(); err != nil {
