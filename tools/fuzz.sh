@@ -10,7 +10,7 @@ export GOTOOLCHAIN=local
 fuzztime=${FUZZTIME:-1m}
 
 # Every package with a fuzz target, and its targets.
-mapfile -t files < <(git ls-files --cached --others --exclude-standard -- '*_fuzz_test.go')
+mapfile -t files < <(find . -name '*_fuzz_test.go' -not -path './.cache/*' -not -path './.git/*' | sed 's|^\./||' | sort)
 for file in "${files[@]}"; do
   pkg=./$(dirname "$file")
   for target in $(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(f \*testing\.F).*/\1/p' "$file"); do
