@@ -15,8 +15,9 @@ import (
 	"github.com/kos-sdn/kos/tools/poll"
 )
 
-// BenchmarkIPAM measures the IPAM controller of one in-process manager
-// against a real kos-apiserver, with 2 and with 8 workers. First it finds
+// BenchmarkIPAM measures the IPAM controller of one in-process manager,
+// with kos-controller-manager's default client limits, against a real
+// kos-apiserver, with 2 and with 8 workers. First it finds
 // the steady-state rate: attachments created as fast as 16 clients can,
 // and the rate at which their addresses were written over the middle 80%
 // (addressed/s). Then it offers 1x, 2x and 4x that rate, paced, and reports
@@ -27,7 +28,7 @@ func BenchmarkIPAM(b *testing.B) {
 	for _, workers := range []int{2, 8} {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
 			c := kosClient(b)
-			_, stop := startManager(b, "bench", workers)
+			stop := startBoundManager(b, startKOS(b), workers)
 			defer stop()
 
 			var rate float64

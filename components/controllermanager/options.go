@@ -61,7 +61,7 @@ func NewOptions() *Options {
 		KOSQPS:                 5000,
 		KOSBurst:               10000,
 		SubnetValidatorWorkers: 2,
-		IPAMWorkers:            4,
+		IPAMWorkers:            16,
 		ResyncPeriod:           10 * time.Minute,
 		MetricsAddress:         DefaultMetricsBindAddress,
 		LeaderElect:            true,
@@ -89,7 +89,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 
 	fs = fss.FlagSet("controllers")
 	fs.IntVar(&o.SubnetValidatorWorkers, "subnet-validator-workers", o.SubnetValidatorWorkers, "Subnets validated at once.")
-	fs.IntVar(&o.IPAMWorkers, "ipam-workers", o.IPAMWorkers, "Attachments given addresses at once.")
+	fs.IntVar(&o.IPAMWorkers, "ipam-workers", o.IPAMWorkers, "Attachments given addresses at once. Each waits on two writes in turn, so they bound the rate of addressing to workers / (2 * write latency).")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "How often every object is checked again; 0 means never.")
 
 	fs = fss.FlagSet("metrics")
