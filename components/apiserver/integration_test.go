@@ -446,7 +446,7 @@ func testStatusSpecSeparation(t *testing.T, clients apiClients) {
 	// The main resource ignores status changes.
 	upd := created.DeepCopy()
 	upd.Status.IPv4 = "10.0.0.9"
-	upd.Spec.PostCreateExec = []string{"echo", "hi"}
+	upd.Spec.PostCreateExec = []string{"/bin/echo", "hi"}
 	afterMain, err := c.NetworkAttachments(ns).Update(ctx, upd, metav1.UpdateOptions{})
 	if err != nil {
 		t.Fatalf("updating through the main resource: %v", err)
@@ -454,7 +454,7 @@ func testStatusSpecSeparation(t *testing.T, clients apiClients) {
 	if diff := cmp.Diff(afterMain.Status, v1alpha1.NetworkAttachmentStatus{}); diff != "" {
 		t.Errorf("status after an update of the main resource (-got +want):\n%s", diff)
 	}
-	if diff := cmp.Diff(afterMain.Spec.PostCreateExec, []string{"echo", "hi"}); diff != "" {
+	if diff := cmp.Diff(afterMain.Spec.PostCreateExec, []string{"/bin/echo", "hi"}); diff != "" {
 		t.Errorf("spec after an update of the main resource (-got +want):\n%s", diff)
 	}
 
@@ -575,7 +575,7 @@ func testWriteSections(t *testing.T, clients apiClients) {
 			a.Status.IPv4, a.Status.HostIP = "10.0.0.6", "192.168.1.2"
 		}, []string{v1alpha1.SectionAddress, v1alpha1.SectionImpl}},
 		{"labels only", false, func(a *v1alpha1.NetworkAttachment) { a.Labels = map[string]string{"x": "y"} }, nil},
-		{"spec", false, func(a *v1alpha1.NetworkAttachment) { a.Spec.PostDeleteExec = []string{"true"} }, []string{v1alpha1.SectionSpec}},
+		{"spec", false, func(a *v1alpha1.NetworkAttachment) { a.Spec.PostDeleteExec = []string{"/bin/true"} }, []string{v1alpha1.SectionSpec}},
 	}
 	for _, step := range steps {
 		before := writeTimes(a.ExtendedMetadata.Writes)
