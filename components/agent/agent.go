@@ -32,6 +32,7 @@ const (
 	DefaultFlowCheckPeriod = 5 * time.Second
 	DefaultReconcilePeriod = 2 * time.Minute
 	DefaultExecTimeout     = 30 * time.Second
+	DefaultExecWorkers     = 2
 )
 
 // Config is what an Agent needs.
@@ -65,6 +66,12 @@ type Config struct {
 	// ExecTimeout bounds each postCreateExec and postDeleteExec command.
 	// DefaultExecTimeout when zero.
 	ExecTimeout time.Duration
+	// ExecRules allow commands by program and argument patterns, besides
+	// AllowedPrograms (see LoadExecAllowFile).
+	ExecRules []ExecRule
+	// ExecWorkers is how many postCreateExec and postDeleteExec commands
+	// may run at once. DefaultExecWorkers when zero.
+	ExecWorkers int
 }
 
 // addressIndex indexes attachments by the address they hold (address.String).
@@ -91,6 +98,10 @@ type Agent struct {
 	recorder record.EventRecorder
 	metrics  *metrics
 	exec     *execPolicy
+	// hooks bounds how many postCreateExec and postDeleteExec commands run
+	// at once; they run off the workers (runHook), so a slow command never
+	// holds up the fabric work of other attachments.
+	hooks chan struct{}
 
 	flowCheckPeriod time.Duration
 	reconcilePeriod time.Duration
@@ -148,6 +159,10 @@ func New(cfg Config) (*Agent, error) {
 			errs = append(errs, fmt.Errorf("allowed program %q is not an absolute, clean path", p))
 		}
 	}
+	rules, err := compileRules(cfg.ExecRules)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("exec rules: %w", err))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -162,7 +177,8 @@ func New(cfg Config) (*Agent, error) {
 		fabric:          cfg.Fabric,
 		recorder:        cfg.Recorder,
 		metrics:         m,
-		exec:            &execPolicy{allowed: sets.New(cfg.AllowedPrograms...), timeout: orDefault(cfg.ExecTimeout, DefaultExecTimeout), now: time.Now},
+		exec:            &execPolicy{allowed: sets.New(cfg.AllowedPrograms...), rules: rules, timeout: orDefault(cfg.ExecTimeout, DefaultExecTimeout), now: time.Now},
+		hooks:           make(chan struct{}, orDefault(cfg.ExecWorkers, DefaultExecWorkers)),
 		flowCheckPeriod: orDefault(cfg.FlowCheckPeriod, DefaultFlowCheckPeriod),
 		reconcilePeriod: orDefault(cfg.ReconcilePeriod, DefaultReconcilePeriod),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
@@ -186,7 +202,7 @@ func New(cfg Config) (*Agent, error) {
 	return a, nil
 }
 
-func orDefault(d, def time.Duration) time.Duration {
+func orDefault[T time.Duration | int](d, def T) T {
 	if d <= 0 {
 		return def
 	}

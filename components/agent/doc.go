@@ -19,8 +19,11 @@
 // missing.
 //
 // Commands of spec.postCreateExec and spec.postDeleteExec run only when
-// they name, verbatim, a program on the agent's allow-list, with ${ifname},
-// ${ipv4} and ${mac} expanded and no shell. postCreateExec runs once the
+// the agent's allow-list permits them: they name a program verbatim, and
+// their arguments, with ${ifname}, ${ipv4} and ${mac} expanded, match one of
+// that program's rules of argument patterns (ExecRule, --exec-allow-file);
+// no shell sees them. They run off the workers, at most Config.ExecWorkers
+// at once, so a slow command delays no fabric work. postCreateExec runs once the
 // interface is ready and its report goes into status.postCreateExecReport;
 // postDeleteExec runs once the interface of a deleted attachment is gone,
 // and only if this agent saw the attachment's interface made (a deletion

@@ -5,13 +5,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"sigs.k8s.io/yaml"
 
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 )
@@ -39,30 +42,126 @@ func expand(command []string, vars execVars) []string {
 	return out
 }
 
+// ExecRule allows one form of command: the program at Path with exactly
+// len(Args) arguments, argument i matching the regular expression Args[i]
+// as a whole (each is anchored at both ends). Arguments are matched after
+// ${ifname}, ${ipv4} and ${mac} are expanded, so a rule sees what would run.
+type ExecRule struct {
+	// Path is the absolute, clean path of the program.
+	Path string `json:"path"`
+	// Args are the patterns of the arguments, in order (RE2 syntax).
+	Args []string `json:"args"`
+}
+
+// ExecAllowList is the content of --exec-allow-file: the command forms
+// postCreateExec and postDeleteExec may take. A command runs when any rule
+// allows it.
+type ExecAllowList struct {
+	Rules []ExecRule `json:"rules"`
+}
+
+// LoadExecAllowFile reads and checks an allow-list file (YAML or JSON, as
+// ExecAllowList). Unknown fields, relative program paths and patterns that
+// do not compile are errors.
+func LoadExecAllowFile(path string) ([]ExecRule, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the exec allow-list: %w", err)
+	}
+	var list ExecAllowList
+	if err := yaml.UnmarshalStrict(data, &list); err != nil {
+		return nil, fmt.Errorf("exec allow-list %s: %w", path, err)
+	}
+	if _, err := compileRules(list.Rules); err != nil {
+		return nil, fmt.Errorf("exec allow-list %s: %w", path, err)
+	}
+	return list.Rules, nil
+}
+
+// compiledRule is an ExecRule with its patterns compiled and anchored.
+type compiledRule struct {
+	args []*regexp.Regexp
+}
+
+// compileRules compiles rules by program path, returning every problem at
+// once.
+func compileRules(rules []ExecRule) (map[string][]compiledRule, error) {
+	out := map[string][]compiledRule{}
+	var errs []error
+	for i, r := range rules {
+		if !isAbsClean(r.Path) {
+			errs = append(errs, fmt.Errorf("rules[%d].path %q: want an absolute, clean path", i, r.Path))
+		}
+		c := compiledRule{args: make([]*regexp.Regexp, len(r.Args))}
+		for j, a := range r.Args {
+			re, err := regexp.Compile(`^(?:` + a + `)$`)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("rules[%d].args[%d]: %w", i, j, err))
+				continue
+			}
+			c.args[j] = re
+		}
+		out[r.Path] = append(out[r.Path], c)
+	}
+	return out, errors.Join(errs...)
+}
+
+// matches reports whether args, expanded, are the arguments rule allows.
+func (c compiledRule) matches(args []string) bool {
+	if len(args) != len(c.args) {
+		return false
+	}
+	for i, a := range args {
+		if !c.args[i].MatchString(a) {
+			return false
+		}
+	}
+	return true
+}
+
 // execPolicy runs the commands of attachments' postCreateExec and
-// postDeleteExec, but only programs on its allow-list.
+// postDeleteExec, but only those its allow-list permits.
 type execPolicy struct {
-	// allowed holds the absolute, clean paths of the programs that may run.
+	// allowed holds the absolute, clean paths of the programs that may run
+	// with any arguments (--allowed-programs).
 	allowed sets.Set[string]
+	// rules holds, by program path, the argument forms a program may run
+	// with (--exec-allow-file).
+	rules   map[string][]compiledRule
 	timeout time.Duration
 	now     func() time.Time
 }
 
-// errNotAllowed says a command names a program off the allow-list.
-var errNotAllowed = errors.New("program is not on the agent's allow-list")
+// errNotAllowed says a command is not one the allow-list permits.
+var errNotAllowed = errors.New("command is not on the agent's allow-list")
 
 // check returns an error unless the command may run: it names, verbatim, a
-// program on the allow-list. The program is not expanded, looked up in PATH
-// or resolved through symbolic links.
-func (p *execPolicy) check(command []string) error {
+// program on the allow-list, and its arguments, expanded with vars, match
+// one of that program's rules (a program of --allowed-programs takes any
+// arguments). The program is not expanded, looked up in PATH or resolved
+// through symbolic links.
+func (p *execPolicy) check(command []string, vars execVars) error {
 	if len(command) == 0 {
 		return errors.New("empty command")
 	}
 	prog := command[0]
-	if !isAbsClean(prog) || !p.allowed.Has(prog) {
+	if !isAbsClean(prog) {
 		return fmt.Errorf("%q: %w", prog, errNotAllowed)
 	}
-	return nil
+	if p.allowed.Has(prog) {
+		return nil
+	}
+	rules, ok := p.rules[prog]
+	if !ok {
+		return fmt.Errorf("program %q: %w", prog, errNotAllowed)
+	}
+	args := expand(command[1:], vars)
+	for _, r := range rules {
+		if r.matches(args) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%q with arguments %q: %w (no rule of the program matches)", prog, args, errNotAllowed)
 }
 
 // run runs command, expanded with vars, when the allow-list permits it, and
@@ -72,7 +171,7 @@ func (p *execPolicy) run(ctx context.Context, command []string, vars execVars) *
 	expanded := expand(command, vars)
 	start := p.now()
 	report := &v1alpha1.ExecReport{Command: expanded, ExitStatus: -1, StartTime: metav1.NewTime(start)}
-	if err := p.check(command); err != nil {
+	if err := p.check(command, vars); err != nil {
 		report.StopTime = report.StartTime
 		report.StdErr = err.Error()
 		return report
@@ -111,9 +210,9 @@ const (
 )
 
 // result classifies the run of command that r reports.
-func (p *execPolicy) result(command []string, r *v1alpha1.ExecReport) string {
+func (p *execPolicy) result(command []string, vars execVars, r *v1alpha1.ExecReport) string {
 	switch {
-	case p.check(command) != nil:
+	case p.check(command, vars) != nil:
 		return execRefused
 	case r.ExitStatus == 0:
 		return execOK

@@ -3,7 +3,9 @@ package agent
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -54,7 +56,7 @@ func TestExecCheck(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err := p.check(tc.command)
+			err := p.check(tc.command, testVars)
 			if got := err == nil; got != tc.allowed {
 				t.Errorf("check(%q) = %v, want allowed %t", tc.command, err, tc.allowed)
 			}
@@ -87,7 +89,7 @@ func TestExecRun(t *testing.T) {
 	}{
 		{"ok", []string{echo, "${ifname}", "${ipv4}", "${mac}"}, 0, "kos060000050001 10.0.0.5 06:00:00:05:00:01\n", ""},
 		{"exit status and stderr", []string{sh, "-c", "echo out; echo err >&2; exit 3"}, 3, "out\n", "err\n"},
-		{"refused", []string{"/bin/false"}, -1, "", `"/bin/false": program is not on the agent's allow-list`},
+		{"refused", []string{"/bin/false"}, -1, "", `program "/bin/false": command is not on the agent's allow-list`},
 		{"output is bounded", []string{sh, "-c", "printf " + long}, 0, long[:maxExecOutput], ""},
 		{"killed after the timeout", []string{sh, "-c", "sleep 30"}, -1, "", "killed after 2s"},
 		{"does not exist", []string{sh + "-not-there"}, -1, "", ""},
@@ -115,5 +117,83 @@ func TestExecRun(t *testing.T) {
 				t.Errorf("times %v..%v, want both %v", r.StartTime, r.StopTime, start)
 			}
 		})
+	}
+}
+
+func TestExecRules(t *testing.T) {
+	rules, err := compileRules([]ExecRule{
+		{Path: "/usr/sbin/ip", Args: []string{"link", "set", "kos[0-9a-f]{12}", "mtu", "1[0-9]{3}"}},
+		{Path: "/usr/sbin/ip", Args: []string{"addr", "add", `10\.0\.0\.[0-9]+/24`, "dev", "kos[0-9a-f]{12}"}},
+		{Path: "/bin/true", Args: nil},
+	})
+	if err != nil {
+		t.Fatalf("compiling rules: %v", err)
+	}
+	p := &execPolicy{allowed: sets.New("/bin/echo"), rules: rules}
+	tests := []struct {
+		name    string
+		command []string
+		allowed bool
+	}{
+		{"first form, expanded", []string{"/usr/sbin/ip", "link", "set", "${ifname}", "mtu", "1400"}, true},
+		{"second form", []string{"/usr/sbin/ip", "addr", "add", "${ipv4}/24", "dev", "${ifname}"}, true},
+		{"another interface", []string{"/usr/sbin/ip", "link", "set", "eth0", "mtu", "1400"}, false},
+		{"another subcommand", []string{"/usr/sbin/ip", "route", "add", "default", "via", "10.0.0.1"}, false},
+		{"patterns are anchored", []string{"/usr/sbin/ip", "link", "set", "${ifname}", "mtu", "14000"}, false},
+		{"an argument does not match inside another", []string{"/usr/sbin/ip", "link", "set", "xkos060000050001", "mtu", "1400"}, false},
+		{"one argument too many", []string{"/usr/sbin/ip", "link", "set", "${ifname}", "mtu", "1400", "up"}, false},
+		{"one argument too few", []string{"/usr/sbin/ip", "link", "set", "${ifname}", "mtu"}, false},
+		{"no arguments where the rule wants none", []string{"/bin/true"}, true},
+		{"arguments where the rule wants none", []string{"/bin/true", "x"}, false},
+		{"--allowed-programs takes any arguments", []string{"/bin/echo", "anything"}, true},
+		{"a program without rules", []string{"/bin/sh", "-c", "id"}, false},
+		{"the path must be verbatim", []string{"/usr/sbin/../sbin/ip", "link", "set", "${ifname}", "mtu", "1400"}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := p.check(tc.command, testVars)
+			if got := err == nil; got != tc.allowed {
+				t.Errorf("check(%q) = %v, want allowed %t", tc.command, err, tc.allowed)
+			}
+			if err != nil && !errors.Is(err, errNotAllowed) {
+				t.Errorf("check(%q) = %v, want errNotAllowed", tc.command, err)
+			}
+		})
+	}
+}
+
+func TestLoadExecAllowFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	good := write("good.yaml", "rules:\n- path: /usr/sbin/ip\n  args: [link, set, 'kos[0-9a-f]{12}', up]\n- path: /bin/true\n")
+	rules, err := LoadExecAllowFile(good)
+	if err != nil {
+		t.Fatalf("loading a good file: %v", err)
+	}
+	want := []ExecRule{{Path: "/usr/sbin/ip", Args: []string{"link", "set", "kos[0-9a-f]{12}", "up"}}, {Path: "/bin/true"}}
+	if diff := cmp.Diff(rules, want); diff != "" {
+		t.Errorf("rules (-got +want):\n%s", diff)
+	}
+	for name, tc := range map[string]struct{ content, wantErr string }{
+		"unknown field": {"rules:\n- path: /bin/true\n  argz: []\n", `unknown field "argz"`},
+		"relative path": {"rules:\n- path: ip\n", `rules[0].path "ip": want an absolute, clean path`},
+		"bad pattern":   {"rules:\n- path: /bin/echo\n  args: ['(']\n", "rules[0].args[0]: error parsing regexp"},
+		"not a list":    {"rules: 3\n", "cannot unmarshal"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := LoadExecAllowFile(write(strings.ReplaceAll(name, " ", "-")+".yaml", tc.content))
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("LoadExecAllowFile = %v, want an error with %q", err, tc.wantErr)
+			}
+		})
+	}
+	if _, err := LoadExecAllowFile(filepath.Join(dir, "missing.yaml")); err == nil {
+		t.Error("a missing file loads")
 	}
 }

@@ -58,8 +58,13 @@ type Options struct {
 	// for direct access.
 	KOSCAFile string
 
-	// AllowedPrograms may run as postCreateExec and postDeleteExec.
+	// AllowedPrograms may run as postCreateExec and postDeleteExec, with
+	// any arguments.
 	AllowedPrograms []string
+	// ExecAllowFile names the allow-list of command forms (LoadExecAllowFile).
+	ExecAllowFile string
+	// ExecWorkers is as in Config.
+	ExecWorkers int
 	// MetricsBindAddress is where /metrics and /healthz are served.
 	MetricsBindAddress string
 	// FlowCheckPeriod, ReconcilePeriod and ExecTimeout are as in Config.
@@ -83,6 +88,7 @@ func NewOptions() *Options {
 		FlowCheckPeriod:    DefaultFlowCheckPeriod,
 		ReconcilePeriod:    DefaultReconcilePeriod,
 		ExecTimeout:        DefaultExecTimeout,
+		ExecWorkers:        DefaultExecWorkers,
 		Logs:               logsapi.NewLoggingConfiguration(),
 	}
 }
@@ -111,7 +117,9 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.IntVar(&o.Workers, "workers", o.Workers, "How many attachments to sync at once.")
 
 	fs = fss.FlagSet("exec")
-	fs.StringSliceVar(&o.AllowedPrograms, "allowed-programs", o.AllowedPrograms, "Absolute paths of the programs that attachments' postCreateExec and postDeleteExec may run; none when empty.")
+	fs.StringSliceVar(&o.AllowedPrograms, "allowed-programs", o.AllowedPrograms, "Absolute paths of programs that attachments' postCreateExec and postDeleteExec may run with ANY arguments, as root; prefer --exec-allow-file.")
+	fs.StringVar(&o.ExecAllowFile, "exec-allow-file", o.ExecAllowFile, "YAML file of the commands postCreateExec and postDeleteExec may run: rules: [{path: /usr/sbin/ip, args: [link, set, 'kos[0-9a-f]{12}', up]}], each argument a regular expression matched as a whole against the expanded argument, the count exact. Nothing runs when neither this nor --allowed-programs allows it.")
+	fs.IntVar(&o.ExecWorkers, "exec-workers", o.ExecWorkers, "How many postCreateExec and postDeleteExec commands may run at once, apart from the workers.")
 	fs.DurationVar(&o.ExecTimeout, "exec-timeout", o.ExecTimeout, "How long a postCreateExec or postDeleteExec command may run.")
 
 	fs = fss.FlagSet("metrics")
@@ -141,6 +149,14 @@ func (o *Options) Validate() error {
 	}
 	if o.Fabric != FabricOVS && o.Fabric != FabricLogging {
 		errs = append(errs, fmt.Errorf("--fabric %q: want %q or %q", o.Fabric, FabricOVS, FabricLogging))
+	}
+	if o.ExecWorkers < 1 {
+		errs = append(errs, fmt.Errorf("--exec-workers %d: want at least 1", o.ExecWorkers))
+	}
+	if o.ExecAllowFile != "" {
+		if _, err := LoadExecAllowFile(o.ExecAllowFile); err != nil {
+			errs = append(errs, fmt.Errorf("--exec-allow-file: %w", err))
+		}
 	}
 	if o.Workers < 1 {
 		errs = append(errs, fmt.Errorf("--workers %d: want at least 1", o.Workers))
@@ -181,6 +197,13 @@ func (o *Options) Config() (*ServerConfig, error) {
 		}
 	}
 
+	var rules []ExecRule
+	if o.ExecAllowFile != "" {
+		if rules, err = LoadExecAllowFile(o.ExecAllowFile); err != nil {
+			return nil, err
+		}
+	}
+
 	var fab fabric.Interface
 	switch o.Fabric {
 	case FabricLogging:
@@ -203,6 +226,8 @@ func (o *Options) Config() (*ServerConfig, error) {
 			FlowCheckPeriod: o.FlowCheckPeriod,
 			ReconcilePeriod: o.ReconcilePeriod,
 			ExecTimeout:     o.ExecTimeout,
+			ExecRules:       rules,
+			ExecWorkers:     o.ExecWorkers,
 		},
 		Workers:            o.Workers,
 		MetricsBindAddress: o.MetricsBindAddress,

@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 )
 
 // state is what the agent remembers between syncs: what it put on the
@@ -156,6 +158,19 @@ func (s *state) setReport(key string, r *pendingReport) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.reports[key] = r
+}
+
+// finishReport records the report of the postCreateExec run that started
+// set off, unless the attachment was forgotten or started again since; it
+// reports whether it did.
+func (s *state) finishReport(key string, started *pendingReport, report *v1alpha1.ExecReport) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reports[key] != started {
+		return false
+	}
+	s.reports[key] = &pendingReport{uid: started.uid, report: report}
+	return true
 }
 
 // forgetLocal forgets the local attachment key, of UID uid, and its report.

@@ -348,19 +348,39 @@ func (a *Agent) postCreateExec(ctx context.Context, att *v1alpha1.NetworkAttachm
 	key := keyOf(att)
 	report := a.state.report(key)
 	if report == nil || report.uid != att.UID {
-		r := a.exec.run(ctx, att.Spec.PostCreateExec, rec.vars)
-		report = &pendingReport{uid: att.UID, report: r}
-		a.state.setReport(key, report)
-		result := a.exec.result(att.Spec.PostCreateExec, r)
-		a.metrics.execs.WithLabelValues("create", result).Inc()
-		eventType, reason := corev1.EventTypeNormal, reasonPostCreateExec
-		switch result {
-		case execRefused:
-			eventType, reason = corev1.EventTypeWarning, reasonExecNotAllowed
-		case execFailed:
-			eventType, reason = corev1.EventTypeWarning, reasonExecFailed
+		// Run the command off the workers; once it ran, its report is kept
+		// and the attachment queued again, and that sync writes the report.
+		started := &pendingReport{uid: att.UID}
+		a.state.setReport(key, started)
+		command, ref := att.Spec.PostCreateExec, att.DeepCopy()
+		hook := func(ctx context.Context) bool {
+			r := a.exec.run(ctx, command, rec.vars)
+			result := a.exec.result(command, rec.vars, r)
+			a.metrics.execs.WithLabelValues("create", result).Inc()
+			eventType, reason := corev1.EventTypeNormal, reasonPostCreateExec
+			switch result {
+			case execRefused:
+				eventType, reason = corev1.EventTypeWarning, reasonExecNotAllowed
+			case execFailed:
+				eventType, reason = corev1.EventTypeWarning, reasonExecFailed
+			}
+			a.recorder.Eventf(ref, eventType, reason, "postCreateExec %q exited with status %d", r.Command, r.ExitStatus)
+			return a.state.finishReport(key, started, r)
 		}
-		a.recorder.Eventf(att, eventType, reason, "postCreateExec %q exited with status %d", r.Command, r.ExitStatus)
+		if a.exec.check(command, rec.vars) == nil {
+			a.runHook(ctx, func(ctx context.Context) {
+				if hook(ctx) {
+					a.queue.Add(key)
+				}
+			})
+			return nil
+		}
+		// A refused command runs nothing and takes no exec slot: report it now.
+		hook(ctx)
+		report = a.state.report(key)
+	}
+	if report == nil || report.report == nil {
+		return nil // still running; the sync after it writes the report
 	}
 	st := att.DeepCopy()
 	st.Status.PostCreateExecReport = report.report.DeepCopy()
@@ -372,7 +392,9 @@ func (a *Agent) postCreateExec(ctx context.Context, att *v1alpha1.NetworkAttachm
 }
 
 // pendingReport is the report of a postCreateExec that ran, kept until the
-// attachment is gone so that the command runs once however the writes go.
+// attachment is gone so that the command runs once however the writes go;
+// report is nil while the command runs. A pendingReport is never changed
+// once shared: finishReport replaces it.
 type pendingReport struct {
 	uid    types.UID
 	report *v1alpha1.ExecReport
@@ -386,7 +408,24 @@ func (a *Agent) forgetLocal(ctx context.Context, key string, rec localRecord) {
 	if len(rec.postDeleteExec) == 0 {
 		return
 	}
-	r := a.exec.run(ctx, rec.postDeleteExec, rec.vars)
-	a.metrics.execs.WithLabelValues("delete", a.exec.result(rec.postDeleteExec, r)).Inc()
-	klog.FromContext(ctx).Info("Ran postDeleteExec", "command", r.Command, "exitStatus", r.ExitStatus, "stdout", r.StdOut, "stderr", r.StdErr)
+	a.runHook(ctx, func(ctx context.Context) {
+		r := a.exec.run(ctx, rec.postDeleteExec, rec.vars)
+		a.metrics.execs.WithLabelValues("delete", a.exec.result(rec.postDeleteExec, rec.vars, r)).Inc()
+		klog.FromContext(ctx).Info("Ran postDeleteExec", "key", key, "command", r.Command, "exitStatus", r.ExitStatus, "stdout", r.StdOut, "stderr", r.StdErr)
+	})
+}
+
+// runHook runs hook in a goroutine of its own once one of the agent's exec
+// slots (Config.ExecWorkers) is free, so that no worker waits for a command;
+// a hook still waiting for a slot when ctx ends never runs.
+func (a *Agent) runHook(ctx context.Context, hook func(context.Context)) {
+	go func() {
+		select {
+		case a.hooks <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		defer func() { <-a.hooks }()
+		hook(ctx)
+	}()
 }
