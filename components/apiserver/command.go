@@ -29,7 +29,9 @@ node agents talk to it directly. It asks the main cluster who a client is and
 whether the client may do what it asks (delegated authentication and
 authorization), so it needs a kubeconfig for the main cluster (--kubeconfig,
 --authentication-kubeconfig, --authorization-kubeconfig) unless it runs in a
-pod of that cluster.`,
+pod of that cluster. Its admission plugin NodeRestriction lets a node agent
+(--agent-identities) write only the status of its own node's attachments, and
+there only the interface and postCreateExec parts.`,
 		SilenceUsage: true,
 		PersistentPreRunE: func(*cobra.Command, []string) error {
 			// Feature gates and the emulated version are read from flags
