@@ -107,8 +107,11 @@ func (inv *Inventory) covers(b *Inventory) bool {
 	if inv == nil {
 		return false
 	}
-	u := inv.union(b)
-	return len(u.Kinds) == len(inv.Kinds) && len(u.Namespaces) == len(inv.Namespaces)
+	// Compare with inv deduplicated: a hand-edited annotation may list a
+	// kind twice, which would otherwise hide a kind b adds (found by
+	// FuzzParseInventory).
+	self, u := inv.union(nil), inv.union(b)
+	return len(u.Kinds) == len(self.Kinds) && len(u.Namespaces) == len(self.Namespaces)
 }
 
 // encode renders the inventory as compact JSON.

@@ -94,3 +94,19 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// TestInventoryCoversDuplicates keeps what FuzzParseInventory found: an
+// inventory that lists a kind twice did not cover itself, and hid a kind
+// another inventory adds, so that no pending inventory was written for it.
+func TestInventoryCoversDuplicates(t *testing.T) {
+	dup := &Inventory{Kinds: []string{"ConfigMap", "ConfigMap"}, Namespaces: []string{"a", "a"}}
+	if !dup.covers(dup) {
+		t.Error("an inventory with duplicates does not cover itself")
+	}
+	if dup.covers(&Inventory{Kinds: []string{"Deployment.apps"}}) {
+		t.Error("duplicates hide a new kind")
+	}
+	if dup.covers(&Inventory{Namespaces: []string{"b"}}) {
+		t.Error("duplicates hide a new namespace")
+	}
+}
