@@ -114,11 +114,12 @@ func (e *ApplyError) Unwrap() []error {
 // For each addon it fetches and verifies the manifest, stamps its selector
 // and IdentityLabel on every object, writes the pending inventory (the kinds
 // and namespaces it is about to apply) unless the record already covers
-// them, applies its objects with server-side apply in phases (see Phase),
-// taking over fields kOps or kubectl's client-side apply own, waits until
-// they are ready (when opts.Wait is set), prunes what the release no longer
-// has, marks nodes for a rolling update when the release asks, and then
-// writes the install record. An addon that fails anywhere keeps its old
+// them, and applies its objects with server-side apply in phases (see
+// Phase), taking over fields kOps or kubectl's client-side apply own. Once
+// every addon is applied it waits, for all of them at once, until their
+// objects are ready (when opts.Wait is set); then, addon by addon, it prunes
+// what the release no longer has, marks nodes for a rolling update when the
+// release asks, and writes the install record. An addon that fails anywhere keeps its old
 // record, and nothing of it is pruned; the other addons go on. The returned
 // error is an *ApplyError when addons failed.
 func (c *Client) Apply(ctx context.Context, plan *Plan, opts ApplyOptions) error {
@@ -144,15 +145,50 @@ func (c *Client) Apply(ctx context.Context, plan *Plan, opts ApplyOptions) error
 		for i := range items {
 			items[i].shared = plan.sharingSelector(items[i].Addon)
 		}
+		// Every addon is applied before any is waited for: the addons of a
+		// channel often need each other to become ready (an agent needs
+		// the API server of another addon, which needs the etcd of a
+		// third), whatever order they are listed in.
 		var failed []AddonError
+		fail := func(addon string, err error) {
+			r.report(EventFailed, addon, "Failed: %v", err)
+			failed = append(failed, AddonError{Addon: addon, Err: err})
+		}
+		var rollouts []*rollout
 		for _, it := range items {
 			if !it.Decision.Apply {
 				r.report(EventNote, it.Addon.Name, "Skipped: another run applied it meanwhile (%s)", it.Decision.Reason)
 				continue
 			}
-			if err := c.applyAddon(ctx, it, opts, r); err != nil {
-				r.report(EventFailed, it.Addon.Name, "Failed: %v", err)
-				failed = append(failed, AddonError{Addon: it.Addon.Name, Err: err})
+			ro, err := c.applyAddon(ctx, it, opts)
+			if err != nil {
+				fail(it.Addon.Name, err)
+				continue
+			}
+			rollouts = append(rollouts, ro)
+		}
+		if opts.Wait {
+			waitErrs := make([]error, len(rollouts))
+			var wg sync.WaitGroup
+			for i, ro := range rollouts {
+				wg.Go(func() {
+					waitErrs[i] = ro.writer.waitReady(ctx, ro.item.Addon.Name, ro.objects, opts.timeout(), r)
+				})
+			}
+			wg.Wait()
+			ready := rollouts[:0]
+			for i, ro := range rollouts {
+				if waitErrs[i] != nil {
+					fail(ro.item.Addon.Name, waitErrs[i])
+					continue
+				}
+				ready = append(ready, ro)
+			}
+			rollouts = ready
+		}
+		for _, ro := range rollouts {
+			if err := c.finishAddon(ctx, ro, r); err != nil {
+				fail(ro.item.Addon.Name, err)
 			}
 		}
 		if len(failed) > 0 {
@@ -185,20 +221,34 @@ func releaseObjects(ctx context.Context, f *Fetcher, a *Addon) ([]*unstructured.
 	return objs, nil
 }
 
-// applyAddon applies, waits for, prunes and records one addon.
-func (c *Client) applyAddon(ctx context.Context, it PlanItem, opts ApplyOptions, r *reporter) error {
+// rollout is an addon whose release is applied, on its way to being
+// recorded.
+type rollout struct {
+	item   PlanItem
+	writer *addonWriter
+	// done is what the release applied, and inv its inventory to record.
+	done *applied
+	inv  *Inventory
+	// objects are the applied objects as the server returned them, for the
+	// readiness gate.
+	objects []*unstructured.Unstructured
+}
+
+// applyAddon applies the release of one addon: its pending inventory, its
+// PKI and its objects. finishAddon prunes and records it once it is ready.
+func (c *Client) applyAddon(ctx context.Context, it PlanItem, opts ApplyOptions) (*rollout, error) {
 	a := it.Addon
 	logger := klog.FromContext(ctx).WithValues("addon", a.Name)
 	objs, err := releaseObjects(ctx, opts.Fetcher, a)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	logger.V(2).Info("Applying addon", "objects", len(objs), "reason", it.Decision.Reason)
 
 	w := &addonWriter{client: c, parallelism: opts.Parallelism, shared: it.shared}
 	rel, err := w.prepare(ctx, objs)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// As kubectl's ApplySet does, record where the release's objects will
 	// be before creating any, unless the record or an earlier pending
@@ -211,24 +261,26 @@ func (c *Client) applyAddon(ctx context.Context, it PlanItem, opts ApplyOptions,
 	}
 	if !known.covers(inv) {
 		if err := c.writePending(ctx, a.Namespace, a.Name, inv.union(known)); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if a.NeedsPKI {
 		if err := c.installPKI(ctx, a); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	applied, err := w.apply(ctx, rel)
+	out, err := w.apply(ctx, rel)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if opts.Wait {
-		if err := w.waitReady(ctx, a.Name, applied, opts.timeout(), r); err != nil {
-			return err
-		}
-	}
-	if err := w.prune(ctx, it, rel.done, r); err != nil {
+	return &rollout{item: it, writer: w, done: rel.done, inv: inv, objects: out}, nil
+}
+
+// finishAddon prunes what the release no longer has, marks nodes for a
+// rolling update when the release asks, and writes the install record.
+func (c *Client) finishAddon(ctx context.Context, ro *rollout, r *reporter) error {
+	it, a := ro.item, ro.item.Addon
+	if err := ro.writer.prune(ctx, it, ro.done, r); err != nil {
 		return err
 	}
 	if it.Current != nil && a.NeedsRollingUpdate != "" {
@@ -237,7 +289,7 @@ func (c *Client) applyAddon(ctx context.Context, it PlanItem, opts ApplyOptions,
 		}
 	}
 	rec := NewRecord(a)
-	rec.Inventory = inv
+	rec.Inventory = ro.inv
 	if err := c.WriteRecord(ctx, a.Namespace, a.Name, rec); err != nil {
 		return err
 	}

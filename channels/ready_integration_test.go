@@ -5,6 +5,14 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kos-sdn/kos/tools/testenv"
 )
@@ -85,5 +93,74 @@ func TestIntegrationReadinessGate(t *testing.T) {
 	}
 	if got := recordNow(); !strings.Contains(got, `"version":"2.0.1"`) {
 		t.Errorf("record after the fixed release: %s", got)
+	}
+}
+
+// gadgetCRD defines Gadgets, which have no status subresource, so that a
+// manifest can create one with the status it starts in.
+const gadgetCRD = `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: gadgets.ready.test.kos.example.com}
+spec:
+  group: ready.test.kos.example.com
+  scope: Namespaced
+  names: {plural: gadgets, singular: gadget, kind: Gadget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+`
+
+// TestIntegrationReadinessAcrossAddons installs two addons in one run where
+// the first one, as listed and as applied, becomes ready only once the
+// second is applied — as KOS's agent needs the API server of an addon listed
+// after it. A Gadget of the first addon is Reconciling until an "operator"
+// (this test) sees the second addon's ConfigMap. Every addon is applied
+// before any is waited for, so the run installs both; waiting addon by
+// addon would time the first one out.
+func TestIntegrationReadinessAcrossAddons(t *testing.T) {
+	const ns = "ready-across"
+	env := testenv.Shared(t)
+	ours := tool{name: "ours", bin: ourChannels(t), kubeconfig: env.Kubeconfig, home: t.TempDir()}
+	gadget := fmt.Sprintf(`apiVersion: ready.test.kos.example.com/v1
+kind: Gadget
+metadata: {name: g, namespace: %s}
+status:
+  conditions: [{type: Reconciling, status: "True", reason: NoOperator, message: the operator is not installed}]
+`, ns)
+	loc := writeSelectorChannel(t, t.TempDir(), "channel.yaml",
+		selRelease{name: "a-gadget", version: "1.0.0", selector: selectorOf("a-gadget"), manifest: manifest(namespace(ns), gadgetCRD, gadget)},
+		selRelease{name: "b-operator", version: "1.0.0", selector: selectorOf("b-operator"), manifest: configMap(ns, "operator", "on")})
+
+	kube, err := kubernetes.NewForConfig(env.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(env.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gadgets := dyn.Resource(schema.GroupVersionResource{Group: "ready.test.kos.example.com", Version: "v1", Resource: "gadgets"}).Namespace(ns)
+	ctx, cancel := context.WithCancel(context.Background())
+	operated := make(chan error, 1)
+	go func() {
+		operated <- wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			if _, err := kube.CoreV1().ConfigMaps(ns).Get(ctx, "operator", metav1.GetOptions{}); err != nil {
+				return false, nil
+			}
+			_, err := gadgets.Patch(ctx, "g", types.MergePatchType, []byte(`{"status":{"conditions":null}}`), metav1.PatchOptions{})
+			return err == nil, nil
+		})
+	}()
+	out := ours.mustRun(t, "apply", "channel", loc, "--yes", "--timeout=1m")
+	cancel()
+	if err := <-operated; err != nil {
+		t.Errorf("the operator never saw b-operator's ConfigMap: %v", err)
+	}
+	for _, want := range []string{"Gadget.ready.test.kos.example.com ready-across/g (the operator is not installed)", "a-gadget: Installed 1.0.0", "b-operator: Installed 1.0.0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the run does not say %q:\n%s", want, out)
+		}
 	}
 }
