@@ -343,15 +343,30 @@ type record struct {
 func (k *kos) records(t *testing.T) map[string]record {
 	t.Helper()
 	out := k.channelsCLI(t, "get", "addons", "-o", "json")
-	var rows []record
-	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+	var list struct {
+		Items []struct {
+			Metadata struct {
+				Name      string `json:"name"`
+				Namespace string `json:"namespace"`
+			} `json:"metadata"`
+			Record record `json:"record"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
 		t.Fatalf("channels get addons -o json: %v\n%s", err, out)
 	}
+	ours := map[string]bool{}
+	for _, name := range k.expectedAddons(t) {
+		ours[name] = true
+	}
 	got := map[string]record{}
-	for _, r := range rows {
-		if r.Namespace == kosinstall.Namespace {
-			got[r.Name] = r
+	for _, it := range list.Items {
+		if !ours[it.Metadata.Name] {
+			continue
 		}
+		r := it.Record
+		r.Name, r.Namespace = it.Metadata.Name, it.Metadata.Namespace
+		got[r.Name] = r
 	}
 	return got
 }
