@@ -115,15 +115,5 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	klog.FromContext(ctx).Info("Serving metrics and health", "address", server.Addr())
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	served := make(chan error, 1)
-	go func() {
-		err := server.Serve(ctx)
-		cancel()
-		served <- err
-	}()
-	runErr := s.agent.Run(ctx, s.workers)
-	cancel()
-	return errors.Join(runErr, <-served)
+	return server.ServeWhile(ctx, func(ctx context.Context) error { return s.agent.Run(ctx, s.workers) })
 }

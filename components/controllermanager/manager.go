@@ -166,17 +166,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		return err
 	}
 	klog.FromContext(ctx).Info("Serving metrics and health checks", "address", server.Addr())
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	served := make(chan error, 1)
-	go func() {
-		err := server.Serve(ctx)
-		cancel()
-		served <- err
-	}()
-	runErr := m.run(ctx)
-	cancel()
-	return errors.Join(runErr, <-served)
+	return server.ServeWhile(ctx, m.run)
 }
 
 // run runs the controllers, once elected when leader election is on, until

@@ -91,3 +91,20 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	return nil
 }
+
+// ServeWhile serves while run runs, on a context that ends when either
+// stops: a server that fails stops run, and run's end stops the server. It
+// returns once both have stopped, with both their errors.
+func (s *Server) ServeWhile(ctx context.Context, run func(context.Context) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	served := make(chan error, 1)
+	go func() {
+		err := s.Serve(ctx)
+		cancel()
+		served <- err
+	}()
+	runErr := run(ctx)
+	cancel()
+	return errors.Join(runErr, <-served)
+}
