@@ -289,8 +289,9 @@ func (c *Client) Uninstall(ctx context.Context, u *Uninstall, opts DeleteOptions
 	})
 }
 
-// deleteObject deletes one object if it is still the one listed, and
-// reports whether this call deleted it.
+// deleteObject deletes one object, for prune and for delete, only if it is
+// still the one listed (same UID), letting the garbage collector delete its
+// dependents in the background. It reports whether this call deleted it.
 func deleteObject(ctx context.Context, dyn dynamic.Interface, c candidate) (bool, error) {
 	var ri dynamic.ResourceInterface = dyn.Resource(c.mapping.Resource)
 	if c.key.Namespace != "" {

@@ -6,7 +6,6 @@ import (
 	"sort"
 	"strings"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -98,7 +97,7 @@ func (w *addonWriter) prune(ctx context.Context, it PlanItem, in *applied, r *re
 		cs := byPhase[p]
 		sort.Slice(cs, func(i, j int) bool { return cs[i].key.String() < cs[j].key.String() })
 		err := w.each(ctx, len(cs), func(ctx context.Context, i int) error {
-			deleted, err := w.delete(ctx, cs[i])
+			deleted, err := deleteObject(ctx, w.client.Dynamic, cs[i])
 			if deleted {
 				r.report(EventPruned, a.Name, "Pruned %s", cs[i].key)
 			}
@@ -274,32 +273,6 @@ func ownedByController(u *unstructured.Unstructured) bool {
 		}
 	}
 	return false
-}
-
-// delete deletes one object, only if it is still the one listed (same UID),
-// letting the garbage collector delete its dependents in the background.
-// It reports whether this call deleted it.
-func (w *addonWriter) delete(ctx context.Context, c candidate) (bool, error) {
-	var ri dynamic.ResourceInterface = w.client.Dynamic.Resource(c.mapping.Resource)
-	if c.key.Namespace != "" {
-		ri = w.client.Dynamic.Resource(c.mapping.Resource).Namespace(c.key.Namespace)
-	}
-	uid := c.uid
-	policy := metav1.DeletePropagationBackground
-	err := ri.Delete(ctx, c.key.Name, metav1.DeleteOptions{
-		Preconditions:     &metav1.Preconditions{UID: &uid},
-		PropagationPolicy: &policy,
-	})
-	switch {
-	case err == nil:
-		return true, nil
-	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
-		// Gone already, or replaced by a new object of the same name since
-		// it was listed: nothing of ours to delete.
-		return false, nil
-	default:
-		return false, fmt.Errorf("pruning %s: %w", c.key, err)
-	}
 }
 
 func sortedKinds(set map[schema.GroupKind]bool) []schema.GroupKind {
