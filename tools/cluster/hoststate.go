@@ -374,3 +374,19 @@ func unescapeMountPath(s string) string {
 	}
 	return b.String()
 }
+
+// HostNodes returns how many nodes run on this host, of any cluster or
+// program: the host's kernel settings and fixed paths are restored only
+// when the last of them stops.
+func HostNodes() (int, error) {
+	l, err := lockHost()
+	if err != nil {
+		return 0, err
+	}
+	st, err := readHostState()
+	l.unlock(err == nil && len(st.Nodes) == 0)
+	if err != nil {
+		return 0, err
+	}
+	return len(st.Nodes), nil
+}

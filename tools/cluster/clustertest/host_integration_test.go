@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,10 +14,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kos-sdn/kos/tools/cluster"
+	"github.com/kos-sdn/kos/tools/poll"
 )
 
 // hostSysctls are the kernel settings kubelet changes.
@@ -37,6 +40,8 @@ var hostPaths = []string{
 type hostState struct {
 	Sysctls map[string]string
 	Paths   map[string]bool
+	// Nodes counts the nodes running on the host, of any test or program.
+	Nodes int
 }
 
 func snapshotHost(t *testing.T) hostState {
@@ -53,6 +58,11 @@ func snapshotHost(t *testing.T) hostState {
 		_, err := os.Lstat(p)
 		st.Paths[p] = err == nil
 	}
+	n, err := cluster.HostNodes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Nodes = n
 	return st
 }
 
@@ -61,6 +71,16 @@ func snapshotHost(t *testing.T) hostState {
 // path, and the kernel settings as they were before.
 func checkHostRestored(t *testing.T, before hostState, dir string, node cluster.Node) {
 	t.Helper()
+	// Other packages' tests may run nodes at the same time (go test runs
+	// packages in parallel), and the last node out restores the host: wait
+	// for the nodes that started after this test did.
+	poll.Until(t, 10*time.Minute, "the nodes other tests started meanwhile to stop", func(context.Context) error {
+		n, err := cluster.HostNodes()
+		if err == nil && n > before.Nodes {
+			err = fmt.Errorf("%d nodes run on this host, %d did when the test began", n, before.Nodes)
+		}
+		return err
+	})
 	after := snapshotHost(t)
 	if diff := cmp.Diff(before, after); diff != "" {
 		t.Errorf("host changed by the cluster (-before +after):\n%s", diff)
