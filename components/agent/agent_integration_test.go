@@ -217,16 +217,8 @@ func TestIntegrationStatusExecAndEvents(t *testing.T) {
 	poll.Until(t, settle, "x1 is ready", k.ready("x1", hostA))
 	poll.Until(t, settle, "x2 is ready", k.ready("x2", hostA))
 
-	reportOf := func(name string) func(context.Context) error {
-		return func(context.Context) error {
-			if k.get(name).Status.PostCreateExecReport == nil {
-				return fmt.Errorf("%s has no postCreateExec report", name)
-			}
-			return nil
-		}
-	}
-	poll.Until(t, settle, "x1 has a report", reportOf("x1"))
-	poll.Until(t, settle, "x2 has a report", reportOf("x2"))
+	poll.Until(t, settle, "x1 has a report", k.hasReport("x1"))
+	poll.Until(t, settle, "x2 has a report", k.hasReport("x2"))
 	x1 := k.get("x1")
 	got := *x1.Status.PostCreateExecReport
 	want := v1alpha1.ExecReport{

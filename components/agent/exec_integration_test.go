@@ -1,7 +1,6 @@
 package agent_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -67,15 +66,7 @@ func TestIntegrationExecAllowList(t *testing.T) {
 	poll.Until(t, settle, "fast is ready while two hooks hang", k.ready("fast", hostA))
 	poll.Until(t, settle, "denied is ready while two hooks hang", k.ready("denied", hostA))
 
-	reportOf := func(name string) func(context.Context) error {
-		return func(context.Context) error {
-			if k.get(name).Status.PostCreateExecReport == nil {
-				return fmt.Errorf("%s has no postCreateExec report", name)
-			}
-			return nil
-		}
-	}
-	poll.Until(t, settle, "denied has a report", reportOf("denied"))
+	poll.Until(t, settle, "denied has a report", k.hasReport("denied"))
 	denied := k.get("denied")
 	r := denied.Status.PostCreateExecReport
 	wantCommand := []string{touch, filepath.Join(dir, "denied-"+denied.Status.IfcName)}
@@ -93,7 +84,7 @@ func TestIntegrationExecAllowList(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"slow1", "slow2", "fast"} {
-		poll.Until(t, settle, name+" has a report", reportOf(name))
+		poll.Until(t, settle, name+" has a report", k.hasReport(name))
 		if r := k.get(name).Status.PostCreateExecReport; r.ExitStatus != 0 {
 			t.Errorf("%s's report = %+v, want exit status 0", name, r)
 		}

@@ -320,6 +320,21 @@ func holds(f fabric.Interface, want *fabric.Inventory) func(context.Context) err
 	}
 }
 
+// hasReport returns a check that an attachment's status has a
+// postCreateExec report.
+func (a *api) hasReport(name string) func(context.Context) error {
+	return func(context.Context) error {
+		att, err := a.client.NetworkV1alpha1().NetworkAttachments(a.ns).Get(a.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if att.Status.PostCreateExecReport == nil {
+			return fmt.Errorf("%s has no postCreateExec report", name)
+		}
+		return nil
+	}
+}
+
 // ready returns a check that an attachment's status reports its interface
 // on the node with hostIP.
 func (a *api) ready(name, hostIP string) func(context.Context) error {
