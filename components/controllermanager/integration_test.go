@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
+	"github.com/kos-sdn/kos/components/controllermanager"
 	"github.com/kos-sdn/kos/components/controllers/ipam"
 	"github.com/kos-sdn/kos/components/generated/clientset/versioned"
 	"github.com/kos-sdn/kos/tools/poll"
@@ -28,7 +29,8 @@ import (
 func TestIntegrationAddresses(t *testing.T) {
 	env := testenv.Shared(t)
 	c := kosClient(t)
-	m, _ := startManager(t, "manager", 4)
+	// With an Event per address, as an operator may ask for.
+	m, _ := startManagerWith(t, "manager", controllermanager.Config{SubnetValidatorWorkers: 2, IPAMWorkers: 4, AddressEvents: true})
 	ns1, ns2 := newNamespace(t), newNamespace(t)
 	subnets := []*v1alpha1.Subnet{
 		createSubnet(t, c, newSubnet(ns1, "a", "10.100.0.0/24", 100)),
@@ -214,6 +216,32 @@ func TestIntegrationExhaustion(t *testing.T) {
 			return fmt.Errorf("%d locks, want 5", len(snap.locks))
 		}
 		return snap.uniqueAddresses()
+	})
+
+	// By default only the problem is an Event: the full subnet, not the
+	// addresses given.
+	kube, err := kubernetes.NewForConfig(testenv.Shared(t).RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, time.Minute, "the full subnet recorded as an Event", func(ctx context.Context) error {
+		events, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		reasons := map[string]bool{}
+		for _, e := range events.Items {
+			reasons[e.Reason] = true
+		}
+		if !reasons[ipam.ReasonNoAddress] {
+			return fmt.Errorf("event reasons %v, want %s", reasons, ipam.ReasonNoAddress)
+		}
+		// One broadcaster sends the Events in order: any for the five
+		// earlier addresses would be here by now.
+		if reasons[ipam.ReasonAddressAssigned] {
+			t.Errorf("event reasons %v: %s recorded without AddressEvents", reasons, ipam.ReasonAddressAssigned)
+		}
+		return nil
 	})
 }
 

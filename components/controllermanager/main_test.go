@@ -61,14 +61,17 @@ func kosClient(t testing.TB) versioned.Interface {
 // is called or the test ends.
 func startManager(t testing.TB, name string, ipamWorkers int) (m *controllermanager.Manager, stop func()) {
 	t.Helper()
+	return startManagerWith(t, name, controllermanager.Config{SubnetValidatorWorkers: 2, IPAMWorkers: ipamWorkers})
+}
+
+// startManagerWith is startManager with the settings of cfg, whose clients
+// it fills in.
+func startManagerWith(t testing.TB, name string, cfg controllermanager.Config) (m *controllermanager.Manager, stop func()) {
+	t.Helper()
 	env := testenv.Shared(t)
 	kos := startKOS(t)
-	m, err := controllermanager.Config{
-		Kube:                   env.RESTConfig,
-		KOS:                    kos.DirectConfig,
-		SubnetValidatorWorkers: 2,
-		IPAMWorkers:            ipamWorkers,
-	}.Complete().New()
+	cfg.Kube, cfg.KOS = env.RESTConfig, kos.DirectConfig
+	m, err := cfg.Complete().New()
 	if err != nil {
 		t.Fatalf("creating manager %s: %v", name, err)
 	}

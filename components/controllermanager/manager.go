@@ -54,6 +54,10 @@ type Config struct {
 	// attachments are worked on at once; Complete makes 0 into 1.
 	SubnetValidatorWorkers, IPAMWorkers int
 
+	// AddressEvents records an Event on every attachment given an address,
+	// not only on those that cannot get one.
+	AddressEvents bool
+
 	// ResyncPeriod makes the informers deliver every object again this
 	// often; 0 means never.
 	ResyncPeriod time.Duration
@@ -245,7 +249,7 @@ func (m *Manager) runControllers(ctx context.Context) error {
 		return err
 	}
 	addresses, err := ipam.NewController(m.kos, network.Subnets(), network.NetworkAttachments(), network.IPLocks(), recorder,
-		ipam.Options{AddressLatency: m.addressLatency})
+		ipam.Options{AddressLatency: m.addressLatency, AddressEvents: m.cfg.AddressEvents})
 	if err != nil {
 		return err
 	}

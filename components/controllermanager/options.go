@@ -23,7 +23,7 @@ type Options struct {
 	// configuration.
 	Kubeconfig string
 	// QPS and Burst limit the requests to the main cluster's API server,
-	// which takes the Events (one per address) and the Lease.
+	// which takes the Events and the Lease.
 	QPS   float32
 	Burst int
 	// KOSQPS and KOSBurst limit the requests to the KOS API. Each address
@@ -42,6 +42,7 @@ type Options struct {
 
 	SubnetValidatorWorkers int
 	IPAMWorkers            int
+	AddressEvents          bool
 	ResyncPeriod           time.Duration
 
 	MetricsAddress string
@@ -90,6 +91,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs = fss.FlagSet("controllers")
 	fs.IntVar(&o.SubnetValidatorWorkers, "subnet-validator-workers", o.SubnetValidatorWorkers, "Subnets validated at once.")
 	fs.IntVar(&o.IPAMWorkers, "ipam-workers", o.IPAMWorkers, "Attachments given addresses at once. Each waits on two writes in turn, so they bound the rate of addressing to workers / (2 * write latency).")
+	fs.BoolVar(&o.AddressEvents, "address-events", o.AddressEvents, "Record an AddressAssigned Event on every attachment given an address. Off, Events are recorded only for attachments that cannot get one: the address and the time it was written are in the attachment, and an Event per address adds a write to the main cluster for each address (at thousands a second).")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "How often every object is checked again; 0 means never.")
 
 	fs = fss.FlagSet("metrics")
@@ -165,6 +167,7 @@ func (o *Options) Config() (*Config, error) {
 		KOS:                    kos,
 		SubnetValidatorWorkers: o.SubnetValidatorWorkers,
 		IPAMWorkers:            o.IPAMWorkers,
+		AddressEvents:          o.AddressEvents,
 		ResyncPeriod:           o.ResyncPeriod,
 		MetricsAddress:         o.MetricsAddress,
 	}

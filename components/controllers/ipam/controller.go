@@ -57,6 +57,12 @@ type Options struct {
 	// AddressLatency, when set, receives the seconds from an attachment's
 	// creation to the write of its address, both as the server recorded them.
 	AddressLatency Observer
+	// AddressEvents records a Normal Event (AddressAssigned) on every
+	// attachment given an address. Off, only the problems are recorded
+	// (Warning NoAddress): the address and its write time are in the
+	// attachment itself, and one Event per address adds a write to the main
+	// cluster for every two KOS writes.
+	AddressEvents bool
 }
 
 // Controller assigns addresses to NetworkAttachments.
@@ -74,6 +80,8 @@ type Controller struct {
 	queue    *keyqueue.Queue
 	recorder record.EventRecorder
 	latency  Observer
+	// addressEvents is Options.AddressEvents.
+	addressEvents bool
 	// intN returns a random number in [0,n); a field so that tests can
 	// replay a choice.
 	intN func(n uint64) uint64
@@ -97,6 +105,7 @@ func NewController(client versioned.Interface, subnets informers.SubnetInformer,
 		queue:           keyqueue.New(QueueName),
 		recorder:        recorder,
 		latency:         opts.AddressLatency,
+		addressEvents:   opts.AddressEvents,
 		intN:            rand.Uint64N,
 		inflight:        newInflightRecords(),
 	}

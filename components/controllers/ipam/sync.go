@@ -250,7 +250,9 @@ func (c *Controller) assign(ctx context.Context, att *v1alpha1.NetworkAttachment
 	}
 	c.inflight.written(key, result.ResourceVersion)
 	klog.FromContext(ctx).V(2).Info("Assigned an address", "attachment", klog.KObj(result), "ipv4", result.Status.IPv4, "vni", result.Status.AddressVNI, "lock", lock.Name)
-	c.recorder.Eventf(result, corev1.EventTypeNormal, ReasonAddressAssigned, "Assigned %s on VNI %d", result.Status.IPv4, result.Status.AddressVNI)
+	if c.addressEvents {
+		c.recorder.Eventf(result, corev1.EventTypeNormal, ReasonAddressAssigned, "Assigned %s on VNI %d", result.Status.IPv4, result.Status.AddressVNI)
+	}
 	c.observeLatency(result)
 	return nil
 }
