@@ -125,6 +125,27 @@ func TestIntegrationRelevance(t *testing.T) {
 	if n := agentA.counter(t, "kos_agent_attachment_create_to_ready_seconds", nil); n < 2 {
 		t.Errorf("node A observed %g create-to-ready latencies, want at least 2", n)
 	}
+
+	// Dissemination: node A gained b1, c1 and c2 as remote attachments
+	// (c1's move to another host is not a new one), node B a1 and c1.
+	// An attachment addressed while node A watches network 1 is
+	// disseminated "while watched".
+	const dissemination = "kos_agent_remote_attachment_dissemination_seconds"
+	if n := agentA.counter(t, dissemination, nil); n != 3 {
+		t.Errorf("node A observed %g dissemination latencies, want 3", n)
+	}
+	if n := agentB.counter(t, dissemination, nil); n != 2 {
+		t.Errorf("node B observed %g dissemination latencies, want 2", n)
+	}
+	watched := agentA.counter(t, dissemination, map[string]string{"address_written": "while_watched"})
+	k.remote("c3", k.node("c"), "s1", "10.1.0.14", vni1, hostC)
+	poll.Until(t, settle, "node A holds c3", holds(fabA, &fabric.Inventory{
+		Local:  []fabric.LocalAttachment{local(vni1, "10.1.0.11")},
+		Remote: []fabric.RemoteAttachment{remote(vni1, "10.1.0.13", hostD), remote(vni1, "10.1.0.14", hostC)},
+	}))
+	if n := agentA.counter(t, dissemination, map[string]string{"address_written": "while_watched"}); n != watched+1 {
+		t.Errorf("node A observed %g dissemination latencies while watching, want %g", n, watched+1)
+	}
 }
 
 // TestIntegrationAddressClaims checks attachments that claim one address:

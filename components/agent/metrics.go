@@ -18,6 +18,7 @@ type metrics struct {
 	fabricOps       *prometheus.HistogramVec
 	fabricErrors    *prometheus.CounterVec
 	createToReady   prometheus.Histogram
+	dissemination   *prometheus.HistogramVec
 	localAtts       prometheus.Gauge
 	remoteAtts      prometheus.Gauge
 	networks        prometheus.Gauge
@@ -49,6 +50,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "From the server's write of a local attachment's spec to its write of the status that made it ready (status.impl), as the server recorded both.",
 			Buckets: latencyBuckets,
 		}),
+		dissemination: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Subsystem: sub, Name: "remote_attachment_dissemination_seconds",
+			Help: "From the server's write of a remote attachment's address (status.address in extendedMetadata.writes) to its flows being in this node's switch, " +
+				"once per remote attachment the switch gains, by whether the address was written while the agent watched the attachment's network " +
+				"(address_written=while_watched: the dissemination latency) or before (before_watched: the node caught up, as at start).",
+			Buckets: latencyBuckets,
+		}, []string{"address_written"}),
 		localAtts: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "local_attachments",
 			Help: "Local attachments the fabric holds.",
@@ -91,7 +99,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	var errs []error
 	for _, c := range []prometheus.Collector{
-		m.fabricOps, m.fabricErrors, m.createToReady, m.localAtts, m.remoteAtts, m.networks,
+		m.fabricOps, m.fabricErrors, m.createToReady, m.dissemination, m.localAtts, m.remoteAtts, m.networks,
 		m.notifications, m.reconciles, m.statusWrites, m.execs, m.informerStarts, m.informerStopped,
 	} {
 		if err := reg.Register(c); err != nil {

@@ -111,7 +111,7 @@ func (a *Agent) reconcileLocked(ctx context.Context, reason string) error {
 	if err != nil {
 		return fmt.Errorf("listing the fabric: %w", err)
 	}
-	want, deferred := a.wantedAll()
+	want, claimants, deferred := a.wantedAll()
 	plan := planReconcile(inv, want, deferred)
 
 	var errs []error
@@ -136,13 +136,25 @@ func (a *Agent) reconcileLocked(ctx context.Context, reason string) error {
 			failed(fmt.Errorf("creating %d local attachments: %w", len(plan.createLocal), err), localAddresses(plan.createLocal))
 		}
 	}
+	remoteCreated := false
 	if len(plan.createRemote) > 0 {
 		if err := a.timed(opCreateRemote.String(), func() error { return a.fabric.CreateRemote(ctx, plan.createRemote...) }); err != nil {
 			failed(fmt.Errorf("creating %d remote attachments: %w", len(plan.createRemote), err), remoteAddresses(plan.createRemote))
+		} else {
+			remoteCreated = true
 		}
 	}
+	programmed := time.Now()
 
 	old := a.state.replaceInstalled(plan.after)
+	if remoteCreated {
+		for _, r := range plan.createRemote {
+			addr := address{r.VNI, r.IP}
+			if newlyRemote(old[addr], plan.after[addr]) {
+				a.observeDissemination(claimants[addr], programmed)
+			}
+		}
+	}
 	// Attachments that gained or lost their place must see to their status.
 	for addr, p := range plan.after {
 		if o := old[addr]; o.owner != p.owner || !o.sameOnSwitch(p) {
@@ -183,10 +195,10 @@ func remoteAddresses(atts []fabric.RemoteAttachment) []address {
 }
 
 // wantedAll returns what the fabric should hold at every address, from the
-// caches, by the rules of wanted. The function it also returns reports the
-// addresses of networks whose informers have not synced yet, about which
-// the caches cannot tell.
-func (a *Agent) wantedAll() (map[address]placement, func(address) bool) {
+// caches, by the rules of wanted, and the attachment that claims each. The
+// function it also returns reports the addresses of networks whose
+// informers have not synced yet, about which the caches cannot tell.
+func (a *Agent) wantedAll() (map[address]placement, map[address]*v1alpha1.NetworkAttachment, func(address) bool) {
 	want := map[address]placement{}
 	winners := map[address]*v1alpha1.NetworkAttachment{}
 	for _, obj := range a.localInformer.GetStore().List() {
@@ -218,5 +230,5 @@ func (a *Agent) wantedAll() (map[address]placement, func(address) bool) {
 			}
 		}
 	}
-	return want, func(addr address) bool { return unsynced.Has(addr.vni) }
+	return want, winners, func(addr address) bool { return unsynced.Has(addr.vni) }
 }

@@ -50,6 +50,8 @@ type state struct {
 type networkInformer struct {
 	informer cache.SharedIndexInformer
 	cancel   context.CancelFunc
+	// started is when the agent started watching the network.
+	started time.Time
 }
 
 func newState(m *metrics, newInformer func(network) (cache.SharedIndexInformer, error)) *state {
@@ -196,6 +198,18 @@ func (s *state) networkInformers(match func(network) bool) []cache.SharedIndexIn
 	return infs
 }
 
+// watchedSince returns when the agent started watching network n, and
+// whether it watches it.
+func (s *state) watchedSince(n network) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ni, ok := s.networks[n]
+	if !ok {
+		return time.Time{}, false
+	}
+	return ni.started, true
+}
+
 // networksSynced reports whether every network informer has synced.
 func (s *state) networksSynced() bool {
 	s.mu.Lock()
@@ -256,7 +270,7 @@ func (s *state) startNetworkLocked(ctx context.Context, n network) {
 		return
 	}
 	infCtx, cancel := context.WithCancel(ctx)
-	s.networks[n] = &networkInformer{informer: inf, cancel: cancel}
+	s.networks[n] = &networkInformer{informer: inf, cancel: cancel, started: time.Now()}
 	s.informers.Go(func() { inf.RunWithContext(infCtx) })
 	s.metrics.informerStarts.Inc()
 	s.metrics.networks.Set(float64(len(s.networks)))

@@ -141,8 +141,9 @@ func (a *Agent) remoteHost(att *v1alpha1.NetworkAttachment) (netip.Addr, bool) {
 
 // wanted returns what the fabric should hold at addr, from the caches: the
 // local attachment that claims it if there is one (this node's interface
-// wins over a remote claim), else the remote one with a host.
-func (a *Agent) wanted(addr address) placement {
+// wins over a remote claim), else the remote one with a host. It also
+// returns that attachment (nil when none claims addr).
+func (a *Agent) wanted(addr address) (placement, *v1alpha1.NetworkAttachment) {
 	idx := addr.String()
 	var best *v1alpha1.NetworkAttachment
 	objs, _ := a.localInformer.GetIndexer().ByIndex(addressIndex, idx)
@@ -153,7 +154,7 @@ func (a *Agent) wanted(addr address) placement {
 		}
 	}
 	if best != nil {
-		return placement{kind: local, owner: keyOf(best)}
+		return placement{kind: local, owner: keyOf(best)}, best
 	}
 	var host netip.Addr
 	for _, inf := range a.state.networkInformers(func(n network) bool { return n.vni == addr.vni }) {
@@ -167,9 +168,9 @@ func (a *Agent) wanted(addr address) placement {
 		}
 	}
 	if best == nil {
-		return placement{}
+		return placement{}, nil
 	}
-	return placement{kind: remote, hostIP: host, owner: keyOf(best)}
+	return placement{kind: remote, hostIP: host, owner: keyOf(best)}, best
 }
 
 // settle makes the fabric hold at addr what the caches want there, and
@@ -182,12 +183,14 @@ func (a *Agent) settle(ctx context.Context, key string, addr address) (placement
 	l.Lock()
 	defer l.Unlock()
 
-	want := a.wanted(addr)
+	want, att := a.wanted(addr)
 	have := a.state.installedAt(addr)
 	after := want
 	err := a.apply(ctx, addr, want.hostIP, planAddress(have, want))
 	if err != nil {
 		after = placement{kind: unknown, owner: want.owner}
+	} else if newlyRemote(have, want) {
+		a.observeDissemination(att, time.Now())
 	}
 	a.state.setInstalled(addr, after)
 	if have.owner != after.owner {
