@@ -12,6 +12,8 @@ declare -A wanted=(
   [containerd]=containerd           # the single-node cluster's container runtime
   [runc]=runc                       # ... and its OCI runtime
   [/usr/lib/cni/bridge]=containernetworking-plugins # ... and its CNI plugins
+  [docker-registry]=docker-registry # the OCI registry nodes pull KOS images from (tools/registry)
+  [prometheus]=prometheus           # checks that the dashboards' queries return data
 )
 
 missing=()
