@@ -195,20 +195,26 @@ func appliedState(obj *unstructured.Unstructured) string {
 	return b.String()
 }
 
-// dumpState logs what went on in the KOS namespace: each pod with its
+// dumpState logs what went on in the KOS namespaces: each pod with its
 // containers' states, the end of the logs of those not ready, and the
-// namespace's events.
+// namespaces' warning events.
 func (k *kos) dumpState() {
+	for _, ns := range kosinstall.Namespaces() {
+		k.dumpNamespace(ns)
+	}
+}
+
+func (k *kos) dumpNamespace(ns string) {
 	t := k.t
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pods, err := k.kube.CoreV1().Pods(kosinstall.Namespace).List(ctx, metav1.ListOptions{})
+	pods, err := k.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		t.Logf("listing the KOS pods: %v", err)
+		t.Logf("listing the pods of %s: %v", ns, err)
 		return
 	}
 	for _, p := range pods.Items {
-		t.Logf("pod %s on %q: %s", p.Name, p.Spec.NodeName, p.Status.Phase)
+		t.Logf("pod %s/%s on %q: %s", ns, p.Name, p.Spec.NodeName, p.Status.Phase)
 		statuses := append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...)
 		for _, c := range statuses {
 			t.Logf("  container %s: ready %t, restarts %d, state %+v, last %+v", c.Name, c.Ready, c.RestartCount, c.State, c.LastTerminationState)
@@ -217,21 +223,21 @@ func (k *kos) dumpState() {
 			}
 			for _, previous := range []bool{false, true} {
 				lines := int64(30)
-				logs, err := k.kube.CoreV1().Pods(kosinstall.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name, TailLines: &lines, Previous: previous}).DoRaw(ctx)
+				logs, err := k.kube.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name, TailLines: &lines, Previous: previous}).DoRaw(ctx)
 				if err == nil && len(logs) > 0 {
 					t.Logf("  logs of %s (previous %t):\n%s", c.Name, previous, logs)
 				}
 			}
 		}
 	}
-	events, err := k.kube.CoreV1().Events(kosinstall.Namespace).List(ctx, metav1.ListOptions{})
+	events, err := k.kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		t.Logf("listing the KOS events: %v", err)
+		t.Logf("listing the events of %s: %v", ns, err)
 		return
 	}
 	for _, e := range events.Items {
 		if e.Type != corev1.EventTypeNormal {
-			t.Logf("event %s %s/%s: %s: %s (x%d)", e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message, e.Count)
+			t.Logf("event %s %s/%s/%s: %s: %s (x%d)", e.Type, ns, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message, e.Count)
 		}
 	}
 }

@@ -1,10 +1,11 @@
 // Package kosinstall is what the tests and the demo know of KOS installed by
-// channels on a local cluster whose node shares the host's file system: the
-// names the addons use, the host paths their pods mount and that must be
-// lent to the node, and when the install is ready.
+// channels on a local cluster: the names the addons use, the host paths
+// their pods mount and that must be lent to a node that shares the host's
+// file system, the local volumes the standard etcd release needs, guest
+// namespaces for attachments, and when the install is ready.
 //
-// tools/e2e and tools/demo both use it, so that they lend the same paths
-// the same way and wait for the same thing.
+// tools/e2e and tools/demo both use it, so that they lend the same paths,
+// provide the same volumes and wait for the same thing.
 package kosinstall
 
 import (
@@ -21,8 +22,11 @@ import (
 
 // The names the KOS addons use.
 const (
-	// Namespace is where the KOS addons run.
+	// Namespace is where the KOS control components run (and, before
+	// 0.2.0, the agent too).
 	Namespace = "example-com"
+	// AgentNamespace is where the agent runs from 0.2.0 on.
+	AgentNamespace = "kos-node"
 	// APIService serves the KOS API through kube-apiserver's aggregator.
 	APIService = "v1alpha1.network.example.com"
 	// AddonLabel is the label of every addon's selector; its value is the
@@ -36,12 +40,15 @@ var nodeLabels = map[string]string{
 	"role.kos.example.com/workload": "true",
 }
 
+// Namespaces returns the namespaces the KOS addons run in.
+func Namespaces() []string { return []string{Namespace, AgentNamespace} }
+
 // NodeLabels returns the labels a node needs for the addons to run their
 // control plane and their agent on it.
 func NodeLabels() map[string]string { return maps.Clone(nodeLabels) }
 
 // Ready returns nil when KOS is ready: the Deployments, StatefulSets and
-// DaemonSets of Namespace have every desired pod Ready and up to date, and
+// DaemonSets of its Namespaces have every desired pod Ready and up to date, and
 // APIService is Available. Otherwise its error says what is not.
 func Ready(ctx context.Context, kube kubernetes.Interface, agg aggregator.Interface) error {
 	if err := workloadsReady(ctx, kube); err != nil {
@@ -62,42 +69,46 @@ func Ready(ctx context.Context, kube kubernetes.Interface, agg aggregator.Interf
 	return fmt.Errorf("APIService %s has no Available condition yet", APIService)
 }
 
-// workloadsReady returns nil when the KOS namespace's Deployments,
+// workloadsReady returns nil when the KOS namespaces' Deployments,
 // StatefulSets and DaemonSets have every desired pod Ready and up to date.
 func workloadsReady(ctx context.Context, kube kubernetes.Interface) error {
-	deploys, err := kube.AppsV1().Deployments(Namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	sets, err := kube.AppsV1().StatefulSets(Namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	daemons, err := kube.AppsV1().DaemonSets(Namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	if len(deploys.Items)+len(sets.Items)+len(daemons.Items) == 0 {
-		return fmt.Errorf("no workloads in %s", Namespace)
-	}
 	var notReady []string
-	for _, d := range deploys.Items {
-		want := ptrOr(d.Spec.Replicas, 1)
-		if d.Status.ObservedGeneration < d.Generation || d.Status.ReadyReplicas != want || d.Status.UpdatedReplicas != want || d.Status.Replicas != want {
-			notReady = append(notReady, fmt.Sprintf("Deployment %s: %d of %d ready, %d updated, %d in all", d.Name, d.Status.ReadyReplicas, want, d.Status.UpdatedReplicas, d.Status.Replicas))
+	workloads := 0
+	for _, ns := range Namespaces() {
+		deploys, err := kube.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		sets, err := kube.AppsV1().StatefulSets(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		daemons, err := kube.AppsV1().DaemonSets(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		workloads += len(deploys.Items) + len(sets.Items) + len(daemons.Items)
+		for _, d := range deploys.Items {
+			want := ptrOr(d.Spec.Replicas, 1)
+			if d.Status.ObservedGeneration < d.Generation || d.Status.ReadyReplicas != want || d.Status.UpdatedReplicas != want || d.Status.Replicas != want {
+				notReady = append(notReady, fmt.Sprintf("Deployment %s/%s: %d of %d ready, %d updated, %d in all", ns, d.Name, d.Status.ReadyReplicas, want, d.Status.UpdatedReplicas, d.Status.Replicas))
+			}
+		}
+		for _, s := range sets.Items {
+			want := ptrOr(s.Spec.Replicas, 1)
+			if s.Status.ObservedGeneration < s.Generation || s.Status.ReadyReplicas != want || s.Status.UpdatedReplicas != want {
+				notReady = append(notReady, fmt.Sprintf("StatefulSet %s/%s: %d of %d ready, %d updated", ns, s.Name, s.Status.ReadyReplicas, want, s.Status.UpdatedReplicas))
+			}
+		}
+		for _, d := range daemons.Items {
+			want := d.Status.DesiredNumberScheduled
+			if d.Status.ObservedGeneration < d.Generation || want == 0 || d.Status.NumberReady != want || d.Status.UpdatedNumberScheduled != want {
+				notReady = append(notReady, fmt.Sprintf("DaemonSet %s/%s: %d of %d ready, %d updated", ns, d.Name, d.Status.NumberReady, want, d.Status.UpdatedNumberScheduled))
+			}
 		}
 	}
-	for _, s := range sets.Items {
-		want := ptrOr(s.Spec.Replicas, 1)
-		if s.Status.ObservedGeneration < s.Generation || s.Status.ReadyReplicas != want || s.Status.UpdatedReplicas != want {
-			notReady = append(notReady, fmt.Sprintf("StatefulSet %s: %d of %d ready, %d updated", s.Name, s.Status.ReadyReplicas, want, s.Status.UpdatedReplicas))
-		}
-	}
-	for _, d := range daemons.Items {
-		want := d.Status.DesiredNumberScheduled
-		if d.Status.ObservedGeneration < d.Generation || want == 0 || d.Status.NumberReady != want || d.Status.UpdatedNumberScheduled != want {
-			notReady = append(notReady, fmt.Sprintf("DaemonSet %s: %d of %d ready, %d updated", d.Name, d.Status.NumberReady, want, d.Status.UpdatedNumberScheduled))
-		}
+	if workloads == 0 {
+		return fmt.Errorf("no workloads in %s", strings.Join(Namespaces(), " or "))
 	}
 	if len(notReady) > 0 {
 		return fmt.Errorf("not ready: %s", strings.Join(notReady, "; "))
