@@ -1,0 +1,168 @@
+package nodeovs
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"time"
+
+	cliflag "k8s.io/component-base/cli/flag"
+	logsapi "k8s.io/component-base/logs/api/v1"
+)
+
+// The defaults of kos-ovs: the host paths the kos-agent DaemonSet mounts,
+// and the schema the kos-agent image ships.
+const (
+	DefaultRunDir            = "/var/run/kos/openvswitch"
+	DefaultDBDir             = "/var/lib/kos/openvswitch"
+	DefaultSchema            = "/usr/share/openvswitch/vswitch.ovsschema"
+	DefaultUnderlayBridge    = "br-ul"
+	DefaultHealthBindAddress = "127.0.0.1:9295"
+)
+
+// Options are the settings of kos-ovs, as its command line gives them.
+type Options struct {
+	// RunDir holds the daemons' sockets and pid files: the run dir
+	// (OVS_RUNDIR) that OVS's tools and the agent use.
+	RunDir string
+	// DBDir holds the database, conf.db, and the record of the underlay
+	// move.
+	DBDir string
+	// Schema is the vswitch database schema the database is created from
+	// and converted to.
+	Schema string
+	// DatapathType is the datapath of the underlay bridge: "netdev" for
+	// the userspace one. Only UnderlayAddress uses it.
+	DatapathType string
+	// UnderlayAddress is the node's IPv4 address on the underlay; when
+	// set, it is moved onto UnderlayBridge (see Underlay).
+	UnderlayAddress string
+	// UnderlayBridge is the OVS bridge that takes the underlay address.
+	UnderlayBridge string
+	// UnderlayCheckPeriod is how often to check that the underlay bridge
+	// still holds the address, and move it again if not.
+	UnderlayCheckPeriod time.Duration
+	// StartTimeout bounds how long each daemon may take to answer.
+	StartTimeout time.Duration
+	// StopTimeout bounds how long each daemon may take to exit when asked.
+	StopTimeout time.Duration
+	// HealthBindAddress is where /healthz and /readyz are served.
+	HealthBindAddress string
+
+	// Logs configures logging.
+	Logs *logsapi.LoggingConfiguration
+}
+
+// NewOptions returns the default settings of kos-ovs.
+func NewOptions() *Options {
+	return &Options{
+		RunDir:              DefaultRunDir,
+		DBDir:               DefaultDBDir,
+		Schema:              DefaultSchema,
+		UnderlayBridge:      DefaultUnderlayBridge,
+		UnderlayCheckPeriod: 10 * time.Second,
+		StartTimeout:        30 * time.Second,
+		StopTimeout:         10 * time.Second,
+		HealthBindAddress:   DefaultHealthBindAddress,
+		Logs:                logsapi.NewLoggingConfiguration(),
+	}
+}
+
+// Flags returns the command-line flags of kos-ovs, by section.
+func (o *Options) Flags() cliflag.NamedFlagSets {
+	var fss cliflag.NamedFlagSets
+	fs := fss.FlagSet("Open vSwitch")
+	fs.StringVar(&o.RunDir, "run-dir", o.RunDir, "The run dir (OVS_RUNDIR) of the daemons' sockets and pid files; the agent's --ovs-run-dir.")
+	fs.StringVar(&o.DBDir, "db-dir", o.DBDir, "The folder of the database (conf.db); keep it on the host so that bridges and ports outlive the container.")
+	fs.StringVar(&o.Schema, "schema", o.Schema, "The vswitch database schema to create the database from, and to convert it to when it changed.")
+	fs.DurationVar(&o.StartTimeout, "start-timeout", o.StartTimeout, "How long each daemon may take to answer after it starts.")
+	fs.DurationVar(&o.StopTimeout, "stop-timeout", o.StopTimeout, "How long each daemon may take to exit when asked, before it is killed.")
+
+	fs = fss.FlagSet("underlay")
+	fs.StringVar(&o.UnderlayAddress, "underlay-address", o.UnderlayAddress, "For the userspace datapath: this node's IPv4 address on the underlay (the pod's status.hostIP). The interface holding it becomes a port of --underlay-bridge, which takes over its IPv4 addresses and routes. Empty for the kernel datapath.")
+	fs.StringVar(&o.UnderlayBridge, "underlay-bridge", o.UnderlayBridge, "The OVS bridge that takes the underlay address.")
+	fs.StringVar(&o.DatapathType, "datapath-type", o.DatapathType, `The underlay bridge's datapath_type: "netdev", OVS's userspace datapath, is the one that needs --underlay-address.`)
+	fs.DurationVar(&o.UnderlayCheckPeriod, "underlay-check-period", o.UnderlayCheckPeriod, "How often to check that the underlay bridge holds the underlay address, and move it there again if not.")
+
+	fs = fss.FlagSet("health")
+	fs.StringVar(&o.HealthBindAddress, "health-bind-address", o.HealthBindAddress, "Where to serve /healthz and /readyz over HTTP (kubelet probes a hostNetwork pod's 127.0.0.1).")
+
+	logsapi.AddFlags(o.Logs, fss.FlagSet("logs"))
+	return fss
+}
+
+// Complete fills in the settings that follow from others: the folders,
+// made absolute.
+func (o *Options) Complete() error {
+	for _, p := range []*string{&o.RunDir, &o.DBDir, &o.Schema} {
+		if *p == "" {
+			continue
+		}
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return fmt.Errorf("resolving %q: %w", *p, err)
+		}
+		*p = abs
+	}
+	return nil
+}
+
+// Validate returns every problem with the settings at once.
+func (o *Options) Validate() error {
+	var errs []error
+	for name, p := range map[string]string{"--run-dir": o.RunDir, "--db-dir": o.DBDir, "--schema": o.Schema} {
+		if p == "" {
+			errs = append(errs, fmt.Errorf("%s: required", name))
+		}
+	}
+	if o.UnderlayAddress != "" {
+		if ip, err := netip.ParseAddr(o.UnderlayAddress); err != nil || !ip.Is4() {
+			errs = append(errs, fmt.Errorf("--underlay-address %q: want an IPv4 address", o.UnderlayAddress))
+		}
+		// The kernel datapath tunnels from the host's own routing: the
+		// address stays on its interface.
+		if o.DatapathType != "netdev" {
+			errs = append(errs, fmt.Errorf("--underlay-address needs --datapath-type=netdev (the userspace datapath), got %q", o.DatapathType))
+		}
+		if o.UnderlayBridge == "" {
+			errs = append(errs, errors.New("--underlay-bridge: required with --underlay-address"))
+		}
+	}
+	for name, d := range map[string]time.Duration{"--underlay-check-period": o.UnderlayCheckPeriod, "--start-timeout": o.StartTimeout, "--stop-timeout": o.StopTimeout} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s %s: want a positive duration", name, d))
+		}
+	}
+	if o.HealthBindAddress == "" {
+		errs = append(errs, errors.New("--health-bind-address: required"))
+	}
+	return errors.Join(errs...)
+}
+
+// Config turns the settings into the configuration of kos-ovs, finding the
+// Open vSwitch programs it runs.
+func (o *Options) Config() (*Config, error) {
+	progs, err := FindPrograms()
+	if err != nil {
+		return nil, err
+	}
+	c := &Config{
+		RunDir:            o.RunDir,
+		DBDir:             o.DBDir,
+		Schema:            o.Schema,
+		Programs:          progs,
+		StartTimeout:      o.StartTimeout,
+		StopTimeout:       o.StopTimeout,
+		HealthBindAddress: o.HealthBindAddress,
+	}
+	if o.UnderlayAddress != "" {
+		c.Underlay = &UnderlayConfig{
+			Address:      netip.MustParseAddr(o.UnderlayAddress),
+			Bridge:       o.UnderlayBridge,
+			DatapathType: o.DatapathType,
+			CheckPeriod:  o.UnderlayCheckPeriod,
+		}
+	}
+	return c, nil
+}
