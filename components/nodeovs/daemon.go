@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -75,14 +76,25 @@ func startDaemon(name, program string, args, env []string) (*daemon, error) {
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
 	d := &daemon{name: name, cmd: cmd, done: make(chan struct{})}
+	started := make(chan error, 1)
 	go func() {
+		// The parent-death signal comes when the thread that started
+		// the child ends, not the process: start and wait on a thread
+		// of its own, which lives as long as the child.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		d.err = cmd.Wait()
 		close(d.done)
 	}()
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
 	klog.InfoS("Started", "daemon", name, "pid", cmd.Process.Pid)
 	return d, nil
 }
