@@ -1,7 +1,8 @@
 // Command kos-pki makes and keeps the KOS certificates inside the cluster:
 // the CA, the etcd and kos-apiserver certificates and the APIService's CA
-// bundle. It runs as an init container of the KOS etcd and kos-apiserver
-// pods.
+// bundle. "kos-pki run" is the signer Deployment of the kos-apiserver addon
+// (from 0.2.0), which renews certificates ahead of expiry; "kos-pki ensure"
+// does one pass (the init containers of the 0.1.0 pods).
 package main
 
 import (

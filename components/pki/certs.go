@@ -115,6 +115,12 @@ func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 // valid for LeafValidity from now or until the CA expires, whichever comes
 // first.
 func (ca *CA) Issue(l Leaf, now time.Time) (*KeyPair, error) {
+	return ca.IssueFor(l, now, LeafValidity)
+}
+
+// IssueFor is Issue with a validity other than LeafValidity, such as the
+// short one of a rotation test.
+func (ca *CA) IssueFor(l Leaf, now time.Time, validity time.Duration) (*KeyPair, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("generating the key of %s: %w", l.Secret, err)
@@ -123,7 +129,7 @@ func (ca *CA) Issue(l Leaf, now time.Time) (*KeyPair, error) {
 	if err != nil {
 		return nil, err
 	}
-	notAfter := now.Add(LeafValidity)
+	notAfter := now.Add(validity)
 	if notAfter.After(ca.Cert.NotAfter) {
 		notAfter = ca.Cert.NotAfter
 	}
@@ -160,6 +166,11 @@ func (ca *CA) Issue(l Leaf, now time.Time) (*KeyPair, error) {
 // l's common name, organization, names and usages; caPEM must be this CA's
 // certificate.
 func (ca *CA) Check(l Leaf, certPEM, keyPEM, caPEM []byte, now time.Time) string {
+	return ca.CheckFor(l, certPEM, keyPEM, caPEM, now, RenewBefore)
+}
+
+// CheckFor is Check with a renewal margin other than RenewBefore.
+func (ca *CA) CheckFor(l Leaf, certPEM, keyPEM, caPEM []byte, now time.Time, renewBefore time.Duration) string {
 	if len(certPEM) == 0 || len(keyPEM) == 0 {
 		return "certificate or key missing"
 	}
@@ -175,7 +186,7 @@ func (ca *CA) Check(l Leaf, certPEM, keyPEM, caPEM []byte, now time.Time) string
 		return "not valid before " + cert.NotBefore.UTC().Format(time.DateTime)
 	case !now.Before(cert.NotAfter):
 		return "expired " + cert.NotAfter.UTC().Format(time.DateOnly)
-	case cert.NotAfter.Sub(now) < RenewBefore:
+	case cert.NotAfter.Sub(now) < renewBefore:
 		return "expires " + cert.NotAfter.UTC().Format(time.DateOnly)
 	}
 	roots := x509.NewCertPool()

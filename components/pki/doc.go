@@ -10,11 +10,17 @@
 // time, the second reads the first's; a leaf certificate is re-issued, by
 // the existing CA, only when it no longer says what is asked or expires
 // within RenewBefore. The CA itself is never replaced: rotating it is an
-// operator's decision (delete the kos-ca Secret, then restart the pods that
-// run kos-pki).
+// operator's decision (delete the kos-ca Secret; the signer makes a new CA
+// and re-issues every leaf; then restart etcd and kos-apiserver, which read
+// the CA bundle at start).
 //
-// The package does not rotate certificates in running processes; the pods
-// pick up renewed certificates when they restart.
+// Signer (kos-pki run) keeps the PKI current in a running cluster: it is the
+// one holder of the CA's key, ensures again just after each leaf is due for
+// renewal, and exports kos_certificate_expiry_timestamp_seconds. The servers
+// mount their Secrets as volumes, which the kubelet updates in place, and
+// read the new files without a restart (etcd at every handshake,
+// kos-apiserver through k8s.io/apiserver's dynamic serving certificate and
+// its etcd client's per-connection load).
 //
 // Like the other KOS commands, kos-pki ensure goes EnsureOptions → Complete
 // → Validate → Config → Complete → New (an EnsureRun) → Run.

@@ -73,6 +73,26 @@ type Ensurer struct {
 	Namespace string
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
+	// LeafValidity is how long a leaf it issues is valid; 0 means
+	// LeafValidity.
+	LeafValidity time.Duration
+	// RenewBefore is how long before it expires a leaf is re-issued; 0
+	// means RenewBefore.
+	RenewBefore time.Duration
+}
+
+func (e *Ensurer) validity() time.Duration {
+	if e.LeafValidity <= 0 {
+		return LeafValidity
+	}
+	return e.LeafValidity
+}
+
+func (e *Ensurer) renewBefore() time.Duration {
+	if e.RenewBefore <= 0 {
+		return RenewBefore
+	}
+	return e.RenewBefore
 }
 
 func (e *Ensurer) now() time.Time {
@@ -136,7 +156,7 @@ func (e *Ensurer) EnsureCA(ctx context.Context) (*CA, Result, error) {
 	if err != nil {
 		return nil, r, fmt.Errorf("secret %s holds no usable CA (delete it to make a new one, which re-issues every certificate): %w", ref, err)
 	}
-	if left := ca.Cert.NotAfter.Sub(e.now()); left < LeafValidity {
+	if left := ca.Cert.NotAfter.Sub(e.now()); left < e.validity() {
 		logger.Info("The KOS CA expires soon; leaf certificates end with it. Delete the CA Secret to make a new one", "secret", ref, "notAfter", ca.Cert.NotAfter)
 	}
 	r.Secret = s
@@ -182,7 +202,7 @@ func (e *Ensurer) EnsureLeaf(ctx context.Context, ca *CA, l Leaf) (Result, error
 			r.Action, r.Reason, r.Secret = Kept, "not made by kos-pki, not checked", s
 			return r, nil
 		}
-		reason := ca.Check(l, s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey], s.Data[CACertKey], e.now())
+		reason := ca.CheckFor(l, s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey], s.Data[CACertKey], e.now(), e.renewBefore())
 		if reason == "" {
 			r.Action, r.Secret = Kept, s
 			logger.V(2).Info("Ensured a certificate", "secret", ref, "action", r.Action)
@@ -222,11 +242,11 @@ func (e *Ensurer) EnsureLeaf(ctx context.Context, ca *CA, l Leaf) (Result, error
 // on every run.
 func (e *Ensurer) issue(ca *CA, l Leaf) (*KeyPair, error) {
 	now := e.now()
-	kp, err := ca.Issue(l, now)
+	kp, err := ca.IssueFor(l, now, e.validity())
 	if err != nil {
 		return nil, err
 	}
-	if reason := ca.Check(l, kp.CertPEM, kp.KeyPEM, ca.CertPEM, now); reason != "" {
+	if reason := ca.CheckFor(l, kp.CertPEM, kp.KeyPEM, ca.CertPEM, now, e.renewBefore()); reason != "" {
 		return nil, fmt.Errorf("the CA of secret %s cannot sign a lasting certificate for %s (%s): replace the CA, or delete its Secret to make a new one", klog.KRef(e.Namespace, CASecret), l.Secret, reason)
 	}
 	return kp, nil

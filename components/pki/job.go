@@ -32,6 +32,9 @@ type EnsureConfig struct {
 	APIService string
 	// OutDir, when set, receives the data of each ensured Secret.
 	OutDir string
+	// LeafValidity and RenewBefore are the leaves' lifetime and renewal
+	// margin; 0 means the package's LeafValidity and RenewBefore.
+	LeafValidity, RenewBefore time.Duration
 
 	// set names the set of Leaves, for the log.
 	set string
@@ -72,7 +75,7 @@ func (c CompletedEnsureConfig) New() (*EnsureRun, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating a client: %w", err)
 	}
-	r := &EnsureRun{cfg: *c.completedEnsureConfig, ensurer: &Ensurer{Client: kube, Namespace: c.Namespace}}
+	r := &EnsureRun{cfg: *c.completedEnsureConfig, ensurer: &Ensurer{Client: kube, Namespace: c.Namespace, LeafValidity: c.LeafValidity, RenewBefore: c.RenewBefore}}
 	if c.APIService != "" {
 		agg, err := aggregator.NewForConfig(c.REST)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -25,6 +26,10 @@ type EnsureOptions struct {
 	Kubeconfig string
 	// OutDir, when set, receives the data of each ensured Secret.
 	OutDir string
+	// LeafValidity is how long a new leaf certificate is valid.
+	LeafValidity time.Duration
+	// RenewBefore is how long before it expires a leaf is re-issued.
+	RenewBefore time.Duration
 	// Logs configures logging.
 	Logs *logsapi.LoggingConfiguration
 }
@@ -32,9 +37,11 @@ type EnsureOptions struct {
 // NewEnsureOptions returns the default settings of kos-pki ensure.
 func NewEnsureOptions() *EnsureOptions {
 	return &EnsureOptions{
-		Namespace: DefaultNamespace,
-		Secrets:   string(SetAll),
-		Logs:      logsapi.NewLoggingConfiguration(),
+		Namespace:    DefaultNamespace,
+		Secrets:      string(SetAll),
+		LeafValidity: LeafValidity,
+		RenewBefore:  RenewBefore,
+		Logs:         logsapi.NewLoggingConfiguration(),
 	}
 }
 
@@ -51,6 +58,8 @@ func (o *EnsureOptions) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.APIService, "apiservice", o.APIService, "APIService whose CA bundle to set to the CA, such as v1alpha1.network.example.com; empty sets none.")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the cluster; empty means the in-cluster configuration.")
 	fs.StringVar(&o.OutDir, "out-dir", o.OutDir, "Also write each ensured Secret's data (never the CA key) into DIR/<secret>/<key>, for the pod's containers; empty writes none.")
+	fs.DurationVar(&o.LeafValidity, "leaf-validity", o.LeafValidity, "How long a new leaf certificate is valid (at most until the CA expires).")
+	fs.DurationVar(&o.RenewBefore, "renew-before", o.RenewBefore, "How long before it expires a leaf certificate is re-issued; less than --leaf-validity.")
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logs"))
 	return fss
 }
@@ -66,6 +75,12 @@ func (o *EnsureOptions) Validate() error {
 		errs = append(errs, errors.New("--namespace is empty"))
 	} else if _, err := Set(o.Secrets).Leaves(o.Namespace); err != nil {
 		errs = append(errs, fmt.Errorf("--secrets: %w", err))
+	}
+	switch {
+	case o.LeafValidity <= 0:
+		errs = append(errs, fmt.Errorf("--leaf-validity is %s, want more than 0", o.LeafValidity))
+	case o.RenewBefore <= 0 || o.RenewBefore >= o.LeafValidity:
+		errs = append(errs, fmt.Errorf("--renew-before is %s, want more than 0 and less than --leaf-validity (%s)", o.RenewBefore, o.LeafValidity))
 	}
 	return errors.Join(errs...)
 }
@@ -91,11 +106,13 @@ func (o *EnsureOptions) Config() (*EnsureConfig, error) {
 		}
 	}
 	return &EnsureConfig{
-		REST:       cfg,
-		Namespace:  o.Namespace,
-		Leaves:     leaves,
-		APIService: o.APIService,
-		OutDir:     o.OutDir,
-		set:        o.Secrets,
+		REST:         cfg,
+		Namespace:    o.Namespace,
+		Leaves:       leaves,
+		APIService:   o.APIService,
+		OutDir:       o.OutDir,
+		LeafValidity: o.LeafValidity,
+		RenewBefore:  o.RenewBefore,
+		set:          o.Secrets,
 	}, nil
 }
