@@ -37,6 +37,9 @@ type server struct {
 	// version is the server's version as kubernetesVersion ranges see it.
 	version semver.Version
 	kube    kubernetes.Interface
+	// aggregates is whether kube-controller-manager runs, whose ClusterRole
+	// aggregation gives the view, edit and admin roles the KOS rules.
+	aggregates bool
 }
 
 func (s *server) String() string { return "v" + s.version.String() }
@@ -86,8 +89,10 @@ func runMain(m *testing.M) int {
 	return code
 }
 
-// startServers starts a control plane of tools/kube (1.34) and one of
-// tools/kube129 (1.29) at once: each takes seconds, mostly waiting.
+// startServers starts a control plane of tools/kube (1.34, with
+// kube-controller-manager for ClusterRole aggregation) and one of
+// tools/kube129 (1.29, which builds no controller manager) at once: each
+// takes seconds, mostly waiting.
 func startServers(ctx context.Context) ([]*server, error) {
 	bin129, err := kube129BinDir(ctx, repoRoot)
 	if err != nil {
@@ -115,14 +120,18 @@ func startServers(ctx context.Context) ([]*server, error) {
 }
 
 // startServer starts etcd and kube-apiserver from binDir ("" for
-// tools/kube's) and makes the namespace of the addons, which dry-run
+// tools/kube's, with kube-controller-manager) and makes the namespace of the addons, which dry-run
 // applies of namespaced objects need to exist.
 func startServer(ctx context.Context, binDir string) (*server, error) {
-	env, err := testenv.Start(ctx, testenv.Options{BinDir: binDir})
+	opts := testenv.Options{BinDir: binDir}
+	if binDir == "" {
+		opts.Components = []string{testenv.KubeControllerManager}
+	}
+	env, err := testenv.Start(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	s := &server{env: env}
+	s := &server{env: env, aggregates: len(opts.Components) > 0}
 	if s.version, err = channels.ServerVersion(env.Version); err != nil {
 		return nil, errors.Join(err, env.Stop())
 	}

@@ -113,10 +113,13 @@ func TestImages(t *testing.T) {
 	}
 }
 
-// TestPKIRules checks that the Roles of the kos-pki init containers grant
-// exactly what pki.Rules says kos-pki needs for its set of Secrets, and that
-// kos-apiserver's ClusterRole holds the rule for the APIService's CA bundle:
-// the manifests follow the code that makes the certificates.
+// TestPKIRules checks that the RBAC of the certificates follows the code
+// that makes them. Up to 0.1.0, each kos-pki init container signed its own
+// set: the Roles kos-etcd-pki and kos-apiserver-pki grant exactly what
+// pki.Rules says for it, and kos-apiserver's ClusterRole holds the rule for
+// the APIService's CA bundle. From 0.2.0 on, only the signer kos-pki (addon
+// kos-apiserver) does: its Role and ClusterRole grant exactly pki.Rules(all),
+// and no other Role or ClusterRole of the bundle names a Secret.
 func TestPKIRules(t *testing.T) {
 	const apiService = "v1alpha1.network.example.com"
 	etcdRules, _, err := pki.Rules(pki.SetEtcd, "")
@@ -127,13 +130,17 @@ func TestPKIRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	signerRules, signerClusterRules, err := pki.Rules(pki.SetAll, apiService)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	b, err := bundle.Load(ctx, repoRoot, bundle.Channels)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fetcher := channels.NewFetcher()
-	checked := 0
+	checked, signers := 0, 0
 	for _, f := range b.Folders {
 		for _, a := range f.Releases {
 			data, err := fetcher.FetchManifest(ctx, a)
@@ -145,6 +152,28 @@ func TestPKIRules(t *testing.T) {
 				t.Fatal(err)
 			}
 			manifest := b.Rel(a.Manifest)
+			if a.VersionString() != "0.1.0" {
+				if a.Name == "kos-apiserver" {
+					signers++
+					if diff := cmp.Diff(signerRules, rules(t, objs, "Role", "kos-pki")); diff != "" {
+						t.Errorf("%s: Role kos-pki differs from pki.Rules(all) (-pki +manifest):\n%s", manifest, diff)
+					}
+					if diff := cmp.Diff(signerClusterRules, rules(t, objs, "ClusterRole", "kos-pki")); diff != "" {
+						t.Errorf("%s: ClusterRole kos-pki differs from pki.Rules(all, %s) (-pki +manifest):\n%s", manifest, apiService, diff)
+					}
+				}
+				for _, u := range objs {
+					if u.GroupVersionKind().Group != rbacv1.GroupName || (u.GetKind() != "Role" && u.GetKind() != "ClusterRole") || u.GetName() == "kos-pki" {
+						continue
+					}
+					for _, r := range rules(t, objs, u.GetKind(), u.GetName()) {
+						if slices.Contains(r.Resources, "secrets") || slices.Contains(r.Resources, "apiservices") {
+							t.Errorf("%s: %s %s grants %v on %v: only the signer kos-pki may", manifest, u.GetKind(), u.GetName(), r.Verbs, r.Resources)
+						}
+					}
+				}
+				continue
+			}
 			switch a.Name {
 			case "kos-etcd":
 				checked++
@@ -165,8 +194,8 @@ func TestPKIRules(t *testing.T) {
 			}
 		}
 	}
-	if checked == 0 {
-		t.Error("no release of kos-etcd or kos-apiserver found")
+	if checked == 0 || signers == 0 {
+		t.Errorf("found %d releases of kos-etcd or kos-apiserver 0.1.0 and %d of kos-apiserver with the signer, want some of each", checked, signers)
 	}
 }
 

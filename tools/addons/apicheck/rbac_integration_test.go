@@ -34,6 +34,7 @@ const (
 	etcdSA      = "kos-etcd"
 	managerSA   = "kos-controller-manager"
 	agentSA     = "kos-agent"
+	pkiSA       = "kos-pki"
 
 	kos = ".network.example.com"
 )
@@ -62,38 +63,52 @@ var accesses = []access{
 	{sa: apiserverSA, verb: "watch", resource: "prioritylevelconfigurations.flowcontrol.apiserver.k8s.io", allowed: true},
 	{sa: apiserverSA, verb: "patch", resource: "flowschemas/status.flowcontrol.apiserver.k8s.io", name: "global-default"},
 	{sa: apiserverSA, verb: "delete", resource: "prioritylevelconfigurations.flowcontrol.apiserver.k8s.io", name: "global-default"},
-	// kos-apiserver: kos-pki --secrets apiserver --apiservice ...
-	{sa: apiserverSA, verb: "get", resource: "apiservices.apiregistration.k8s.io", name: "v1alpha1.network.example.com", allowed: true},
-	{sa: apiserverSA, verb: "patch", resource: "apiservices.apiregistration.k8s.io", name: "v1alpha1.network.example.com", allowed: true},
-	{sa: apiserverSA, verb: "delete", resource: "apiservices.apiregistration.k8s.io", name: "v1alpha1.network.example.com"},
-	{sa: apiserverSA, verb: "patch", resource: "apiservices.apiregistration.k8s.io", name: "v1.apps"},
-	{sa: apiserverSA, verb: "list", resource: "apiservices.apiregistration.k8s.io"},
-	{sa: apiserverSA, verb: "create", resource: "secrets", namespace: namespace, allowed: true},
-	{sa: apiserverSA, verb: "get", resource: "secrets", namespace: namespace, name: "kos-ca", allowed: true},
-	{sa: apiserverSA, verb: "get", resource: "secrets", namespace: namespace, name: "kos-etcd-client", allowed: true},
-	{sa: apiserverSA, verb: "get", resource: "secrets", namespace: namespace, name: "kos-apiserver-serving", allowed: true},
-	{sa: apiserverSA, verb: "update", resource: "secrets", namespace: namespace, name: "kos-apiserver-serving", allowed: true},
-	{sa: apiserverSA, verb: "update", resource: "secrets", namespace: namespace, name: "kos-ca"},
-	{sa: apiserverSA, verb: "get", resource: "secrets", namespace: namespace, name: "kos-etcd-peer"},
-	{sa: apiserverSA, verb: "delete", resource: "secrets", namespace: namespace, name: "kos-apiserver-serving"},
+	// kos-apiserver: the kubelet mounts its certificates; the signer
+	// kos-pki makes them and sets the APIService's CA bundle.
+	{sa: apiserverSA, verb: "get", resource: "apiservices.apiregistration.k8s.io", name: "v1alpha1.network.example.com"},
+	{sa: apiserverSA, verb: "patch", resource: "apiservices.apiregistration.k8s.io", name: "v1alpha1.network.example.com"},
+	{sa: apiserverSA, verb: "create", resource: "secrets", namespace: namespace},
+	{sa: apiserverSA, verb: "get", resource: "secrets", namespace: namespace, name: "kos-ca"},
+	{sa: apiserverSA, verb: "get", resource: "secrets", namespace: namespace, name: "kos-etcd-client"},
+	{sa: apiserverSA, verb: "get", resource: "secrets", namespace: namespace, name: "kos-apiserver-serving"},
+	{sa: apiserverSA, verb: "update", resource: "secrets", namespace: namespace, name: "kos-apiserver-serving"},
 	{sa: apiserverSA, verb: "list", resource: "secrets", namespace: namespace},
 	{sa: apiserverSA, verb: "get", resource: "secrets", namespace: "kube-system", name: "kos-ca"},
 	// kos-apiserver serves the KOS API; it does not use it.
 	{sa: apiserverSA, verb: "list", resource: "subnets" + kos},
 	{sa: apiserverSA, verb: "create", resource: "pods", namespace: namespace},
 
-	// kos-etcd: kos-pki --secrets etcd, nothing else.
-	{sa: etcdSA, verb: "create", resource: "secrets", namespace: namespace, allowed: true},
-	{sa: etcdSA, verb: "get", resource: "secrets", namespace: namespace, name: "kos-ca", allowed: true},
-	{sa: etcdSA, verb: "get", resource: "secrets", namespace: namespace, name: "kos-etcd-server", allowed: true},
-	{sa: etcdSA, verb: "get", resource: "secrets", namespace: namespace, name: "kos-etcd-peer", allowed: true},
-	{sa: etcdSA, verb: "update", resource: "secrets", namespace: namespace, name: "kos-etcd-peer", allowed: true},
-	{sa: etcdSA, verb: "update", resource: "secrets", namespace: namespace, name: "kos-ca"},
-	{sa: etcdSA, verb: "get", resource: "secrets", namespace: namespace, name: "kos-etcd-client"},
-	{sa: etcdSA, verb: "get", resource: "secrets", namespace: namespace, name: "kos-apiserver-serving"},
+	// kos-etcd: nothing; the kubelet mounts its certificates.
+	{sa: etcdSA, verb: "create", resource: "secrets", namespace: namespace},
+	{sa: etcdSA, verb: "get", resource: "secrets", namespace: namespace, name: "kos-ca"},
+	{sa: etcdSA, verb: "get", resource: "secrets", namespace: namespace, name: "kos-etcd-server"},
+	{sa: etcdSA, verb: "update", resource: "secrets", namespace: namespace, name: "kos-etcd-peer"},
 	{sa: etcdSA, verb: "list", resource: "secrets", namespace: namespace},
 	{sa: etcdSA, verb: "patch", resource: "apiservices.apiregistration.k8s.io", name: "v1alpha1.network.example.com"},
 	{sa: etcdSA, verb: "create", resource: "tokenreviews.authentication.k8s.io"},
+
+	// kos-pki, the signer: the only reader of the CA's key.
+	{sa: pkiSA, verb: "create", resource: "secrets", namespace: namespace, allowed: true},
+	{sa: pkiSA, verb: "get", resource: "secrets", namespace: namespace, name: "kos-ca", allowed: true},
+	{sa: pkiSA, verb: "get", resource: "secrets", namespace: namespace, name: "kos-etcd-server", allowed: true},
+	{sa: pkiSA, verb: "get", resource: "secrets", namespace: namespace, name: "kos-etcd-peer", allowed: true},
+	{sa: pkiSA, verb: "get", resource: "secrets", namespace: namespace, name: "kos-etcd-client", allowed: true},
+	{sa: pkiSA, verb: "get", resource: "secrets", namespace: namespace, name: "kos-apiserver-serving", allowed: true},
+	{sa: pkiSA, verb: "update", resource: "secrets", namespace: namespace, name: "kos-etcd-server", allowed: true},
+	{sa: pkiSA, verb: "update", resource: "secrets", namespace: namespace, name: "kos-etcd-peer", allowed: true},
+	{sa: pkiSA, verb: "update", resource: "secrets", namespace: namespace, name: "kos-etcd-client", allowed: true},
+	{sa: pkiSA, verb: "update", resource: "secrets", namespace: namespace, name: "kos-apiserver-serving", allowed: true},
+	{sa: pkiSA, verb: "get", resource: "apiservices.apiregistration.k8s.io", name: "v1alpha1.network.example.com", allowed: true},
+	{sa: pkiSA, verb: "patch", resource: "apiservices.apiregistration.k8s.io", name: "v1alpha1.network.example.com", allowed: true},
+	{sa: pkiSA, verb: "update", resource: "secrets", namespace: namespace, name: "kos-ca"},
+	{sa: pkiSA, verb: "delete", resource: "secrets", namespace: namespace, name: "kos-ca"},
+	{sa: pkiSA, verb: "get", resource: "secrets", namespace: namespace, name: "default-token"},
+	{sa: pkiSA, verb: "list", resource: "secrets", namespace: namespace},
+	{sa: pkiSA, verb: "watch", resource: "secrets", namespace: namespace},
+	{sa: pkiSA, verb: "get", resource: "secrets", namespace: "kube-system", name: "kos-ca"},
+	{sa: pkiSA, verb: "delete", resource: "apiservices.apiregistration.k8s.io", name: "v1alpha1.network.example.com"},
+	{sa: pkiSA, verb: "patch", resource: "apiservices.apiregistration.k8s.io", name: "v1.apps"},
+	{sa: pkiSA, verb: "list", resource: "subnets" + kos},
 
 	// kos-controller-manager: the subnet validator.
 	{sa: managerSA, verb: "list", resource: "subnets" + kos, allowed: true},
