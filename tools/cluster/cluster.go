@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -51,10 +52,17 @@ type Options struct {
 	// and Kubelets are set by Start when there are nodes.
 	ControlPlane testenv.Options
 
-	// Nodes describe the nodes, one for now: each is a network namespace of
-	// its own, joined to the host by a veth pair, where containerd, kubelet
-	// and the node's DNS server run. None means a control plane alone.
+	// Nodes describe the nodes: each is a network namespace of its own on
+	// the cluster's underlay, and a mount namespace of its own (see
+	// NodePaths), where containerd, kubelet and the node's DNS server run.
+	// None means a control plane alone.
 	Nodes []NodeOptions
+
+	// Underlay is the network the nodes share with the host, on a bridge
+	// of the host: the host has its first address, where kube-apiserver
+	// listens, and the nodes the next ones, in order. The zero value picks
+	// a free /27 in 192.168.250.0/24.
+	Underlay netip.Prefix
 
 	// KubeProxy runs kube-proxy (iptables mode) on every node, so that pods
 	// reach Services, kube-apiserver's kubernetes Service among them.
@@ -72,7 +80,7 @@ type Cluster struct {
 	mu        sync.Mutex
 	procs     []*process
 	nodes     []*nodeState
-	ovs       []*ovsenv.Instance
+	ovs       map[string]*ovsenv.Instance
 	proxy     bool
 	detached  bool
 	removeDir bool
@@ -86,6 +94,8 @@ type Cluster struct {
 type process struct {
 	*spawner.Process
 	URL string `json:"url"`
+	// Node names the node the process belongs to; "" for none.
+	Node string `json:"node,omitempty"`
 }
 
 // stateFile names the file in Dir from which Attach finds the nodes, beside
@@ -107,13 +117,11 @@ const stopGrace = 5 * time.Second
 // host's end of the node link. On failure it stops what it started and
 // keeps Dir, whose logs say more than the error can.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
-	if len(opts.Nodes) > 1 {
-		return nil, fmt.Errorf("%d nodes: a cluster has one node for now", len(opts.Nodes))
-	}
 	if opts.KubeProxy && len(opts.Nodes) == 0 {
 		return nil, errors.New("kube-proxy runs on nodes: the cluster has none")
 	}
 	c := &Cluster{
+		ovs:      map[string]*ovsenv.Instance{},
 		proxy:    opts.KubeProxy,
 		detached: opts.ControlPlane.Detach,
 		timeout:  opts.ControlPlane.Timeout,
@@ -153,13 +161,13 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			}
 		}
 	}
-	if err := c.start(ctx, cp, opts.Nodes); err != nil {
+	if err := c.start(ctx, cp, opts.Nodes, opts.Underlay); err != nil {
 		return nil, errors.Join(err, c.stopAll())
 	}
 	return c, nil
 }
 
-func (c *Cluster) start(ctx context.Context, cp testenv.Options, nodes []NodeOptions) error {
+func (c *Cluster) start(ctx context.Context, cp testenv.Options, nodes []NodeOptions, ul netip.Prefix) error {
 	if len(nodes) == 0 {
 		env, err := testenv.Start(ctx, cp)
 		c.Env = env
@@ -173,8 +181,13 @@ func (c *Cluster) start(ctx context.Context, cp testenv.Options, nodes []NodeOpt
 	if err != nil {
 		return err
 	}
-	for _, opts := range nodes {
-		if err := c.prepareNode(ctx, cp.Dir, opts); err != nil {
+	names := map[string]bool{}
+	for i, opts := range nodes {
+		if names[opts.Name] && opts.Name != "" {
+			return fmt.Errorf("two nodes named %s", opts.Name)
+		}
+		names[opts.Name] = true
+		if err := c.prepareNode(ctx, cp.Dir, i, opts, ul); err != nil {
 			return err
 		}
 	}
@@ -194,12 +207,17 @@ func (c *Cluster) start(ctx context.Context, cp testenv.Options, nodes []NodeOpt
 	return c.saveState()
 }
 
-// prepareNode settles a node's addresses and creates its network and
-// cgroup, before kube-apiserver starts.
-func (c *Cluster) prepareNode(ctx context.Context, dir string, opts NodeOptions) error {
+// prepareNode settles the index-th node's addresses and creates its network
+// and cgroup, before kube-apiserver starts. The first node picks the
+// underlay ul when it is the zero value, and creates its bridge.
+func (c *Cluster) prepareNode(ctx context.Context, dir string, index int, opts NodeOptions, ul netip.Prefix) error {
 	pid, binary := selfOwner()
+	under := underlay{Prefix: ul}
+	if len(c.nodes) > 0 {
+		under = underlay{Prefix: c.nodes[0].Link, Bridge: c.nodes[0].Bridge}
+	}
 	n, err := joinHost(func(others []*nodeState) (*nodeState, error) {
-		n, err := newNodeState(ctx, dir, opts, others)
+		n, err := newNodeState(ctx, dir, index, opts, under, others)
 		if err != nil {
 			return nil, err
 		}
@@ -209,16 +227,17 @@ func (c *Cluster) prepareNode(ctx context.Context, dir string, opts NodeOptions)
 	if err != nil {
 		return err
 	}
+	peers := c.nodes
 	c.nodes = append(c.nodes, n)
 	c.Nodes = append(c.Nodes, n.public())
 	if err := writeState(dir, c.state()); err != nil {
 		return err
 	}
-	c.printf("node %s: network namespace %s, node IP %s, host IP %s, pods %s", n.Name, n.Netns, n.nodeIP(), n.hostIP(), n.PodCIDR)
-	if err := n.forgetRuntimeState(); err != nil {
+	c.printf("node %s: network namespace %s, node IP %s on %s (bridge %s, host IP %s), pods %s", n.Name, n.Netns, n.nodeIP(), n.Link, n.Bridge, n.hostIP(), n.PodCIDR)
+	if err := n.forgetRuntimeState(true); err != nil {
 		return err
 	}
-	if err := n.setUpNetwork(ctx); err != nil {
+	if err := n.setUpNetwork(ctx, peers); err != nil {
 		return err
 	}
 	if err := createCgroup(n.CgroupRoot); err != nil {
@@ -230,7 +249,7 @@ func (c *Cluster) prepareNode(ctx context.Context, dir string, opts NodeOptions)
 		if err != nil {
 			return fmt.Errorf("starting the node's Open vSwitch: %w", err)
 		}
-		c.ovs = append(c.ovs, ovs)
+		c.ovs[n.Name] = ovs
 	}
 	if err := os.MkdirAll(n.NodeDir, 0o755); err != nil {
 		return fmt.Errorf("creating the node's folder: %w", err)
@@ -238,23 +257,29 @@ func (c *Cluster) prepareNode(ctx context.Context, dir string, opts NodeOptions)
 	return nil
 }
 
-// startNode starts the node's containerd with the pause image imported and
-// its kubelet, both in the node's network namespace, waits until the node
-// is Ready, then starts its DNS server and kube-proxy.
+// startNode creates the node's mount namespace, starts the node's
+// containerd with the pause image imported and its kubelet, both in the
+// node's namespaces, waits until the node is Ready, then starts its DNS
+// server and kube-proxy.
 func (c *Cluster) startNode(ctx context.Context, n *nodeState) error {
 	if err := writeCNIConfig(n); err != nil {
 		return err
 	}
-	c.printf("starting containerd in %s", n.Netns)
+	if err := n.createMountNS(ctx); err != nil {
+		return err
+	}
+	c.printf("starting containerd of node %s", n.Name)
 	cd, err := startContainerd(ctx, ContainerdOptions{
 		Dir:        n.containerdDir(),
 		Netns:      n.Netns,
 		CNIConfDir: n.cniConfDir(),
 		Detach:     c.detached,
+		mountNS:    n.mountNSFile(),
 	})
 	if err != nil {
 		return err
 	}
+	cd.Node = n.Name
 	if err := c.track(cd); err != nil {
 		return err
 	}
@@ -284,9 +309,9 @@ func (c *Cluster) startNode(ctx context.Context, n *nodeState) error {
 	if err != nil {
 		return err
 	}
-	c.printf("starting kubelet in %s", n.Netns)
+	c.printf("starting kubelet of node %s", n.Name)
 	started := time.Now()
-	kubelet, err := startIn(c.Dir, kubeletName, n.Netns, filepath.Join(c.BinDir, kubeletBinary), kubeletArgs(config, n), c.detached)
+	kubelet, err := n.startIn(kubeletName, filepath.Join(c.BinDir, kubeletBinary), kubeletArgs(config, n), c.detached)
 	if err != nil {
 		return err
 	}
@@ -322,8 +347,8 @@ func (c *Cluster) startProxy(ctx context.Context, n *nodeState) error {
 	if err != nil {
 		return err
 	}
-	c.printf("starting kube-proxy in %s", n.Netns)
-	p, err := startIn(c.Dir, proxyName, n.Netns, filepath.Join(c.BinDir, proxyBinary), []string{"--config=" + config}, c.detached)
+	c.printf("starting kube-proxy of node %s", n.Name)
+	p, err := n.startIn(proxyName, filepath.Join(c.BinDir, proxyBinary), []string{"--config=" + config}, c.detached)
 	if err != nil {
 		return err
 	}
@@ -430,15 +455,23 @@ func (c *Cluster) waitReady(ctx context.Context, p *process, check func(context.
 // track adds a started process to the cluster and records it in the state
 // file at once, so that a detached process whose starter is killed half-way
 // can still be found and stopped.
+// A process started again, as when a node starts again, takes the place of
+// the one before.
 func (c *Cluster) track(p *process) error {
+	for i, q := range c.procs {
+		if q.Node == p.Node && q.Name == p.Name {
+			c.procs[i] = p
+			return c.saveState()
+		}
+	}
 	c.procs = append(c.procs, p)
 	return c.saveState()
 }
 
-// proc returns the process of that name, or nil.
-func (c *Cluster) proc(name string) *process {
+// proc returns the process of that name of the node, or nil.
+func (c *Cluster) proc(node, name string) *process {
 	for _, p := range c.procs {
-		if p.Name == name {
+		if p.Node == node && p.Name == name {
 			return p
 		}
 	}
@@ -475,22 +508,19 @@ func (c *Cluster) stopAll() error {
 	if c.Env != nil {
 		errs = append(errs, c.Env.Stop())
 	}
-	for i, n := range c.nodes {
-		var ovs *ovsenv.Instance
-		if i < len(c.ovs) {
-			ovs = c.ovs[i]
-		}
-		errs = append(errs, removeNode(n, ovs))
+	for _, n := range c.nodes {
+		errs = append(errs, removeNode(n, c.ovs[n.Name]))
 	}
 	return errors.Join(errs...)
 }
 
 // stopNode stops the node's processes: kubelet and kube-proxy first, so that
-// nothing restarts pods, then the pods' processes, then containerd.
+// nothing restarts pods, then the pods' processes, then containerd and its
+// shims.
 func (c *Cluster) stopNode(n *nodeState) error {
 	var errs []error
 	for _, name := range []string{kubeletName, proxyName, nodeDNSName} {
-		if p := c.proc(name); p != nil {
+		if p := c.proc(n.Name, name); p != nil {
 			errs = append(errs, p.Stop(stopGrace))
 		}
 	}
@@ -499,13 +529,87 @@ func (c *Cluster) stopNode(n *nodeState) error {
 	} else {
 		errs = append(errs, killCgroup(hierarchies, n.CgroupRoot))
 	}
-	if p := c.proc(containerdName); p != nil {
+	if p := c.proc(n.Name, containerdName); p != nil {
 		errs = append(errs, p.Stop(stopGrace))
 	}
+	// The shims outlive containerd: they name its socket.
+	errs = append(errs, killNaming(n.containerdDir()))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("stopping node %s: %w", n.Name, err)
 	}
 	return nil
+}
+
+// StopNode stops the node named name entirely, as if it lost power: its
+// kubelet, kube-proxy and DNS server, every process of its pods (through
+// the node's cgroup) and its containerd stop, and its mount namespace goes
+// with every mount in it. Its network, its folders and its Open vSwitch
+// instance, if any, stay, so that StartNode can bring it back.
+func (c *Cluster) StopNode(ctx context.Context, name string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, err := c.node(name)
+	if err != nil {
+		return err
+	}
+	if err := c.stopNode(n); err != nil {
+		return err
+	}
+	if err := n.removeMountNS(); err != nil {
+		return fmt.Errorf("stopping node %s: %w", n.Name, err)
+	}
+	if c.detached {
+		// The node's owner was its containerd: another node's keeps
+		// it from being taken for abandoned.
+		for _, p := range c.procs {
+			if p.Name == containerdName && p.Node != n.Name && p.Running() {
+				n.OwnerPID, n.OwnerBinary = p.PID, p.Binary
+				if err := updateHost(n); err != nil {
+					return err
+				}
+				break
+			}
+		}
+	}
+	return c.saveState()
+}
+
+// StartNode starts the node named name again after StopNode, as a node
+// boots: containerd's state of tasks is gone, its images stay, and kubelet
+// finds its pods from kube-apiserver. It returns once the node is Ready
+// and its DNS server and kube-proxy run.
+func (c *Cluster) StartNode(ctx context.Context, name string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, err := c.node(name)
+	if err != nil {
+		return err
+	}
+	for _, p := range c.procs {
+		if p.Node == n.Name && p.Running() {
+			return fmt.Errorf("node %s runs (%s, pid %d): stop it first", n.Name, p.Name, p.PID)
+		}
+	}
+	if err := n.forgetRuntimeState(false); err != nil {
+		return err
+	}
+	if err := createCgroup(n.CgroupRoot); err != nil {
+		return err
+	}
+	if err := c.startNode(ctx, n); err != nil {
+		return fmt.Errorf("starting node %s again: %w", n.Name, err)
+	}
+	return c.saveState()
+}
+
+// node returns the node of that name.
+func (c *Cluster) node(name string) (*nodeState, error) {
+	for _, n := range c.nodes {
+		if n.Name == name {
+			return n, nil
+		}
+	}
+	return nil, fmt.Errorf("the cluster has no node %q", name)
 }
 
 // removeNode leaves the host as the node found it: no OVS daemon, shim,
@@ -539,7 +643,11 @@ func (c *Cluster) Processes() []testenv.ProcessStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, p := range c.procs {
-		out = append(out, testenv.ProcessStatus{Name: p.Name, PID: p.PID, URL: p.URL, LogFile: p.LogFile, Running: p.Running()})
+		name := p.Name
+		if len(c.nodes) > 1 && p.Node != "" {
+			name = p.Node + "/" + p.Name
+		}
+		out = append(out, testenv.ProcessStatus{Name: name, PID: p.PID, URL: p.URL, LogFile: p.LogFile, Running: p.Running()})
 	}
 	return out
 }
@@ -554,7 +662,7 @@ func Attach(dir string) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Env: env, timeout: 2 * time.Minute, progress: io.Discard, detached: true}
+	c := &Cluster{Env: env, timeout: 2 * time.Minute, progress: io.Discard, detached: true, ovs: map[string]*ovsenv.Instance{}}
 	st, err := readState(env.Dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return c, nil
@@ -565,6 +673,12 @@ func Attach(dir string) (*Cluster, error) {
 	c.nodes, c.procs, c.proxy = st.Nodes, st.Processes, st.KubeProxy
 	for _, n := range c.nodes {
 		c.Nodes = append(c.Nodes, n.public())
+	}
+	// A state file from before processes named their node: one node.
+	for _, p := range c.procs {
+		if p.Node == "" && len(c.nodes) == 1 && p.Name != "" {
+			p.Node = c.nodes[0].Name
+		}
 	}
 	return c, nil
 }

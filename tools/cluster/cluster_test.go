@@ -55,39 +55,72 @@ func TestFreeSubnet(t *testing.T) {
 
 func TestNewNodeState(t *testing.T) {
 	ctx := t.Context()
-	n, err := newNodeState(ctx, "/tmp/env", NodeOptions{
-		Link:    netip.MustParsePrefix("192.168.77.5/30"),
+	n, err := newNodeState(ctx, "/tmp/env", 0, NodeOptions{
 		PodCIDR: netip.MustParsePrefix("10.99.0.0/24"),
 		Labels:  map[string]string{"a": "b"},
-	}, nil)
+	}, underlay{Prefix: netip.MustParsePrefix("192.168.77.5/29")}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.Name != defaultNodeName || n.NodeDir != "/tmp/env/node" || n.Link.String() != "192.168.77.4/30" ||
-		n.hostIP().String() != "192.168.77.5" || n.nodeIP().String() != "192.168.77.6" {
-		t.Errorf("node: got name %s, folder %s, link %s (host %s, node %s)", n.Name, n.NodeDir, n.Link, n.hostIP(), n.nodeIP())
+	if n.Name != defaultNodeName || n.NodeDir != "/tmp/env/node" || n.Link.String() != "192.168.77.0/29" ||
+		n.hostIP().String() != "192.168.77.1" || n.nodeIP().String() != "192.168.77.2" {
+		t.Errorf("node: got name %s, folder %s, underlay %s (host %s, node %s)", n.Name, n.NodeDir, n.Link, n.hostIP(), n.nodeIP())
 	}
-	if n.Netns != n.HostLink || len(n.HostLink) > 15 || n.CgroupRoot != "/"+n.Netns {
-		t.Errorf("node names: netns %q, host link %q, cgroup %q; want one short name", n.Netns, n.HostLink, n.CgroupRoot)
+	if n.Netns != n.HostLink || len(n.HostLink) > 15 || len(n.Bridge) > 15 || n.CgroupRoot != "/"+n.Netns {
+		t.Errorf("node names: netns %q, host link %q, bridge %q, cgroup %q; want short names", n.Netns, n.HostLink, n.Bridge, n.CgroupRoot)
 	}
 
-	// Picked networks avoid the other nodes'.
+	// The third node of that cluster: on its underlay and bridge, the
+	// next address, a folder and name of its own, and pods apart.
+	third, err := newNodeState(ctx, "/tmp/env", 2, NodeOptions{}, underlay{Prefix: n.Link, Bridge: n.Bridge}, []*nodeState{n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if third.Name != "kos-node-3" || third.NodeDir != "/tmp/env/node3" || third.nodeIP().String() != "192.168.77.4" ||
+		third.Bridge != n.Bridge || third.Link != n.Link || third.PodCIDR.Overlaps(n.PodCIDR) {
+		t.Errorf("third node: got name %s, folder %s, IP %s, bridge %s, underlay %s, pods %s", third.Name, third.NodeDir, third.nodeIP(), third.Bridge, third.Link, third.PodCIDR)
+	}
+	// A /29 has room for the host and five nodes.
+	if _, err := newNodeState(ctx, "/tmp/env", 5, NodeOptions{}, underlay{Prefix: n.Link, Bridge: n.Bridge}, nil); err == nil || !strings.Contains(err.Error(), "no room") {
+		t.Errorf("a sixth node on a /29: got error %v, want no room", err)
+	}
+
+	// Picked networks avoid the other nodes', of old records too.
 	other := &nodeState{Link: netip.MustParsePrefix("192.168.250.0/30"), PodCIDR: netip.MustParsePrefix("10.244.0.0/24")}
-	n, err = newNodeState(ctx, "/tmp/env", NodeOptions{}, []*nodeState{other})
+	n, err = newNodeState(ctx, "/tmp/env", 0, NodeOptions{}, underlay{}, []*nodeState{other})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.Link.Overlaps(other.Link) || n.PodCIDR.Overlaps(other.PodCIDR) || !linkPool.Contains(n.Link.Addr()) || !podPool.Contains(n.PodCIDR.Addr()) {
-		t.Errorf("picked link %s and pods %s next to a node with %s and %s", n.Link, n.PodCIDR, other.Link, other.PodCIDR)
+	if n.Link.Overlaps(other.Link) || n.PodCIDR.Overlaps(other.PodCIDR) || !linkPool.Contains(n.Link.Addr()) || !podPool.Contains(n.PodCIDR.Addr()) || n.Link.Bits() != underlayBits {
+		t.Errorf("picked underlay %s and pods %s next to a node with %s and %s", n.Link, n.PodCIDR, other.Link, other.PodCIDR)
+	}
+	if other.nodeIP().String() != "192.168.250.2" {
+		t.Errorf("node IP of an old record: got %s, want the link's second address", other.nodeIP())
 	}
 
-	_, err = newNodeState(ctx, "/tmp/env", NodeOptions{
-		Link:    netip.MustParsePrefix("10.1.0.0/31"),
-		PodCIDR: netip.MustParsePrefix("10.1.0.0/24"),
-	}, nil)
+	_, err = newNodeState(ctx, "/tmp/env", 0, NodeOptions{PodCIDR: netip.MustParsePrefix("10.1.0.0/24")},
+		underlay{Prefix: netip.MustParsePrefix("10.1.0.0/31")}, nil)
 	for _, want := range []string{"want an IPv4 network of /30 or wider", "overlaps pod CIDR"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("bad networks: got error %v, want one saying %q", err, want)
+		}
+	}
+}
+
+func TestHostPath(t *testing.T) {
+	for _, tt := range []struct{ ovs, in, want string }{
+		{in: "/var/lib/kos/etcd", want: "/env/node/root/var/lib/kos/etcd"},
+		{in: "/var/lib/kos", want: "/env/node/root/var/lib/kos"},
+		{in: "/run/kos/openvswitch/", want: "/env/node/root/var/run/kos/openvswitch"},
+		{in: "/var/run/openvswitch", want: "/env/node/root/var/run/openvswitch"},
+		{ovs: "/env/node/ovs/run", in: "/var/run/openvswitch/db.sock", want: "/env/node/ovs/run/db.sock"},
+		{in: "/var/lib/kos-volumes/pv-1", want: "/env/node/root/var/lib/kos-volumes/pv-1"},
+		{in: "/var/lib/kosmos", want: "/var/lib/kosmos"},
+		{in: "/etc/hosts", want: "/etc/hosts"},
+	} {
+		n := Node{Dir: "/env/node", OVSRunDir: tt.ovs}
+		if got := n.HostPath(tt.in); got != tt.want {
+			t.Errorf("HostPath(%q) with OVS run dir %q: got %q, want %q", tt.in, tt.ovs, got, tt.want)
 		}
 	}
 }
@@ -115,6 +148,7 @@ func TestConfigs(t *testing.T) {
 		Name:       "kos-node",
 		Labels:     map[string]string{"role.kos.example.com/workload": "true", "role.kos.example.com/control": "true"},
 		Link:       netip.MustParsePrefix("192.168.250.0/30"),
+		Bridge:     "kb-01020304",
 		PodCIDR:    netip.MustParsePrefix("10.244.0.0/24"),
 		CgroupRoot: "/kos-01020304",
 	}

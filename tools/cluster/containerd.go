@@ -34,6 +34,10 @@ type ContainerdOptions struct {
 	CNIConfDir string
 	// Detach lets containerd outlive the caller.
 	Detach bool
+
+	// mountNS is the file of a node's mount namespace to run containerd
+	// in; "" means the caller's.
+	mountNS string
 }
 
 // Containerd is a containerd started by StartContainerd, for importing and
@@ -107,7 +111,7 @@ func startContainerd(ctx context.Context, opts ContainerdOptions) (*process, err
 	if err := os.WriteFile(config, []byte(containerdConfig(dir, opts)), 0o644); err != nil {
 		return nil, fmt.Errorf("writing containerd's configuration: %w", err)
 	}
-	p, err := startIn(dir, containerdName, opts.Netns, containerdBinary, []string{"--config", config}, opts.Detach)
+	p, err := startIn(dir, containerdName, opts.Netns, opts.mountNS, containerdBinary, []string{"--config", config}, opts.Detach)
 	if err != nil {
 		return nil, err
 	}
@@ -174,14 +178,21 @@ func containerdConfig(dir string, opts ContainerdOptions) string {
 }
 
 // startIn starts binary with args, its output in dir/<name>.log, inside the
-// network namespace netns when it is not "". It enters only the network namespace
-// (nsenter --net), not a mount namespace as `ip netns exec` would: kubelet
-// and containerd must see each other's mounts.
-func startIn(dir, name, netns, binary string, args []string, detach bool) (*process, error) {
+// network namespace netns and the mount namespace of the file mountNS when
+// they are not "". It does not make a mount namespace of its own as `ip
+// netns exec` would: kubelet and containerd must see each other's mounts.
+func startIn(dir, name, netns, mountNS, binary string, args []string, detach bool) (*process, error) {
 	opts := spawner.Options{Name: name, Dir: dir, Binary: binary, Args: args, PIDFile: true, Detach: detach}
+	var enter []string
 	if netns != "" {
+		enter = append(enter, "--net="+filepath.Join("/run/netns", netns))
+	}
+	if mountNS != "" {
+		enter = append(enter, "--mount="+mountNS)
+	}
+	if len(enter) > 0 {
 		opts.Binary = nsenterBinary
-		opts.Args = append([]string{"--net=" + filepath.Join("/run/netns", netns), "--", binary}, args...)
+		opts.Args = append(append(enter, "--", binary), args...)
 	}
 	sp, err := spawner.Run(opts)
 	if err != nil {
@@ -191,6 +202,17 @@ func startIn(dir, name, netns, binary string, args []string, detach bool) (*proc
 	// nsenter execs binary: from then on the process is binary, which is
 	// what Attach must find in /proc.
 	p.Binary = binary
+	return p, nil
+}
+
+// startIn starts a process of the node in its namespaces, its output in
+// the node's folder.
+func (n *nodeState) startIn(name, binary string, args []string, detach bool) (*process, error) {
+	p, err := startIn(n.NodeDir, name, n.Netns, n.mountNSFile(), binary, args, detach)
+	if err != nil {
+		return nil, err
+	}
+	p.Node = n.Name
 	return p, nil
 }
 

@@ -41,18 +41,10 @@ var hostSysctls = []string{
 	"vm.panic_on_oom",
 }
 
-// hostPaths are the fixed host paths kubelet, containerd and its shims
-// create even when told to keep their files elsewhere: the device-plugin
-// folder, the symlinks to container logs, libcni's result cache, the shims'
-// sockets and ctr's fifos; and the lock of iptables, which kube-proxy runs.
-var hostPaths = []string{
-	"/var/lib/kubelet",
-	"/var/log/containers",
-	"/var/log/pods",
-	"/var/lib/cni",
-	"/run/containerd",
-	"/run/xtables.lock",
-}
+// hostPaths are the host paths a node may create: the mount points of
+// NodePaths, which a node creates empty where the host lacks them, and the
+// lock of iptables, which kube-proxy takes.
+var hostPaths = append(slices.Clone(NodePaths), "/run/xtables.lock")
 
 // hostState is the content of hostStateFile.
 type hostState struct {
@@ -232,7 +224,7 @@ func updateHost(n *nodeState) error {
 		return err
 	}
 	for i, other := range st.Nodes {
-		if other.Dir == n.Dir {
+		if other.NodeDir == n.NodeDir {
 			st.Nodes[i] = n
 		}
 	}
@@ -250,8 +242,8 @@ func leaveHost(n *nodeState) error {
 		lock.unlock(false)
 		return err
 	}
-	st.Nodes = slices.DeleteFunc(st.Nodes, func(other *nodeState) bool { return other.Dir == n.Dir })
-	err = st.sweep()
+	st.Nodes = slices.DeleteFunc(st.Nodes, func(other *nodeState) bool { return other.NodeDir == n.NodeDir })
+	err = errors.Join(dropBridges([]*nodeState{n}, st.Nodes), st.sweep())
 	if len(st.Nodes) == 0 {
 		err = errors.Join(err, st.restore())
 	}
@@ -264,20 +256,67 @@ func leaveHost(n *nodeState) error {
 // the record; when none is left, it restores the host.
 func (st *hostState) sweep() error {
 	var errs []error
-	var live []*nodeState
+	var live, dead []*nodeState
 	for _, n := range st.Nodes {
 		if n.ownerAlive() {
 			live = append(live, n)
 			continue
 		}
+		dead = append(dead, n)
 		errs = append(errs, n.cleanUp())
 	}
-	dead := len(live) < len(st.Nodes)
+	errs = append(errs, dropBridges(dead, live))
 	st.Nodes = live
-	if dead && len(live) == 0 {
+	if len(dead) > 0 && len(live) == 0 {
 		errs = append(errs, st.restore())
 	}
 	return errors.Join(errs...)
+}
+
+// dropBridges deletes the underlay bridges of the nodes gone that none of
+// the nodes live is on.
+func dropBridges(gone, live []*nodeState) error {
+	var errs []error
+	for _, n := range gone {
+		if n.Bridge != "" && !slices.ContainsFunc(live, func(o *nodeState) bool { return o.Bridge == n.Bridge }) {
+			errs = append(errs, deleteLink(n.Bridge))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// createHostPaths creates the paths the host lacks, as empty folders, and
+// records the outermost folder it created for each, so that the last node
+// out removes them.
+func createHostPaths(paths []string) error {
+	lock, err := lockHost()
+	if err != nil {
+		return err
+	}
+	defer lock.unlock(false)
+	st, err := readHostState()
+	if err != nil {
+		return err
+	}
+	for _, p := range paths {
+		outer := ""
+		for q := p; q != "/" && q != "."; q = filepath.Dir(q) {
+			if _, err := os.Lstat(q); !errors.Is(err, os.ErrNotExist) {
+				break
+			}
+			outer = q
+		}
+		if outer == "" {
+			continue
+		}
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return fmt.Errorf("creating the mount point %s: %w", p, err)
+		}
+		if !slices.Contains(st.Created, outer) {
+			st.Created = append(st.Created, outer)
+		}
+	}
+	return st.write()
 }
 
 // readSysctl reads a kernel setting such as kernel.panic.

@@ -38,9 +38,9 @@ func (c *Cluster) startNodeDNS(ctx context.Context, n *nodeState) error {
 	if err != nil {
 		return fmt.Errorf("building the node's DNS server: %w", err)
 	}
-	c.printf("built %s in %s; starting it in %s", nodeDNSName, time.Since(began).Round(10*time.Millisecond), n.Netns)
+	c.printf("built %s in %s; starting it on node %s", nodeDNSName, time.Since(began).Round(10*time.Millisecond), n.Name)
 	addr := net.JoinHostPort(n.nodeIP().String(), strconv.Itoa(nodeDNSPort))
-	p, err := startIn(c.Dir, nodeDNSName, n.Netns, files[0].Source,
+	p, err := n.startIn(nodeDNSName, files[0].Source,
 		[]string{"-listen=" + addr, "-kubeconfig=" + c.Kubeconfig, "-domain=" + clusterDomain}, c.detached)
 	if err != nil {
 		return err

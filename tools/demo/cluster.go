@@ -60,11 +60,8 @@ func (d *demo) runCluster(ctx context.Context) error {
 		return err
 	}
 
-	say("The KOS manifests mount %s (the node's Open vSwitch) and %s (the single-node etcd's data) from the node. The node shares this host's file system, so the demo lends them until cluster-down:", kosinstall.OVSRunDir, kosinstall.VarLib)
-	if err := kosinstall.LendHostPaths(d.envDir, env.Nodes[0].OVSRunDir); err != nil {
-		return err
-	}
-	fmt.Printf("    %s -> %s\n    %s (empty)\n", kosinstall.OVSRunDir, env.Nodes[0].OVSRunDir, kosinstall.VarLib)
+	say("The KOS manifests mount %s (the node's Open vSwitch) and %s (the single-node etcd's data) from the node. The node has a mount namespace of its own, in which they are folders of the node's, on this host at:", kosinstall.OVSRunDir, kosinstall.VarLib)
+	fmt.Printf("    %s: %s\n    %s: %s\n", kosinstall.OVSRunDir, env.Nodes[0].HostPath(kosinstall.OVSRunDir), kosinstall.VarLib, env.Nodes[0].HostPath(kosinstall.VarLib))
 
 	install := []string{"apply", "channel", "addons/local-channel.yaml", "bootstrap-channel.yaml"}
 	say("Install KOS from its channels: the local channel (single-node etcd, userspace agent) and the bootstrap channel. Without --yes, channels shows the plan:")
@@ -294,9 +291,8 @@ func (d *demo) run(name string, args ...string) error {
 	return nil
 }
 
-// downCluster stops the cluster demo: deletes its guest namespaces, stops
-// the cluster with `localenv down` (passing it localenvArgs), then gives
-// back the host paths, once no pod writes there any more.
+// downCluster stops the cluster demo: deletes its guest namespaces, then
+// stops the cluster with `localenv down` (passing it localenvArgs).
 func downCluster(ctx context.Context, envDir string, localenvArgs []string) error {
 	var errs []error
 	entries, _ := os.ReadDir("/run/netns")
@@ -316,10 +312,5 @@ func downCluster(ctx context.Context, envDir string, localenvArgs []string) erro
 	if err := cmd.Run(); err != nil {
 		errs = append(errs, fmt.Errorf("go %s: %w", strings.Join(args, " "), err))
 	}
-	back, err := kosinstall.ReturnHostPaths(envDir)
-	for _, path := range back {
-		fmt.Printf("gave back %s\n", path)
-	}
-	errs = append(errs, err)
 	return errors.Join(errs...)
 }

@@ -59,13 +59,9 @@ func TestIntegrationKOS(t *testing.T) {
 		<-built
 		t.Fatalf("starting the cluster: %v", err)
 	}
-	var giveBack func()
 	t.Cleanup(func() {
 		if err := env.Stop(); err != nil {
 			t.Errorf("stopping the cluster: %v", err)
-		}
-		if giveBack != nil {
-			giveBack()
 		}
 	})
 	t.Logf("cluster ready after %s", since(began))
@@ -74,14 +70,6 @@ func TestIntegrationKOS(t *testing.T) {
 		t.Fatalf("building the images: %v", images.err)
 	}
 	t.Logf("images built after %s", since(began))
-	if err := kosinstall.LendHostPaths(env.Dir, env.Nodes[0].OVSRunDir); err != nil {
-		t.Fatal(err)
-	}
-	giveBack = func() {
-		if _, err := kosinstall.ReturnHostPaths(env.Dir); err != nil {
-			t.Error(err)
-		}
-	}
 	if err := env.ImportImages(t.Context(), images.tarball); err != nil {
 		t.Fatal(err)
 	}

@@ -100,6 +100,7 @@ node whose pods really run.`,
 type upOptions struct {
 	timeout    time.Duration
 	cluster    bool
+	nodes      int
 	nodeLabels map[string]string
 	nodeOVS    bool
 }
@@ -107,6 +108,7 @@ type upOptions struct {
 func newUpCommand(o *options) *cobra.Command {
 	u := &upOptions{
 		timeout: 2 * time.Minute,
+		nodes:   1,
 		nodeOVS: true,
 		nodeLabels: map[string]string{
 			"role.kos.example.com/control":  "true",
@@ -121,13 +123,15 @@ the command returns, waits until kube-apiserver is ready and writes DIR/kubeconf
 When they already run it says so and succeeds. A folder used before keeps its
 certificates, its data and, when free, its ports.
 
-With --cluster it also starts kube-controller-manager, kube-scheduler and a node:
-containerd, kubelet, kube-proxy and Open vSwitch in a network namespace of their
-own, joined to the host by a veth pair, where pods really run and reach
-Services. kube-apiserver then listens on the host's
-end of that link instead of loopback. Images come from DIR's containerd only
-(import them with ctr, see the output), never from a registry. down stops the
-node and removes every trace of it from the host.`,
+With --cluster it also starts kube-controller-manager, kube-scheduler and
+--nodes nodes: each runs containerd, kubelet, kube-proxy and Open vSwitch in a
+network namespace and a mount namespace of its own (its /var/lib/kos,
+/var/run/openvswitch and kubelet's fixed paths are folders of the node's), and
+pods really run there and reach Services and each other. The nodes share an
+underlay, a bridge of the host, where kube-apiserver then listens instead of
+loopback. Images come from the nodes' containerd only (import them with ctr,
+see the output). down stops the nodes and removes every trace of them from
+the host.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runUp(cmd.Context(), o, u)
@@ -135,12 +139,16 @@ node and removes every trace of it from the host.`,
 	}
 	cmd.Flags().DurationVar(&u.timeout, "timeout", u.timeout, "how long to wait for each component to become ready")
 	cmd.Flags().BoolVar(&u.cluster, "cluster", false, "also run kube-controller-manager, kube-scheduler and a node with kubelet and containerd")
-	cmd.Flags().StringToStringVar(&u.nodeLabels, "node-labels", u.nodeLabels, "labels of the node, with --cluster")
-	cmd.Flags().BoolVar(&u.nodeOVS, "node-ovs", u.nodeOVS, "run Open vSwitch in the node's network namespace, with --cluster")
+	cmd.Flags().IntVar(&u.nodes, "nodes", u.nodes, "how many nodes to run, with --cluster")
+	cmd.Flags().StringToStringVar(&u.nodeLabels, "node-labels", u.nodeLabels, "labels of every node, with --cluster")
+	cmd.Flags().BoolVar(&u.nodeOVS, "node-ovs", u.nodeOVS, "run Open vSwitch in each node's network namespace, with --cluster")
 	return cmd
 }
 
 func runUp(ctx context.Context, o *options, u *upOptions) error {
+	if u.nodes < 1 {
+		return fmt.Errorf("--nodes %d: a cluster needs at least one node", u.nodes)
+	}
 	timeout := u.timeout
 	env, err := cluster.Attach(o.dir)
 	switch {
@@ -152,6 +160,8 @@ func runUp(ctx context.Context, o *options, u *upOptions) error {
 		switch {
 		case running == all && u.cluster && len(env.Nodes) == 0:
 			return fmt.Errorf("the environment in %s runs without a node: run down, then up --cluster", o.dir)
+		case running == all && u.cluster && len(env.Nodes) != u.nodes:
+			return fmt.Errorf("the environment in %s runs %d nodes, not %d: run down, then up again", o.dir, len(env.Nodes), u.nodes)
 		case running == all:
 			if err := waitReady(ctx, env, timeout); err != nil {
 				return fmt.Errorf("the environment in %s runs but is not ready (%w); see the logs there, or run down and up again", o.dir, err)
@@ -170,7 +180,9 @@ func runUp(ctx context.Context, o *options, u *upOptions) error {
 	opts := cluster.Options{ControlPlane: testenv.Options{Dir: o.dir, Detach: true, Progress: o.err, Timeout: timeout}}
 	if u.cluster {
 		opts.ControlPlane.Components = []string{testenv.KubeControllerManager, testenv.KubeScheduler}
-		opts.Nodes = []cluster.NodeOptions{{Labels: u.nodeLabels, OVS: u.nodeOVS}}
+		for range u.nodes {
+			opts.Nodes = append(opts.Nodes, cluster.NodeOptions{Labels: u.nodeLabels, OVS: u.nodeOVS})
+		}
 		opts.KubeProxy = true
 	}
 	env, err = cluster.Start(ctx, opts)
@@ -211,10 +223,11 @@ Logs are in %s.
 `, env.Version, env.APIServerURL, env.EtcdURL, shellQuote(env.Kubeconfig), o.selfCommand(), env.Dir)
 	for _, n := range env.Nodes {
 		fmt.Fprintf(o.out, `
-Node %s (IP %s, pods in %s) runs pods in network namespace %s.
+Node %s (IP %s, pods in %s) runs pods in network namespace %s
+and mount namespace %s; its folder is %s.
 Import images (docker-format tarballs) into its containerd:
   ctr --address %s --namespace k8s.io images import IMAGES.tar
-`, n.Name, n.IP, n.PodCIDR, n.Netns, shellQuote(n.ContainerdAddress))
+`, n.Name, n.IP, n.PodCIDR, n.Netns, shellQuote(n.MountNamespace), shellQuote(n.Dir), shellQuote(n.ContainerdAddress))
 		if n.OVSRunDir != "" {
 			fmt.Fprintf(o.out, "Its Open vSwitch: OVS_RUNDIR=%s ovs-vsctl show\n", shellQuote(n.OVSRunDir))
 		}
@@ -235,8 +248,8 @@ func newDownCommand(o *options) *cobra.Command {
 	purge := false
 	cmd := &cobra.Command{
 		Use:   "down",
-		Short: "Stop the control plane",
-		Long: `down stops kube-apiserver, then etcd, and says what it stopped. The folder
+		Short: "Stop the control plane and the nodes",
+		Long: `down stops the nodes, kube-apiserver, then etcd, and says what it stopped. The folder
 keeps the data and certificates for the next up, unless --purge removes it.
 Nothing to stop is not an error.`,
 		Args: cobra.NoArgs,
@@ -259,16 +272,18 @@ Nothing to stop is not an error.`,
 			}
 			// In the order Cluster.Stop stops them: the node, kube-apiserver's
 			// clients, kube-apiserver, then the etcds.
+			// A process of one of several nodes is named NODE/NAME.
 			first := []string{"kubelet", "kube-proxy", "nodedns", "containerd", testenv.KubeScheduler, testenv.KubeControllerManager, "kube-apiserver"}
+			base := func(name string) string { return name[strings.LastIndex(name, "/")+1:] }
 			for _, name := range first {
 				for _, p := range procs {
-					if p.Running && p.Name == name {
+					if p.Running && base(p.Name) == name {
 						fmt.Fprintf(o.out, "Stopped %s (pid %d).\n", p.Name, p.PID)
 					}
 				}
 			}
 			for _, p := range procs {
-				if p.Running && !slices.Contains(first, p.Name) {
+				if p.Running && !slices.Contains(first, base(p.Name)) {
 					fmt.Fprintf(o.out, "Stopped %s (pid %d).\n", p.Name, p.PID)
 				}
 			}

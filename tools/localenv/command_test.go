@@ -16,7 +16,8 @@ func TestCommandWithoutEnvironment(t *testing.T) {
 		wantErrMsg string
 	}{
 		{name: "help", args: []string{"--help"}, wantCode: 0, wantOut: "localenv runs a real etcd and kube-apiserver"},
-		{name: "up help", args: []string{"up", "--help"}, wantCode: 0, wantOut: "--timeout"},
+		{name: "up help", args: []string{"up", "--help"}, wantCode: 0, wantOut: "--nodes"},
+		{name: "no nodes", args: []string{"up", "--cluster", "--nodes", "0", "--dir", dir}, wantCode: 1, wantErrMsg: "at least one node"},
 		{name: "unknown command", args: []string{"sideways", "--dir", dir}, wantCode: 1, wantErrMsg: `unknown command "sideways"`},
 		{name: "stray argument", args: []string{"up", "now", "--dir", dir}, wantCode: 1, wantErrMsg: `unknown command "now"`},
 		{name: "status", args: []string{"status", "--dir", dir}, wantCode: 3, wantErrMsg: "no local environment in " + dir},

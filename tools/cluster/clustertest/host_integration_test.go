@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -34,6 +35,8 @@ var hostPaths = []string{
 	"/var/lib/kubelet", "/var/log/containers", "/var/log/pods", "/var/lib/cni",
 	"/run/containerd", "/var/lib/containerd", "/opt/containerd", "/etc/cni",
 	"/opt/cni", "/etc/kubernetes", "/run/kubernetes", "/etc/containerd", "/run/xtables.lock",
+	// The paths private to each node, which the host may lack.
+	"/var/lib/kos", "/var/run/kos", "/var/run/openvswitch", "/var/lib/kos-volumes",
 }
 
 // hostState is what the tests compare before and after a cluster.
@@ -125,6 +128,14 @@ func checkHostRestored(t *testing.T, before hostState, dir string, node cluster.
 	if data, err := os.ReadFile(filepath.Join(os.TempDir(), "kos-testenv-host.json")); err == nil && bytes.Contains(data, []byte(dir)) {
 		t.Errorf("the host state still lists the node of %s:\n%s", dir, data)
 	}
+}
+
+// inode is the inode number of a file.
+func inode(fi fs.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Ino
+	}
+	return 0
 }
 
 // processesNaming lists the live processes whose command line mentions dir.

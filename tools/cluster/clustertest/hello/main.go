@@ -1,7 +1,9 @@
 // Command hello is the workload of the cluster tests: a tiny HTTP server that
 // answers with its host name, and a client for it.
 //
-//	hello [-listen :8080]   serve / (hello from <host name>) and /healthz
+//	hello [-listen :8080] [-write FILE]
+//	                        serve / (hello from <host name>) and /healthz,
+//	                        having written the host name to FILE
 //	hello get URL           print the body that a GET of URL returns
 //	hello api PATH          print what kube-apiserver answers to a GET of PATH,
 //	                        reached as pods reach it: through the kubernetes
@@ -36,7 +38,18 @@ func main() {
 		return
 	}
 	listen := flag.String("listen", ":8080", "address to serve on")
+	write := flag.String("write", "", "file to write the host name to before serving")
 	flag.Parse()
+	if *write != "" {
+		host, err := os.Hostname()
+		if err == nil {
+			err = os.WriteFile(*write, []byte(host+"\n"), 0o644)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := serve(ctx, *listen); err != nil {

@@ -1,0 +1,221 @@
+package clustertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kos-sdn/kos/tools/cluster"
+	"github.com/kos-sdn/kos/tools/poll"
+	"github.com/kos-sdn/kos/tools/testenv"
+)
+
+// TestIntegrationThreeNodes checks a cluster of three nodes on one
+// underlay: each node's private paths are its own, pods on different nodes
+// and the host reach each other, a node stops entirely and comes back, and
+// the host is left as it was found. No controller manager or scheduler
+// runs: the pods name their nodes.
+func TestIntegrationThreeNodes(t *testing.T) {
+	ctx := t.Context()
+	before := snapshotHost(t)
+	tarball := buildImages(t)
+	began := time.Now()
+	env, err := cluster.Start(ctx, cluster.Options{
+		ControlPlane: testenv.Options{Progress: testWriter{t}},
+		Nodes:        []cluster.NodeOptions{{}, {}, {}},
+		KubeProxy:    true,
+	})
+	if err != nil {
+		t.Fatalf("starting the cluster: %v", err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = env.Stop()
+		}
+	})
+	t.Logf("three nodes ready in %s", time.Since(began).Round(10*time.Millisecond))
+	nodes := make([]cluster.Node, len(env.Nodes))
+	for i, n := range env.Nodes {
+		nodes[i] = *n
+	}
+	if err := env.ImportImages(ctx, tarball); err != nil {
+		t.Fatal(err)
+	}
+
+	client := kubernetes.NewForConfigOrDie(env.RESTConfig)
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
+	if _, err := client.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A pod on each node writes its name into /var/lib/kos, a hostPath.
+	const dataDir = "/var/lib/kos/clustertest"
+	for i, n := range nodes {
+		name := fmt.Sprintf("hello-%d", i)
+		spec := helloPod(name, 8080, false).Spec
+		spec.NodeName = n.Name
+		spec.AutomountServiceAccountToken = new(bool)
+		spec.Containers[0].Args = append(spec.Containers[0].Args, "-write", "/data/"+name)
+		spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+		dirOrCreate := corev1.HostPathDirectoryOrCreate
+		spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dataDir, Type: &dirOrCreate}}}}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "hello"}}, Spec: spec}
+		if _, err := client.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ips := make([]string, len(nodes))
+	for i := range nodes {
+		name := fmt.Sprintf("hello-%d", i)
+		poll.Until(t, 2*time.Minute, name+" to be ready", func(context.Context) error { return podReady(ctx, client, metav1.NamespaceDefault, name) })
+		p, err := client.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !nodes[i].PodCIDR.Contains(mustAddr(t, p.Status.PodIP)) {
+			t.Errorf("pod %s at %s, want in node %s's %s", name, p.Status.PodIP, nodes[i].Name, nodes[i].PodCIDR)
+		}
+		ips[i] = p.Status.PodIP
+	}
+	t.Logf("a pod on each node ready %s after the cluster", time.Since(began).Round(10*time.Millisecond))
+
+	t.Run("private paths", func(t *testing.T) {
+		for i, n := range nodes {
+			for j := range nodes {
+				file := n.HostPath(filepath.Join(dataDir, fmt.Sprintf("hello-%d", j)))
+				data, err := os.ReadFile(file)
+				switch {
+				case i == j && err != nil:
+					t.Errorf("node %s: %v", n.Name, err)
+				case i == j && string(data) != fmt.Sprintf("hello-%d\n", j):
+					t.Errorf("%s: got %q, want the pod's name", file, data)
+				case i != j && !errors.Is(err, fs.ErrNotExist):
+					t.Errorf("node %s has the file of a pod of node %s: %s (%v)", n.Name, nodes[j].Name, file, err)
+				}
+			}
+		}
+		if _, err := os.Stat(dataDir); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the host has %s (%v): a node's hostPath volume landed on the host", dataDir, err)
+		}
+	})
+
+	t.Run("pods reach pods on other nodes", func(t *testing.T) {
+		for i := range nodes {
+			j := (i + 1) % len(nodes)
+			out := execIn(t, env, metav1.NamespaceDefault, fmt.Sprintf("hello-%d", i), "hello", "get", "http://"+ips[j]+":8080/")
+			if want := fmt.Sprintf("hello from hello-%d\n", j); out != want {
+				t.Errorf("from hello-%d to hello-%d: got %q, want %q", i, j, out, want)
+			}
+		}
+	})
+
+	t.Run("host reaches pods on every node", func(t *testing.T) {
+		for i := range nodes {
+			if got, want := httpGet(t, "http://"+ips[i]+":8080/"), fmt.Sprintf("hello from hello-%d\n", i); got != want {
+				t.Errorf("GET hello-%d: got %q, want %q", i, got, want)
+			}
+		}
+	})
+
+	t.Run("stop and start a node", func(t *testing.T) {
+		last := nodes[len(nodes)-1]
+		name := fmt.Sprintf("hello-%d", len(nodes)-1)
+		began := time.Now()
+		if err := env.StopNode(ctx, last.Name); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("stopped node %s in %s", last.Name, time.Since(began).Round(10*time.Millisecond))
+		if pids := processesNaming(t, last.Dir); len(pids) > 0 {
+			t.Errorf("processes of the stopped node run on: %v", pids)
+		}
+		if _, err := (&http.Client{Timeout: 2 * time.Second}).Get("http://" + ips[len(ips)-1] + ":8080/"); err == nil {
+			t.Errorf("%s still answers on the stopped node", name)
+		}
+		// The others run on.
+		if got := execIn(t, env, metav1.NamespaceDefault, "hello-0", "hello", "get", "http://"+ips[1]+":8080/"); got != "hello from hello-1\n" {
+			t.Errorf("hello-0 to hello-1 with node %s stopped: got %q", last.Name, got)
+		}
+		if err := os.Remove(last.HostPath(filepath.Join(dataDir, name))); err != nil {
+			t.Fatal(err)
+		}
+
+		began = time.Now()
+		if err := env.StartNode(ctx, last.Name); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("node %s Ready again in %s", last.Name, time.Since(began).Round(10*time.Millisecond))
+		poll.Until(t, 2*time.Minute, name+" to run again", func(context.Context) error {
+			p, err := client.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			resp, err := (&http.Client{Timeout: 2 * time.Second}).Get("http://" + p.Status.PodIP + ":8080/")
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			_, err = os.Stat(last.HostPath(filepath.Join(dataDir, name)))
+			return err
+		})
+		t.Logf("%s answers again %s after the node started", name, time.Since(began).Round(10*time.Millisecond))
+	})
+
+	mountNS := mountNamespaces(t, nodes)
+	stopped = true
+	if err := env.Stop(); err != nil {
+		t.Fatalf("stopping the cluster: %v", err)
+	}
+	for _, n := range nodes {
+		checkHostRestored(t, before, env.Dir, n)
+	}
+	checkMountNamespacesGone(t, mountNS)
+}
+
+// mountNamespaces returns the mount namespaces of the nodes, as
+// /proc/PID/ns/mnt links name them.
+func mountNamespaces(t *testing.T, nodes []cluster.Node) []string {
+	t.Helper()
+	var out []string
+	for _, n := range nodes {
+		var st fs.FileInfo
+		st, err := os.Stat(n.MountNamespace)
+		if err != nil {
+			t.Fatalf("node %s's mount namespace: %v", n.Name, err)
+		}
+		out = append(out, fmt.Sprintf("mnt:[%d]", inode(st)))
+	}
+	return out
+}
+
+// checkMountNamespacesGone fails when a process is still in one of the
+// mount namespaces.
+func checkMountNamespacesGone(t *testing.T, namespaces []string) {
+	t.Helper()
+	links, err := filepath.Glob("/proc/[0-9]*/ns/mnt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, link := range links {
+		ns, err := os.Readlink(link)
+		if err != nil {
+			continue
+		}
+		for _, gone := range namespaces {
+			if ns == gone {
+				cmdline, _ := os.ReadFile(filepath.Join(filepath.Dir(filepath.Dir(link)), "cmdline"))
+				t.Errorf("a process is still in a node's mount namespace %s: %s", ns, strings.ReplaceAll(string(cmdline), "\x00", " "))
+			}
+		}
+	}
+}
