@@ -19,6 +19,7 @@ import (
 
 	"github.com/kos-sdn/kos/tools/images"
 	"github.com/kos-sdn/kos/tools/ovsenv"
+	"github.com/kos-sdn/kos/tools/registry"
 	"github.com/kos-sdn/kos/tools/spawner"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
@@ -67,6 +68,14 @@ type Options struct {
 	// KubeProxy runs kube-proxy (iptables mode) on every node, so that pods
 	// reach Services, kube-apiserver's kubernetes Service among them.
 	KubeProxy bool
+
+	// Registry runs a real OCI registry (tools/registry) on the host's
+	// underlay address, its storage in Dir/registry, from which every
+	// node's containerd pulls over plain http: push images to
+	// Cluster.Registry and name them REGISTRY/REPOSITORY:TAG in pods. It
+	// lives as long as the program that started it, so a detached cluster
+	// cannot have one.
+	Registry bool
 }
 
 // Cluster is a running control plane with its nodes. The embedded Env is
@@ -76,11 +85,15 @@ type Cluster struct {
 	*testenv.Env
 	// Nodes are the cluster's nodes, read-only.
 	Nodes []*Node
+	// Registry is the host:port of the cluster's registry
+	// (Options.Registry), or "".
+	Registry string
 
 	mu        sync.Mutex
 	procs     []*process
 	nodes     []*nodeState
 	ovs       map[string]*ovsenv.Instance
+	registry  *registry.Registry
 	proxy     bool
 	detached  bool
 	removeDir bool
@@ -119,6 +132,9 @@ const stopGrace = 5 * time.Second
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.KubeProxy && len(opts.Nodes) == 0 {
 		return nil, errors.New("kube-proxy runs on nodes: the cluster has none")
+	}
+	if opts.Registry && opts.ControlPlane.Detach {
+		return nil, errors.New("a detached cluster cannot have a registry: the registry stops with the program that starts it")
 	}
 	c := &Cluster{
 		ovs:      map[string]*ovsenv.Instance{},
@@ -161,14 +177,19 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			}
 		}
 	}
-	if err := c.start(ctx, cp, opts.Nodes, opts.Underlay); err != nil {
+	if err := c.start(ctx, cp, opts.Nodes, opts.Underlay, opts.Registry); err != nil {
 		return nil, errors.Join(err, c.stopAll())
 	}
 	return c, nil
 }
 
-func (c *Cluster) start(ctx context.Context, cp testenv.Options, nodes []NodeOptions, ul netip.Prefix) error {
+func (c *Cluster) start(ctx context.Context, cp testenv.Options, nodes []NodeOptions, ul netip.Prefix, withRegistry bool) error {
 	if len(nodes) == 0 {
+		if withRegistry {
+			if err := c.startRegistry(ctx, cp.Dir, ""); err != nil {
+				return err
+			}
+		}
 		env, err := testenv.Start(ctx, cp)
 		c.Env = env
 		return err
@@ -188,6 +209,11 @@ func (c *Cluster) start(ctx context.Context, cp testenv.Options, nodes []NodeOpt
 		}
 		names[opts.Name] = true
 		if err := c.prepareNode(ctx, cp.Dir, i, opts, ul); err != nil {
+			return err
+		}
+	}
+	if withRegistry {
+		if err := c.startRegistry(ctx, cp.Dir, c.nodes[0].hostIP().String()); err != nil {
 			return err
 		}
 	}
@@ -274,6 +300,7 @@ func (c *Cluster) startNode(ctx context.Context, n *nodeState) error {
 		Netns:      n.Netns,
 		CNIConfDir: n.cniConfDir(),
 		Detach:     c.detached,
+		Registries: c.registries(),
 		mountNS:    n.mountNSFile(),
 	})
 	if err != nil {
@@ -426,6 +453,26 @@ func (c *Cluster) ImportImages(ctx context.Context, tarball string) error {
 	return nil
 }
 
+// startRegistry starts the cluster's registry on address (an IP; "" means
+// 127.0.0.1), its files in dir/registry.
+func (c *Cluster) startRegistry(ctx context.Context, dir, address string) error {
+	c.printf("starting the registry on %s", address)
+	r, err := registry.Start(ctx, registry.Options{Dir: filepath.Join(dir, "registry"), Address: address})
+	if err != nil {
+		return fmt.Errorf("starting the cluster's registry: %w", err)
+	}
+	c.registry, c.Registry = r, r.Host()
+	return nil
+}
+
+// registries lists the plain-http registries the nodes pull from.
+func (c *Cluster) registries() []string {
+	if c.Registry == "" {
+		return nil
+	}
+	return []string{c.Registry}
+}
+
 // waitReady polls check until it succeeds, the process exits, ctx ends or
 // the cluster's timeout passes. Its errors name the log to read.
 func (c *Cluster) waitReady(ctx context.Context, p *process, check func(context.Context) error) error {
@@ -504,6 +551,9 @@ func (c *Cluster) stopAll() error {
 	var errs []error
 	for _, n := range c.nodes {
 		errs = append(errs, c.stopNode(n))
+	}
+	if c.registry != nil {
+		errs = append(errs, c.registry.Stop())
 	}
 	if c.Env != nil {
 		errs = append(errs, c.Env.Stop())

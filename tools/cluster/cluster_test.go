@@ -179,6 +179,7 @@ func TestConfigs(t *testing.T) {
 		"kube-proxy.json":      read(proxy),
 		"kubelet-args.txt":     strings.Join(kubeletArgs("/env/node/kubelet.json", n), "\n") + "\n",
 		"10-kos-node.conflist": read(filepath.Join(dir, "node", "net.d", "10-kos-node.conflist")),
+		"hosts.toml":           registryHosts("192.168.250.1:5000"),
 	}
 	for name, content := range got {
 		golden := filepath.Join("testdata", name)

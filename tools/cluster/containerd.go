@@ -34,6 +34,9 @@ type ContainerdOptions struct {
 	CNIConfDir string
 	// Detach lets containerd outlive the caller.
 	Detach bool
+	// Registries are registries (host:port) that serve plain http, from
+	// which containerd pulls: Dir/certs.d holds a hosts.toml for each.
+	Registries []string
 
 	// mountNS is the file of a node's mount namespace to run containerd
 	// in; "" means the caller's.
@@ -107,6 +110,9 @@ func startContainerd(ctx context.Context, opts ContainerdOptions) (*process, err
 			return nil, fmt.Errorf("creating %s: %w", d, err)
 		}
 	}
+	if err := writeRegistryHosts(filepath.Join(dir, "certs.d"), opts.Registries); err != nil {
+		return nil, err
+	}
 	config := filepath.Join(dir, "config.toml")
 	if err := os.WriteFile(config, []byte(containerdConfig(dir, opts)), 0o644); err != nil {
 		return nil, fmt.Errorf("writing containerd's configuration: %w", err)
@@ -162,6 +168,8 @@ func containerdConfig(dir string, opts ContainerdOptions) string {
 		`  enable_unprivileged_ports = true`,
 		`  enable_unprivileged_icmp = true`,
 		`  stream_server_address = "127.0.0.1"`,
+		`  [plugins."io.containerd.grpc.v1.cri".registry]`,
+		`    config_path = ` + q(filepath.Join(dir, "certs.d")),
 		`  [plugins."io.containerd.grpc.v1.cri".cni]`,
 		`    bin_dir = "/usr/lib/cni"`,
 		`    conf_dir = ` + q(opts.CNIConfDir),
@@ -175,6 +183,33 @@ func containerdConfig(dir string, opts ContainerdOptions) string {
 		`        Root = ` + q(filepath.Join(dir, "runc")),
 	}
 	return strings.Join(lines, "\n") + "\n"
+}
+
+// writeRegistryHosts writes containerd's registry hosts configuration into
+// dir, afresh: for each registry (host:port), dir/<host:port>/hosts.toml
+// says that it serves plain http, for pulling and resolving.
+func writeRegistryHosts(dir string, registries []string) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("removing the registry hosts of an earlier start: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", dir, err)
+	}
+	for _, r := range registries {
+		if err := os.MkdirAll(filepath.Join(dir, r), 0o755); err != nil {
+			return fmt.Errorf("creating %s: %w", filepath.Join(dir, r), err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, r, "hosts.toml"), []byte(registryHosts(r)), 0o644); err != nil {
+			return fmt.Errorf("writing the hosts of registry %s: %w", r, err)
+		}
+	}
+	return nil
+}
+
+// registryHosts is the hosts.toml of a plain-http registry.
+func registryHosts(registry string) string {
+	url := strconv.Quote("http://" + registry)
+	return "server = " + url + "\n\n[host." + url + "]\n  capabilities = [\"pull\", \"resolve\"]\n"
 }
 
 // startIn starts binary with args, its output in dir/<name>.log, inside the

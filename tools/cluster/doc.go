@@ -28,7 +28,10 @@
 // cluster.local from the API and NXDOMAIN for every other name, never
 // forwarding; the node routes the Service range to its loopback interface,
 // so that hostNetwork pods reach Service IPs through kube-proxy too. Images
-// come from tarballs imported with Cluster.ImportImages.
+// come from tarballs imported with Cluster.ImportImages, or from the
+// cluster's registry (Options.Registry: Debian's docker-registry through
+// tools/registry, on the host's underlay address, Cluster.Registry), which
+// every node's containerd pulls from over plain http.
 //
 // Cluster.StopNode stops a node entirely (kubelet, kube-proxy, DNS, every
 // process of its pods, containerd, its mount namespace) and StartNode brings

@@ -16,25 +16,35 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
 	"github.com/kos-sdn/kos/tools/cluster"
+	"github.com/kos-sdn/kos/tools/images"
 	"github.com/kos-sdn/kos/tools/poll"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
 // TestIntegrationThreeNodes checks a cluster of three nodes on one
-// underlay: each node's private paths are its own, pods on different nodes
-// and the host reach each other, a node stops entirely and comes back, and
-// the host is left as it was found. No controller manager or scheduler
-// runs: the pods name their nodes.
+// underlay: every node pulls the test's image from the cluster's registry,
+// each node's private paths are its own, pods on different nodes and the
+// host reach each other, a node stops entirely and comes back, and the host
+// is left as it was found. No controller manager or scheduler runs: the
+// pods name their nodes.
 func TestIntegrationThreeNodes(t *testing.T) {
 	ctx := t.Context()
 	before := snapshotHost(t)
-	tarball := buildImages(t)
+	hello, err := images.GoImage(ctx, images.GoOptions{OutDir: filepath.Join(t.TempDir(), "bin")}, images.Config{},
+		"github.com/kos-sdn/kos/tools/cluster/clustertest/hello")
+	if err != nil {
+		t.Fatal(err)
+	}
 	began := time.Now()
 	env, err := cluster.Start(ctx, cluster.Options{
 		ControlPlane: testenv.Options{Progress: testWriter{t}},
 		Nodes:        []cluster.NodeOptions{{}, {}, {}},
 		KubeProxy:    true,
+		Registry:     true,
 	})
 	if err != nil {
 		t.Fatalf("starting the cluster: %v", err)
@@ -50,8 +60,16 @@ func TestIntegrationThreeNodes(t *testing.T) {
 	for i, n := range env.Nodes {
 		nodes[i] = *n
 	}
-	if err := env.ImportImages(ctx, tarball); err != nil {
+	if env.Registry == "" || !strings.HasPrefix(env.Registry, nodes[0].HostIP.String()+":") {
+		t.Fatalf("registry at %q, want one on the host's underlay address %s", env.Registry, nodes[0].HostIP)
+	}
+	image := env.Registry + "/testenv/hello:1"
+	ref, err := name.ParseReference(image, name.Insecure)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if err := remote.Write(ref, hello, remote.WithContext(ctx)); err != nil {
+		t.Fatalf("pushing %s: %v", image, err)
 	}
 
 	client := kubernetes.NewForConfigOrDie(env.RESTConfig)
@@ -66,6 +84,7 @@ func TestIntegrationThreeNodes(t *testing.T) {
 		spec := helloPod(name, 8080, false).Spec
 		spec.NodeName = n.Name
 		spec.AutomountServiceAccountToken = new(bool)
+		spec.Containers[0].Image, spec.Containers[0].ImagePullPolicy = image, corev1.PullIfNotPresent
 		spec.Containers[0].Args = append(spec.Containers[0].Args, "-write", "/data/"+name)
 		spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
 		dirOrCreate := corev1.HostPathDirectoryOrCreate
