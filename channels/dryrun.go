@@ -71,9 +71,10 @@ type PreviewOptions struct {
 // and the manifest does not define is an error, as it is for Apply),
 // dry-runs each object with server-side apply (dryRun=All, the same field
 // manager and force), compares the answer with the live object, and lists
-// what pruning would delete. Objects of kinds or in namespaces the release
-// itself creates cannot be dry-run before those exist; they show as
-// created, with a note.
+// what pruning would delete. Objects of kinds the release itself creates,
+// or in namespaces that it or another pending addon of the plan creates
+// (Apply applies every pending addon before it waits for any), cannot be
+// dry-run before those exist; they show as created, with a note.
 //
 // It returns one AddonPreview per pending addon, in plan order. Addons that
 // fail are reported together in an *ApplyError, with the errors Apply would
@@ -87,9 +88,29 @@ func (c *Client) Preview(ctx context.Context, plan *Plan, opts PreviewOptions) (
 	}
 	var out []AddonPreview
 	var failed []AddonError
-	for _, it := range plan.Pending() {
+	pending := plan.Pending()
+	objs := make([][]*unstructured.Unstructured, len(pending))
+	// The namespaces the pending addons create, by the first addon that
+	// does.
+	creates := map[string]string{}
+	for i, it := range pending {
+		var err error
+		if objs[i], err = releaseObjects(ctx, opts.Fetcher, it.Addon); err != nil {
+			failed = append(failed, AddonError{Addon: it.Addon.Name, Err: err})
+			continue
+		}
+		for _, u := range objs[i] {
+			if _, ok := creates[u.GetName()]; !ok && u.GroupVersionKind().GroupKind() == (schema.GroupKind{Kind: "Namespace"}) {
+				creates[u.GetName()] = it.Addon.Name
+			}
+		}
+	}
+	for i, it := range pending {
+		if objs[i] == nil {
+			continue
+		}
 		it.shared = plan.sharingSelector(it.Addon)
-		changes, err := c.previewAddon(ctx, it, opts)
+		changes, err := c.previewAddon(ctx, it, objs[i], creates, opts)
 		if err != nil {
 			failed = append(failed, AddonError{Addon: it.Addon.Name, Err: err})
 			continue
@@ -102,13 +123,10 @@ func (c *Client) Preview(ctx context.Context, plan *Plan, opts PreviewOptions) (
 	return out, nil
 }
 
-func (c *Client) previewAddon(ctx context.Context, it PlanItem, opts PreviewOptions) ([]ObjectChange, error) {
+// previewAddon previews the objects objs of a pending addon; creates names
+// the namespaces the plan's pending addons create, by addon.
+func (c *Client) previewAddon(ctx context.Context, it PlanItem, objs []*unstructured.Unstructured, creates map[string]string, opts PreviewOptions) ([]ObjectChange, error) {
 	a := it.Addon
-	objs, err := releaseObjects(ctx, opts.Fetcher, a)
-	if err != nil {
-		return nil, err
-	}
-
 	w := &addonWriter{client: c, parallelism: opts.Parallelism, shared: it.shared}
 	rel, err := w.prepare(ctx, objs)
 	if err != nil {
@@ -118,12 +136,6 @@ func (c *Client) previewAddon(ctx context.Context, it PlanItem, opts PreviewOpti
 	if a.NeedsPKI {
 		if pki, err = c.previewPKI(ctx, a); err != nil {
 			return nil, err
-		}
-	}
-	creates := map[string]bool{}
-	for _, u := range objs {
-		if u.GroupVersionKind().GroupKind() == (schema.GroupKind{Kind: "Namespace"}) {
-			creates[u.GetName()] = true
 		}
 	}
 	missing := &namespaceCache{client: c, exists: map[string]bool{}}
@@ -137,13 +149,16 @@ func (c *Client) previewAddon(ctx context.Context, it PlanItem, opts PreviewOpti
 		switch {
 		case t == nil:
 			ch.Action, ch.Note = ActionCreate, "its kind is defined by this release"
-		case key.Namespace != "" && creates[key.Namespace]:
+		case key.Namespace != "" && creates[key.Namespace] != "":
 			exists, err := missing.has(ctx, key.Namespace)
 			if err != nil {
 				return err
 			}
 			if !exists {
 				ch.Action, ch.Note = ActionCreate, "its namespace is created by this release"
+				if by := creates[key.Namespace]; by != a.Name {
+					ch.Note = "its namespace is created by addon " + by
+				}
 				break
 			}
 			fallthrough

@@ -138,3 +138,44 @@ func TestIntegrationPlan(t *testing.T) {
 		})
 	}
 }
+
+// TestIntegrationPlanNamespaceOfAnotherAddon plans, on a cluster without
+// the namespace, two addons of which one creates the namespace that the
+// other's objects live in: Apply applies both before it waits for either,
+// so the plan shows the other's objects as created, as it does for an
+// addon's own namespace.
+func TestIntegrationPlanNamespaceOfAnotherAddon(t *testing.T) {
+	d := channelDir{t: t, dir: t.TempDir()}
+	const ns = "cli-plan-shared"
+	owner, ownerSum := d.manifest("plan-owner.yaml", "apiVersion: v1\nkind: Namespace\nmetadata: {name: "+ns+"}\n")
+	user, userSum := d.manifest("plan-user.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: plan-user, namespace: "+ns+"}\n")
+	channel := d.channel("plan-shared.yaml", fmt.Sprintf(`kind: Addons
+metadata: {name: plan-shared}
+spec:
+  addons:
+  - name: plan-owner
+    version: 1.0.0
+    namespace: cli-plan
+    selector: {k8s-addon: plan-owner.addons.k8s.io}
+    manifest: %s
+    manifestHash: %s
+  - name: plan-user
+    version: 1.0.0
+    namespace: cli-plan
+    selector: {k8s-addon: plan-user.addons.k8s.io}
+    manifest: %s
+    manifestHash: %s
+`, owner, ownerSum, user, userSum))
+	code, out, errOut := runCLI(t, "apply", "channel", channel)
+	if code != 0 || errOut != "" {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	for _, want := range []string{
+		"plan-owner: create Namespace " + ns + "\n",
+		"plan-user: create ConfigMap " + ns + "/plan-user (its namespace is created by addon plan-owner)\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout does not contain %q:\n%s", want, out)
+		}
+	}
+}
