@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,9 +63,13 @@ type ExecAllowList struct {
 
 // LoadExecAllowFile reads and checks an allow-list file (YAML or JSON, as
 // ExecAllowList). Unknown fields, relative program paths and patterns that
-// do not compile are errors.
+// do not compile are errors. A file that does not exist allows nothing: the
+// DaemonSet mounts it from a ConfigMap that the operator may not have made.
 func LoadExecAllowFile(path string) ([]ExecRule, error) {
 	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the exec allow-list: %w", err)
 	}

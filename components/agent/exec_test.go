@@ -193,7 +193,11 @@ func TestLoadExecAllowFile(t *testing.T) {
 			}
 		})
 	}
-	if _, err := LoadExecAllowFile(filepath.Join(dir, "missing.yaml")); err == nil {
-		t.Error("a missing file loads")
+	// The ConfigMap it comes from is optional: no file allows nothing.
+	if rules, err := LoadExecAllowFile(filepath.Join(dir, "missing.yaml")); err != nil || len(rules) != 0 {
+		t.Errorf("a missing file: rules %v, error %v; want none, nil", rules, err)
+	}
+	if _, err := LoadExecAllowFile(dir); err == nil {
+		t.Error("a folder loads")
 	}
 }

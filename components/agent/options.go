@@ -118,7 +118,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 
 	fs = fss.FlagSet("exec")
 	fs.StringSliceVar(&o.AllowedPrograms, "allowed-programs", o.AllowedPrograms, "Absolute paths of programs that attachments' postCreateExec and postDeleteExec may run with ANY arguments, as root; prefer --exec-allow-file.")
-	fs.StringVar(&o.ExecAllowFile, "exec-allow-file", o.ExecAllowFile, "YAML file of the commands postCreateExec and postDeleteExec may run: rules: [{path: /usr/sbin/ip, args: [link, set, 'kos[0-9a-f]{12}', up]}], each argument a regular expression matched as a whole against the expanded argument, the count exact. Nothing runs when neither this nor --allowed-programs allows it.")
+	fs.StringVar(&o.ExecAllowFile, "exec-allow-file", o.ExecAllowFile, "YAML file of the commands postCreateExec and postDeleteExec may run: rules: [{path: /usr/sbin/ip, args: [link, set, 'kos[0-9a-f]{12}', up]}], each argument a regular expression matched as a whole against the expanded argument, the count exact; a file that does not exist allows nothing. Nothing runs when neither this nor --allowed-programs allows it.")
 	fs.IntVar(&o.ExecWorkers, "exec-workers", o.ExecWorkers, "How many postCreateExec and postDeleteExec commands may run at once, apart from the workers.")
 	fs.DurationVar(&o.ExecTimeout, "exec-timeout", o.ExecTimeout, "How long a postCreateExec or postDeleteExec command may run.")
 
