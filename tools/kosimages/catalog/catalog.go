@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
@@ -45,6 +46,9 @@ type Image struct {
 	// HostPrograms are programs of the building machine, copied at their
 	// host paths with the shared libraries they load.
 	HostPrograms []string
+	// HostFiles are data files of the building machine, copied at their
+	// host paths.
+	HostFiles []string
 }
 
 // Spec returns what the component image name holds.
@@ -58,13 +62,15 @@ func Spec(name string) (Image, error) {
 		return Image{Name: name, Packages: []string{module + "/cmd/kos-controller-manager"}}, nil
 	case Agent:
 		// The agent programs Open vSwitch through its command-line
-		// clients, which reach the node's daemons through the run dir
-		// mounted from the host. They need nothing else at run time: the
-		// database schema and the daemons stay on the host.
+		// clients. From 0.2.0 the pod runs the node's Open vSwitch too,
+		// in a container of its own: kos-ovs runs the daemons, and
+		// creates their database from the schema with ovsdb-tool, so
+		// that nodes need no Open vSwitch package.
 		return Image{
 			Name:         name,
-			Packages:     []string{module + "/cmd/kos-agent"},
-			HostPrograms: []string{"ovs-vsctl", "ovs-ofctl", "ovs-appctl"},
+			Packages:     []string{module + "/cmd/kos-agent", module + "/cmd/kos-ovs"},
+			HostPrograms: []string{"ovs-vsctl", "ovs-ofctl", "ovs-appctl", "ovsdb-server", "ovs-vswitchd", "ovsdb-tool"},
+			HostFiles:    []string{"/usr/share/openvswitch/vswitch.ovsschema"},
 		}, nil
 	}
 	return Image{}, fmt.Errorf("no component image %q (known: %s)", name, strings.Join(Components, ", "))
@@ -173,15 +179,21 @@ func Build(ctx context.Context, opts Options) (map[string]v1.Image, error) {
 	return tagged, nil
 }
 
-// buildComponent packs a component image: the host programs in a layer of
-// their own, which stays the same across versions of the commands, then the
-// commands.
+// buildComponent packs a component image: the host programs and files in a
+// layer of their own, which stays the same across versions of the commands,
+// then the commands.
 func buildComponent(ctx context.Context, spec Image, binaries map[string]images.File) (v1.Image, error) {
 	var layers []v1.Layer
-	if len(spec.HostPrograms) > 0 {
+	if len(spec.HostPrograms)+len(spec.HostFiles) > 0 {
 		files, err := images.HostBinaries(ctx, spec.HostPrograms...)
 		if err != nil {
 			return nil, fmt.Errorf("image %s: %w", spec.Name, err)
+		}
+		for _, f := range spec.HostFiles {
+			if _, err := os.Stat(f); err != nil {
+				return nil, fmt.Errorf("image %s needs %s from this machine: %w", spec.Name, f, err)
+			}
+			files = append(files, images.File{Path: f, Source: f, Mode: 0o644})
 		}
 		layer, err := images.Layer(files)
 		if err != nil {

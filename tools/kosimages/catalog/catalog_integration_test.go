@@ -116,6 +116,22 @@ func TestIntegrationBuild(t *testing.T) {
 			t.Errorf("bridges on the host: %q, %v", out, err)
 		}
 	})
+
+	t.Run("agent's Open vSwitch daemons", func(t *testing.T) {
+		// What kos-ovs runs in the ovs container: the daemons load, and
+		// ovsdb-tool makes a database from the schema the image holds.
+		root := roots[Tag(Agent, versions[Agent])]
+		for _, daemon := range []string{"/usr/sbin/ovsdb-server", "/usr/sbin/ovs-vswitchd"} {
+			if out := chroot(t, root, nil, nil, daemon, "--version"); !strings.Contains(out, "Open vSwitch") {
+				t.Errorf("%s --version in the image: %s", daemon, out)
+			}
+		}
+		mount := &bindMount{source: t.TempDir(), target: "/var/lib/kos/openvswitch"}
+		chroot(t, root, mount, nil, "/usr/bin/ovsdb-tool", "create", "/var/lib/kos/openvswitch/conf.db", "/usr/share/openvswitch/vswitch.ovsschema")
+		if _, err := os.Stat(filepath.Join(mount.source, "conf.db")); err != nil {
+			t.Errorf("ovsdb-tool create in the image made no database: %v", err)
+		}
+	})
 }
 
 // bindMount is a host folder mounted into a chroot.
