@@ -89,6 +89,15 @@ func dryRunApply(t *testing.T, s *server, a *channels.Addon, data []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// channels applies namespaces before what they hold; a dry-run of an
+	// object in a namespace the server does not have fails.
+	for _, u := range objs {
+		if gk := u.GroupVersionKind().GroupKind(); gk.Group == "" && gk.Kind == "Namespace" {
+			if err := apply(ctx, client, u, false); err != nil {
+				t.Fatalf("applying %s for what it holds: %v", describeObject(u), err)
+			}
+		}
+	}
 	for _, u := range objs {
 		what := describeObject(u)
 		mu.Lock()

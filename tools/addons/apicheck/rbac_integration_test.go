@@ -15,7 +15,7 @@ import (
 
 // access is one request a ServiceAccount may or may not make.
 type access struct {
-	// sa names the ServiceAccount in example-com.
+	// sa names the ServiceAccount, in its namespace (saNamespace).
 	sa string
 	// verb and resource say what is done: resource is
 	// "resource[/subresource][.group]", such as
@@ -38,6 +38,16 @@ const (
 
 	kos = ".network.example.com"
 )
+
+// saNamespace returns the namespace of a component's ServiceAccount in the
+// newest releases: the agent's is kos-node from kos-agent 0.2.0, the
+// others' example-com.
+func saNamespace(sa string) string {
+	if sa == agentSA {
+		return "kos-node"
+	}
+	return namespace
+}
 
 // accesses is what each component must and must not be able to do: what
 // its code does, and the nearest things it does not.
@@ -226,8 +236,8 @@ func authorize(t *testing.T, s *server, a access) (bool, string) {
 	resource, group, _ := strings.Cut(a.resource, ".")
 	resource, subresource, _ := strings.Cut(resource, "/")
 	review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-		User:   "system:serviceaccount:" + namespace + ":" + a.sa,
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
+		User:   "system:serviceaccount:" + saNamespace(a.sa) + ":" + a.sa,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + saNamespace(a.sa), "system:authenticated"},
 		ResourceAttributes: &authorizationv1.ResourceAttributes{
 			Namespace:   a.namespace,
 			Verb:        a.verb,
