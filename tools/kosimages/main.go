@@ -1,8 +1,10 @@
 // Command kosimages builds every KOS image without a container engine (see
 // package tools/kosimages/catalog), writes them into one docker-format
-// tarball and, when asked, imports them into a node's containerd:
+// tarball and, when asked, imports them into a node's containerd, or pushes
+// them to a registry as multi-platform images:
 //
 //	go run ./tools/kosimages [--out .cache/images/kos.tar] [--import CONTAINERD_ADDRESS|localenv]
+//	go run ./tools/kosimages --push REGISTRY[/PREFIX] [--insecure] [--platform linux/amd64,linux/arm64]
 //
 // The component images are tagged with the versions of the newest releases
 // in addons/, so that the manifests and the images agree; --version overrides
@@ -48,6 +50,10 @@ type config struct {
 	etcd     string
 	address  string
 	versions map[string]string
+	// push is the repository to push to, "" for the tarball.
+	push      string
+	insecure  bool
+	platforms string
 }
 
 // versionFlags collects --version NAME=VERSION.
@@ -83,7 +89,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return 2
 	}
-	if err := build(ctx, cfg, stdout); err != nil {
+	if cfg.push != "" {
+		err = push(ctx, cfg, stdout)
+	} else {
+		err = build(ctx, cfg, stdout)
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "kosimages: %v\n", err)
 		return 1
 	}
@@ -102,6 +113,17 @@ kos-agent with the Open vSwitch clients, etcd, and the pause image) without a
 container engine, into one docker-format tarball that ctr, docker and podman
 load.
 
+With --push REGISTRY[/PREFIX] it writes no tarball: it pushes every image to
+REGISTRY/PREFIX/NAME:TAG instead, each as an image index (a multi-platform
+image). The images that hold only Go binaries (kos-apiserver,
+kos-controller-manager, etcd, pause) are cross-compiled for every --platform;
+kos-agent, which carries this machine's Open vSwitch programs, is built for
+this machine's platform only (its index lists that one). Plain http is used
+for a registry on a loopback or private (RFC 1918) address, and for any
+other with --insecure. Credentials come from the docker config
+(~/.docker/config.json), as docker login writes it. It prints each pushed
+image pinned by digest.
+
 Flags:
 `)
 		flags.PrintDefaults()
@@ -111,6 +133,9 @@ Flags:
 	flags.StringVar(&cfg.addons, "addons", "", "the addon folder whose newest releases give the component images their versions; empty means ROOT/addons")
 	flags.StringVar(&cfg.etcd, "etcd", "", "the etcd binary to pack; empty means the one tools/kube/build.sh builds")
 	flags.StringVar(&cfg.address, "import", "", "the socket of a containerd to import the images into (namespace k8s.io), or "+importLocalenv+" for the node of the local cluster in ROOT/.cache/localenv; empty imports nothing")
+	flags.StringVar(&cfg.push, "push", "", "REGISTRY[/PREFIX]: push the images there instead of writing a tarball")
+	flags.BoolVar(&cfg.insecure, "insecure", false, "with --push: allow plain http (and unverified https) to the registry")
+	flags.StringVar(&cfg.platforms, "platform", strings.Join(catalog.Platforms, ","), "with --push: the comma-separated platforms to build the images of Go binaries for")
 	flags.Var(versionFlags(cfg.versions), "version", "IMAGE=VERSION: tag a component image with VERSION instead of its addon's newest version (repeatable)")
 	if err := flags.Parse(args); err != nil {
 		return nil, err
@@ -120,12 +145,15 @@ Flags:
 		flags.Usage()
 		return nil, errors.New("unexpected arguments")
 	}
+	if cfg.push != "" && cfg.address != "" {
+		fmt.Fprintln(stderr, "kosimages: --push and --import exclude each other")
+		return nil, errors.New("--push with --import")
+	}
 	return cfg, nil
 }
 
-// build builds, writes and imports the images, saying what it did.
-func build(ctx context.Context, cfg *config, stdout io.Writer) error {
-	began := time.Now()
+// complete fills in the defaults that depend on the repository root.
+func (cfg *config) complete() error {
 	if cfg.root == "" {
 		root, err := testenv.RepoRoot()
 		if err != nil {
@@ -138,6 +166,56 @@ func build(ctx context.Context, cfg *config, stdout io.Writer) error {
 	}
 	if cfg.addons == "" {
 		cfg.addons = filepath.Join(cfg.root, "addons")
+	}
+	return nil
+}
+
+// push builds the images for every platform and pushes them, saying what it
+// pushed.
+func push(ctx context.Context, cfg *config, stdout io.Writer) error {
+	began := time.Now()
+	if err := cfg.complete(); err != nil {
+		return err
+	}
+	versions, err := resolveVersions(cfg.addons, cfg.versions)
+	if err != nil {
+		return err
+	}
+	if cfg.etcd == "" {
+		if cfg.etcd, err = buildEtcd(ctx, cfg.root); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.root, ".cache"), 0o755); err != nil {
+		return fmt.Errorf("creating the cache folder: %w", err)
+	}
+	work, err := os.MkdirTemp(filepath.Join(cfg.root, ".cache"), ".kosimages-push-")
+	if err != nil {
+		return fmt.Errorf("creating a work folder: %w", err)
+	}
+	defer os.RemoveAll(work)
+	pushed, err := catalog.Push(ctx, catalog.PushOptions{
+		Repository: strings.TrimSuffix(cfg.push, "/"),
+		Insecure:   cfg.insecure,
+		Versions:   versions,
+		Etcd:       cfg.etcd,
+		EtcdModule: filepath.Join(cfg.root, "tools", "kube"),
+		Platforms:  strings.Split(cfg.platforms, ","),
+		WorkDir:    work,
+		Progress:   stdout,
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "pushed %d images to %s in %s\n", len(pushed), cfg.push, time.Since(began).Round(100*time.Millisecond))
+	return nil
+}
+
+// build builds, writes and imports the images, saying what it did.
+func build(ctx context.Context, cfg *config, stdout io.Writer) error {
+	began := time.Now()
+	if err := cfg.complete(); err != nil {
+		return err
 	}
 	versions, err := resolveVersions(cfg.addons, cfg.versions)
 	if err != nil {
