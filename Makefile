@@ -2,7 +2,7 @@
 SHELL := /usr/bin/env bash
 export GOTOOLCHAIN := local
 
-.PHONY: all build test fuzz verify generate addons images demo demo-down demo-cluster demo-cluster-down bench tools clean
+.PHONY: all build test fuzz verify generate addons release images demo demo-down demo-cluster demo-cluster-down bench tools clean
 
 all: build
 
@@ -29,6 +29,10 @@ generate:
 ## addons: fill in the manifest hashes of new addon releases and rewrite bootstrap-channel.yaml
 addons:
 	go run ./tools/addons generate
+
+## release: write a release to publish: make release REGISTRY=registry.example.com/kos OUT=dir [VERSION=0.2.0] [SET="kos-etcd.storage=10Gi ..."]
+release:
+	go run ./tools/addons release --registry "$(REGISTRY)" --out "$(OUT)" $(if $(VERSION),--version "$(VERSION)") $(foreach s,$(SET),--set "$(s)")
 
 ## images: build the KOS images without a container engine and import them into the local cluster's node (go run ./tools/localenv up --cluster)
 images:

@@ -3,8 +3,10 @@
 //
 //	go run ./tools/addons generate   fill in missing manifest hashes, write the channel files
 //	go run ./tools/addons verify     say what is wrong with the bundle; exit 1 if anything is
+//	go run ./tools/addons release --registry R --out DIR   write a release to publish (package release)
 //
-// `make addons` runs generate; `make verify` runs verify.
+// `make addons` runs generate; `make verify` runs verify; `make release`
+// runs release.
 package main
 
 import (
@@ -36,12 +38,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	flags.SetOutput(stderr)
 	flags.Usage = func() {
 		fmt.Fprint(flags.Output(), `Usage: addons [flags] generate|verify
+       addons [flags] release --registry REGISTRY[/PREFIX] --out DIR [release flags]
 
   generate  add the manifestHash of every release that has none (never changing
             one that is there) and write bootstrap-channel.yaml and
             addons/local-channel.yaml from addons/*/addon.yaml
   verify    print one line per problem of the bundle and what to do about it;
             exit 1 when there is any
+  release   write a release to publish, its images in REGISTRY (addons release --help)
 
 Flags:
 `)
@@ -55,7 +59,8 @@ Flags:
 		}
 		return 2
 	}
-	if flags.NArg() != 1 || (flags.Arg(0) != "generate" && flags.Arg(0) != "verify") {
+	isRelease := flags.NArg() > 0 && flags.Arg(0) == "release"
+	if !isRelease && (flags.NArg() != 1 || (flags.Arg(0) != "generate" && flags.Arg(0) != "verify")) {
 		flags.Usage()
 		return 2
 	}
@@ -66,6 +71,9 @@ Flags:
 			return 1
 		}
 		*root = r
+	}
+	if isRelease {
+		return runRelease(ctx, *root, flags.Args()[1:], stdout, stderr)
 	}
 
 	if flags.Arg(0) == "generate" {

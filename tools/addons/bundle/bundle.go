@@ -28,6 +28,9 @@ type Channel struct {
 	Name string
 	// Comment heads the file, one line per element.
 	Comment []string
+	// Note is the comment line after Comment; "" says that `make addons`
+	// generates the file.
+	Note string
 	// Folders name the addon folders whose releases the channel lists, in
 	// this order.
 	Folders []string

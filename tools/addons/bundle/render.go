@@ -45,8 +45,12 @@ func (b *Bundle) Render(ch Channel) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding %s: %w", ch.Path, err)
 	}
+	note := ch.Note
+	if note == "" {
+		note = generatedNote
+	}
 	var out strings.Builder
-	for _, line := range append(append([]string(nil), ch.Comment...), "", generatedNote) {
+	for _, line := range append(append([]string(nil), ch.Comment...), "", note) {
 		out.WriteString(strings.TrimRight("# "+line, " ") + "\n")
 	}
 	out.Write(body)

@@ -1,0 +1,275 @@
+package release
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/kos-sdn/kos/channels"
+)
+
+// Setting is one operator setting, ADDON.KEY=VALUE, such as
+// kos-etcd.storage=10Gi. It applies to every release of the addon the tree
+// carries.
+type Setting struct {
+	Addon, Key, Value string
+}
+
+func (s Setting) String() string { return s.Addon + "." + s.Key + "=" + s.Value }
+
+// setting is what one ADDON.KEY changes.
+type setting struct {
+	// help says what it sets, for --help and errors.
+	help string
+	// check validates a value.
+	check func(string) error
+	// apply changes one object of the manifest; it reports whether it did.
+	apply func(kind string, obj *yaml.Node, value string) (bool, error)
+}
+
+// settings are the known settings, by ADDON.KEY.
+var settings = map[string]setting{
+	"kos-apiserver.replicas": {
+		help:  "replicas of the kos-apiserver Deployment (default 2)",
+		check: checkReplicas,
+		apply: setReplicas,
+	},
+	"kos-controller-manager.replicas": {
+		help:  "replicas of the kos-controller-manager Deployment (default 2; one works, the others wait for the Lease)",
+		check: checkReplicas,
+		apply: setReplicas,
+	},
+	"kos-etcd.storage": {
+		help:  "size of each etcd member's volume (default 2Gi); choose it before the first install: a StatefulSet's volumes cannot change",
+		check: checkQuantity,
+		apply: func(kind string, obj *yaml.Node, value string) (bool, error) {
+			return setInClaims(kind, obj, []string{"resources", "requests", "storage"}, value)
+		},
+	},
+	"kos-etcd.storageClassName": {
+		help: "StorageClass of etcd's volumes (default: the cluster's default StorageClass); first install only, as storage",
+		check: func(v string) error {
+			if errs := validation.IsDNS1123Subdomain(v); len(errs) > 0 {
+				return errors.New(strings.Join(errs, "; "))
+			}
+			return nil
+		},
+		apply: func(kind string, obj *yaml.Node, value string) (bool, error) {
+			return setInClaims(kind, obj, []string{"storageClassName"}, value)
+		},
+	},
+}
+
+// SettingsHelp describes every setting, one line each, sorted.
+func SettingsHelp() string {
+	var b strings.Builder
+	for _, key := range slices.Sorted(maps.Keys(settings)) {
+		fmt.Fprintf(&b, "  %s: %s\n", key, settings[key].help)
+	}
+	return b.String()
+}
+
+// ParseSetting reads ADDON.KEY=VALUE, and checks that the setting is known
+// and its value fits.
+func ParseSetting(s string) (Setting, error) {
+	key, value, ok := strings.Cut(s, "=")
+	addon, field, dot := strings.Cut(key, ".")
+	if !ok || !dot || addon == "" || field == "" {
+		return Setting{}, fmt.Errorf("setting %q: want ADDON.KEY=VALUE", s)
+	}
+	known, found := settings[key]
+	if !found {
+		return Setting{}, fmt.Errorf("setting %q: no setting %s (known: %s)", s, key, strings.Join(slices.Sorted(maps.Keys(settings)), ", "))
+	}
+	if err := known.check(value); err != nil {
+		return Setting{}, fmt.Errorf("setting %q: %w", s, err)
+	}
+	return Setting{Addon: addon, Key: field, Value: value}, nil
+}
+
+// checkSettings checks that every setting is known and names an addon the
+// tree carries.
+func checkSettings(given []Setting, carried []*channels.Addon) error {
+	var errs []error
+	seen := map[string]bool{}
+	for _, s := range given {
+		if _, err := ParseSetting(s.String()); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if seen[s.Addon+"."+s.Key] {
+			errs = append(errs, fmt.Errorf("setting %s.%s given twice", s.Addon, s.Key))
+		}
+		seen[s.Addon+"."+s.Key] = true
+		if !slices.ContainsFunc(carried, func(a *channels.Addon) bool { return a.Name == s.Addon }) {
+			errs = append(errs, fmt.Errorf("setting %s: the release carries no addon %s", s, s.Addon))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// applySettings applies the settings of addon to its manifest, and returns
+// it with the settings that changed an object of it. A manifest no setting
+// applies to is returned as it is; one that changes is written again from
+// its YAML tree, comments kept.
+func applySettings(data []byte, addon string, given []Setting) ([]byte, []Setting, error) {
+	var mine []Setting
+	for _, s := range given {
+		if s.Addon == addon {
+			mine = append(mine, s)
+		}
+	}
+	if len(mine) == 0 {
+		return data, nil, nil
+	}
+	var docs []*yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading the manifest: %w", err)
+		}
+		docs = append(docs, &doc)
+	}
+	var errs []error
+	var applied []Setting
+	for _, s := range mine {
+		set := settings[s.Addon+"."+s.Key]
+		changed := false
+		for _, doc := range docs {
+			if len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
+				continue
+			}
+			obj := doc.Content[0]
+			kind := ""
+			if k := child(obj, "kind"); k != nil {
+				kind = k.Value
+			}
+			did, err := set.apply(kind, obj, s.Value)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("setting %s: %w", s, err))
+			}
+			changed = changed || did
+		}
+		if changed {
+			applied = append(applied, s)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, err
+	}
+	if len(applied) == 0 {
+		return data, nil, nil
+	}
+	var out bytes.Buffer
+	enc := yaml.NewEncoder(&out)
+	enc.SetIndent(2)
+	enc.CompactSeqIndent()
+	for _, doc := range docs {
+		if err := enc.Encode(doc); err != nil {
+			return nil, nil, fmt.Errorf("writing the manifest: %w", err)
+		}
+	}
+	if err := enc.Close(); err != nil {
+		return nil, nil, fmt.Errorf("writing the manifest: %w", err)
+	}
+	return out.Bytes(), applied, nil
+}
+
+func checkReplicas(v string) error {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return fmt.Errorf("replicas must be a whole number of at least 1, not %q", v)
+	}
+	return nil
+}
+
+func checkQuantity(v string) error {
+	q, err := resource.ParseQuantity(v)
+	if err != nil {
+		return err
+	}
+	if q.Sign() <= 0 {
+		return fmt.Errorf("a volume's size must be positive, not %s", v)
+	}
+	return nil
+}
+
+// setReplicas sets spec.replicas of a Deployment.
+func setReplicas(kind string, obj *yaml.Node, value string) (bool, error) {
+	if kind != "Deployment" {
+		return false, nil
+	}
+	spec := child(obj, "spec")
+	if spec == nil || spec.Kind != yaml.MappingNode {
+		return false, errors.New("a Deployment without a spec")
+	}
+	setScalar(spec, "replicas", value, "!!int")
+	return true, nil
+}
+
+// setInClaims sets the field at path of the spec of every
+// volumeClaimTemplate of a StatefulSet.
+func setInClaims(kind string, obj *yaml.Node, path []string, value string) (bool, error) {
+	if kind != "StatefulSet" {
+		return false, nil
+	}
+	claims := child(child(obj, "spec"), "volumeClaimTemplates")
+	if claims == nil || claims.Kind != yaml.SequenceNode {
+		return false, nil
+	}
+	for _, claim := range claims.Content {
+		node := child(claim, "spec")
+		if node == nil {
+			return false, errors.New("a volumeClaimTemplate without a spec")
+		}
+		for _, key := range path[:len(path)-1] {
+			next := child(node, key)
+			if next == nil {
+				next = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+				node.Content = append(node.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: key}, next)
+			}
+			node = next
+		}
+		setScalar(node, path[len(path)-1], value, "!!str")
+	}
+	return len(claims.Content) > 0, nil
+}
+
+// child returns the value of key in a mapping node, or nil.
+func child(m *yaml.Node, key string) *yaml.Node {
+	if m == nil || m.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			return m.Content[i+1]
+		}
+	}
+	return nil
+}
+
+// setScalar sets key of a mapping node to a scalar, adding the key when
+// missing; comments on an existing value stay.
+func setScalar(m *yaml.Node, key, value, tag string) {
+	if v := child(m, key); v != nil {
+		v.Kind, v.Tag, v.Value, v.Style, v.Content = yaml.ScalarNode, tag, value, 0, nil
+		return
+	}
+	m.Content = append(m.Content,
+		&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: key},
+		&yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: value})
+}
