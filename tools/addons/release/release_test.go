@@ -14,10 +14,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/kos-sdn/kos/channels"
 	"github.com/kos-sdn/kos/channels/cli"
@@ -266,19 +262,9 @@ func TestIntegrationResolve(t *testing.T) {
 // TestIntegrationPlanFromFile plans the published channel from a file://
 // location with our channels command on a real control plane: it fetches
 // every manifest, checks its hash and dry-runs each object with
-// server-side apply. The namespace example-com exists first: kos-apiserver
-// declares it for every control component, and a plan dry-runs each addon
-// apart, on the cluster as it is.
+// server-side apply, on a cluster without KOS.
 func TestIntegrationPlanFromFile(t *testing.T) {
 	env := testenv.Shared(t)
-	kube, err := kubernetes.NewForConfig(env.RESTConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "example-com"}}
-	if _, err := kube.CoreV1().Namespaces().Create(t.Context(), ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
 	out := t.TempDir()
 	if _, err := release.Write(t.Context(), release.Options{Root: repoRoot(t), Out: out, Registry: "registry.example.net/kos"}); err != nil {
 		t.Fatal(err)
