@@ -264,6 +264,15 @@ func TestHostState(t *testing.T) {
 	if err := writeSysctl("kernel.panic", "10"); err != nil {
 		t.Fatal(err)
 	}
+	// A node's mount point the host lacks: created, and its outermost
+	// new folder recorded.
+	mountPoint := filepath.Join(dir, "made", "deep")
+	if err := createHostPaths([]string{mountPoint, existing}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(mountPoint); err != nil {
+		t.Fatal(err)
+	}
 	b, err := joinHost(node("b", dead.Process.Pid, "true"), warn)
 	if err != nil {
 		t.Fatal(err)
@@ -272,7 +281,7 @@ func TestHostState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{created}, st.Created); diff != "" {
+	if diff := cmp.Diff([]string{created, filepath.Join(dir, "made")}, st.Created); diff != "" {
 		t.Errorf("created paths (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff(map[string]string{"kernel.panic": "1"}, st.Sysctls); diff != "" {
@@ -311,7 +320,7 @@ func TestHostState(t *testing.T) {
 	if err := leaveHost(c); err != nil {
 		t.Fatal(err)
 	}
-	for _, gone := range []string{created, hostStateFile, hostLockFile} {
+	for _, gone := range []string{created, filepath.Join(dir, "made"), hostStateFile, hostLockFile} {
 		if _, err := os.Stat(gone); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("after the last node left, %s is still there (%v)", gone, err)
 		}
