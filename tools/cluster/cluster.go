@@ -127,7 +127,7 @@ const stopGrace = 5 * time.Second
 
 // Start starts the control plane and the nodes, and returns once every node
 // is Ready. The nodes' networks come first: kube-apiserver listens on the
-// host's end of the node link. On failure it stops what it started and
+// host's address on the underlay. On failure it stops what it started and
 // keeps Dir, whose logs say more than the error can.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.KubeProxy && len(opts.Nodes) == 0 {
@@ -269,17 +269,26 @@ func (c *Cluster) prepareNode(ctx context.Context, dir string, index int, opts N
 	if err := createCgroup(n.CgroupRoot); err != nil {
 		return err
 	}
-	if n.OVS {
-		c.printf("starting Open vSwitch in %s", n.Netns)
-		ovs, err := ovsenv.Start(ctx, ovsenv.Options{Dir: n.ovsDir(), Netns: n.Netns, Detach: c.detached})
-		if err != nil {
-			return fmt.Errorf("starting the node's Open vSwitch: %w", err)
-		}
-		c.ovs[n.Name] = ovs
+	if err := c.startOVS(ctx, n); err != nil {
+		return err
 	}
 	if err := os.MkdirAll(n.NodeDir, 0o755); err != nil {
 		return fmt.Errorf("creating the node's folder: %w", err)
 	}
+	return nil
+}
+
+// startOVS starts the node's Open vSwitch instance, if it has one.
+func (c *Cluster) startOVS(ctx context.Context, n *nodeState) error {
+	if !n.OVS {
+		return nil
+	}
+	c.printf("starting Open vSwitch in %s", n.Netns)
+	ovs, err := ovsenv.Start(ctx, ovsenv.Options{Dir: n.ovsDir(), Netns: n.Netns, Detach: c.detached})
+	if err != nil {
+		return fmt.Errorf("starting the node's Open vSwitch: %w", err)
+	}
+	c.ovs[n.Name] = ovs
 	return nil
 }
 
@@ -526,7 +535,7 @@ func (c *Cluster) proc(node, name string) *process {
 }
 
 // Stop stops the nodes' processes, then the control plane, then removes the
-// nodes' networks (kube-apiserver listens on a node link, and its
+// nodes' networks (kube-apiserver listens on the underlay, and its
 // connections to itself would hang if the address went away under them),
 // and removes Dir when Start made it. Calling it again does nothing.
 func (c *Cluster) Stop() error {
@@ -592,9 +601,9 @@ func (c *Cluster) stopNode(n *nodeState) error {
 
 // StopNode stops the node named name entirely, as if it lost power: its
 // kubelet, kube-proxy and DNS server, every process of its pods (through
-// the node's cgroup) and its containerd stop, and its mount namespace goes
-// with every mount in it. Its network, its folders and its Open vSwitch
-// instance, if any, stay, so that StartNode can bring it back.
+// the node's cgroup), its containerd and its Open vSwitch instance, if any,
+// stop, and its mount namespace goes with every mount in it. Its network
+// and its folders stay, so that StartNode can bring it back.
 func (c *Cluster) StopNode(ctx context.Context, name string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -604,6 +613,18 @@ func (c *Cluster) StopNode(ctx context.Context, name string) error {
 	}
 	if err := c.stopNode(n); err != nil {
 		return err
+	}
+	if n.OVS {
+		ovs := c.ovs[n.Name]
+		if ovs == nil {
+			if ovs, err = ovsenv.Attach(n.ovsDir()); err != nil {
+				return fmt.Errorf("stopping node %s: %w", n.Name, err)
+			}
+		}
+		if err := ovs.Stop(); err != nil {
+			return fmt.Errorf("stopping node %s's Open vSwitch: %w", n.Name, err)
+		}
+		delete(c.ovs, n.Name)
 	}
 	if err := n.removeMountNS(); err != nil {
 		return fmt.Errorf("stopping node %s: %w", n.Name, err)
@@ -626,8 +647,9 @@ func (c *Cluster) StopNode(ctx context.Context, name string) error {
 
 // StartNode starts the node named name again after StopNode, as a node
 // boots: containerd's state of tasks is gone, its images stay, and kubelet
-// finds its pods from kube-apiserver. It returns once the node is Ready
-// and its DNS server and kube-proxy run.
+// finds its pods from kube-apiserver; the node's Open vSwitch, if any,
+// starts from an empty database. It returns once the node is Ready and its
+// DNS server and kube-proxy run.
 func (c *Cluster) StartNode(ctx context.Context, name string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -640,10 +662,13 @@ func (c *Cluster) StartNode(ctx context.Context, name string) error {
 			return fmt.Errorf("node %s runs (%s, pid %d): stop it first", n.Name, p.Name, p.PID)
 		}
 	}
-	if err := n.forgetRuntimeState(false); err != nil {
+	if err := n.forgetRuntimeState(n.OVS); err != nil {
 		return err
 	}
 	if err := createCgroup(n.CgroupRoot); err != nil {
+		return err
+	}
+	if err := c.startOVS(ctx, n); err != nil {
 		return err
 	}
 	if err := c.startNode(ctx, n); err != nil {

@@ -21,10 +21,10 @@ import (
 	"github.com/kos-sdn/kos/tools/spawner"
 )
 
-// NodeOptions describe the node an environment with a kubelet runs.
+// NodeOptions describe a node of a cluster.
 type NodeOptions struct {
 	// Name is the node's name (kubelet's --hostname-override); "" means
-	// "kos-node".
+	// "kos-node" for the first node and "kos-node-<i>" for the i-th after.
 	Name string
 	// Labels are the node's labels (kubelet's --node-labels).
 	Labels map[string]string
@@ -391,8 +391,9 @@ func deleteLink(name string) error {
 }
 
 // cleanUp removes every trace of the node from the host: its processes
-// (kubelet, containerd, shims, containers and OVS daemons), its mounts, its cgroups, its
-// network namespace and with it the veth pair and the route to its pods. It
+// (kubelet, containerd, shims, containers and OVS daemons), its mounts and
+// mount namespace, its cgroups, its network namespace and with it the veth
+// pair, and the route to its pods (the bridge is the cluster's). It
 // works from the recorded state alone, so that it also cleans up after a
 // node whose owner died.
 func (n *nodeState) cleanUp() error {

@@ -60,8 +60,12 @@ func (d *demo) runCluster(ctx context.Context) error {
 		return err
 	}
 
-	say("The KOS manifests mount %s (the node's Open vSwitch) and %s (the single-node etcd's data) from the node. The node has a mount namespace of its own, in which they are folders of the node's, on this host at:", kosinstall.OVSRunDir, kosinstall.VarLib)
-	fmt.Printf("    %s: %s\n    %s: %s\n", kosinstall.OVSRunDir, env.Nodes[0].HostPath(kosinstall.OVSRunDir), kosinstall.VarLib, env.Nodes[0].HostPath(kosinstall.VarLib))
+	etcdDir := kosinstall.VarLib + "/etcd"
+	say("The KOS manifests mount %s (the node's Open vSwitch) and %s (the single-node etcd's local volume, whose folder the operator creates) from the node. The node has a mount namespace of its own, in which they are folders of the node's, on this host at:", kosinstall.OVSRunDir, etcdDir)
+	if err := os.MkdirAll(env.Nodes[0].HostPath(etcdDir), 0o755); err != nil {
+		return fmt.Errorf("creating the node's %s: %w", etcdDir, err)
+	}
+	fmt.Printf("    %s: %s\n    %s: %s\n", kosinstall.OVSRunDir, env.Nodes[0].HostPath(kosinstall.OVSRunDir), etcdDir, env.Nodes[0].HostPath(etcdDir))
 
 	install := []string{"apply", "channel", "addons/local-channel.yaml", "bootstrap-channel.yaml"}
 	say("Install KOS from its channels: the local channel (single-node etcd, userspace agent) and the bootstrap channel. Without --yes, channels shows the plan:")

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -65,6 +66,11 @@ func TestIntegrationKOS(t *testing.T) {
 		}
 	})
 	t.Logf("cluster ready after %s", since(began))
+	// The single-node etcd's local volume: its folder must exist on the
+	// node before the install.
+	if err := os.MkdirAll(env.Nodes[0].HostPath(kosinstall.VarLib+"/etcd"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	images := <-built
 	if images.err != nil {
 		t.Fatalf("building the images: %v", images.err)

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -42,7 +43,7 @@ func TestIntegrationThreeNodes(t *testing.T) {
 	began := time.Now()
 	env, err := cluster.Start(ctx, cluster.Options{
 		ControlPlane: testenv.Options{Progress: testWriter{t}},
-		Nodes:        []cluster.NodeOptions{{}, {}, {}},
+		Nodes:        []cluster.NodeOptions{{}, {}, {OVS: true}},
 		KubeProxy:    true,
 		Registry:     true,
 	})
@@ -188,6 +189,15 @@ func TestIntegrationThreeNodes(t *testing.T) {
 			return err
 		})
 		t.Logf("%s answers again %s after the node started", name, time.Since(began).Round(10*time.Millisecond))
+
+		// The node's Open vSwitch came back too, and within the node it
+		// is /var/run/openvswitch.
+		run(t, "nsenter", "--mount="+last.MountNamespace, "--", "test", "-S", "/var/run/openvswitch/db.sock")
+		cmd := exec.CommandContext(ctx, "ovs-vsctl", "--timeout=20", "show")
+		cmd.Env = append(os.Environ(), "OVS_RUNDIR="+last.HostPath("/var/run/openvswitch"))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("ovs-vsctl show on the restarted node: %v: %s", err, out)
+		}
 	})
 
 	mountNS := mountNamespaces(t, nodes)
