@@ -86,6 +86,16 @@ func TestRun(t *testing.T) {
 			wantCode:   1,
 			wantStderr: "bootstrap-channel.yaml is out of date with addons/*/addon.yaml: run make addons\naddons verify: 1 problem(s) in the addon bundle\n",
 		},
+		{name: "release help", args: []string{"release", "--help"}, wantCode: 0, wantStderr: "kos-etcd.storage: size of each etcd member's volume"},
+		{name: "release without a registry", args: []string{"release", "--out", "/nonexistent"}, wantCode: 2, wantStderr: "give --registry and --out"},
+		{name: "release with an unknown setting", args: []string{"release", "--registry", "r.example.net/kos", "--out", "/nonexistent", "--set", "kos-agent.replicas=3"}, wantCode: 2, wantStderr: "no setting kos-agent.replicas"},
+		{
+			name:       "release",
+			args:       []string{"release", "--registry", "r.example.net/kos", "--resolve=false", "--out", "OUT", "--set", "kos-apiserver.replicas=3"},
+			wantCode:   0,
+			wantStdout: "wrote bootstrap-channel.yaml",
+			wantStderr: "is named by tag only, r.example.net/kos/",
+		},
 		{
 			name:       "verify against a revision of no repository",
 			args:       []string{"--base=HEAD", "verify"},
@@ -99,8 +109,15 @@ func TestRun(t *testing.T) {
 			if tt.change != nil {
 				tt.change(t, root)
 			}
+			args := []string{"--root=" + root}
+			for _, a := range tt.args {
+				if a == "OUT" { // a folder of the test's
+					a = t.TempDir()
+				}
+				args = append(args, a)
+			}
 			var stdout, stderr bytes.Buffer
-			code := run(context.Background(), append([]string{"--root=" + root}, tt.args...), &stdout, &stderr)
+			code := run(context.Background(), args, &stdout, &stderr)
 			if code != tt.wantCode {
 				t.Errorf("exit code %d, want %d; stdout:\n%s\nstderr:\n%s", code, tt.wantCode, stdout.String(), stderr.String())
 			}
