@@ -665,6 +665,15 @@ func (c *Cluster) StartNode(ctx context.Context, name string) error {
 	if err := n.forgetRuntimeState(n.OVS); err != nil {
 		return err
 	}
+	var peers []*nodeState
+	for _, p := range c.nodes {
+		if p != n {
+			peers = append(peers, p)
+		}
+	}
+	if err := n.restoreNetwork(ctx, peers); err != nil {
+		return err
+	}
 	if err := createCgroup(n.CgroupRoot); err != nil {
 		return err
 	}

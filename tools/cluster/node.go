@@ -375,6 +375,53 @@ func (n *nodeState) setUpNetwork(ctx context.Context, peers []*nodeState) error 
 	return nil
 }
 
+// restoreNetwork gives the node's eth0 its address and routes again, as a
+// rebooted node's network configuration does. A pod of the stopped node may
+// have moved them elsewhere and died: the KOS agent's Open vSwitch moves the
+// underlay address onto its bridge br-ul with the userspace datapath, and
+// that bridge's device outlives the daemon, holding the address while
+// nothing switches its packets. Such a device is deleted, as a reboot
+// would; what is in place already is left as it is.
+func (n *nodeState) restoreNetwork(ctx context.Context, peers []*nodeState) error {
+	ns := &ovsenv.Netns{Name: n.Netns}
+	out, err := ns.Run(ctx, "ip", "-o", "-4", "addr", "show")
+	if err != nil {
+		return fmt.Errorf("restoring node %s's network: %w", n.Name, err)
+	}
+	onEth0 := false
+	for line := range strings.SplitSeq(out, "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 4 || !strings.HasPrefix(fields[3], n.nodeIP().String()+"/") {
+			continue
+		}
+		if fields[1] == "eth0" {
+			onEth0 = true
+			continue
+		}
+		if _, err := ns.Run(ctx, "ip", "link", "delete", fields[1]); err != nil {
+			return fmt.Errorf("restoring node %s's network: %w", n.Name, err)
+		}
+	}
+	if onEth0 {
+		return nil
+	}
+	bits := strconv.Itoa(n.Link.Bits())
+	steps := [][]string{
+		{"ip", "addr", "add", n.nodeIP().String() + "/" + bits, "dev", "eth0"},
+		{"ip", "link", "set", "eth0", "up"},
+		{"ip", "route", "replace", serviceCIDR.String(), "dev", "lo", "src", n.nodeIP().String()},
+	}
+	for _, p := range peers {
+		steps = append(steps, []string{"ip", "route", "replace", p.PodCIDR.String(), "via", p.nodeIP().String(), "dev", "eth0"})
+	}
+	for _, step := range steps {
+		if _, err := ns.Run(ctx, step[0], step[1:]...); err != nil {
+			return fmt.Errorf("restoring node %s's network: %w", n.Name, err)
+		}
+	}
+	return nil
+}
+
 // deleteLink deletes a network interface of the host, if it is there.
 func deleteLink(name string) error {
 	if name == "" {
