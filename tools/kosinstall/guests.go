@@ -52,6 +52,13 @@ func PlumbGuest(ctx context.Context, nodeNetns, name string, att *v1alpha1.Netwo
 	}
 	node := &ovsenv.Netns{Name: nodeNetns}
 	if _, err := node.Run(ctx, "ip", "link", "show", ifc); err == nil {
+		// The interface moved here before: dead since its Open vSwitch
+		// stopped, and in the way of the new one.
+		if _, err := g.Run(ctx, "ip", "link", "show", ifc); err == nil {
+			if _, err := g.Run(ctx, "ip", "link", "delete", ifc); err != nil {
+				return nil, fmt.Errorf("deleting the old interface of attachment %s in guest %s: %w", att.Name, name, err)
+			}
+		}
 		if _, err := node.Run(ctx, "ip", "link", "set", ifc, "netns", name); err != nil {
 			return nil, fmt.Errorf("moving the interface of attachment %s into guest %s: %w", att.Name, name, err)
 		}

@@ -29,6 +29,8 @@ const (
 	AgentNamespace = "kos-node"
 	// APIService serves the KOS API through kube-apiserver's aggregator.
 	APIService = "v1alpha1.network.example.com"
+	// agentAddon is the agent's addon name.
+	agentAddon = "kos-agent"
 	// AddonLabel is the label of every addon's selector; its value is the
 	// addon's name.
 	AddonLabel = "addon.kos.example.com/name"
