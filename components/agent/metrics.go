@@ -94,6 +94,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Network informers stopped, as networks stopped being relevant.",
 		}),
 	}
+	// Every series a dashboard shows exists from the start, at zero, so
+	// that a panel of errors shows none rather than nothing.
+	for _, o := range []string{"ensure", "list", opDeleteLocal.String(), opDeleteRemote.String(), opCreateLocal.String(), opCreateRemote.String()} {
+		m.fabricErrors.WithLabelValues(o)
+	}
+	for _, which := range []string{"create", "delete"} {
+		for _, result := range []string{execOK, execFailed, execRefused} {
+			m.execs.WithLabelValues(which, result)
+		}
+	}
 	if reg == nil {
 		return m, nil
 	}

@@ -62,6 +62,17 @@ var Channels = []Channel{
 		},
 		Folders: []string{"kos-etcd-single-node", "kos-agent-userspace"},
 	},
+	{
+		Path: "addons/monitoring-channel.yaml",
+		Name: "kos-monitoring",
+		Comment: []string{
+			"Optional: Prometheus, scraping every KOS component, and Grafana with the KOS",
+			"dashboards, in the namespace kos-monitoring. Installed only where this channel",
+			"is applied, with the bootstrap channel:",
+			"  channels apply channel bootstrap-channel.yaml addons/monitoring-channel.yaml --yes",
+		},
+		Folders: []string{"kos-monitoring"},
+	},
 }
 
 // Folder is one addon folder and the releases its addon.yaml lists.
