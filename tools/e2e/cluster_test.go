@@ -98,7 +98,7 @@ func (k *kos) kubectl(t *testing.T, args ...string) string {
 	return string(out) + stderr.String()
 }
 
-// ovs runs ovs-vsctl against the node's Open vSwitch, failing the test when
+// ovs runs ovs-vsctl against the Open vSwitch of the agent's pod, failing the test when
 // it fails.
 func (k *kos) ovs(t *testing.T, args ...string) string {
 	t.Helper()
@@ -111,7 +111,7 @@ func (k *kos) ovs(t *testing.T, args ...string) string {
 
 func (k *kos) ovsErr(ctx context.Context, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "ovs-vsctl", append([]string{"--timeout=20"}, args...)...)
-	cmd.Env = append(os.Environ(), "OVS_RUNDIR="+k.env.Nodes[0].OVSRunDir)
+	cmd.Env = append(os.Environ(), "OVS_RUNDIR="+k.env.Nodes[0].HostPath(agentOVSRunDir))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("ovs-vsctl %s: %w: %s", strings.Join(args, " "), err, out)

@@ -53,7 +53,7 @@ func TestIntegrationKOS(t *testing.T) {
 			Components: []string{testenv.KubeControllerManager, testenv.KubeScheduler},
 			Progress:   testWriter{t},
 		},
-		Nodes:     []cluster.NodeOptions{{Labels: kosinstall.NodeLabels(), OVS: true}},
+		Nodes:     []cluster.NodeOptions{{Labels: kosinstall.NodeLabels()}},
 		KubeProxy: true,
 	})
 	if err != nil {
