@@ -14,7 +14,7 @@ build:
 test:
 	tools/test.sh
 
-## fuzz: run every fuzz target for FUZZTIME each (default 1m; make test runs each for 3s)
+## fuzz: run every fuzz target for FUZZTIME each (default 1m; make test runs each for 5000 inputs)
 fuzz:
 	tools/fuzz.sh
 

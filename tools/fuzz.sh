@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # fuzz.sh is `make fuzz`: it runs every native Go fuzz target of the module,
 # one at a time (go test -fuzz takes one target per run), for FUZZTIME each
-# (default 1m). `make test` runs it with FUZZTIME=3s. A failing input is
+# (default 1m; a duration, or a count of inputs such as 5000x). `make test`
+# runs it with FUZZTIME=5000x, a few seconds per target. A failing input is
 # written to the package's testdata/fuzz/<Target>/; fix the bug and commit
 # the input, which every later `go test` then replays as a regression case.
 set -euo pipefail
