@@ -87,7 +87,8 @@ const addressLocks = 64
 //
 // It watches its local attachments with one informer (spec.node) and, for
 // each relevant network, the attachments of that network with one more
-// (status.addressVNI), started when the network gains its first local
+// (status.addressVNI, and only those with a status.hostIP), started when
+// the network gains its first local
 // attachment and stopped when it loses its last. Handlers only enqueue
 // attachment keys; workers sync one key at a time (sync.go).
 type Agent struct {
@@ -335,8 +336,15 @@ func (a *Agent) setRelevance(ctx context.Context, key string, n network, in bool
 
 // newNetworkInformer returns an informer, not yet running, on the
 // attachments of network n, whose handler enqueues those of other nodes.
+//
+// The server sends it only the network's attachments that have a host: one
+// without (its agent has not made its interface yet) has nothing for this
+// node's switch, and most attachments spend a moment so, between IPAM's
+// address write and their agent's status write, which the agents of the
+// network need not hear of. An attachment that loses its host leaves the
+// informer's view, as a deleted one does, and its flows go.
 func (a *Agent) newNetworkInformer(n network) (cache.SharedIndexInformer, error) {
-	selector := fields.OneTermEqualSelector(v1alpha1.FieldAddressVNI, fmt.Sprint(n.vni)).String()
+	selector := networkSelector(n.vni)
 	inf := kosinformers.NewFilteredNetworkAttachmentInformer(a.client, n.namespace, 0,
 		cache.Indexers{addressIndex: indexByAddress},
 		func(o *metav1.ListOptions) { o.FieldSelector = selector })
@@ -346,6 +354,15 @@ func (a *Agent) newNetworkInformer(n network) (cache.SharedIndexInformer, error)
 		return nil, err
 	}
 	return inf, nil
+}
+
+// networkSelector is the field selector of the attachments of VNI vni that
+// have a host.
+func networkSelector(vni uint32) string {
+	return fields.AndSelectors(
+		fields.OneTermEqualSelector(v1alpha1.FieldAddressVNI, fmt.Sprint(vni)),
+		fields.OneTermNotEqualSelector(v1alpha1.FieldHostIP, ""),
+	).String()
 }
 
 func namespaceOf(key string) string {

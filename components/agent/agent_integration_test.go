@@ -365,3 +365,61 @@ func TestIntegrationReconcileOnStart(t *testing.T) {
 		t.Errorf("%g reconciles on start, want 1", n)
 	}
 }
+
+// TestIntegrationRemoteWithoutHost checks that the server keeps a remote
+// attachment out of an agent's network informer while it has no host (its
+// agent has not made its interface yet), and delivers it once it has one.
+func TestIntegrationRemoteWithoutHost(t *testing.T) {
+	k := newAPI(t)
+	const vni = 151
+	k.subnet("s1", "10.7.0.0/24", vni)
+	fabA := logging.New()
+	agentA := startAgent(t, agentConfig(t, k.node("a"), hostA, fabA))
+	network := map[string]string{"informer": "network"}
+	notified := func(want float64) func(context.Context) error {
+		return func(context.Context) error {
+			if n := agentA.counter(t, "kos_agent_attachment_notifications_total", network); n != want {
+				return fmt.Errorf("the network informer had %g notifications, want %g", n, want)
+			}
+			return nil
+		}
+	}
+
+	// a1's network informer starts once a1 has its address, before a1 has
+	// its host: it hears of a1 once, when agent A writes that host.
+	k.attachment("a1", k.node("a"), "s1")
+	k.address("a1", "10.7.0.11", vni)
+	poll.Until(t, settle, "a1 is ready", k.ready("a1", hostA))
+	poll.Until(t, settle, "the network informer heard of a1's host", notified(1))
+
+	// c1 has an address but no host; c2 has both. Events reach an informer
+	// in the order of their writes, so once c2 is on the switch, c1 would
+	// have been heard of had the server sent it.
+	k.attachment("c1", k.node("c"), "s1")
+	k.address("c1", "10.7.0.13", vni)
+	k.remote("c2", k.node("c"), "s1", "10.7.0.14", vni, hostC)
+	poll.Until(t, settle, "node A holds c2", holds(fabA, &fabric.Inventory{
+		Local:  []fabric.LocalAttachment{local(vni, "10.7.0.11")},
+		Remote: []fabric.RemoteAttachment{remote(vni, "10.7.0.14", hostC)},
+	}))
+	if err := notified(2)(context.Background()); err != nil {
+		t.Errorf("after c1 (no host) and c2 (with host): %v", err)
+	}
+
+	// c1 gets its host: it is delivered, once, and programmed.
+	k.hostIP("c1", hostC)
+	poll.Until(t, settle, "node A holds c1", holds(fabA, &fabric.Inventory{
+		Local:  []fabric.LocalAttachment{local(vni, "10.7.0.11")},
+		Remote: []fabric.RemoteAttachment{remote(vni, "10.7.0.13", hostC), remote(vni, "10.7.0.14", hostC)},
+	}))
+	if err := notified(3)(context.Background()); err != nil {
+		t.Errorf("after c1 got its host: %v", err)
+	}
+
+	// c1 loses its host: it leaves the informer's view and the switch.
+	k.hostIP("c1", "")
+	poll.Until(t, settle, "node A drops c1", holds(fabA, &fabric.Inventory{
+		Local:  []fabric.LocalAttachment{local(vni, "10.7.0.11")},
+		Remote: []fabric.RemoteAttachment{remote(vni, "10.7.0.14", hostC)},
+	}))
+}

@@ -6,7 +6,10 @@
 // It learns what is relevant to its node and nothing else, with 1+R
 // informers: one on the attachments whose spec.node is this node, and one
 // per relevant network (a namespace and VNI with at least one local
-// attachment) on status.addressVNI. A network's informer starts when the
+// attachment) on status.addressVNI, with a field selector that also asks the
+// server for a status.hostIP (an attachment without a host has nothing for
+// other nodes' switches, so the server keeps it out of their watches). A
+// network's informer starts when the
 // network gains its first local attachment and stops when it loses its
 // last; its remote attachments then leave the fabric.
 //

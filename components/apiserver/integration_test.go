@@ -688,6 +688,8 @@ func testFieldSelectors(t *testing.T, clients apiClients) {
 		{"networkattachments", "status.addressVNI!=7", []string{"a2", "a4"}},
 		{"networkattachments", "status.addressVNI=0", []string{"a4"}},
 		{"networkattachments", "spec.node=n1,status.addressVNI=7", []string{"a1"}},
+		{"networkattachments", "status.hostIP!=", []string{"a1", "a2", "a3"}},
+		{"networkattachments", "status.addressVNI=7,status.hostIP!=", []string{"a1", "a3"}},
 		{"networkattachments", "metadata.name=a4", []string{"a4"}},
 		{"subnets", "spec.vni=7", []string{"s1"}},
 		{"subnets", "spec.vni=0070", []string{"s2"}},
@@ -747,6 +749,44 @@ func testFieldSelectors(t *testing.T, clients apiClients) {
 		}
 		if diff := cmp.Diff(summarize(t, nextEvent(t, w)), eventSummary{watch.Added, "a4"}); diff != "" {
 			t.Errorf("event after a4 joined VNI 70 (-got +want):\n%s", diff)
+		}
+	})
+
+	// A watch on status.addressVNI and a non-empty status.hostIP, as the
+	// agents' network informers make, hears of an attachment only once it
+	// has a host.
+	t.Run("watch status.addressVNI with a host", func(t *testing.T) {
+		w, err := clients.direct.NetworkV1alpha1().NetworkAttachments(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "status.addressVNI=7,status.hostIP!="})
+		if err != nil {
+			t.Fatalf("watching: %v", err)
+		}
+		defer w.Stop()
+		var initial []eventSummary
+		for range 2 {
+			initial = append(initial, summarize(t, nextEvent(t, w)))
+		}
+		slices.SortFunc(initial, func(x, y eventSummary) int { return strings.Compare(x.Name, y.Name) })
+		if diff := cmp.Diff(initial, []eventSummary{{watch.Added, "a1"}, {watch.Added, "a3"}}); diff != "" {
+			t.Errorf("initial events (-got +want):\n%s", diff)
+		}
+		a5 := mustCreateAttachment(t, clients.direct, newAttachment(ns, "a5", "n3", "s1"))
+		a5.Status.IPv4, a5.Status.AddressVNI = "10.60.0.9", 7
+		a5, err = c.NetworkAttachments(ns).UpdateStatus(ctx, a5, metav1.UpdateOptions{})
+		if err != nil {
+			t.Fatalf("assigning a5 an address: %v", err)
+		}
+		a5.Status.HostIP = "192.168.0.3"
+		if _, err := c.NetworkAttachments(ns).UpdateStatus(ctx, a5, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("giving a5 a host: %v", err)
+		}
+		// Events come in the order of the writes: the first after the
+		// initial ones is a5's host write, not its address write.
+		ev := nextEvent(t, w)
+		if diff := cmp.Diff(summarize(t, ev), eventSummary{watch.Added, "a5"}); diff != "" {
+			t.Errorf("event after a5 got a host (-got +want):\n%s", diff)
+		}
+		if got := ev.Object.(*v1alpha1.NetworkAttachment).Status.HostIP; got != "192.168.0.3" {
+			t.Errorf("a5 arrived with host IP %q, want 192.168.0.3", got)
 		}
 	})
 }
