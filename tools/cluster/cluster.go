@@ -72,9 +72,8 @@ type Options struct {
 	// Registry runs a real OCI registry (tools/registry) on the host's
 	// underlay address, its storage in Dir/registry, from which every
 	// node's containerd pulls over plain http: push images to
-	// Cluster.Registry and name them REGISTRY/REPOSITORY:TAG in pods. It
-	// lives as long as the program that started it, so a detached cluster
-	// cannot have one.
+	// Cluster.Registry and name them REGISTRY/REPOSITORY:TAG in pods. A
+	// detached cluster's registry is detached too, and Attach finds it.
 	Registry bool
 }
 
@@ -120,7 +119,14 @@ type clusterState struct {
 	Nodes     []*nodeState `json:"nodes"`
 	Processes []*process   `json:"processes"`
 	KubeProxy bool         `json:"kubeProxy,omitempty"`
+	// Registry is the host:port of the cluster's registry, whose own
+	// state is in the folder registryDir; "" when it has none.
+	Registry string `json:"registry,omitempty"`
 }
+
+// registryDir is the folder in Dir of the cluster's registry: its config,
+// storage, log and state.
+const registryDir = "registry"
 
 // stopGrace is how long a process has to exit on SIGTERM before SIGKILL.
 const stopGrace = 5 * time.Second
@@ -132,9 +138,6 @@ const stopGrace = 5 * time.Second
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.KubeProxy && len(opts.Nodes) == 0 {
 		return nil, errors.New("kube-proxy runs on nodes: the cluster has none")
-	}
-	if opts.Registry && opts.ControlPlane.Detach {
-		return nil, errors.New("a detached cluster cannot have a registry: the registry stops with the program that starts it")
 	}
 	c := &Cluster{
 		ovs:      map[string]*ovsenv.Instance{},
@@ -186,13 +189,16 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 func (c *Cluster) start(ctx context.Context, cp testenv.Options, nodes []NodeOptions, ul netip.Prefix, withRegistry bool) error {
 	if len(nodes) == 0 {
 		if withRegistry {
-			if err := c.startRegistry(ctx, cp.Dir, ""); err != nil {
+			if err := c.startRegistry(ctx, cp.Dir, "127.0.0.1"); err != nil {
 				return err
 			}
 		}
 		env, err := testenv.Start(ctx, cp)
 		c.Env = env
-		return err
+		if err != nil || !withRegistry {
+			return err
+		}
+		return c.saveState()
 	}
 	bins := []string{kubeletBinary}
 	if c.proxy {
@@ -462,11 +468,11 @@ func (c *Cluster) ImportImages(ctx context.Context, tarball string) error {
 	return nil
 }
 
-// startRegistry starts the cluster's registry on address (an IP; "" means
-// 127.0.0.1), its files in dir/registry.
+// startRegistry starts the cluster's registry on address (an IP), its files
+// in dir/registry.
 func (c *Cluster) startRegistry(ctx context.Context, dir, address string) error {
 	c.printf("starting the registry on %s", address)
-	r, err := registry.Start(ctx, registry.Options{Dir: filepath.Join(dir, "registry"), Address: address})
+	r, err := registry.Start(ctx, registry.Options{Dir: filepath.Join(dir, registryDir), Address: address, Detach: c.detached})
 	if err != nil {
 		return fmt.Errorf("starting the cluster's registry: %w", err)
 	}
@@ -721,11 +727,14 @@ func removeNode(n *nodeState, ovs *ovsenv.Instance) error {
 }
 
 // Processes describes the processes of the cluster: the control plane's,
-// then the nodes', each in start order.
+// the registry, then the nodes', each in start order.
 func (c *Cluster) Processes() []testenv.ProcessStatus {
 	out := c.Env.Processes()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if r := c.registry; r != nil {
+		out = append(out, testenv.ProcessStatus{Name: registry.Binary, PID: r.PID(), URL: "http://" + r.Host(), LogFile: r.LogFile(), Running: r.Running()})
+	}
 	for _, p := range c.procs {
 		name := p.Name
 		if len(c.nodes) > 1 && p.Node != "" {
@@ -755,6 +764,12 @@ func Attach(dir string) (*Cluster, error) {
 		return nil, err
 	}
 	c.nodes, c.procs, c.proxy = st.Nodes, st.Processes, st.KubeProxy
+	if st.Registry != "" {
+		if c.registry, err = registry.Attach(filepath.Join(env.Dir, registryDir)); err != nil {
+			return nil, fmt.Errorf("finding the cluster's registry: %w", err)
+		}
+		c.Registry = c.registry.Host()
+	}
 	for _, n := range c.nodes {
 		c.Nodes = append(c.Nodes, n.public())
 	}
@@ -780,7 +795,7 @@ func readState(dir string) (*clusterState, error) {
 }
 
 func (c *Cluster) state() *clusterState {
-	return &clusterState{Nodes: c.nodes, Processes: c.procs, KubeProxy: c.proxy}
+	return &clusterState{Nodes: c.nodes, Processes: c.procs, KubeProxy: c.proxy, Registry: c.Registry}
 }
 
 func (c *Cluster) saveState() error {

@@ -31,7 +31,8 @@
 // come from tarballs imported with Cluster.ImportImages, or from the
 // cluster's registry (Options.Registry: Debian's docker-registry through
 // tools/registry, on the host's underlay address, Cluster.Registry), which
-// every node's containerd pulls from over plain http.
+// every node's containerd pulls from over plain http; a detached cluster's
+// registry is detached with it, Attach finds it and Stop stops it.
 //
 // Cluster.StopNode stops a node entirely (kubelet, kube-proxy, DNS, every
 // process of its pods, containerd, its mount namespace) and StartNode brings

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kos-sdn/kos/tools/cluster"
+	"github.com/kos-sdn/kos/tools/registry"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
@@ -103,6 +104,7 @@ type upOptions struct {
 	nodes      int
 	nodeLabels map[string]string
 	nodeOVS    bool
+	registry   bool
 }
 
 func newUpCommand(o *options) *cobra.Command {
@@ -129,9 +131,11 @@ network namespace and a mount namespace of its own (its /var/lib/kos,
 /var/run/openvswitch and kubelet's fixed paths are folders of the node's), and
 pods really run there and reach Services and each other. The nodes share an
 underlay, a bridge of the host, where kube-apiserver then listens instead of
-loopback. Images come from the nodes' containerd only (import them with ctr,
-see the output). down stops the nodes and removes every trace of them from
-the host.`,
+loopback. Images come from the nodes' containerd (import them with ctr, see
+the output) or, with --registry, from a registry (Debian's docker-registry)
+on that address, which the nodes pull from over plain http (push to it with
+go run ./tools/kosimages --push ADDRESS/PREFIX). down stops the nodes and the
+registry and removes every trace of them from the host.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runUp(cmd.Context(), o, u)
@@ -142,6 +146,7 @@ the host.`,
 	cmd.Flags().IntVar(&u.nodes, "nodes", u.nodes, "how many nodes to run, with --cluster")
 	cmd.Flags().StringToStringVar(&u.nodeLabels, "node-labels", u.nodeLabels, "labels of every node, with --cluster")
 	cmd.Flags().BoolVar(&u.nodeOVS, "node-ovs", u.nodeOVS, "run Open vSwitch in each node's network namespace, with --cluster")
+	cmd.Flags().BoolVar(&u.registry, "registry", false, "also run a registry the nodes pull from (on the underlay with --cluster, else on 127.0.0.1)")
 	return cmd
 }
 
@@ -162,6 +167,8 @@ func runUp(ctx context.Context, o *options, u *upOptions) error {
 			return fmt.Errorf("the environment in %s runs without a node: run down, then up --cluster", o.dir)
 		case running == all && u.cluster && len(env.Nodes) != u.nodes:
 			return fmt.Errorf("the environment in %s runs %d nodes, not %d: run down, then up again", o.dir, len(env.Nodes), u.nodes)
+		case running == all && u.registry && env.Registry == "":
+			return fmt.Errorf("the environment in %s runs without a registry: run down, then up --registry", o.dir)
 		case running == all:
 			if err := waitReady(ctx, env, timeout); err != nil {
 				return fmt.Errorf("the environment in %s runs but is not ready (%w); see the logs there, or run down and up again", o.dir, err)
@@ -177,7 +184,7 @@ func runUp(ctx context.Context, o *options, u *upOptions) error {
 		}
 	}
 
-	opts := cluster.Options{ControlPlane: testenv.Options{Dir: o.dir, Detach: true, Progress: o.err, Timeout: timeout}}
+	opts := cluster.Options{ControlPlane: testenv.Options{Dir: o.dir, Detach: true, Progress: o.err, Timeout: timeout}, Registry: u.registry}
 	if u.cluster {
 		opts.ControlPlane.Components = []string{testenv.KubeControllerManager, testenv.KubeScheduler}
 		for range u.nodes {
@@ -221,6 +228,12 @@ Stop it:
   %s down
 Logs are in %s.
 `, env.Version, env.APIServerURL, env.EtcdURL, shellQuote(env.Kubeconfig), o.selfCommand(), env.Dir)
+	if env.Registry != "" {
+		fmt.Fprintf(o.out, `
+A registry runs at %[1]s (plain http); the nodes pull from it. Push the KOS images:
+  go run ./tools/kosimages --push %[1]s/kos
+`, env.Registry)
+	}
 	for _, n := range env.Nodes {
 		fmt.Fprintf(o.out, `
 Node %s (IP %s, pods in %s) runs pods in network namespace %s
@@ -270,10 +283,10 @@ Nothing to stop is not an error.`,
 			if err := env.Stop(); err != nil {
 				return err
 			}
-			// In the order Cluster.Stop stops them: the node, kube-apiserver's
-			// clients, kube-apiserver, then the etcds.
+			// In the order Cluster.Stop stops them: the node, the registry,
+			// kube-apiserver's clients, kube-apiserver, then the etcds.
 			// A process of one of several nodes is named NODE/NAME.
-			first := []string{"kubelet", "kube-proxy", "nodedns", "containerd", testenv.KubeScheduler, testenv.KubeControllerManager, "kube-apiserver"}
+			first := []string{"kubelet", "kube-proxy", "nodedns", "containerd", registry.Binary, testenv.KubeScheduler, testenv.KubeControllerManager, "kube-apiserver"}
 			base := func(name string) string { return name[strings.LastIndex(name, "/")+1:] }
 			for _, name := range first {
 				for _, p := range procs {

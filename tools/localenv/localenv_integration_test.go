@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kos-sdn/kos/tools/registry"
 )
 
 // result is what one run of the localenv binary did.
@@ -27,8 +30,8 @@ type result struct {
 }
 
 // TestIntegrationUpStatusDown runs the real command as a person would: up
-// returns while the control plane keeps running, a second up finds it,
-// status and env report it, and down stops it.
+// --registry returns while the control plane and the registry keep running,
+// a second up finds them, status and env report them, and down stops them.
 func TestIntegrationUpStatusDown(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "localenv")
 	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, ".")
@@ -60,21 +63,31 @@ func TestIntegrationUpStatusDown(t *testing.T) {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
+		if r, err := registry.Attach(filepath.Join(dir, "registry")); err == nil && r.Running() {
+			_ = r.Stop()
+		}
 	})
 
 	began := time.Now()
-	up := run("up")
+	up := run("up", "--registry")
 	t.Logf("up took %s", time.Since(began).Round(time.Millisecond))
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if up.code != 0 || !strings.Contains(up.stdout, "export KUBECONFIG="+kubeconfig) {
 		t.Fatalf("up: exit %d\nstdout:\n%s\nstderr:\n%s", up.code, up.stdout, up.stderr)
 	}
-	for _, want := range []string{"starting etcd", "starting kube-apiserver", "ready in"} {
+	for _, want := range []string{"starting the registry", "starting etcd", "starting kube-apiserver", "ready in"} {
 		if !strings.Contains(up.stderr, want) {
 			t.Errorf("up's progress does not mention %q:\n%s", want, up.stderr)
 		}
 	}
-	pids := map[string]int{"etcd": readPID(t, dir, "etcd"), "kube-apiserver": readPID(t, dir, "kube-apiserver")}
+	reg, err := registry.Attach(filepath.Join(dir, "registry"))
+	if err != nil {
+		t.Fatalf("finding the registry up started: %v", err)
+	}
+	if !strings.Contains(up.stdout, "A registry runs at "+reg.Host()) {
+		t.Errorf("up does not name the registry %s:\n%s", reg.Host(), up.stdout)
+	}
+	pids := map[string]int{"etcd": readPID(t, dir, "etcd"), "kube-apiserver": readPID(t, dir, "kube-apiserver"), "docker-registry": reg.PID()}
 
 	// up has exited; the control plane must still serve.
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
@@ -84,6 +97,11 @@ func TestIntegrationUpStatusDown(t *testing.T) {
 	if _, err := kubernetes.NewForConfigOrDie(cfg).CoreV1().Namespaces().Get(t.Context(), metav1.NamespaceSystem, metav1.GetOptions{}); err != nil {
 		t.Errorf("reading kube-system after up returned: %v", err)
 	}
+	if resp, err := http.Get("http://" + reg.Host() + "/v2/"); err != nil {
+		t.Errorf("the registry after up returned: %v", err)
+	} else {
+		resp.Body.Close()
+	}
 
 	if status := run("status"); status.code != 0 || !strings.Contains(status.stdout, "Ready: Kubernetes v") {
 		t.Errorf("status while running: exit %d, stdout:\n%s\nstderr:\n%s", status.code, status.stdout, status.stderr)
@@ -92,7 +110,10 @@ func TestIntegrationUpStatusDown(t *testing.T) {
 	if again.code != 0 || !strings.Contains(again.stdout, "Already running") {
 		t.Errorf("second up: exit %d, stdout:\n%s\nstderr:\n%s", again.code, again.stdout, again.stderr)
 	}
-	againPIDs := map[string]int{"etcd": readPID(t, dir, "etcd"), "kube-apiserver": readPID(t, dir, "kube-apiserver")}
+	againPIDs := map[string]int{"etcd": readPID(t, dir, "etcd"), "kube-apiserver": readPID(t, dir, "kube-apiserver"), "docker-registry": reg.PID()}
+	if r, err := registry.Attach(filepath.Join(dir, "registry")); err != nil || r.PID() != reg.PID() || !r.Running() {
+		t.Errorf("the registry after a second up: %v, want pid %d running", err, reg.PID())
+	}
 	if diff := cmp.Diff(againPIDs, pids); diff != "" {
 		t.Errorf("pids after a second up (-got +want):\n%s", diff)
 	}
@@ -101,13 +122,14 @@ func TestIntegrationUpStatusDown(t *testing.T) {
 	}
 
 	down := run("down")
-	wantDown := "Stopped kube-apiserver (pid " + strconv.Itoa(pids["kube-apiserver"]) + ").\n" +
+	wantDown := "Stopped docker-registry (pid " + strconv.Itoa(pids["docker-registry"]) + ").\n" +
+		"Stopped kube-apiserver (pid " + strconv.Itoa(pids["kube-apiserver"]) + ").\n" +
 		"Stopped etcd (pid " + strconv.Itoa(pids["etcd"]) + ").\n"
 	if down.code != 0 || down.stdout != wantDown {
 		t.Errorf("down: exit %d, stdout %q, want %q; stderr:\n%s", down.code, down.stdout, wantDown, down.stderr)
 	}
 	for name, pid := range pids {
-		if strings.Contains(cmdline(pid), dir) {
+		if strings.Contains(cmdline(pid), dir) || (name == "docker-registry" && reg.Running()) {
 			t.Errorf("%s (pid %d) still runs after down", name, pid)
 		}
 	}

@@ -3,6 +3,11 @@
 // folder, serving plain http on an address the caller chooses. Nodes of a
 // tools/cluster pull from it; tools/kosimages pushes to it.
 //
+// A registry started with Options.Detach outlives the program that started
+// it (as `localenv up` leaves a cluster running); its address and process
+// are recorded in its folder, where Attach finds them again so that a later
+// program can use or stop it.
+//
 // It is not a registry for anything but tests: no TLS, no authentication,
 // listening only where the caller says (loopback, or an address inside
 // namespaces a test made).
@@ -10,6 +15,7 @@ package registry
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -44,14 +50,30 @@ type Options struct {
 	// range starts, so that no outgoing connection takes it meanwhile).
 	// "" means 127.0.0.1.
 	Address string
+	// Detach lets the registry outlive this program: it runs in a session
+	// of its own instead of dying with its parent, and Attach finds it
+	// again from Dir. Either way Dir/registry.json records it.
+	Detach bool
 }
 
-// Registry is a running registry. It dies with the program that started
-// it (parent-death signal), and on Stop.
+// Registry is a running registry. Unless started with Options.Detach it
+// dies with the program that started it (parent-death signal); it stops on
+// Stop.
 type Registry struct {
 	host string
 	dir  string
 	proc *spawner.Process
+}
+
+// stateFile names the file in Dir that records a started registry, for
+// Attach.
+const stateFile = "registry.json"
+
+// state is what the state file holds.
+type state struct {
+	Host     string           `json:"host"`
+	Detached bool             `json:"detached"`
+	Process  *spawner.Process `json:"process"`
 }
 
 // Start writes the registry's config into opts.Dir, starts docker-registry
@@ -72,6 +94,9 @@ func Start(ctx context.Context, opts Options) (*Registry, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
 		return nil, fmt.Errorf("creating the registry's folder: %w", err)
 	}
+	if prev, err := Attach(dir); err == nil && prev.Running() {
+		return nil, fmt.Errorf("the registry of an earlier start still runs in %s (pid %d, %s): stop it first", dir, prev.PID(), prev.Host())
+	}
 	// A port found free may be taken before the registry binds it: try
 	// another, unless the caller chose it.
 	for attempt := 1; ; attempt++ {
@@ -81,7 +106,7 @@ func Start(ctx context.Context, opts Options) (*Registry, error) {
 				return nil, err
 			}
 		}
-		r, err := start(ctx, binary, dir, net.JoinHostPort(ip, strconv.Itoa(p)))
+		r, err := start(ctx, binary, dir, net.JoinHostPort(ip, strconv.Itoa(p)), opts.Detach)
 		if err == nil {
 			return r, nil
 		}
@@ -110,9 +135,9 @@ func StartT(t testing.TB, opts Options) *Registry {
 	return r
 }
 
-// start runs the registry on addr and waits for it. On failure it returns
-// the registry too, stopped, so that the caller can tell why.
-func start(ctx context.Context, binary, dir, addr string) (*Registry, error) {
+// start runs the registry on addr, records it and waits for it. On failure
+// it returns the registry too, stopped, so that the caller can tell why.
+func start(ctx context.Context, binary, dir, addr string, detach bool) (*Registry, error) {
 	config := filepath.Join(dir, "config.yml")
 	if err := os.WriteFile(config, configFile(filepath.Join(dir, "data"), addr), 0o644); err != nil {
 		return nil, fmt.Errorf("writing the registry's config: %w", err)
@@ -122,16 +147,62 @@ func start(ctx context.Context, binary, dir, addr string) (*Registry, error) {
 		Dir:    dir,
 		Binary: binary,
 		Args:   []string{"serve", config},
+		Detach: detach,
 	})
 	if err != nil {
 		return nil, err
 	}
 	r := &Registry{host: addr, dir: dir, proc: proc}
+	// Recorded before the wait, so that a starter killed while waiting
+	// leaves a detached registry that Attach can still find and stop.
+	if err := writeState(dir, &state{Host: addr, Detached: detach, Process: proc}); err != nil {
+		_ = proc.Stop(0)
+		return nil, err
+	}
 	if err := r.waitReady(ctx); err != nil {
 		_ = proc.Stop(0)
 		return r, err
 	}
 	return r, nil
+}
+
+// Attach returns the registry that Start recorded in dir, running or not
+// (see Running), typically a detached one that another program started.
+// It fails with an error matching os.ErrNotExist when dir records none.
+func Attach(dir string) (*Registry, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("resolving %s: %w", dir, err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, stateFile))
+	if err != nil {
+		return nil, fmt.Errorf("reading the registry's state: %w", err)
+	}
+	var st state
+	if err := json.Unmarshal(data, &st); err != nil {
+		return nil, fmt.Errorf("parsing %s: %w", filepath.Join(dir, stateFile), err)
+	}
+	if st.Process == nil || st.Process.PID <= 0 || st.Host == "" {
+		return nil, fmt.Errorf("%s records no registry process", filepath.Join(dir, stateFile))
+	}
+	return &Registry{host: st.Host, dir: dir, proc: st.Process}, nil
+}
+
+// writeState records a started registry in dir, written whole and renamed
+// so that Attach never reads half of it.
+func writeState(dir string, st *state) error {
+	data, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding the registry's state: %w", err)
+	}
+	tmp := filepath.Join(dir, stateFile+".tmp")
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
+		return fmt.Errorf("writing the registry's state: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, stateFile)); err != nil {
+		return fmt.Errorf("writing the registry's state: %w", err)
+	}
+	return nil
 }
 
 // configFile is the registry's config: filesystem storage, deletes allowed
@@ -199,7 +270,15 @@ func (r *Registry) Dir() string { return r.dir }
 // LogFile is the registry's log, which records every request.
 func (r *Registry) LogFile() string { return r.proc.LogFile }
 
-// Stop stops the registry; its storage stays in Dir.
+// PID is the registry process's id.
+func (r *Registry) PID() int { return r.proc.PID }
+
+// Running reports whether the registry's process is alive.
+func (r *Registry) Running() bool { return r.proc.Running() }
+
+// Stop stops the registry, whichever program started it, and returns once
+// it is gone; stopping a stopped one does nothing. Its storage and its
+// state file stay in Dir (Attach then finds it stopped).
 func (r *Registry) Stop() error {
 	return r.proc.Stop(5 * time.Second)
 }
