@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -129,7 +130,17 @@ func (d *Daemon) checkDrift(ctx context.Context, plan *Plan, full bool) (DriftRe
 		res.Checked += len(st.targets)
 		var changed []*target
 		for _, t := range st.targets {
-			if listed[t.key].fingerprint != st.seen[t.key] {
+			got, ok := listed[t.key]
+			switch {
+			case isNamespace(t.key):
+				// Several addons may declare one Namespace, so it carries
+				// the labels of whichever applied it last: only its
+				// deletion is drift, or the addons would take it from
+				// each other on every pass.
+				if !ok {
+					changed = append(changed, t)
+				}
+			case got.fingerprint != st.seen[t.key]:
 				changed = append(changed, t)
 			}
 		}
@@ -240,11 +251,23 @@ func (d *Daemon) listFingerprints(ctx context.Context, addon string, st *addonDr
 		namespace string
 	}
 	set := map[where]bool{}
+	out := map[objectKey]listedObject{}
 	for _, t := range st.targets {
+		if isNamespace(t.key) {
+			// Found by name: another addon's apply may have taken it.
+			m, err := d.meta.Resource(t.mapping.Resource).Get(ctx, t.key.Name, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+			case err != nil:
+				return nil, fmt.Errorf("reading %s to check for drift: %w", t.key, err)
+			case m.DeletionTimestamp == nil:
+				out[t.key] = listedObject{fingerprint: fingerprint(m), resourceVersion: m.ResourceVersion}
+			}
+			continue
+		}
 		set[where{gvr: t.mapping.Resource, gk: t.key.GroupKind, namespace: t.key.Namespace}] = true
 	}
 	selector := labels.SelectorFromSet(labels.Set{IdentityLabel: addon}).String()
-	out := map[objectKey]listedObject{}
 	for wh := range set {
 		opts := metav1.ListOptions{LabelSelector: selector, Limit: listLimit}
 		for {
@@ -272,4 +295,11 @@ func (d *Daemon) listFingerprints(ctx context.Context, addon string, st *addonDr
 		}
 	}
 	return out, nil
+}
+
+// isNamespace tells whether key names a Namespace, which several addons may
+// declare (kOps's channels applies a channel's addons in no fixed order, so
+// each addon declares the namespaces it uses).
+func isNamespace(key objectKey) bool {
+	return key.GroupKind == schema.GroupKind{Kind: "Namespace"}
 }

@@ -69,7 +69,8 @@ control-plane node: a pass every interval until SIGTERM, each with a fresh
 discovery, retried every min(5s, interval) until one fully succeeds. Each
 pass also checks the objects of the installed addons for drift and
 re-applies what someone changed or deleted: cheaply, by listing their
-metadata, and by re-applying every object every --full-check-every passes.
+metadata, and by re-applying every object every --full-check-every passes
+(a Namespace, which several addons may declare, only when it is deleted).
 --metrics-bind-address serves /healthz, /readyz (ready after the first fully
 successful pass) and Prometheus /metrics; --node-name and --node-labels set
 labels on the node it runs on.

@@ -137,7 +137,17 @@ func poll(t *testing.T, timeout time.Duration, cond func() string) {
 	}
 }
 
-const daemonManifest = `apiVersion: v1
+// sharedNamespace is declared by both addons of the daemon's channel, as
+// KOS's control addons each declare the namespace they share.
+const sharedNamespace = `apiVersion: v1
+kind: Namespace
+metadata:
+  name: dmn-shared
+  labels: {pod-security.kubernetes.io/enforce: restricted}
+`
+
+const daemonManifest = sharedNamespace + `---
+apiVersion: v1
 kind: ConfigMap
 metadata: {name: dmn-config, namespace: default}
 data: {mode: fast}
@@ -179,12 +189,19 @@ func TestIntegrationDaemon(t *testing.T) {
 
 	d := channelDir{t: t, dir: t.TempDir()}
 	m, hash := d.manifest("dmn.yaml", daemonManifest)
+	mb, hashB := d.manifest("dmn-b.yaml", sharedNamespace+`---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: dmn-b-config, namespace: dmn-shared}
+data: {mode: fast}
+`)
 	loc := d.channel("dmn-channel.yaml", fmt.Sprintf(`kind: Addons
 metadata: {name: dmn}
 spec:
   addons:
   - {name: dmn, version: 1.0.0, selector: {k8s-addon: dmn.addons.k8s.io}, manifest: %s, manifestHash: %s}
-`, m, hash))
+  - {name: dmn-b, version: 1.0.0, selector: {k8s-addon: dmn-b.addons.k8s.io}, manifest: %s, manifestHash: %s}
+`, m, hash, mb, hashB))
 
 	const interval = 2 * time.Second
 	p := startProcess(t, "apply", "channel", loc, "--yes", "--wait=false", "--interval", interval.String(),
@@ -291,6 +308,34 @@ spec:
 		})
 	})
 	t.Run("repairs a hand-edited and a hand-deleted object", repairs)
+
+	t.Run("leaves a namespace two addons declare as it is", func(t *testing.T) {
+		// Each addon's apply stamps its own labels on the Namespace; were
+		// that drift, each pass would take it back from the other.
+		before, err := k.CoreV1().Namespaces().Get(ctx, "dmn-shared", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		repaired := metric(metrics(), `channels_drift_objects_repaired_total{drift="changed"}`) + metric(metrics(), `channels_drift_objects_repaired_total{drift="deleted"}`)
+		checked := metric(metrics(), "channels_drift_objects_checked_total")
+		// Two more passes at least.
+		poll(t, 4*interval+5*time.Second, func() string {
+			if got := metric(metrics(), "channels_drift_objects_checked_total"); got < checked+2*6 {
+				return fmt.Sprintf("channels_drift_objects_checked_total = %v, want at least %v", got, checked+2*6)
+			}
+			return ""
+		})
+		after, err := k.CoreV1().Namespaces().Get(ctx, "dmn-shared", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after.ResourceVersion != before.ResourceVersion {
+			t.Errorf("namespace dmn-shared was rewritten by passes with nothing to repair: labels %v, then %v", before.Labels, after.Labels)
+		}
+		if got := metric(metrics(), `channels_drift_objects_repaired_total{drift="changed"}`) + metric(metrics(), `channels_drift_objects_repaired_total{drift="deleted"}`); got != repaired {
+			t.Errorf("objects repaired went from %v to %v with nothing changed", repaired, got)
+		}
+	})
 
 	t.Run("survives the control plane restarting", func(t *testing.T) {
 		failures := metric(metrics(), `channels_passes_total{result="failure"}`)
