@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/klog/v2"
 
 	"github.com/kos-sdn/kos/components/fabric"
 	"github.com/kos-sdn/kos/components/fabric/logging"
@@ -25,7 +26,7 @@ const (
 )
 
 // DefaultMetricsBindAddress is where kos-agent serves /metrics and /healthz.
-const DefaultMetricsBindAddress = ":9294"
+const DefaultMetricsBindAddress = ":9298"
 
 // Options are the settings of kos-agent, as its command line gives them.
 type Options struct {
@@ -40,6 +41,10 @@ type Options struct {
 	Bridge       string
 	DatapathType string
 	OVSRunDir    string
+	// HostOVSRunDir is the run dir of the node's own Open vSwitch; when
+	// one answers there as the agent starts, it is programmed instead of
+	// OVSRunDir's.
+	HostOVSRunDir string
 
 	// Workers is how many attachments are synced at once.
 	Workers int
@@ -105,6 +110,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.Bridge, "bridge", o.Bridge, "The OVS bridge to own.")
 	fs.StringVar(&o.DatapathType, "datapath-type", o.DatapathType, `The bridge's datapath_type: empty for OVS's default (the kernel datapath), "netdev" for the userspace one.`)
 	fs.StringVar(&o.OVSRunDir, "ovs-run-dir", o.OVSRunDir, "The run dir (OVS_RUNDIR) of the Open vSwitch to program; empty for the default.")
+	fs.StringVar(&o.HostOVSRunDir, "host-ovs-run-dir", o.HostOVSRunDir, "The run dir of the node's own Open vSwitch (from a package, as kos-agent 0.1.0 used it). When one answers there as the agent starts, the agent programs it instead of --ovs-run-dir's, so that a node upgraded from 0.1.0 keeps the bridge and ports that carry its attachments' traffic; kos-ovs --host-run-dir then runs no Open vSwitch of its own. Empty: always --ovs-run-dir.")
 	fs.DurationVar(&o.FlowCheckPeriod, "flow-check-period", o.FlowCheckPeriod, "How often to check whether the switch lost its flows (as when ovs-vswitchd restarts).")
 	fs.DurationVar(&o.ReconcilePeriod, "reconcile-period", o.ReconcilePeriod, "How often to reconcile the switch fully against the attachments, repairing drift.")
 
@@ -209,7 +215,7 @@ func (o *Options) Config() (*ServerConfig, error) {
 	case FabricLogging:
 		fab = logging.New()
 	default:
-		fab = ovs.New(ovs.Config{Bridge: o.Bridge, DatapathType: o.DatapathType, RunDir: o.OVSRunDir})
+		fab = ovs.New(ovs.Config{Bridge: o.Bridge, DatapathType: o.DatapathType, RunDir: o.ovsRunDir()})
 	}
 	hostIP, err := netip.ParseAddr(o.HostIP)
 	if err != nil {
@@ -232,4 +238,21 @@ func (o *Options) Config() (*ServerConfig, error) {
 		Workers:            o.Workers,
 		MetricsBindAddress: o.MetricsBindAddress,
 	}, nil
+}
+
+// ovsRunDir returns the run dir of the Open vSwitch to program: the node's
+// own when HostOVSRunDir is set and one answers there (the same rule as
+// kos-ovs's, ovs.Answers), else OVSRunDir. The choice holds until the agent
+// restarts: when the node's own Open vSwitch stops, the agent's checks fail,
+// kubelet restarts it, and it chooses again.
+func (o *Options) ovsRunDir() string {
+	if o.HostOVSRunDir == "" {
+		return o.OVSRunDir
+	}
+	if err := ovs.Answers(o.HostOVSRunDir); err != nil {
+		klog.V(2).InfoS("Not adopting the node's own Open vSwitch", "runDir", o.HostOVSRunDir, "reason", err.Error())
+		return o.OVSRunDir
+	}
+	klog.InfoS("Adopting the node's own Open vSwitch", "runDir", o.HostOVSRunDir)
+	return o.HostOVSRunDir
 }

@@ -309,3 +309,37 @@ func TestIntegrationUnderlay(t *testing.T) {
 	on(t, "ul0", 0)
 	reaches(t)
 }
+
+// TestIntegrationAdopt runs kos-ovs on a node whose own Open vSwitch runs
+// (as on a node that kos-agent 0.1.0 used): given that one's run dir, kos-ovs
+// starts no daemons and moves no address, is ready while that Open vSwitch
+// answers, and fails once it stops, so that kubelet would restart it to run
+// its own.
+func TestIntegrationAdopt(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	host, err := ovsenv.Start(ctx, ovsenv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = host.Stop()
+		}
+	})
+	dir := t.TempDir()
+	k := startKOSOVS(t, host.Netns, dir, "--host-run-dir="+host.RunDir,
+		"--datapath-type=netdev", "--underlay-address=192.168.78.2")
+	waitReady(t, host.Netns, k)
+	if _, err := os.Stat(filepath.Join(dir, "run", "db.sock")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("kos-ovs started an ovsdb-server of its own beside the node's: %v", err)
+	}
+	if err := host.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	stopped = true
+	if err := k.wait(t, 30*time.Second); err == nil {
+		t.Error("kos-ovs exited cleanly when the adopted Open vSwitch stopped, want a failure so that kubelet restarts it")
+	}
+}

@@ -26,6 +26,9 @@ type Options struct {
 	// RunDir holds the daemons' sockets and pid files: the run dir
 	// (OVS_RUNDIR) that OVS's tools and the agent use.
 	RunDir string
+	// HostRunDir is the run dir of the node's own Open vSwitch: when one
+	// answers there at start, kos-ovs adopts it and runs none of its own.
+	HostRunDir string
 	// DBDir holds the database, conf.db, and the record of the underlay
 	// move.
 	DBDir string
@@ -74,6 +77,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	var fss cliflag.NamedFlagSets
 	fs := fss.FlagSet("Open vSwitch")
 	fs.StringVar(&o.RunDir, "run-dir", o.RunDir, "The run dir (OVS_RUNDIR) of the daemons' sockets and pid files; the agent's --ovs-run-dir.")
+	fs.StringVar(&o.HostRunDir, "host-run-dir", o.HostRunDir, "The run dir of the node's own Open vSwitch (from a package, as kos-agent 0.1.0 used it). When one answers there as kos-ovs starts, kos-ovs adopts it: it starts no daemons and moves no underlay address, serves its health while that Open vSwitch answers, and exits with an error when it stops, so that kubelet restarts kos-ovs, which then runs its own. The agent's --host-ovs-run-dir makes the same choice. Empty: always run our own.")
 	fs.StringVar(&o.DBDir, "db-dir", o.DBDir, "The folder of the database (conf.db); keep it on the host so that bridges and ports outlive the container.")
 	fs.StringVar(&o.Schema, "schema", o.Schema, "The vswitch database schema to create the database from, and to convert it to when it changed.")
 	fs.DurationVar(&o.StartTimeout, "start-timeout", o.StartTimeout, "How long each daemon may take to answer after it starts.")
@@ -95,7 +99,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 // Complete fills in the settings that follow from others: the folders,
 // made absolute.
 func (o *Options) Complete() error {
-	for _, p := range []*string{&o.RunDir, &o.DBDir, &o.Schema} {
+	for _, p := range []*string{&o.RunDir, &o.DBDir, &o.Schema, &o.HostRunDir} {
 		if *p == "" {
 			continue
 		}
@@ -149,6 +153,7 @@ func (o *Options) Config() (*Config, error) {
 	}
 	c := &Config{
 		RunDir:            o.RunDir,
+		HostRunDir:        o.HostRunDir,
 		DBDir:             o.DBDir,
 		Schema:            o.Schema,
 		Programs:          progs,

@@ -8,11 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
+	"github.com/kos-sdn/kos/components/fabric/ovs"
 	"github.com/kos-sdn/kos/components/monitoring"
 )
 
@@ -32,6 +34,9 @@ type Config struct {
 	RunDir string
 	DBDir  string
 	Schema string
+	// HostRunDir, when set, is the run dir of the node's own Open vSwitch,
+	// adopted when it answers at start (see Options).
+	HostRunDir string
 	// Programs are the Open vSwitch programs to run.
 	Programs Programs
 	// Underlay, when set, moves the node's underlay address onto a bridge.
@@ -75,6 +80,9 @@ type Server struct {
 	// health serves the checks, which ask the daemons through their
 	// control sockets rather than share state with Run.
 	health *monitoring.Server
+	// adopted is set once Run has adopted the node's own Open vSwitch,
+	// before the health checks can see our own daemons missing.
+	adopted atomic.Bool
 }
 
 // New builds the server and binds its health endpoint. It starts nothing
@@ -120,6 +128,9 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 func (s *Server) run(ctx context.Context) (err error) {
+	if s.cfg.HostRunDir != "" && ovs.Answers(s.cfg.HostRunDir) == nil {
+		return s.adopt(ctx)
+	}
 	for _, dir := range []string{s.cfg.RunDir, s.cfg.DBDir} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("creating %s: %w", dir, err)
@@ -202,6 +213,28 @@ func (s *Server) run(ctx context.Context) (err error) {
 	}
 }
 
+// adopt leaves the node to its own Open vSwitch, which answers in
+// HostRunDir: it starts nothing and moves no address (whoever runs that
+// Open vSwitch gave it its underlay), and returns nil when ctx ends or an
+// error once that Open vSwitch stops answering, so that the container is
+// restarted and runs our own.
+func (s *Server) adopt(ctx context.Context) error {
+	s.adopted.Store(true)
+	klog.InfoS("Adopting the node's own Open vSwitch: running none", "runDir", s.cfg.HostRunDir)
+	ticker := time.NewTicker(5 * time.Second)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+			if err := ovs.Answers(s.cfg.HostRunDir); err != nil {
+				return fmt.Errorf("the node's own Open vSwitch, adopted, stopped: %w", err)
+			}
+		}
+	}
+}
+
 // daemonArgs are the arguments every daemon gets: its pid file in the run
 // dir (where ovs-appctl -t NAME looks), and its log on standard error
 // rather than syslog or a file, for the container's log.
@@ -249,6 +282,9 @@ func (s *Server) appctl(ctx context.Context, target string, args ...string) erro
 
 // answers is /healthz: both daemons answer on their control sockets.
 func (s *Server) answers(r *http.Request) error {
+	if s.adopted.Load() {
+		return ovs.Answers(s.cfg.HostRunDir)
+	}
 	for _, name := range []string{dbServer, vswitchd} {
 		if err := s.appctl(r.Context(), name, "version"); err != nil {
 			return err
@@ -263,7 +299,7 @@ func (s *Server) ready(r *http.Request) error {
 	if err := s.answers(r); err != nil {
 		return err
 	}
-	if s.underlay != nil {
+	if s.underlay != nil && !s.adopted.Load() {
 		return s.underlay.Holds()
 	}
 	return nil

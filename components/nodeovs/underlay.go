@@ -85,6 +85,18 @@ func newUnderlay(cfg UnderlayConfig, dbDir string, vsctl func(context.Context, .
 	return &Underlay{cfg: cfg, record: filepath.Join(dbDir, underlayRecordFile), vsctl: vsctl}
 }
 
+// NewUnderlay returns the Underlay of cfg for the Open vSwitch whose run dir
+// is runDir, recording its moves in recordDir: for an Open vSwitch that
+// kos-ovs does not run (Server makes its own), such as a node's own one
+// that a test sets up as kos-agent 0.1.0's userspace release needs. Its
+// netlink calls act on the calling thread's network namespace.
+func NewUnderlay(cfg UnderlayConfig, runDir, recordDir string) *Underlay {
+	env := append(os.Environ(), "OVS_RUNDIR="+runDir)
+	return newUnderlay(cfg, recordDir, func(ctx context.Context, args ...string) (string, error) {
+		return run(ctx, env, "ovs-vsctl", args...)
+	})
+}
+
 // Ensure makes the bridge hold the address: when an interface other than
 // the bridge holds it, it records that interface's addresses and routes and
 // moves them; when none does (ovs-vswitchd recreated the bridge's device),
