@@ -1,0 +1,803 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/blang/semver/v4"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kos-sdn/kos/channels"
+	networkv1alpha1 "github.com/kos-sdn/kos/components/apis/network/v1alpha1"
+	"github.com/kos-sdn/kos/components/nodeovs"
+	"github.com/kos-sdn/kos/tools/addons/release"
+	"github.com/kos-sdn/kos/tools/cluster"
+	"github.com/kos-sdn/kos/tools/kosimages/catalog"
+	"github.com/kos-sdn/kos/tools/kosinstall"
+	"github.com/kos-sdn/kos/tools/ovsenv"
+	"github.com/kos-sdn/kos/tools/poll"
+	"github.com/kos-sdn/kos/tools/testenv"
+)
+
+// The live upgrade: KOS 0.1.0 installed on nodes that run their own Open
+// vSwitch (as 0.1.0 needs), used, and upgraded to 0.2.0 under traffic.
+const (
+	// liveOld and liveNew are the releases upgraded from and to.
+	liveOld = "0.1.0"
+	liveNew = "0.2.0"
+	// livePingInterval is the rate of the continuous pings.
+	livePingInterval = 100 * time.Millisecond
+	// liveTrickleEvery is how often the trickle creates an attachment (and
+	// deletes the oldest of its own beyond liveTrickleLive).
+	liveTrickleEvery = 2 * time.Second
+	liveTrickleLive  = 3
+	// liveMaxGap bounds the longest time any pair of guests may go without
+	// a reply during the upgrade: what a TCP connection rides out with a
+	// retransmission or two. Nothing in the datapath restarts (the new
+	// agent adopts the node's Open vSwitch and its flows), so what gap
+	// there is comes from a loaded machine's scheduling: the bound leaves
+	// room for a machine that runs other tests beside this one.
+	liveMaxGap = 3 * time.Second
+	// underlayBridge holds each node's underlay address in the node's own
+	// Open vSwitch, as the userspace datapath needs to tunnel from it.
+	underlayBridge = "br-ul"
+)
+
+// liveDriver is a channels command that installs and upgrades.
+type liveDriver struct {
+	name string
+	// apply applies the channel at the release tree's path rel.
+	apply func(t *testing.T, rel string)
+	// prunes says whether the driver deletes what the new release
+	// dropped; kOps's channels does not.
+	prunes bool
+}
+
+// TestIntegrationLiveUpgrade installs KOS 0.1.0 on three nodes that run
+// their own Open vSwitch, makes subnets and attachments on every node,
+// starts continuous pings between guests on different nodes and a trickle
+// of attachment creates and deletes, and applies the 0.2.0 channel: no API
+// object is lost, no address changes, every attachment is ready, and the
+// longest ping gap and the lost pings are measured (the 0.2.0 agent adopts
+// the node's own Open vSwitch, so no port moves). Applying the 0.1.0
+// channel again is refused. It does this twice on one cluster: with our
+// channels, then, after uninstalling, with kOps's own. One cluster, because
+// starting one and pushing the images cost more than uninstalling.
+func TestIntegrationLiveUpgrade(t *testing.T) {
+	began := time.Now()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []cluster.NodeOptions
+	for i := 1; i <= standardNodes; i++ {
+		nodes = append(nodes, cluster.NodeOptions{Name: fmt.Sprintf("kos-node-%d", i), Labels: kosinstall.NodeLabels(), OVS: true})
+	}
+	env, err := cluster.Start(t.Context(), cluster.Options{
+		ControlPlane: testenv.Options{
+			Components: []string{testenv.KubeControllerManager, testenv.KubeScheduler},
+			Progress:   testWriter{t},
+		},
+		Nodes:     nodes,
+		KubeProxy: true,
+		Registry:  true,
+	})
+	if err != nil {
+		t.Fatalf("starting the cluster: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stopping the cluster: %v", err)
+		}
+	})
+	figure(t, "live-cluster-up", time.Since(began))
+
+	lu := &liveUpgrade{standard: newStandard(t, env, root)}
+	info, err := lu.kube.Discovery().ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lu.server, err = channels.ServerVersion(info.GitVersion); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			lu.dumpState()
+		}
+	})
+	ours := liveDriver{name: "ours", prunes: true, apply: func(t *testing.T, rel string) {
+		lu.channelsProcess(t, "apply", "channel", lu.https.URL+rel, "--yes", "--timeout=8m")
+	}}
+	kops := liveDriver{name: "kops", apply: lu.kopsApply}
+	steps := []struct {
+		name string
+		run  func(t *testing.T)
+	}{
+		{"images pushed and both releases published", lu.testPublish},
+		{"the nodes' own Open vSwitch holds their underlay address", lu.testHostUnderlay},
+		{"our channels upgrade 0.1.0 to 0.2.0 under traffic", func(t *testing.T) { lu.pass(t, ours) }},
+		{"uninstalled", lu.testUninstall},
+		{"kOps's channels upgrade 0.1.0 to 0.2.0 under traffic", func(t *testing.T) { lu.pass(t, kops) }},
+	}
+	for _, step := range steps {
+		stepBegan := time.Now()
+		ok := t.Run(step.name, step.run)
+		t.Logf("step %q took %s", step.name, since(stepBegan))
+		if !ok {
+			t.Fatalf("step %q failed; the steps after it need it", step.name)
+		}
+	}
+	figure(t, "live-whole-test", time.Since(began))
+}
+
+// liveUpgrade is the cluster the live upgrade runs on.
+type liveUpgrade struct {
+	*standard
+	server semver.Version
+	// tree is the release tree, which the HTTPS server serves;
+	// oldChannel and newChannel are its channels of liveOld and liveNew,
+	// relative to it.
+	tree       string
+	oldChannel string
+	newChannel string
+	// kopsBin is kOps's channels command.
+	kopsBin string
+}
+
+// testPublish builds the KOS images and pushes them to the cluster's
+// registry, tagged with both versions (the 0.1.0 manifests name 0.1.0
+// tags: the images are today's, so the upgrade changes the manifests, not
+// the programs), writes the release tree for that registry with every image
+// pinned, and the channels of both releases with the userspace agent, and
+// serves it over HTTPS. It also gives every node its local volume for etcd.
+func (lu *liveUpgrade) testPublish(t *testing.T) {
+	ctx := t.Context()
+	began := time.Now()
+	versions, err := catalog.AddonVersions(filepath.Join(lu.root, "addons"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcd, err := etcdBinary(ctx, lu.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := lu.env.Registry + "/" + registryPrefix
+	pushed, err := catalog.Push(ctx, catalog.PushOptions{
+		Repository: repo,
+		Versions:   versions,
+		Etcd:       etcd,
+		Platforms:  []string{catalog.HostPlatform},
+		WorkDir:    filepath.Join(t.TempDir(), "images"),
+		Progress:   testWriter{t},
+	})
+	if err != nil {
+		t.Fatalf("pushing the images to %s: %v", repo, err)
+	}
+	digests := map[string]string{}
+	for tag, pinned := range pushed {
+		digests[tag] = pinned
+		image, version, _ := strings.Cut(tag, ":")
+		if version != liveNew {
+			continue
+		}
+		old := image + ":" + liveOld
+		_, digest, _ := strings.Cut(pinned, "@")
+		oldRef := strings.Replace(strings.SplitN(pinned, "@", 2)[0], ":"+liveNew, ":"+liveOld, 1)
+		if err := tagImage(ctx, pinned, oldRef); err != nil {
+			t.Fatal(err)
+		}
+		digests[old] = oldRef + "@" + digest
+	}
+	figure(t, "live-images-built-and-pushed", time.Since(began))
+
+	lu.tree = filepath.Join(lu.t.TempDir(), "release")
+	written, err := release.Write(ctx, release.Options{Root: lu.root, Out: lu.tree, Registry: repo, Digests: digests})
+	if err != nil {
+		t.Fatalf("writing the release tree: %v", err)
+	}
+	t.Logf("images the release names by tag only: %v", written.Unpinned)
+	if lu.oldChannel, err = kosinstall.WriteReleaseChannel(lu.tree, "kos-"+liveOld+".yaml", semver.MustParse(liveOld)); err != nil {
+		t.Fatal(err)
+	}
+	if lu.newChannel, err = kosinstall.WriteReleaseChannel(lu.tree, "kos-"+liveNew+".yaml", semver.MustParse(liveNew)); err != nil {
+		t.Fatal(err)
+	}
+	lu.https = serveTree(t, lu.t, lu.env.Nodes[0].HostIP, lu.tree)
+	lu.channelsBin = buildChannels(t, lu.t.TempDir(), lu.root)
+	lu.kopsBin = kopsChannelsBin(t, lu.root)
+	lu.provideVolumes(t)
+	figure(t, "live-published", time.Since(began))
+}
+
+// tagImage gives the image pinned (REPO:TAG@DIGEST) the reference to as
+// well, in the same registry.
+func tagImage(ctx context.Context, pinned, to string) error {
+	src, err := name.ParseReference(pinned, name.Insecure)
+	if err != nil {
+		return err
+	}
+	dst, err := name.NewTag(to, name.Insecure)
+	if err != nil {
+		return err
+	}
+	desc, err := remote.Get(src, remote.WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", pinned, err)
+	}
+	if err := remote.Tag(dst, desc, remote.WithContext(ctx)); err != nil {
+		return fmt.Errorf("tagging %s as %s: %w", pinned, to, err)
+	}
+	return nil
+}
+
+// kopsChannelsBin returns kOps's own channels command, built by
+// tools/kops/build.sh (cached), or $KOS_KOPS_BIN_DIR's.
+func kopsChannelsBin(t *testing.T, root string) string {
+	t.Helper()
+	dir := os.Getenv("KOS_KOPS_BIN_DIR")
+	if dir == "" {
+		var stderr bytes.Buffer
+		cmd := exec.CommandContext(t.Context(), filepath.Join(root, "tools", "kops", "build.sh"))
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("building kOps's channels with tools/kops/build.sh: %v\n%s", err, stderr.String())
+		}
+		dir = strings.TrimSpace(string(out))
+	}
+	bin := filepath.Join(dir, "channels")
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("kOps's channels: %v", err)
+	}
+	return bin
+}
+
+// kopsApply applies the channel at the tree's path rel with kOps's own
+// channels, as protokube runs it (over HTTPS, trusting the release server's
+// CA), and fails the test when it fails.
+func (lu *liveUpgrade) kopsApply(t *testing.T, rel string) {
+	t.Helper()
+	args := []string{"apply", "channel", lu.https.URL + rel, "--yes", "--v=2"}
+	cmd := exec.CommandContext(t.Context(), lu.kopsBin, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+lu.env.Kubeconfig, "HOME="+t.TempDir(), "SSL_CERT_FILE="+lu.https.CAFile)
+	out, err := cmd.CombinedOutput()
+	t.Logf("kOps channels %s:\n%s", strings.Join(args, " "), out)
+	if err != nil {
+		t.Fatalf("kOps channels %s: %v", strings.Join(args, " "), err)
+	}
+}
+
+// provideVolumes gives every node an empty local volume for etcd.
+func (lu *liveUpgrade) provideVolumes(t *testing.T) {
+	var volumeNodes []kosinstall.VolumeNode
+	for _, n := range lu.env.Nodes {
+		volumeNodes = append(volumeNodes, kosinstall.VolumeNode{Name: n.Name, HostDir: n.HostPath(kosinstall.VolumesDir)})
+	}
+	if err := kosinstall.ProvideLocalVolumes(t.Context(), lu.kube, volumeNodes, resource.MustParse("2Gi")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testHostUnderlay moves each node's address onto bridge br-ul of its own
+// Open vSwitch, as an operator of userspace-datapath nodes did for 0.1.0
+// (whose agent runs no Open vSwitch), and checks that the nodes stay Ready.
+func (lu *liveUpgrade) testHostUnderlay(t *testing.T) {
+	ctx := t.Context()
+	for _, n := range lu.env.Nodes {
+		u := nodeovs.NewUnderlay(nodeovs.UnderlayConfig{Address: n.IP, Bridge: underlayBridge, DatapathType: "netdev"}, n.OVSRunDir, lu.t.TempDir())
+		if err := (&ovsenv.Netns{Name: n.Netns}).Do(func() error { return u.Ensure(ctx) }); err != nil {
+			t.Fatalf("moving node %s's address onto %s: %v", n.Name, underlayBridge, err)
+		}
+	}
+	poll.Until(t, time.Minute, "every node to be Ready", func(ctx context.Context) error {
+		list, err := lu.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, n := range list.Items {
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+					return fmt.Errorf("node %s not Ready: %s", n.Name, c.Message)
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// pass installs liveOld with the driver, uses it, upgrades to liveNew under
+// traffic, checks and measures, and sees a downgrade refused.
+func (lu *liveUpgrade) pass(t *testing.T, d liveDriver) {
+	began := time.Now()
+	d.apply(t, lu.oldChannel)
+	lu.waitKOSReady(t, 8*time.Minute)
+	figure(t, "live-"+d.name+"-install-"+liveOld, time.Since(began))
+	lu.checkInstalled(t, lu.oldChannel, kosinstall.Namespace)
+
+	net := lu.newLiveNetwork(t, "e2e-live-"+d.name)
+	before := net.snapshot(t)
+
+	var watches []*pairWatch
+	for _, subnet := range []string{"blue", "red"} {
+		gs := net.guestsOf(subnet)
+		for i, from := range gs {
+			to := gs[(i+1)%len(gs)]
+			awaitPing(t, from, to.IP, time.Minute)
+			w, err := kosinstall.WatchPing(from, to.IP, livePingInterval)
+			if err != nil {
+				t.Fatal(err)
+			}
+			watches = append(watches, &pairWatch{from: from, to: to, watch: w})
+		}
+	}
+	stopWatches := sync.OnceFunc(func() {
+		for _, w := range watches {
+			w.stats = w.watch.Stop()
+		}
+	})
+	t.Cleanup(stopWatches)
+	tr := net.startTrickle(t)
+	t.Cleanup(tr.stop)
+	// The same traffic without an upgrade, to compare with: on a loaded
+	// machine the userspace datapath delays replies by itself.
+	time.Sleep(12 * time.Second)
+	var quiet time.Duration
+	for _, w := range watches {
+		quiet = max(quiet, w.watch.Stats().LongestGap)
+	}
+	figure(t, "live-"+d.name+"-longest-ping-gap-before-the-upgrade", quiet)
+
+	began = time.Now()
+	d.apply(t, lu.newChannel)
+	lu.waitKOSReady(t, 8*time.Minute)
+	if !d.prunes {
+		// kOps's channels prunes nothing: the 0.1.0 agent still runs
+		// beside the new one, which docs/install.md says to delete by
+		// hand.
+		if _, err := lu.kube.AppsV1().DaemonSets(kosinstall.Namespace).Get(t.Context(), "kos-agent", metav1.GetOptions{}); err != nil {
+			t.Errorf("the 0.1.0 agent's DaemonSet after kOps's upgrade: %v; want it left in place", err)
+		}
+		lu.kubectl(t, "-n", kosinstall.Namespace, "delete", "daemonset,serviceaccount", "kos-agent", "--wait=false")
+	}
+	poll.Until(t, 2*time.Minute, "the 0.1.0 agent's pods to be gone", func(ctx context.Context) error {
+		pods, err := lu.kube.CoreV1().Pods(kosinstall.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=kos-agent"})
+		if err != nil {
+			return err
+		}
+		if len(pods.Items) > 0 {
+			return fmt.Errorf("%d pods of the 0.1.0 agent left", len(pods.Items))
+		}
+		return nil
+	})
+	figure(t, "live-"+d.name+"-upgrade-to-ready", time.Since(began))
+	time.Sleep(10 * time.Second)
+	tr.stop()
+	stopWatches()
+
+	var longest time.Duration
+	lost := 0
+	for _, w := range watches {
+		t.Logf("pings %s (%s) -> %s (%s) through the upgrade: %s", w.from.Attachment.Name, w.from.Attachment.Spec.Node, w.to.Attachment.Name, w.to.Attachment.Spec.Node, w.stats)
+		longest = max(longest, w.stats.LongestGap)
+		lost += w.stats.Lost
+		if w.stats.LongestGap > liveMaxGap {
+			t.Errorf("pings %s -> %s went %s without a reply (ending %s), want at most %s", w.from.Attachment.Name, w.to.Attachment.Name, w.stats.LongestGap, w.stats.GapEnded.Format(time.TimeOnly), liveMaxGap)
+		}
+	}
+	figure(t, "live-"+d.name+"-longest-ping-gap", longest)
+	t.Logf("live-%s lost pings: %d over %d pairs at one per %s", d.name, lost, len(watches), livePingInterval)
+	t.Logf("live-%s trickle during the upgrade: %s", d.name, tr)
+
+	lu.checkInstalled(t, lu.newChannel, kosinstall.AgentNamespace)
+	net.checkKept(t, before)
+	tr.checkReady(t)
+	lu.checkAdopted(t, before)
+
+	// A downgrade: refused by ours, which reads the version of its own
+	// records. kOps's records carry none, so neither tool can tell an
+	// older release from another one there: both would apply it.
+	if d.prunes {
+		out := lu.channelsProcess(t, "apply", "channel", lu.https.URL+lu.oldChannel, "--yes")
+		if n := strings.Count(out, channels.ReasonDowngrade); n != 4 || !strings.Contains(out, "No update required") {
+			t.Errorf("applying the %s channel after the upgrade: want every addon's downgrade refused, got %d refused:\n%s", liveOld, n, out)
+		}
+		lu.checkInstalled(t, lu.newChannel, kosinstall.AgentNamespace)
+	}
+	net.deleteGuests(t)
+}
+
+// pairWatch is a ping watch between two guests.
+type pairWatch struct {
+	from, to *kosinstall.Guest
+	watch    *kosinstall.PingWatch
+	stats    kosinstall.PingStats
+}
+
+// checkInstalled checks that the install records are the releases the
+// channel at the tree's path rel offers this cluster, and that the agent
+// runs in namespace agentNS.
+func (lu *liveUpgrade) checkInstalled(t *testing.T, rel, agentNS string) {
+	t.Helper()
+	releases, err := channels.Load(t.Context(), channels.NewFetcher(), filepath.Join(lu.tree, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for _, a := range channels.Select(releases, lu.server) {
+		want[a.Name] = a.ManifestHash
+	}
+	out := lu.channelsCLI(t, "get", "addons", "-o", "json")
+	var list struct {
+		Items []struct {
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+			Record record `json:"record"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		t.Fatalf("channels get addons -o json: %v\n%s", err, out)
+	}
+	got := map[string]string{}
+	for _, it := range list.Items {
+		if _, ok := want[it.Metadata.Name]; ok {
+			got[it.Metadata.Name] = it.Record.ManifestHash
+		}
+	}
+	if !maps.EqualFunc(want, got, strings.EqualFold) {
+		t.Errorf("install records: manifest hashes %v, want %v (%s)", got, want, rel)
+	}
+	ds, err := lu.kube.AppsV1().DaemonSets(agentNS).Get(t.Context(), "kos-agent", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the agent's DaemonSet in %s: %v", agentNS, err)
+	}
+	if ds.Status.NumberReady != int32(len(lu.env.Nodes)) {
+		t.Errorf("DaemonSet %s/kos-agent: %d ready, want %d", agentNS, ds.Status.NumberReady, len(lu.env.Nodes))
+	}
+}
+
+// checkAdopted checks that the 0.2.0 agents program the nodes' own Open
+// vSwitch: its bridge kos still holds the attachments' ports, and no Open
+// vSwitch of the pod runs beside it.
+func (lu *liveUpgrade) checkAdopted(t *testing.T, atts map[string]attachmentState) {
+	t.Helper()
+	for _, n := range lu.env.Nodes {
+		if _, err := os.Stat(filepath.Join(n.HostPath("/var/run/kos/openvswitch"), "db.sock")); err == nil {
+			t.Errorf("node %s: an Open vSwitch of the agent's pod runs beside the node's own", n.Name)
+		}
+		cmd := exec.CommandContext(t.Context(), "ovs-vsctl", "--timeout=20", "list-ports", "kos")
+		cmd.Env = append(os.Environ(), "OVS_RUNDIR="+n.OVSRunDir)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("node %s: ovs-vsctl list-ports kos: %v: %s", n.Name, err, out)
+		}
+		ports := strings.Fields(string(out))
+		for name, a := range atts {
+			if a.node == n.Name && !slices.Contains(ports, a.ifcName) {
+				t.Errorf("node %s: bridge kos of the node's own Open vSwitch lacks %s's port %s: %v", n.Name, name, a.ifcName, ports)
+			}
+		}
+	}
+}
+
+// testUninstall deletes the KOS addons with our channels, their namespaces
+// and the nodes' bridge kos, and gives etcd fresh volumes, so that the next
+// install starts from nothing.
+func (lu *liveUpgrade) testUninstall(t *testing.T) {
+	ctx := t.Context()
+	began := time.Now()
+	lu.channelsCLI(t, "delete", "addon", "kos-agent", "kos-controller-manager", "kos-apiserver", "kos-etcd", "--include-namespaces", "--include-crds", "--yes")
+	poll.Until(t, 4*time.Minute, "the KOS namespaces to be gone", func(ctx context.Context) error {
+		for _, ns := range kosinstall.Namespaces() {
+			if _, err := lu.kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("namespace %s: %v", ns, err)
+			}
+		}
+		return nil
+	})
+	for _, n := range lu.env.Nodes {
+		name := "local-" + n.Name
+		if err := lu.kube.CoreV1().PersistentVolumes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		poll.Until(t, time.Minute, "PersistentVolume "+name+" to be gone", func(ctx context.Context) error {
+			_, err := lu.kube.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("still there: %v", err)
+		})
+		if err := os.RemoveAll(filepath.Join(n.HostPath(kosinstall.VolumesDir), name)); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.CommandContext(ctx, "ovs-vsctl", "--timeout=20", "--if-exists", "del-br", "kos")
+		cmd.Env = append(os.Environ(), "OVS_RUNDIR="+n.OVSRunDir)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("node %s: ovs-vsctl del-br kos: %v: %s", n.Name, err, out)
+		}
+	}
+	lu.provideVolumes(t)
+	figure(t, "live-uninstall", time.Since(began))
+}
+
+// liveNetwork is a namespace of subnets and attachments with guests, on a
+// liveUpgrade's cluster.
+type liveNetwork struct {
+	lu      *liveUpgrade
+	ns      string
+	subnets map[string]netip.Prefix
+	guests  map[string]*kosinstall.Guest
+}
+
+// attachmentState is what must not change of an attachment.
+type attachmentState struct {
+	uid, node, ipv4, mac, ifcName, hostIP string
+}
+
+// newLiveNetwork makes namespace ns with subnets blue and red (other CIDRs
+// and VNIs than the standard test's), an attachment of each on every node,
+// each given to a guest.
+func (lu *liveUpgrade) newLiveNetwork(t *testing.T, ns string) *liveNetwork {
+	ctx := t.Context()
+	net := &liveNetwork{lu: lu, ns: ns, subnets: map[string]netip.Prefix{}, guests: map[string]*kosinstall.Guest{}}
+	if _, err := lu.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range map[string]struct {
+		cidr string
+		vni  uint32
+	}{"blue": {"10.252.0.0/22", 4201}, "red": {"10.253.0.0/24", 4202}} {
+		subnet := &networkv1alpha1.Subnet{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: networkv1alpha1.SubnetSpec{IPv4: s.cidr, VNI: s.vni}}
+		poll.Until(t, time.Minute, "creating subnet "+name, func(ctx context.Context) error {
+			_, err := lu.network.NetworkV1alpha1().Subnets(ns).Create(ctx, subnet, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				return nil
+			}
+			return err
+		})
+		net.subnets[name] = netip.MustParsePrefix(s.cidr)
+	}
+	for i, n := range lu.env.Nodes {
+		for _, subnet := range []string{"blue", "red"} {
+			net.create(t, fmt.Sprintf("%s-%d", subnet, i+1), subnet, n.Name)
+		}
+	}
+	for i := range lu.env.Nodes {
+		for _, subnet := range []string{"blue", "red"} {
+			net.plumb(t, fmt.Sprintf("%s-%d", subnet, i+1))
+		}
+	}
+	return net
+}
+
+// create creates an attachment, trying again while the KOS API fails.
+func (net *liveNetwork) create(t *testing.T, name, subnet, node string) {
+	t.Helper()
+	att := &networkv1alpha1.NetworkAttachment{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       networkv1alpha1.NetworkAttachmentSpec{Node: node, Subnet: subnet},
+	}
+	poll.Until(t, time.Minute, "creating attachment "+name, func(ctx context.Context) error {
+		_, err := net.lu.network.NetworkV1alpha1().NetworkAttachments(net.ns).Create(ctx, att, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	})
+}
+
+// plumb waits until the attachment is ready and gives its interface to a
+// guest.
+func (net *liveNetwork) plumb(t *testing.T, name string) {
+	t.Helper()
+	poll.Until(t, 2*time.Minute, "attachment "+name+" to be ready and given to its guest", func(ctx context.Context) error {
+		att, err := net.lu.network.NetworkV1alpha1().NetworkAttachments(net.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if err := attachmentReady(att); err != nil {
+			return err
+		}
+		node := net.lu.node(t, att.Spec.Node)
+		g, err := kosinstall.PlumbGuest(ctx, node.Netns, guestPrefix+net.ns[len("e2e-live-"):]+"-"+name, att, net.subnets[att.Spec.Subnet])
+		if err != nil {
+			return err
+		}
+		net.guests[name] = g
+		return nil
+	})
+}
+
+// attachmentReady returns nil when the attachment has its address and its
+// interface on its node.
+func attachmentReady(att *networkv1alpha1.NetworkAttachment) error {
+	st := att.Status
+	if st.IPv4 == "" || st.IfcName == "" || st.HostIP == "" || st.MACAddress == "" {
+		return fmt.Errorf("attachment %s: ipv4 %q, ifcName %q, hostIP %q, mac %q, errors %+v", att.Name, st.IPv4, st.IfcName, st.HostIP, st.MACAddress, st.Errors)
+	}
+	return nil
+}
+
+// guestsOf returns the guests of a subnet's attachments, in node order.
+func (net *liveNetwork) guestsOf(subnet string) []*kosinstall.Guest {
+	var out []*kosinstall.Guest
+	for i := range net.lu.env.Nodes {
+		out = append(out, net.guests[fmt.Sprintf("%s-%d", subnet, i+1)])
+	}
+	return out
+}
+
+// snapshot returns the state of the namespace's attachments by name, and
+// checks that both subnets are there.
+func (net *liveNetwork) snapshot(t *testing.T) map[string]attachmentState {
+	t.Helper()
+	atts, err := net.lu.network.NetworkV1alpha1().NetworkAttachments(net.ns).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]attachmentState{}
+	for _, a := range atts.Items {
+		if strings.HasPrefix(a.Name, "trickle-") {
+			continue
+		}
+		out[a.Name] = attachmentState{uid: string(a.UID), node: a.Spec.Node, ipv4: a.Status.IPv4, mac: a.Status.MACAddress, ifcName: a.Status.IfcName, hostIP: a.Status.HostIP}
+	}
+	return out
+}
+
+// checkKept checks that the subnets and every attachment of before are
+// there, the same objects with the same addresses and interfaces.
+func (net *liveNetwork) checkKept(t *testing.T, before map[string]attachmentState) {
+	t.Helper()
+	subnets, err := net.lu.network.NetworkV1alpha1().Subnets(net.ns).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(subnets.Items) != len(net.subnets) {
+		t.Errorf("%d subnets in %s after the upgrade, want %d", len(subnets.Items), net.ns, len(net.subnets))
+	}
+	var after map[string]attachmentState
+	poll.Until(t, 2*time.Minute, "every attachment to be ready", func(ctx context.Context) error {
+		after = net.snapshot(t)
+		for name, a := range after {
+			if a.ifcName == "" || a.hostIP == "" || a.ipv4 == "" {
+				return fmt.Errorf("attachment %s not ready: %+v", name, a)
+			}
+		}
+		return nil
+	})
+	for name, b := range before {
+		a, ok := after[name]
+		switch {
+		case !ok:
+			t.Errorf("attachment %s lost in the upgrade", name)
+		case a != b:
+			t.Errorf("attachment %s changed in the upgrade: %+v, was %+v", name, a, b)
+		}
+	}
+}
+
+// deleteGuests deletes the network's guest namespaces.
+func (net *liveNetwork) deleteGuests(t *testing.T) {
+	for _, g := range net.guests {
+		if err := g.Delete(); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// trickle creates an attachment every liveTrickleEvery, round the nodes,
+// and deletes its oldest beyond liveTrickleLive, until stop.
+type trickle struct {
+	net  *liveNetwork
+	quit chan struct{}
+	done chan struct{}
+	stop func()
+
+	// Written by the trickle's goroutine until done is closed.
+	created, deleted, failed int
+	live                     []string
+	lastErr                  error
+}
+
+func (tr *trickle) String() string {
+	return fmt.Sprintf("%d attachments created, %d deleted, %d writes failed (and were tried again; last: %v), %d left", tr.created, tr.deleted, tr.failed, tr.lastErr, len(tr.live))
+}
+
+func (net *liveNetwork) startTrickle(t *testing.T) *trickle {
+	tr := &trickle{net: net, quit: make(chan struct{}), done: make(chan struct{})}
+	tr.stop = sync.OnceFunc(func() {
+		close(tr.quit)
+		<-tr.done
+	})
+	client := net.lu.network.NetworkV1alpha1().NetworkAttachments(net.ns)
+	nodes := net.lu.env.Nodes
+	go func() {
+		defer close(tr.done)
+		ticker := time.NewTicker(liveTrickleEvery)
+		defer ticker.Stop()
+		next := 0 // the next attachment to create, until it is
+		for {
+			select {
+			case <-tr.quit:
+				return
+			case <-ticker.C:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			name := fmt.Sprintf("trickle-%d", next)
+			att := &networkv1alpha1.NetworkAttachment{
+				ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec:       networkv1alpha1.NetworkAttachmentSpec{Node: nodes[next%len(nodes)].Name, Subnet: "blue"},
+			}
+			if _, err := client.Create(ctx, att, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				tr.failed++
+				tr.lastErr = err
+			} else {
+				tr.created++
+				tr.live = append(tr.live, name)
+				next++
+			}
+			if len(tr.live) > liveTrickleLive {
+				err := client.Delete(ctx, tr.live[0], metav1.DeleteOptions{})
+				if err != nil && !apierrors.IsNotFound(err) {
+					tr.failed++
+					tr.lastErr = err
+				} else {
+					tr.deleted++
+					tr.live = tr.live[1:]
+				}
+			}
+			cancel()
+		}
+	}()
+	return tr
+}
+
+// checkReady checks, once the trickle stopped, that its attachments left
+// become ready and those it deleted are gone.
+func (tr *trickle) checkReady(t *testing.T) {
+	t.Helper()
+	if tr.created < 10 {
+		t.Errorf("the trickle created only %d attachments", tr.created)
+	}
+	client := tr.net.lu.network.NetworkV1alpha1().NetworkAttachments(tr.net.ns)
+	poll.Until(t, 2*time.Minute, "the trickle's attachments to be ready, and only those", func(ctx context.Context) error {
+		list, err := client.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		var names []string
+		for _, a := range list.Items {
+			if !strings.HasPrefix(a.Name, "trickle-") {
+				continue
+			}
+			names = append(names, a.Name)
+			if err := attachmentReady(&a); err != nil {
+				return err
+			}
+		}
+		slices.Sort(names)
+		want := slices.Sorted(slices.Values(tr.live))
+		if !slices.Equal(names, want) {
+			return fmt.Errorf("trickle attachments %v, want %v", names, want)
+		}
+		return nil
+	})
+}
