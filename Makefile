@@ -46,7 +46,7 @@ demo:
 demo-down:
 	tools/demo/down.sh
 
-## demo-cluster: the whole product on a real single-node cluster
+## demo-cluster: the whole product on a real three-node cluster with a registry
 demo-cluster:
 	tools/demo/cluster.sh
 

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -23,15 +26,19 @@ import (
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
-// The cluster part of the demo: KOS installed from its channels on a real
-// single-node cluster (`localenv up --cluster --node-ovs`), as an operator
-// would install it.
+// The cluster part of the demo: the standard KOS releases installed on a
+// real three-node cluster (`localenv up --cluster --nodes 3 --node-ovs=false
+// --registry`) as an operator of a real cluster would: the images pushed
+// to a registry the nodes pull from, a release written for that registry,
+// local volumes for etcd, and channels.
 const (
 	// clusterNetnsPrefix names the guest namespaces of the cluster demo,
 	// apart from the SDN demo's, so that each down finds only its own.
 	clusterNetnsPrefix = "kos-cdemo-"
 	// clusterNamespace holds the cluster demo's Subnet and attachments.
 	clusterNamespace = "kos-cluster-demo"
+	// clusterSubnet is the demo subnet's address range.
+	clusterSubnet = "10.78.0.0/24"
 )
 
 // runCluster runs the cluster demo on the started cluster in d.envDir.
@@ -44,31 +51,51 @@ func (d *demo) runCluster(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("finding the local cluster in %s: %w", d.envDir, err)
 	}
-	if len(env.Nodes) == 0 || env.Nodes[0].OVSRunDir == "" {
-		return fmt.Errorf("the environment in %s has no node with Open vSwitch: start it with localenv up --cluster --node-ovs", d.envDir)
+	if len(env.Nodes) < 2 || env.Registry == "" {
+		return fmt.Errorf("the environment in %s has %d nodes and registry %q: start it with localenv up --cluster --nodes 3 --node-ovs=false --registry", d.envDir, len(env.Nodes), env.Registry)
 	}
 	began := time.Now()
 
-	say("A real single-node cluster: kube-apiserver, kube-controller-manager, kube-scheduler, and node %s with kubelet, containerd and kube-proxy in network namespace %s, with an Open vSwitch of its own.", env.Nodes[0].Name, env.Nodes[0].Netns)
-	if err := d.kubectl("get", "nodes", "--show-labels"); err != nil {
+	say("A real cluster of %d nodes: kube-apiserver, kube-controller-manager and kube-scheduler on this host, and on each node kubelet, containerd and kube-proxy in network and mount namespaces of their own, on one underlay. No node has Open vSwitch installed. A registry runs at %s.", len(env.Nodes), env.Registry)
+	if err := d.kubectl("get", "nodes", "-o", "wide"); err != nil {
 		return err
 	}
 
-	say("Build the KOS images (no container engine, nothing pulled) and import them into the node's containerd:")
-	tarball := filepath.Join(d.envDir, "kos-images.tar")
-	if err := d.run("go", "run", "./tools/kosimages", "--root", root, "--out", tarball, "--import", env.Nodes[0].ContainerdAddress); err != nil {
+	repo := env.Registry + "/kos"
+	say("Build the KOS images (no container engine) and push them to the registry, for this machine's platform (without --platform, also linux/arm64):")
+	if err := d.run("go", "run", "./tools/kosimages", "--root", root, "--push", repo, "--platform", "linux/"+runtime.GOARCH); err != nil {
 		return err
 	}
 
-	etcdDir := kosinstall.VarLib + "/etcd"
-	say("The KOS manifests mount %s (the node's Open vSwitch) and %s (the single-node etcd's local volume, whose folder the operator creates) from the node. The node has a mount namespace of its own, in which they are folders of the node's, on this host at:", kosinstall.OVSRunDir, etcdDir)
-	if err := os.MkdirAll(env.Nodes[0].HostPath(etcdDir), 0o755); err != nil {
-		return fmt.Errorf("creating the node's %s: %w", etcdDir, err)
+	tree := filepath.Join(d.envDir, "release")
+	say("Write the release for that registry: the channels and manifests, every image renamed and pinned by digest, every hash recomputed. This is the tree an operator copies to a web server or an S3 bucket:")
+	if err := d.run("go", "run", "./tools/addons", "--root", root, "release", "--registry", repo, "--out", tree); err != nil {
+		return err
 	}
-	fmt.Printf("    %s: %s\n    %s: %s\n", kosinstall.OVSRunDir, env.Nodes[0].HostPath(kosinstall.OVSRunDir), etcdDir, env.Nodes[0].HostPath(etcdDir))
+	userspace, err := kosinstall.WriteUserspaceAgentChannel(tree)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("    and %s: the agent's userspace-datapath release alone (these nodes' OVS has no kernel module)\n", userspace)
 
-	install := []string{"apply", "channel", "addons/local-channel.yaml", "bootstrap-channel.yaml"}
-	say("Install KOS from its channels: the local channel (single-node etcd, userspace agent) and the bootstrap channel. Without --yes, channels shows the plan:")
+	say("etcd's three members keep their data on the cluster's default StorageClass. These nodes have no storage provisioner, so, as on bare metal, a StorageClass without one and a local PersistentVolume per node under %s:", kosinstall.VolumesDir)
+	kube, err := kubernetes.NewForConfig(env.RESTConfig)
+	if err != nil {
+		return fmt.Errorf("a client of the cluster: %w", err)
+	}
+	var nodes []kosinstall.VolumeNode
+	for _, n := range env.Nodes {
+		nodes = append(nodes, kosinstall.VolumeNode{Name: n.Name, HostDir: n.HostPath(kosinstall.VolumesDir)})
+	}
+	if err := kosinstall.ProvideLocalVolumes(ctx, kube, nodes, resource.MustParse("2Gi")); err != nil {
+		return err
+	}
+	if err := d.kubectl("get", "storageclass,persistentvolumes"); err != nil {
+		return err
+	}
+
+	install := []string{"apply", "channel", filepath.Join(tree, userspace), filepath.Join(tree, "bootstrap-channel.yaml")}
+	say("Install KOS from the release's channels. Without --yes, channels shows the plan:")
 	if err := d.channelsAt(install...); err != nil {
 		return err
 	}
@@ -78,10 +105,6 @@ func (d *demo) runCluster(ctx context.Context) error {
 	}
 
 	say("Wait for every KOS pod to be Ready and the KOS API to be Available through the aggregation layer:")
-	kube, err := kubernetes.NewForConfig(env.RESTConfig)
-	if err != nil {
-		return fmt.Errorf("a client of the cluster: %w", err)
-	}
 	agg, err := aggregator.NewForConfig(env.RESTConfig)
 	if err != nil {
 		return fmt.Errorf("a client of the aggregator: %w", err)
@@ -89,8 +112,10 @@ func (d *demo) runCluster(ctx context.Context) error {
 	if err := d.waitKOS(ctx, kube, agg); err != nil {
 		return err
 	}
-	if err := d.kubectl("-n", kosinstall.Namespace, "get", "pods", "-o", "wide"); err != nil {
-		return err
+	for _, ns := range kosinstall.Namespaces() {
+		if err := d.kubectl("-n", ns, "get", "pods", "-o", "wide"); err != nil {
+			return err
+		}
 	}
 	if err := d.kubectl("get", "apiservice", kosinstall.APIService); err != nil {
 		return err
@@ -104,36 +129,9 @@ func (d *demo) runCluster(ctx context.Context) error {
 		return err
 	}
 
-	upgrade := func(n int) []string {
-		return append(install[:len(install):len(install)], fmt.Sprintf("tools/e2e/testdata/upgrade/channel-%d.yaml", n))
-	}
-	say("Upgrades: a test channel publishes kos-controller-manager 0.1.1-e2e.1, which adds a ConfigMap and a Role:")
-	if err := d.channelsAt(append(upgrade(1), "--yes")...); err != nil {
-		return err
-	}
-	if err := d.kubectl("-n", kosinstall.Namespace, "get", "configmaps,roles", "-l", kosinstall.AddonLabel+"=kos-controller-manager"); err != nil {
-		return err
-	}
-	say("Release 0.1.1-e2e.2 renames the ConfigMap and drops the Role. The plan, then the upgrade, which prunes what the release dropped:")
-	if err := d.channelsAt(upgrade(2)...); err != nil {
-		return err
-	}
-	if err := d.channelsAt(append(upgrade(2), "--yes")...); err != nil {
-		return err
-	}
-	if err := d.kubectl("-n", kosinstall.Namespace, "get", "configmaps,roles", "-l", kosinstall.AddonLabel+"=kos-controller-manager"); err != nil {
-		return err
-	}
-	if err := d.waitKOS(ctx, kube, agg); err != nil {
-		return err
-	}
-	if err := d.channelsAt("get", "addons"); err != nil {
-		return err
-	}
-
 	say("Done after %s. The cluster and KOS keep running:", time.Since(began).Round(time.Second))
 	fmt.Printf("    export KUBECONFIG=%s\n", d.kubeconfig)
-	fmt.Printf("    kubectl -n %s get pods\n", kosinstall.Namespace)
+	fmt.Printf("    kubectl get pods -A -o wide\n")
 	fmt.Printf("    kubectl get subnets,networkattachments -n %s -o wide\n", clusterNamespace)
 	fmt.Printf("    %s get addons\n", filepath.Join(d.binDir, "channels"))
 	fmt.Printf("    ip netns exec %sguest-b ping <guest-a's address>\n", clusterNetnsPrefix)
@@ -141,9 +139,10 @@ func (d *demo) runCluster(ctx context.Context) error {
 	return nil
 }
 
-// clusterAttachments creates a subnet and two attachments on the node,
-// waits for the agent pod to make their interfaces, moves them into two
-// guest namespaces and pings between them.
+// clusterAttachments creates a subnet and an attachment on each of the
+// first two nodes, waits for the agents to make their interfaces, gives
+// each to a guest namespace and pings from one to the other across the
+// VXLAN overlay between the nodes.
 func (d *demo) clusterAttachments(ctx context.Context, env *cluster.Cluster) error {
 	manifest := fmt.Sprintf(`apiVersion: v1
 kind: Namespace
@@ -156,7 +155,7 @@ metadata:
   name: blue
   namespace: %[1]s
 spec:
-  ipv4: 10.78.0.0/24
+  ipv4: %[4]s
   vni: 78
 ---
 apiVersion: network.example.com/v1alpha1
@@ -174,14 +173,14 @@ metadata:
   name: guest-b
   namespace: %[1]s
 spec:
-  node: %[2]s
+  node: %[3]s
   subnet: blue
-`, clusterNamespace, env.Nodes[0].Name)
+`, clusterNamespace, env.Nodes[0].Name, env.Nodes[1].Name, clusterSubnet)
 	file := filepath.Join(d.envDir, "kos-cluster-demo.yaml")
 	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
 		return fmt.Errorf("writing the demo's manifest: %w", err)
 	}
-	say("A Subnet and two NetworkAttachments on node %s, served by kos-apiserver through kube-apiserver:", env.Nodes[0].Name)
+	say("A Subnet, and a NetworkAttachment on each of nodes %s and %s, served by kos-apiserver through kube-apiserver:", env.Nodes[0].Name, env.Nodes[1].Name)
 	fmt.Print(manifest)
 	if err := d.kubectl("apply", "-f", file); err != nil {
 		return err
@@ -194,40 +193,34 @@ spec:
 	if err != nil {
 		return err
 	}
-	say("kos-controller-manager validated the subnet and gave out addresses; the kos-agent pod made the interfaces in the node's Open vSwitch:")
+	say("kos-controller-manager validated the subnet and gave out addresses; the agent pods made the interfaces in their nodes' Open vSwitch, which runs in the agent pod:")
 	if err := d.kubectl("get", "subnets,networkattachments", "-n", clusterNamespace, "-o", "wide"); err != nil {
 		return err
 	}
 
-	say("Move each interface from the node's namespace into a guest namespace, as a workload would use it, and ping:")
-	node := &ovsenv.Netns{Name: env.Nodes[0].Netns}
-	var guests []*ovsenv.Netns
-	for _, att := range atts {
-		g, err := ovsenv.NewNetns(ctx, clusterNetnsPrefix+att.Name)
+	say("Move each interface from its node's namespace into a guest namespace, as a workload would use it, and ping across the nodes:")
+	var guests []*kosinstall.Guest
+	for i, att := range atts {
+		g, err := kosinstall.PlumbGuest(ctx, env.Nodes[i].Netns, clusterNetnsPrefix+att.Name, att, netip.MustParsePrefix(clusterSubnet))
 		if err != nil {
 			return err
 		}
 		guests = append(guests, g)
-		ifc := att.Status.IfcName
-		fmt.Printf("    %s: %s %s (%s) into namespace %s\n", att.Name, ifc, att.Status.IPv4, att.Status.MACAddress, g.Name)
-		if _, err := node.Run(ctx, "ip", "link", "set", ifc, "netns", g.Name); err != nil {
-			return err
-		}
-		for _, cmd := range [][]string{
-			{"ip", "addr", "add", att.Status.IPv4 + "/24", "dev", ifc},
-			{"ip", "link", "set", ifc, "up"},
-			{"ip", "link", "set", "lo", "up"},
-		} {
-			if _, err := g.Run(ctx, cmd[0], cmd[1:]...); err != nil {
-				return err
-			}
-		}
+		fmt.Printf("    %s: %s %s (%s) on %s into namespace %s\n", att.Name, att.Status.IfcName, att.Status.IPv4, att.Status.MACAddress, att.Spec.Node, g.Name)
 	}
-	fmt.Printf("\n$ ip netns exec %s ping -c 3 %s\n", guests[0].Name, atts[1].Status.IPv4)
-	ping := guests[0].Command(ctx, "ping", "-c", "3", "-W", "2", atts[1].Status.IPv4)
+	// The first packets of a new tunnel may be lost while the userspace
+	// datapath learns its neighbour: wait for a first reply.
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := guests[0].Ping(ctx, guests[1].IP, 1, time.Second)
+		return got == 1, err
+	}); err != nil {
+		return fmt.Errorf("no reply from %s to %s across the nodes: %w", guests[1].IP, guests[0].Name, err)
+	}
+	fmt.Printf("\n$ ip netns exec %s ping -c 3 %s\n", guests[0].Name, guests[1].IP)
+	ping := guests[0].Command(ctx, "ping", "-c", "3", "-W", "2", guests[1].IP.String())
 	ping.Stdout, ping.Stderr = os.Stdout, os.Stderr
 	if err := ping.Run(); err != nil {
-		return fmt.Errorf("pinging %s from %s: %w", atts[1].Status.IPv4, guests[0].Name, err)
+		return fmt.Errorf("pinging %s from %s: %w", guests[1].IP, guests[0].Name, err)
 	}
 	return nil
 }

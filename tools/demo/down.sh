@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# down.sh is `make demo-down`: it stops what the demo started: the single-node
+# down.sh is `make demo-down`: it stops what the demo started: the three-node
 # cluster of part three (tools/demo/cluster-down.sh), the SDN parts of part
 # two (Open vSwitch instances, network namespaces) and then the local control
 # plane with every process it runs. Arguments go to `localenv down`

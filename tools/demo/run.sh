@@ -2,10 +2,12 @@
 # run.sh is `make demo`: it builds the binaries, starts a fresh local control
 # plane, and runs the demo: installing and upgrading addons from a channel
 # served over HTTPS, then the KOS SDN on two simulated nodes with a ping
-# across the VXLAN overlay; then, on a real single-node cluster of its own
-# (tools/demo/cluster.sh), the whole product: KOS installed from its channels
-# as pods, attachments pinging, an upgrade that prunes. Everything keeps
-# running afterwards; `make demo-down` stops it all.
+# across the VXLAN overlay; then, on a real three-node cluster of its own
+# with a registry (tools/demo/cluster.sh), the whole product as an operator
+# installs it: images pushed, a release written for the registry, the
+# standard releases installed from its channels, attachments on two nodes
+# pinging. Everything keeps running afterwards; `make demo-down` stops it
+# all.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export GOTOOLCHAIN=local
@@ -24,5 +26,5 @@ go run ./tools/localenv up
 go run ./tools/demo
 
 echo
-echo "==> Part three: the whole product, installed with channels on a real single-node cluster"
+echo "==> Part three: the whole product, installed with channels on a real three-node cluster from a registry"
 tools/demo/cluster.sh
