@@ -15,5 +15,17 @@
 // volumes; then attachments in two VNIs ping each other across the nodes
 // from guest namespaces, and one node is stopped and started again.
 //
+// Its chaos step (chaos_test.go) then kills, with SIGKILL and one after the
+// other, an etcd member, a kos-apiserver, the controller manager holding
+// the Lease, one node's agent and that node's ovs-vswitchd, while a churn
+// creates and deletes attachments on every node and two guests on
+// different nodes ping each other ten times a second. Per kill it logs the
+// longest ping gap, the unanswered echo requests and the time until KOS
+// converged (the container restarted, every pod Ready, new attachments
+// ready on every node, the ping answered) as figures (docs/benchmarks.md,
+// "Chaos"); it fails when KOS does not converge, when two attachments of a
+// VNI share an address, when an IPLock outlives its attachment, or when a
+// node's switch keeps a port or flow of no attachment or lacks one.
+//
 // It has no code of its own besides the tests.
 package e2e

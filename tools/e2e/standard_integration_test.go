@@ -106,6 +106,7 @@ func TestIntegrationStandardRelease(t *testing.T) {
 		{"attachments ping across nodes", s.testNetwork},
 		{"a node stops", s.testNodeStops},
 		{"the node comes back", s.testNodeComesBack},
+		{"chaos: every KOS process killed in turn", s.testChaos},
 		{"re-apply from https changes nothing", s.testReapplyHTTPS},
 	}
 	for _, step := range steps {
