@@ -68,11 +68,11 @@ func (Strategy) WarningsOnCreate(context.Context, runtime.Object) []string { ret
 // AllowCreateOnUpdate returns false: objects are created by POST only. For an
 // IPLock creating is what takes an address, and a PUT must not take one by
 // accident.
-func (Strategy) AllowCreateOnUpdate() bool { return false }
+func (Strategy) AllowCreateOnUpdate(context.Context) bool { return false }
 
 // AllowUnconditionalUpdate returns true: an update need not name a
 // resourceVersion.
-func (Strategy) AllowUnconditionalUpdate() bool { return true }
+func (Strategy) AllowUnconditionalUpdate(context.Context) bool { return true }
 
 // Canonicalize does nothing: KOS objects have one form.
 func (Strategy) Canonicalize(runtime.Object) {}

@@ -9,7 +9,6 @@ import (
 	unsafe "unsafe"
 
 	network "github.com/kos-sdn/kos/components/apis/network"
-	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	conversion "k8s.io/apimachinery/pkg/conversion"
 	runtime "k8s.io/apimachinery/pkg/runtime"
 )
@@ -175,12 +174,7 @@ func RegisterConversions(s *runtime.Scheme) error {
 }
 
 func autoConvert_v1alpha1_ExecReport_To_network_ExecReport(in *ExecReport, out *network.ExecReport, s conversion.Scope) error {
-	out.Command = *(*[]string)(unsafe.Pointer(&in.Command))
-	out.ExitStatus = in.ExitStatus
-	out.StartTime = in.StartTime
-	out.StopTime = in.StopTime
-	out.StdOut = in.StdOut
-	out.StdErr = in.StdErr
+	*out = *(*network.ExecReport)(unsafe.Pointer(in))
 	return nil
 }
 
@@ -190,12 +184,7 @@ func Convert_v1alpha1_ExecReport_To_network_ExecReport(in *ExecReport, out *netw
 }
 
 func autoConvert_network_ExecReport_To_v1alpha1_ExecReport(in *network.ExecReport, out *ExecReport, s conversion.Scope) error {
-	out.Command = *(*[]string)(unsafe.Pointer(&in.Command))
-	out.ExitStatus = in.ExitStatus
-	out.StartTime = in.StartTime
-	out.StopTime = in.StopTime
-	out.StdOut = in.StdOut
-	out.StdErr = in.StdErr
+	*out = *(*ExecReport)(unsafe.Pointer(in))
 	return nil
 }
 
@@ -205,7 +194,7 @@ func Convert_network_ExecReport_To_v1alpha1_ExecReport(in *network.ExecReport, o
 }
 
 func autoConvert_v1alpha1_ExtendedObjectMeta_To_network_ExtendedObjectMeta(in *ExtendedObjectMeta, out *network.ExtendedObjectMeta, s conversion.Scope) error {
-	out.Writes = *(*network.WriteSet)(unsafe.Pointer(&in.Writes))
+	*out = *(*network.ExtendedObjectMeta)(unsafe.Pointer(in))
 	return nil
 }
 
@@ -215,7 +204,7 @@ func Convert_v1alpha1_ExtendedObjectMeta_To_network_ExtendedObjectMeta(in *Exten
 }
 
 func autoConvert_network_ExtendedObjectMeta_To_v1alpha1_ExtendedObjectMeta(in *network.ExtendedObjectMeta, out *ExtendedObjectMeta, s conversion.Scope) error {
-	out.Writes = *(*WriteSet)(unsafe.Pointer(&in.Writes))
+	*out = *(*ExtendedObjectMeta)(unsafe.Pointer(in))
 	return nil
 }
 
@@ -279,7 +268,7 @@ func Convert_network_IPLockList_To_v1alpha1_IPLockList(in *network.IPLockList, o
 }
 
 func autoConvert_v1alpha1_IPLockSpec_To_network_IPLockSpec(in *IPLockSpec, out *network.IPLockSpec, s conversion.Scope) error {
-	out.SubnetName = in.SubnetName
+	*out = *(*network.IPLockSpec)(unsafe.Pointer(in))
 	return nil
 }
 
@@ -289,7 +278,7 @@ func Convert_v1alpha1_IPLockSpec_To_network_IPLockSpec(in *IPLockSpec, out *netw
 }
 
 func autoConvert_network_IPLockSpec_To_v1alpha1_IPLockSpec(in *network.IPLockSpec, out *IPLockSpec, s conversion.Scope) error {
-	out.SubnetName = in.SubnetName
+	*out = *(*IPLockSpec)(unsafe.Pointer(in))
 	return nil
 }
 
@@ -337,8 +326,7 @@ func Convert_network_NetworkAttachment_To_v1alpha1_NetworkAttachment(in *network
 }
 
 func autoConvert_v1alpha1_NetworkAttachmentErrors_To_network_NetworkAttachmentErrors(in *NetworkAttachmentErrors, out *network.NetworkAttachmentErrors, s conversion.Scope) error {
-	out.IPAM = *(*[]string)(unsafe.Pointer(&in.IPAM))
-	out.Host = *(*[]string)(unsafe.Pointer(&in.Host))
+	*out = *(*network.NetworkAttachmentErrors)(unsafe.Pointer(in))
 	return nil
 }
 
@@ -348,8 +336,7 @@ func Convert_v1alpha1_NetworkAttachmentErrors_To_network_NetworkAttachmentErrors
 }
 
 func autoConvert_network_NetworkAttachmentErrors_To_v1alpha1_NetworkAttachmentErrors(in *network.NetworkAttachmentErrors, out *NetworkAttachmentErrors, s conversion.Scope) error {
-	out.IPAM = *(*[]string)(unsafe.Pointer(&in.IPAM))
-	out.Host = *(*[]string)(unsafe.Pointer(&in.Host))
+	*out = *(*NetworkAttachmentErrors)(unsafe.Pointer(in))
 	return nil
 }
 
@@ -381,10 +368,7 @@ func Convert_network_NetworkAttachmentList_To_v1alpha1_NetworkAttachmentList(in 
 }
 
 func autoConvert_v1alpha1_NetworkAttachmentSpec_To_network_NetworkAttachmentSpec(in *NetworkAttachmentSpec, out *network.NetworkAttachmentSpec, s conversion.Scope) error {
-	out.Node = in.Node
-	out.Subnet = in.Subnet
-	out.PostCreateExec = *(*[]string)(unsafe.Pointer(&in.PostCreateExec))
-	out.PostDeleteExec = *(*[]string)(unsafe.Pointer(&in.PostDeleteExec))
+	*out = *(*network.NetworkAttachmentSpec)(unsafe.Pointer(in))
 	return nil
 }
 
@@ -394,10 +378,7 @@ func Convert_v1alpha1_NetworkAttachmentSpec_To_network_NetworkAttachmentSpec(in 
 }
 
 func autoConvert_network_NetworkAttachmentSpec_To_v1alpha1_NetworkAttachmentSpec(in *network.NetworkAttachmentSpec, out *NetworkAttachmentSpec, s conversion.Scope) error {
-	out.Node = in.Node
-	out.Subnet = in.Subnet
-	out.PostCreateExec = *(*[]string)(unsafe.Pointer(&in.PostCreateExec))
-	out.PostDeleteExec = *(*[]string)(unsafe.Pointer(&in.PostDeleteExec))
+	*out = *(*NetworkAttachmentSpec)(unsafe.Pointer(in))
 	return nil
 }
 
@@ -407,18 +388,7 @@ func Convert_network_NetworkAttachmentSpec_To_v1alpha1_NetworkAttachmentSpec(in 
 }
 
 func autoConvert_v1alpha1_NetworkAttachmentStatus_To_network_NetworkAttachmentStatus(in *NetworkAttachmentStatus, out *network.NetworkAttachmentStatus, s conversion.Scope) error {
-	if err := Convert_v1alpha1_NetworkAttachmentErrors_To_network_NetworkAttachmentErrors(&in.Errors, &out.Errors, s); err != nil {
-		return err
-	}
-	out.LockUID = in.LockUID
-	out.AddressVNI = in.AddressVNI
-	out.IPv4 = in.IPv4
-	out.AddressContention = in.AddressContention
-	out.SubnetCreationTime = (*v1.Time)(unsafe.Pointer(in.SubnetCreationTime))
-	out.MACAddress = in.MACAddress
-	out.IfcName = in.IfcName
-	out.HostIP = in.HostIP
-	out.PostCreateExecReport = (*network.ExecReport)(unsafe.Pointer(in.PostCreateExecReport))
+	*out = *(*network.NetworkAttachmentStatus)(unsafe.Pointer(in))
 	return nil
 }
 
@@ -428,18 +398,7 @@ func Convert_v1alpha1_NetworkAttachmentStatus_To_network_NetworkAttachmentStatus
 }
 
 func autoConvert_network_NetworkAttachmentStatus_To_v1alpha1_NetworkAttachmentStatus(in *network.NetworkAttachmentStatus, out *NetworkAttachmentStatus, s conversion.Scope) error {
-	if err := Convert_network_NetworkAttachmentErrors_To_v1alpha1_NetworkAttachmentErrors(&in.Errors, &out.Errors, s); err != nil {
-		return err
-	}
-	out.LockUID = in.LockUID
-	out.AddressVNI = in.AddressVNI
-	out.IPv4 = in.IPv4
-	out.AddressContention = in.AddressContention
-	out.SubnetCreationTime = (*v1.Time)(unsafe.Pointer(in.SubnetCreationTime))
-	out.MACAddress = in.MACAddress
-	out.IfcName = in.IfcName
-	out.HostIP = in.HostIP
-	out.PostCreateExecReport = (*ExecReport)(unsafe.Pointer(in.PostCreateExecReport))
+	*out = *(*NetworkAttachmentStatus)(unsafe.Pointer(in))
 	return nil
 }
 
@@ -449,8 +408,7 @@ func Convert_network_NetworkAttachmentStatus_To_v1alpha1_NetworkAttachmentStatus
 }
 
 func autoConvert_v1alpha1_ObjectWrite_To_network_ObjectWrite(in *ObjectWrite, out *network.ObjectWrite, s conversion.Scope) error {
-	out.Section = in.Section
-	out.ServerTime = in.ServerTime
+	*out = *(*network.ObjectWrite)(unsafe.Pointer(in))
 	return nil
 }
 
@@ -460,8 +418,7 @@ func Convert_v1alpha1_ObjectWrite_To_network_ObjectWrite(in *ObjectWrite, out *n
 }
 
 func autoConvert_network_ObjectWrite_To_v1alpha1_ObjectWrite(in *network.ObjectWrite, out *ObjectWrite, s conversion.Scope) error {
-	out.Section = in.Section
-	out.ServerTime = in.ServerTime
+	*out = *(*ObjectWrite)(unsafe.Pointer(in))
 	return nil
 }
 
@@ -531,8 +488,7 @@ func Convert_network_SubnetList_To_v1alpha1_SubnetList(in *network.SubnetList, o
 }
 
 func autoConvert_v1alpha1_SubnetSpec_To_network_SubnetSpec(in *SubnetSpec, out *network.SubnetSpec, s conversion.Scope) error {
-	out.IPv4 = in.IPv4
-	out.VNI = in.VNI
+	*out = *(*network.SubnetSpec)(unsafe.Pointer(in))
 	return nil
 }
 
@@ -542,8 +498,7 @@ func Convert_v1alpha1_SubnetSpec_To_network_SubnetSpec(in *SubnetSpec, out *netw
 }
 
 func autoConvert_network_SubnetSpec_To_v1alpha1_SubnetSpec(in *network.SubnetSpec, out *SubnetSpec, s conversion.Scope) error {
-	out.IPv4 = in.IPv4
-	out.VNI = in.VNI
+	*out = *(*SubnetSpec)(unsafe.Pointer(in))
 	return nil
 }
 
@@ -553,8 +508,7 @@ func Convert_network_SubnetSpec_To_v1alpha1_SubnetSpec(in *network.SubnetSpec, o
 }
 
 func autoConvert_v1alpha1_SubnetStatus_To_network_SubnetStatus(in *SubnetStatus, out *network.SubnetStatus, s conversion.Scope) error {
-	out.Validated = in.Validated
-	out.Errors = *(*[]string)(unsafe.Pointer(&in.Errors))
+	*out = *(*network.SubnetStatus)(unsafe.Pointer(in))
 	return nil
 }
 
@@ -564,8 +518,7 @@ func Convert_v1alpha1_SubnetStatus_To_network_SubnetStatus(in *SubnetStatus, out
 }
 
 func autoConvert_network_SubnetStatus_To_v1alpha1_SubnetStatus(in *network.SubnetStatus, out *SubnetStatus, s conversion.Scope) error {
-	out.Validated = in.Validated
-	out.Errors = *(*[]string)(unsafe.Pointer(&in.Errors))
+	*out = *(*SubnetStatus)(unsafe.Pointer(in))
 	return nil
 }
 

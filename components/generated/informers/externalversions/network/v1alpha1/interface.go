@@ -9,11 +9,11 @@ import (
 // Interface provides access to all the informers in this group version.
 type Interface interface {
 	// IPLocks returns a IPLockInformer.
-	IPLocks() IPLockInformer
+	IPLocks() TypedIPLockInformer
 	// NetworkAttachments returns a NetworkAttachmentInformer.
-	NetworkAttachments() NetworkAttachmentInformer
+	NetworkAttachments() TypedNetworkAttachmentInformer
 	// Subnets returns a SubnetInformer.
-	Subnets() SubnetInformer
+	Subnets() TypedSubnetInformer
 }
 
 type version struct {
@@ -27,17 +27,17 @@ func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakList
 	return &version{factory: f, namespace: namespace, tweakListOptions: tweakListOptions}
 }
 
-// IPLocks returns a IPLockInformer.
-func (v *version) IPLocks() IPLockInformer {
+// IPLocks returns a TypedIPLockInformer.
+func (v *version) IPLocks() TypedIPLockInformer {
 	return &iPLockInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }
 
-// NetworkAttachments returns a NetworkAttachmentInformer.
-func (v *version) NetworkAttachments() NetworkAttachmentInformer {
+// NetworkAttachments returns a TypedNetworkAttachmentInformer.
+func (v *version) NetworkAttachments() TypedNetworkAttachmentInformer {
 	return &networkAttachmentInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }
 
-// Subnets returns a SubnetInformer.
-func (v *version) Subnets() SubnetInformer {
+// Subnets returns a TypedSubnetInformer.
+func (v *version) Subnets() TypedSubnetInformer {
 	return &subnetInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }

@@ -12,16 +12,45 @@ import (
 	networkv1alpha1 "github.com/kos-sdn/kos/components/generated/listers/network/v1alpha1"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
+	schema "k8s.io/apimachinery/pkg/runtime/schema"
 	watch "k8s.io/apimachinery/pkg/watch"
 	cache "k8s.io/client-go/tools/cache"
 )
 
 // IPLockInformer provides access to a shared informer and lister for
-// IPLocks.
+// IPLocks. Prefer using the type-safe variant (see [TypedIPLockInformer]).
 type IPLockInformer interface {
 	Informer() cache.SharedIndexInformer
 	Lister() networkv1alpha1.IPLockLister
 }
+
+// TypedIPLockInformer provides access to a shared informer and lister for
+// IPLocks, including the type-safe TypedInformer variant.
+// It is a superset of IPLockInformer.
+type TypedIPLockInformer interface {
+	Informer() cache.SharedIndexInformer
+	TypedInformer() IPLockIndexInformer
+	Lister() networkv1alpha1.IPLockLister
+}
+
+// IPLockIndexInformer is a wrapper around the underlying [cache.SharedIndexInformer]
+// with type-safe variants of several methods.
+type IPLockIndexInformer cache.TypedSharedIndexInformer[*apisnetworkv1alpha1.IPLock]
+
+// IPLockHandlerFuncs is a specialization of [cache.TypedResourceEventHandlerFuncs] for IPLock.
+type IPLockHandlerFuncs = cache.TypedResourceEventHandlerFuncs[*apisnetworkv1alpha1.IPLock]
+
+// IPLockDetailedHandlerFuncs is a specialization of [cache.TypedResourceEventHandlerDetailedFuncs] for IPLock.
+type IPLockDetailedHandlerFuncs = cache.TypedResourceEventHandlerDetailedFuncs[*apisnetworkv1alpha1.IPLock]
+
+// IPLockFilteringHandler is a specialization of [cache.TypedFilteringResourceEventHandler] for IPLock.
+type IPLockFilteringHandler = cache.TypedFilteringResourceEventHandler[*apisnetworkv1alpha1.IPLock]
+
+// IPLockIndexers is a specialization of [cache.TypedIndexers] for IPLock.
+type IPLockIndexers = cache.TypedIndexers[*apisnetworkv1alpha1.IPLock]
+
+// DeletedIPLock is a specialization of [cache.DeletedObject] for IPLock.
+type DeletedIPLock = cache.DeletedObject[*apisnetworkv1alpha1.IPLock]
 
 type iPLockInformer struct {
 	factory          internalinterfaces.SharedInformerFactory
@@ -32,55 +61,132 @@ type iPLockInformer struct {
 // NewIPLockInformer constructs a new informer for IPLock type.
 // Always prefer using an informer factory to get a shared informer instead of getting an independent
 // one. This reduces memory footprint and number of connections to the server.
+// If you really need an independent one, prefer using the type-safe variant (see [NewTypedIPLockInformer]).
 func NewIPLockInformer(client versioned.Interface, namespace string, resyncPeriod time.Duration, indexers cache.Indexers) cache.SharedIndexInformer {
-	return NewFilteredIPLockInformer(client, namespace, resyncPeriod, indexers, nil)
+	return NewIPLockInformerWithOptions(client, namespace, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: indexers})
+}
+
+// NewTypedIPLockInformer constructs a new informer for IPLock type.
+// Always prefer using an informer factory to get a shared informer instead of getting an independent
+// one. This reduces memory footprint and number of connections to the server.
+func NewTypedIPLockInformer(client versioned.Interface, namespace string, resyncPeriod time.Duration, indexers IPLockIndexers) IPLockIndexInformer {
+	return NewTypedIPLockInformerWithOptions(client, namespace, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: cache.TypedIndexersToIndexers(indexers)})
 }
 
 // NewFilteredIPLockInformer constructs a new informer for IPLock type.
 // Always prefer using an informer factory to get a shared informer instead of getting an independent
 // one. This reduces memory footprint and number of connections to the server.
+// If you really need an independent one, prefer using the type-safe variant (see [NewTypedFilteredIPLockInformer]).
 func NewFilteredIPLockInformer(client versioned.Interface, namespace string, resyncPeriod time.Duration, indexers cache.Indexers, tweakListOptions internalinterfaces.TweakListOptionsFunc) cache.SharedIndexInformer {
-	return cache.NewSharedIndexInformer(
-		&cache.ListWatch{
-			ListFunc: func(options v1.ListOptions) (runtime.Object, error) {
+	return NewTypedIPLockInformerWithOptions(client, namespace, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: indexers, TweakListOptions: tweakListOptions})
+}
+
+// NewTypedFilteredIPLockInformer constructs a new informer for IPLock type.
+// Always prefer using an informer factory to get a shared informer instead of getting an independent
+// one. This reduces memory footprint and number of connections to the server.
+func NewTypedFilteredIPLockInformer(client versioned.Interface, namespace string, resyncPeriod time.Duration, indexers IPLockIndexers, tweakListOptions internalinterfaces.TweakListOptionsFunc) IPLockIndexInformer {
+	return NewTypedIPLockInformerWithOptions(client, namespace, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: cache.TypedIndexersToIndexers(indexers), TweakListOptions: tweakListOptions})
+}
+
+// NewIPLockInformerWithOptions constructs a new informer for IPLock type with additional options.
+// Always prefer using an informer factory to get a shared informer instead of getting an independent
+// one. This reduces memory footprint and number of connections to the server.
+// If you really need an independent one, prefer using the type-safe variant (see [NewTypedIPLockInformerWithOptions]).
+func NewIPLockInformerWithOptions(client versioned.Interface, namespace string, options internalinterfaces.InformerOptions) cache.SharedIndexInformer {
+	return NewTypedIPLockInformerWithOptions(client, namespace, options)
+}
+
+// NewTypedIPLockInformerWithOptions constructs a new informer for IPLock type with additional options.
+// Always prefer using an informer factory to get a shared informer instead of getting an independent
+// one. This reduces memory footprint and number of connections to the server.
+func NewTypedIPLockInformerWithOptions(client versioned.Interface, namespace string, options internalinterfaces.InformerOptions) IPLockIndexInformer {
+	gvr := schema.GroupVersionResource{Group: "network.example.com", Version: "v1alpha1", Resource: "iplocks"}
+	identifier := options.InformerName.WithResource(gvr)
+	tweakListOptions := options.TweakListOptions
+	return cache.NewTypedSharedIndexInformer[*apisnetworkv1alpha1.IPLock](cache.NewSharedIndexInformerWithOptions(
+		cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+			ListFunc: func(opts v1.ListOptions) (runtime.Object, error) {
 				if tweakListOptions != nil {
-					tweakListOptions(&options)
+					tweakListOptions(&opts)
 				}
-				return client.NetworkV1alpha1().IPLocks(namespace).List(context.Background(), options)
+				return client.NetworkV1alpha1().IPLocks(namespace).List(context.Background(), opts)
 			},
-			WatchFunc: func(options v1.ListOptions) (watch.Interface, error) {
+			WatchFunc: func(opts v1.ListOptions) (watch.Interface, error) {
 				if tweakListOptions != nil {
-					tweakListOptions(&options)
+					tweakListOptions(&opts)
 				}
-				return client.NetworkV1alpha1().IPLocks(namespace).Watch(context.Background(), options)
+				return client.NetworkV1alpha1().IPLocks(namespace).Watch(context.Background(), opts)
 			},
-			ListWithContextFunc: func(ctx context.Context, options v1.ListOptions) (runtime.Object, error) {
+			ListWithContextFunc: func(ctx context.Context, opts v1.ListOptions) (runtime.Object, error) {
 				if tweakListOptions != nil {
-					tweakListOptions(&options)
+					tweakListOptions(&opts)
 				}
-				return client.NetworkV1alpha1().IPLocks(namespace).List(ctx, options)
+				return client.NetworkV1alpha1().IPLocks(namespace).List(ctx, opts)
 			},
-			WatchFuncWithContext: func(ctx context.Context, options v1.ListOptions) (watch.Interface, error) {
+			WatchFuncWithContext: func(ctx context.Context, opts v1.ListOptions) (watch.Interface, error) {
 				if tweakListOptions != nil {
-					tweakListOptions(&options)
+					tweakListOptions(&opts)
 				}
-				return client.NetworkV1alpha1().IPLocks(namespace).Watch(ctx, options)
+				return client.NetworkV1alpha1().IPLocks(namespace).Watch(ctx, opts)
 			},
-		},
+		}, client),
 		&apisnetworkv1alpha1.IPLock{},
-		resyncPeriod,
-		indexers,
-	)
+		cache.SharedIndexInformerOptions{
+			ResyncPeriod: options.ResyncPeriod,
+			Indexers:     options.Indexers,
+			Identifier:   identifier,
+		},
+	))
 }
 
 func (f *iPLockInformer) defaultInformer(client versioned.Interface, resyncPeriod time.Duration) cache.SharedIndexInformer {
-	return NewFilteredIPLockInformer(client, f.namespace, resyncPeriod, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, f.tweakListOptions)
+	return NewTypedIPLockInformerWithOptions(client, f.namespace, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, InformerName: f.factory.InformerName(), TweakListOptions: f.tweakListOptions})
 }
 
 func (f *iPLockInformer) Informer() cache.SharedIndexInformer {
-	return f.factory.InformerFor(&apisnetworkv1alpha1.IPLock{}, f.defaultInformer)
+	return f.TypedInformer()
+}
+
+func (f *iPLockInformer) TypedInformer() IPLockIndexInformer {
+	return cache.NewTypedSharedIndexInformer[*apisnetworkv1alpha1.IPLock](f.factory.InformerFor(&apisnetworkv1alpha1.IPLock{}, f.defaultInformer))
 }
 
 func (f *iPLockInformer) Lister() networkv1alpha1.IPLockLister {
 	return networkv1alpha1.NewIPLockLister(f.Informer().GetIndexer())
+}
+
+// ToTypedIPLockInformer converts an untyped informer into a TypedIPLockInformer.
+//
+// WARNING: this conversion is only safe if the informer handles objects of type
+// *IPLock. If that is not the case, calling type-safe methods of the returned
+// TypedIPLockInformer leads to runtime panics. A safer alternative is to pass
+// around a TypedIPLockInformer instances that was obtained from a
+// SharedInformerFactory.
+func ToTypedIPLockInformer(informer IPLockInformer) TypedIPLockInformer {
+	if informer, ok := informer.(TypedIPLockInformer); ok {
+		return informer
+	}
+	return &iPLockTypedInformerAdapter{informer}
+}
+
+type iPLockTypedInformerAdapter struct {
+	IPLockInformer
+}
+
+func (a *iPLockTypedInformerAdapter) TypedInformer() IPLockIndexInformer {
+	return cache.NewTypedSharedIndexInformer[*apisnetworkv1alpha1.IPLock](a.Informer())
+}
+
+// ToIPLockIndexInformer converts an untyped informer into a IPLockIndexInformer.
+//
+// WARNING: this conversion is only safe if the informer handles objects of type
+// *IPLock. If that is not the case, calling type-safe methods of the returned
+// IPLockIndexInformer leads to runtime panics. A safer alternative is to pass
+// around a IPLockIndexInformer instances that was obtained from a
+// SharedInformerFactory.
+func ToIPLockIndexInformer(informer cache.SharedIndexInformer) IPLockIndexInformer {
+	if informer, ok := informer.(IPLockIndexInformer); ok {
+		return informer
+	}
+	return cache.NewTypedSharedIndexInformer[*apisnetworkv1alpha1.IPLock](informer)
 }

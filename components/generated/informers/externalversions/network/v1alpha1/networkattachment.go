@@ -12,16 +12,45 @@ import (
 	networkv1alpha1 "github.com/kos-sdn/kos/components/generated/listers/network/v1alpha1"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
+	schema "k8s.io/apimachinery/pkg/runtime/schema"
 	watch "k8s.io/apimachinery/pkg/watch"
 	cache "k8s.io/client-go/tools/cache"
 )
 
 // NetworkAttachmentInformer provides access to a shared informer and lister for
-// NetworkAttachments.
+// NetworkAttachments. Prefer using the type-safe variant (see [TypedNetworkAttachmentInformer]).
 type NetworkAttachmentInformer interface {
 	Informer() cache.SharedIndexInformer
 	Lister() networkv1alpha1.NetworkAttachmentLister
 }
+
+// TypedNetworkAttachmentInformer provides access to a shared informer and lister for
+// NetworkAttachments, including the type-safe TypedInformer variant.
+// It is a superset of NetworkAttachmentInformer.
+type TypedNetworkAttachmentInformer interface {
+	Informer() cache.SharedIndexInformer
+	TypedInformer() NetworkAttachmentIndexInformer
+	Lister() networkv1alpha1.NetworkAttachmentLister
+}
+
+// NetworkAttachmentIndexInformer is a wrapper around the underlying [cache.SharedIndexInformer]
+// with type-safe variants of several methods.
+type NetworkAttachmentIndexInformer cache.TypedSharedIndexInformer[*apisnetworkv1alpha1.NetworkAttachment]
+
+// NetworkAttachmentHandlerFuncs is a specialization of [cache.TypedResourceEventHandlerFuncs] for NetworkAttachment.
+type NetworkAttachmentHandlerFuncs = cache.TypedResourceEventHandlerFuncs[*apisnetworkv1alpha1.NetworkAttachment]
+
+// NetworkAttachmentDetailedHandlerFuncs is a specialization of [cache.TypedResourceEventHandlerDetailedFuncs] for NetworkAttachment.
+type NetworkAttachmentDetailedHandlerFuncs = cache.TypedResourceEventHandlerDetailedFuncs[*apisnetworkv1alpha1.NetworkAttachment]
+
+// NetworkAttachmentFilteringHandler is a specialization of [cache.TypedFilteringResourceEventHandler] for NetworkAttachment.
+type NetworkAttachmentFilteringHandler = cache.TypedFilteringResourceEventHandler[*apisnetworkv1alpha1.NetworkAttachment]
+
+// NetworkAttachmentIndexers is a specialization of [cache.TypedIndexers] for NetworkAttachment.
+type NetworkAttachmentIndexers = cache.TypedIndexers[*apisnetworkv1alpha1.NetworkAttachment]
+
+// DeletedNetworkAttachment is a specialization of [cache.DeletedObject] for NetworkAttachment.
+type DeletedNetworkAttachment = cache.DeletedObject[*apisnetworkv1alpha1.NetworkAttachment]
 
 type networkAttachmentInformer struct {
 	factory          internalinterfaces.SharedInformerFactory
@@ -32,55 +61,132 @@ type networkAttachmentInformer struct {
 // NewNetworkAttachmentInformer constructs a new informer for NetworkAttachment type.
 // Always prefer using an informer factory to get a shared informer instead of getting an independent
 // one. This reduces memory footprint and number of connections to the server.
+// If you really need an independent one, prefer using the type-safe variant (see [NewTypedNetworkAttachmentInformer]).
 func NewNetworkAttachmentInformer(client versioned.Interface, namespace string, resyncPeriod time.Duration, indexers cache.Indexers) cache.SharedIndexInformer {
-	return NewFilteredNetworkAttachmentInformer(client, namespace, resyncPeriod, indexers, nil)
+	return NewNetworkAttachmentInformerWithOptions(client, namespace, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: indexers})
+}
+
+// NewTypedNetworkAttachmentInformer constructs a new informer for NetworkAttachment type.
+// Always prefer using an informer factory to get a shared informer instead of getting an independent
+// one. This reduces memory footprint and number of connections to the server.
+func NewTypedNetworkAttachmentInformer(client versioned.Interface, namespace string, resyncPeriod time.Duration, indexers NetworkAttachmentIndexers) NetworkAttachmentIndexInformer {
+	return NewTypedNetworkAttachmentInformerWithOptions(client, namespace, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: cache.TypedIndexersToIndexers(indexers)})
 }
 
 // NewFilteredNetworkAttachmentInformer constructs a new informer for NetworkAttachment type.
 // Always prefer using an informer factory to get a shared informer instead of getting an independent
 // one. This reduces memory footprint and number of connections to the server.
+// If you really need an independent one, prefer using the type-safe variant (see [NewTypedFilteredNetworkAttachmentInformer]).
 func NewFilteredNetworkAttachmentInformer(client versioned.Interface, namespace string, resyncPeriod time.Duration, indexers cache.Indexers, tweakListOptions internalinterfaces.TweakListOptionsFunc) cache.SharedIndexInformer {
-	return cache.NewSharedIndexInformer(
-		&cache.ListWatch{
-			ListFunc: func(options v1.ListOptions) (runtime.Object, error) {
+	return NewTypedNetworkAttachmentInformerWithOptions(client, namespace, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: indexers, TweakListOptions: tweakListOptions})
+}
+
+// NewTypedFilteredNetworkAttachmentInformer constructs a new informer for NetworkAttachment type.
+// Always prefer using an informer factory to get a shared informer instead of getting an independent
+// one. This reduces memory footprint and number of connections to the server.
+func NewTypedFilteredNetworkAttachmentInformer(client versioned.Interface, namespace string, resyncPeriod time.Duration, indexers NetworkAttachmentIndexers, tweakListOptions internalinterfaces.TweakListOptionsFunc) NetworkAttachmentIndexInformer {
+	return NewTypedNetworkAttachmentInformerWithOptions(client, namespace, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: cache.TypedIndexersToIndexers(indexers), TweakListOptions: tweakListOptions})
+}
+
+// NewNetworkAttachmentInformerWithOptions constructs a new informer for NetworkAttachment type with additional options.
+// Always prefer using an informer factory to get a shared informer instead of getting an independent
+// one. This reduces memory footprint and number of connections to the server.
+// If you really need an independent one, prefer using the type-safe variant (see [NewTypedNetworkAttachmentInformerWithOptions]).
+func NewNetworkAttachmentInformerWithOptions(client versioned.Interface, namespace string, options internalinterfaces.InformerOptions) cache.SharedIndexInformer {
+	return NewTypedNetworkAttachmentInformerWithOptions(client, namespace, options)
+}
+
+// NewTypedNetworkAttachmentInformerWithOptions constructs a new informer for NetworkAttachment type with additional options.
+// Always prefer using an informer factory to get a shared informer instead of getting an independent
+// one. This reduces memory footprint and number of connections to the server.
+func NewTypedNetworkAttachmentInformerWithOptions(client versioned.Interface, namespace string, options internalinterfaces.InformerOptions) NetworkAttachmentIndexInformer {
+	gvr := schema.GroupVersionResource{Group: "network.example.com", Version: "v1alpha1", Resource: "networkattachments"}
+	identifier := options.InformerName.WithResource(gvr)
+	tweakListOptions := options.TweakListOptions
+	return cache.NewTypedSharedIndexInformer[*apisnetworkv1alpha1.NetworkAttachment](cache.NewSharedIndexInformerWithOptions(
+		cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+			ListFunc: func(opts v1.ListOptions) (runtime.Object, error) {
 				if tweakListOptions != nil {
-					tweakListOptions(&options)
+					tweakListOptions(&opts)
 				}
-				return client.NetworkV1alpha1().NetworkAttachments(namespace).List(context.Background(), options)
+				return client.NetworkV1alpha1().NetworkAttachments(namespace).List(context.Background(), opts)
 			},
-			WatchFunc: func(options v1.ListOptions) (watch.Interface, error) {
+			WatchFunc: func(opts v1.ListOptions) (watch.Interface, error) {
 				if tweakListOptions != nil {
-					tweakListOptions(&options)
+					tweakListOptions(&opts)
 				}
-				return client.NetworkV1alpha1().NetworkAttachments(namespace).Watch(context.Background(), options)
+				return client.NetworkV1alpha1().NetworkAttachments(namespace).Watch(context.Background(), opts)
 			},
-			ListWithContextFunc: func(ctx context.Context, options v1.ListOptions) (runtime.Object, error) {
+			ListWithContextFunc: func(ctx context.Context, opts v1.ListOptions) (runtime.Object, error) {
 				if tweakListOptions != nil {
-					tweakListOptions(&options)
+					tweakListOptions(&opts)
 				}
-				return client.NetworkV1alpha1().NetworkAttachments(namespace).List(ctx, options)
+				return client.NetworkV1alpha1().NetworkAttachments(namespace).List(ctx, opts)
 			},
-			WatchFuncWithContext: func(ctx context.Context, options v1.ListOptions) (watch.Interface, error) {
+			WatchFuncWithContext: func(ctx context.Context, opts v1.ListOptions) (watch.Interface, error) {
 				if tweakListOptions != nil {
-					tweakListOptions(&options)
+					tweakListOptions(&opts)
 				}
-				return client.NetworkV1alpha1().NetworkAttachments(namespace).Watch(ctx, options)
+				return client.NetworkV1alpha1().NetworkAttachments(namespace).Watch(ctx, opts)
 			},
-		},
+		}, client),
 		&apisnetworkv1alpha1.NetworkAttachment{},
-		resyncPeriod,
-		indexers,
-	)
+		cache.SharedIndexInformerOptions{
+			ResyncPeriod: options.ResyncPeriod,
+			Indexers:     options.Indexers,
+			Identifier:   identifier,
+		},
+	))
 }
 
 func (f *networkAttachmentInformer) defaultInformer(client versioned.Interface, resyncPeriod time.Duration) cache.SharedIndexInformer {
-	return NewFilteredNetworkAttachmentInformer(client, f.namespace, resyncPeriod, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, f.tweakListOptions)
+	return NewTypedNetworkAttachmentInformerWithOptions(client, f.namespace, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, InformerName: f.factory.InformerName(), TweakListOptions: f.tweakListOptions})
 }
 
 func (f *networkAttachmentInformer) Informer() cache.SharedIndexInformer {
-	return f.factory.InformerFor(&apisnetworkv1alpha1.NetworkAttachment{}, f.defaultInformer)
+	return f.TypedInformer()
+}
+
+func (f *networkAttachmentInformer) TypedInformer() NetworkAttachmentIndexInformer {
+	return cache.NewTypedSharedIndexInformer[*apisnetworkv1alpha1.NetworkAttachment](f.factory.InformerFor(&apisnetworkv1alpha1.NetworkAttachment{}, f.defaultInformer))
 }
 
 func (f *networkAttachmentInformer) Lister() networkv1alpha1.NetworkAttachmentLister {
 	return networkv1alpha1.NewNetworkAttachmentLister(f.Informer().GetIndexer())
+}
+
+// ToTypedNetworkAttachmentInformer converts an untyped informer into a TypedNetworkAttachmentInformer.
+//
+// WARNING: this conversion is only safe if the informer handles objects of type
+// *NetworkAttachment. If that is not the case, calling type-safe methods of the returned
+// TypedNetworkAttachmentInformer leads to runtime panics. A safer alternative is to pass
+// around a TypedNetworkAttachmentInformer instances that was obtained from a
+// SharedInformerFactory.
+func ToTypedNetworkAttachmentInformer(informer NetworkAttachmentInformer) TypedNetworkAttachmentInformer {
+	if informer, ok := informer.(TypedNetworkAttachmentInformer); ok {
+		return informer
+	}
+	return &networkAttachmentTypedInformerAdapter{informer}
+}
+
+type networkAttachmentTypedInformerAdapter struct {
+	NetworkAttachmentInformer
+}
+
+func (a *networkAttachmentTypedInformerAdapter) TypedInformer() NetworkAttachmentIndexInformer {
+	return cache.NewTypedSharedIndexInformer[*apisnetworkv1alpha1.NetworkAttachment](a.Informer())
+}
+
+// ToNetworkAttachmentIndexInformer converts an untyped informer into a NetworkAttachmentIndexInformer.
+//
+// WARNING: this conversion is only safe if the informer handles objects of type
+// *NetworkAttachment. If that is not the case, calling type-safe methods of the returned
+// NetworkAttachmentIndexInformer leads to runtime panics. A safer alternative is to pass
+// around a NetworkAttachmentIndexInformer instances that was obtained from a
+// SharedInformerFactory.
+func ToNetworkAttachmentIndexInformer(informer cache.SharedIndexInformer) NetworkAttachmentIndexInformer {
+	if informer, ok := informer.(NetworkAttachmentIndexInformer); ok {
+		return informer
+	}
+	return cache.NewTypedSharedIndexInformer[*apisnetworkv1alpha1.NetworkAttachment](informer)
 }

@@ -12,16 +12,45 @@ import (
 	networkv1alpha1 "github.com/kos-sdn/kos/components/generated/listers/network/v1alpha1"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
+	schema "k8s.io/apimachinery/pkg/runtime/schema"
 	watch "k8s.io/apimachinery/pkg/watch"
 	cache "k8s.io/client-go/tools/cache"
 )
 
 // SubnetInformer provides access to a shared informer and lister for
-// Subnets.
+// Subnets. Prefer using the type-safe variant (see [TypedSubnetInformer]).
 type SubnetInformer interface {
 	Informer() cache.SharedIndexInformer
 	Lister() networkv1alpha1.SubnetLister
 }
+
+// TypedSubnetInformer provides access to a shared informer and lister for
+// Subnets, including the type-safe TypedInformer variant.
+// It is a superset of SubnetInformer.
+type TypedSubnetInformer interface {
+	Informer() cache.SharedIndexInformer
+	TypedInformer() SubnetIndexInformer
+	Lister() networkv1alpha1.SubnetLister
+}
+
+// SubnetIndexInformer is a wrapper around the underlying [cache.SharedIndexInformer]
+// with type-safe variants of several methods.
+type SubnetIndexInformer cache.TypedSharedIndexInformer[*apisnetworkv1alpha1.Subnet]
+
+// SubnetHandlerFuncs is a specialization of [cache.TypedResourceEventHandlerFuncs] for Subnet.
+type SubnetHandlerFuncs = cache.TypedResourceEventHandlerFuncs[*apisnetworkv1alpha1.Subnet]
+
+// SubnetDetailedHandlerFuncs is a specialization of [cache.TypedResourceEventHandlerDetailedFuncs] for Subnet.
+type SubnetDetailedHandlerFuncs = cache.TypedResourceEventHandlerDetailedFuncs[*apisnetworkv1alpha1.Subnet]
+
+// SubnetFilteringHandler is a specialization of [cache.TypedFilteringResourceEventHandler] for Subnet.
+type SubnetFilteringHandler = cache.TypedFilteringResourceEventHandler[*apisnetworkv1alpha1.Subnet]
+
+// SubnetIndexers is a specialization of [cache.TypedIndexers] for Subnet.
+type SubnetIndexers = cache.TypedIndexers[*apisnetworkv1alpha1.Subnet]
+
+// DeletedSubnet is a specialization of [cache.DeletedObject] for Subnet.
+type DeletedSubnet = cache.DeletedObject[*apisnetworkv1alpha1.Subnet]
 
 type subnetInformer struct {
 	factory          internalinterfaces.SharedInformerFactory
@@ -32,55 +61,132 @@ type subnetInformer struct {
 // NewSubnetInformer constructs a new informer for Subnet type.
 // Always prefer using an informer factory to get a shared informer instead of getting an independent
 // one. This reduces memory footprint and number of connections to the server.
+// If you really need an independent one, prefer using the type-safe variant (see [NewTypedSubnetInformer]).
 func NewSubnetInformer(client versioned.Interface, namespace string, resyncPeriod time.Duration, indexers cache.Indexers) cache.SharedIndexInformer {
-	return NewFilteredSubnetInformer(client, namespace, resyncPeriod, indexers, nil)
+	return NewSubnetInformerWithOptions(client, namespace, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: indexers})
+}
+
+// NewTypedSubnetInformer constructs a new informer for Subnet type.
+// Always prefer using an informer factory to get a shared informer instead of getting an independent
+// one. This reduces memory footprint and number of connections to the server.
+func NewTypedSubnetInformer(client versioned.Interface, namespace string, resyncPeriod time.Duration, indexers SubnetIndexers) SubnetIndexInformer {
+	return NewTypedSubnetInformerWithOptions(client, namespace, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: cache.TypedIndexersToIndexers(indexers)})
 }
 
 // NewFilteredSubnetInformer constructs a new informer for Subnet type.
 // Always prefer using an informer factory to get a shared informer instead of getting an independent
 // one. This reduces memory footprint and number of connections to the server.
+// If you really need an independent one, prefer using the type-safe variant (see [NewTypedFilteredSubnetInformer]).
 func NewFilteredSubnetInformer(client versioned.Interface, namespace string, resyncPeriod time.Duration, indexers cache.Indexers, tweakListOptions internalinterfaces.TweakListOptionsFunc) cache.SharedIndexInformer {
-	return cache.NewSharedIndexInformer(
-		&cache.ListWatch{
-			ListFunc: func(options v1.ListOptions) (runtime.Object, error) {
+	return NewTypedSubnetInformerWithOptions(client, namespace, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: indexers, TweakListOptions: tweakListOptions})
+}
+
+// NewTypedFilteredSubnetInformer constructs a new informer for Subnet type.
+// Always prefer using an informer factory to get a shared informer instead of getting an independent
+// one. This reduces memory footprint and number of connections to the server.
+func NewTypedFilteredSubnetInformer(client versioned.Interface, namespace string, resyncPeriod time.Duration, indexers SubnetIndexers, tweakListOptions internalinterfaces.TweakListOptionsFunc) SubnetIndexInformer {
+	return NewTypedSubnetInformerWithOptions(client, namespace, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: cache.TypedIndexersToIndexers(indexers), TweakListOptions: tweakListOptions})
+}
+
+// NewSubnetInformerWithOptions constructs a new informer for Subnet type with additional options.
+// Always prefer using an informer factory to get a shared informer instead of getting an independent
+// one. This reduces memory footprint and number of connections to the server.
+// If you really need an independent one, prefer using the type-safe variant (see [NewTypedSubnetInformerWithOptions]).
+func NewSubnetInformerWithOptions(client versioned.Interface, namespace string, options internalinterfaces.InformerOptions) cache.SharedIndexInformer {
+	return NewTypedSubnetInformerWithOptions(client, namespace, options)
+}
+
+// NewTypedSubnetInformerWithOptions constructs a new informer for Subnet type with additional options.
+// Always prefer using an informer factory to get a shared informer instead of getting an independent
+// one. This reduces memory footprint and number of connections to the server.
+func NewTypedSubnetInformerWithOptions(client versioned.Interface, namespace string, options internalinterfaces.InformerOptions) SubnetIndexInformer {
+	gvr := schema.GroupVersionResource{Group: "network.example.com", Version: "v1alpha1", Resource: "subnets"}
+	identifier := options.InformerName.WithResource(gvr)
+	tweakListOptions := options.TweakListOptions
+	return cache.NewTypedSharedIndexInformer[*apisnetworkv1alpha1.Subnet](cache.NewSharedIndexInformerWithOptions(
+		cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+			ListFunc: func(opts v1.ListOptions) (runtime.Object, error) {
 				if tweakListOptions != nil {
-					tweakListOptions(&options)
+					tweakListOptions(&opts)
 				}
-				return client.NetworkV1alpha1().Subnets(namespace).List(context.Background(), options)
+				return client.NetworkV1alpha1().Subnets(namespace).List(context.Background(), opts)
 			},
-			WatchFunc: func(options v1.ListOptions) (watch.Interface, error) {
+			WatchFunc: func(opts v1.ListOptions) (watch.Interface, error) {
 				if tweakListOptions != nil {
-					tweakListOptions(&options)
+					tweakListOptions(&opts)
 				}
-				return client.NetworkV1alpha1().Subnets(namespace).Watch(context.Background(), options)
+				return client.NetworkV1alpha1().Subnets(namespace).Watch(context.Background(), opts)
 			},
-			ListWithContextFunc: func(ctx context.Context, options v1.ListOptions) (runtime.Object, error) {
+			ListWithContextFunc: func(ctx context.Context, opts v1.ListOptions) (runtime.Object, error) {
 				if tweakListOptions != nil {
-					tweakListOptions(&options)
+					tweakListOptions(&opts)
 				}
-				return client.NetworkV1alpha1().Subnets(namespace).List(ctx, options)
+				return client.NetworkV1alpha1().Subnets(namespace).List(ctx, opts)
 			},
-			WatchFuncWithContext: func(ctx context.Context, options v1.ListOptions) (watch.Interface, error) {
+			WatchFuncWithContext: func(ctx context.Context, opts v1.ListOptions) (watch.Interface, error) {
 				if tweakListOptions != nil {
-					tweakListOptions(&options)
+					tweakListOptions(&opts)
 				}
-				return client.NetworkV1alpha1().Subnets(namespace).Watch(ctx, options)
+				return client.NetworkV1alpha1().Subnets(namespace).Watch(ctx, opts)
 			},
-		},
+		}, client),
 		&apisnetworkv1alpha1.Subnet{},
-		resyncPeriod,
-		indexers,
-	)
+		cache.SharedIndexInformerOptions{
+			ResyncPeriod: options.ResyncPeriod,
+			Indexers:     options.Indexers,
+			Identifier:   identifier,
+		},
+	))
 }
 
 func (f *subnetInformer) defaultInformer(client versioned.Interface, resyncPeriod time.Duration) cache.SharedIndexInformer {
-	return NewFilteredSubnetInformer(client, f.namespace, resyncPeriod, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, f.tweakListOptions)
+	return NewTypedSubnetInformerWithOptions(client, f.namespace, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, InformerName: f.factory.InformerName(), TweakListOptions: f.tweakListOptions})
 }
 
 func (f *subnetInformer) Informer() cache.SharedIndexInformer {
-	return f.factory.InformerFor(&apisnetworkv1alpha1.Subnet{}, f.defaultInformer)
+	return f.TypedInformer()
+}
+
+func (f *subnetInformer) TypedInformer() SubnetIndexInformer {
+	return cache.NewTypedSharedIndexInformer[*apisnetworkv1alpha1.Subnet](f.factory.InformerFor(&apisnetworkv1alpha1.Subnet{}, f.defaultInformer))
 }
 
 func (f *subnetInformer) Lister() networkv1alpha1.SubnetLister {
 	return networkv1alpha1.NewSubnetLister(f.Informer().GetIndexer())
+}
+
+// ToTypedSubnetInformer converts an untyped informer into a TypedSubnetInformer.
+//
+// WARNING: this conversion is only safe if the informer handles objects of type
+// *Subnet. If that is not the case, calling type-safe methods of the returned
+// TypedSubnetInformer leads to runtime panics. A safer alternative is to pass
+// around a TypedSubnetInformer instances that was obtained from a
+// SharedInformerFactory.
+func ToTypedSubnetInformer(informer SubnetInformer) TypedSubnetInformer {
+	if informer, ok := informer.(TypedSubnetInformer); ok {
+		return informer
+	}
+	return &subnetTypedInformerAdapter{informer}
+}
+
+type subnetTypedInformerAdapter struct {
+	SubnetInformer
+}
+
+func (a *subnetTypedInformerAdapter) TypedInformer() SubnetIndexInformer {
+	return cache.NewTypedSharedIndexInformer[*apisnetworkv1alpha1.Subnet](a.Informer())
+}
+
+// ToSubnetIndexInformer converts an untyped informer into a SubnetIndexInformer.
+//
+// WARNING: this conversion is only safe if the informer handles objects of type
+// *Subnet. If that is not the case, calling type-safe methods of the returned
+// SubnetIndexInformer leads to runtime panics. A safer alternative is to pass
+// around a SubnetIndexInformer instances that was obtained from a
+// SharedInformerFactory.
+func ToSubnetIndexInformer(informer cache.SharedIndexInformer) SubnetIndexInformer {
+	if informer, ok := informer.(SubnetIndexInformer); ok {
+		return informer
+	}
+	return cache.NewTypedSharedIndexInformer[*apisnetworkv1alpha1.Subnet](informer)
 }
