@@ -36,7 +36,9 @@ type Decision struct {
 //     (never downgrade), and an equal one applies when the ids differ or the
 //     manifest hashes do;
 //   - either without a version (kOps 1.22 and later write records without
-//     one): apply when the ids or the manifest hashes differ.
+//     one): apply when the ids or the manifest hashes differ. Plan first
+//     looks such a record's version up in the channel it names
+//     (recordVersions), so this applies only when that fails.
 //
 // The hashes compared are the channel entry's manifestHash and the record's,
 // either possibly empty; no hash of the fetched manifest stands in for a

@@ -89,9 +89,10 @@ func (c *Client) decide(ctx context.Context, items []PlanItem) error {
 	if err != nil {
 		return err
 	}
+	versions := newRecordVersions()
 	for i := range items {
 		a := items[i].Addon
-		items[i].Current = rs.lookup(a.Namespace, a.Name)
+		items[i].Current = versions.fill(ctx, a.Name, rs.lookup(a.Namespace, a.Name))
 		items[i].Pending = rs.pending(a.Namespace, a.Name)
 		items[i].Decision = Decide(a, items[i].Current)
 	}
