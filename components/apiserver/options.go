@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	mutatingadmissionpolicy "k8s.io/apiserver/pkg/admission/plugin/policy/mutating"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
@@ -59,6 +60,12 @@ func NewOptions() *Options {
 	// made after the flags are parsed, so it sees --agent-identities.
 	noderestriction.Register(o.Recommended.Admission.Plugins, func() []string { return o.AgentIdentities })
 	o.Recommended.Admission.RecommendedPluginOrder = append(o.Recommended.Admission.RecommendedPluginOrder, noderestriction.PluginName)
+	// MutatingAdmissionPolicy, on by default since k8s.io/apiserver 0.36,
+	// watches admissionregistration.k8s.io/v1 mutating policies of the main
+	// cluster, which Kubernetes serves only from 1.36 on: on older clusters
+	// its informers never sync and the server never becomes ready. KOS
+	// relies on no such policy; --enable-admission-plugins turns it on.
+	o.Recommended.Admission.DefaultOffPlugins.Insert(mutatingadmissionpolicy.PluginName)
 	// Objects are stored as v1alpha1, whatever version a client used.
 	o.Recommended.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(v1alpha1.SchemeGroupVersion, schema.GroupKind{Group: v1alpha1.GroupName})
 	return o
