@@ -42,7 +42,7 @@ ovs-vswitchd restarts and periodically. It serves Prometheus metrics and
 			if err := o.Validate(); err != nil {
 				return err
 			}
-			config, err := o.Config()
+			config, err := o.Config(cmd.Context())
 			if err != nil {
 				return err
 			}

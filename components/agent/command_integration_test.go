@@ -27,7 +27,7 @@ var (
 
 // buildAgent builds cmd/kos-agent once per test run, into the repository's
 // git-ignored cache, and returns its path.
-func buildAgent(t *testing.T) string {
+func buildAgent(t testing.TB) string {
 	t.Helper()
 	agentBuild.Do(func() {
 		root, err := testenv.RepoRoot()
@@ -54,7 +54,7 @@ func buildAgent(t *testing.T) string {
 }
 
 // freeAddress returns a loopback address with a port nothing listens on.
-func freeAddress(t *testing.T) string {
+func freeAddress(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -72,7 +72,7 @@ type agentProcess struct {
 	done    chan struct{}
 }
 
-func startAgentProcess(t *testing.T, bin string, args ...string) *agentProcess {
+func startAgentProcess(t testing.TB, bin string, args ...string) *agentProcess {
 	t.Helper()
 	p := &agentProcess{metrics: freeAddress(t), log: filepath.Join(t.TempDir(), "kos-agent.log"), done: make(chan struct{})}
 	logFile, err := os.Create(p.log)
@@ -102,7 +102,7 @@ func startAgentProcess(t *testing.T, bin string, args ...string) *agentProcess {
 }
 
 // stop sends SIGTERM and waits for a clean exit.
-func (p *agentProcess) stop(t *testing.T) {
+func (p *agentProcess) stop(t testing.TB) {
 	t.Helper()
 	select {
 	case <-p.done:

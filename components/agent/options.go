@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -8,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -17,6 +17,7 @@ import (
 	"github.com/kos-sdn/kos/components/fabric"
 	"github.com/kos-sdn/kos/components/fabric/logging"
 	"github.com/kos-sdn/kos/components/fabric/ovs"
+	"github.com/kos-sdn/kos/components/kosapi"
 )
 
 // Fabric names for Options.Fabric.
@@ -62,6 +63,9 @@ type Options struct {
 	// KOSCAFile is the CA bundle of kos-apiserver's serving certificate,
 	// for direct access.
 	KOSCAFile string
+	// KOSCAAPIService names the APIService whose caBundle is that CA
+	// bundle, for direct access without a file.
+	KOSCAAPIService string
 
 	// AllowedPrograms may run as postCreateExec and postDeleteExec, with
 	// any arguments.
@@ -118,6 +122,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "The kubeconfig of the main cluster, for Events and, without --kos-api-server, the KOS API through the aggregator. Empty means the in-cluster configuration.")
 	fs.StringVar(&o.KOSServer, "kos-api-server", o.KOSServer, "URL of kos-apiserver, such as https://kos-apiserver.example-com.svc, for direct access with the main cluster's identity; empty reaches the KOS API through the main cluster's kube-apiserver.")
 	fs.StringVar(&o.KOSCAFile, "kos-api-ca-file", o.KOSCAFile, "CA bundle of kos-apiserver's serving certificate, with --kos-api-server.")
+	fs.StringVar(&o.KOSCAAPIService, "kos-api-ca-apiservice", o.KOSCAAPIService, "With --kos-api-server: trust the CA bundle of this APIService of the main cluster (such as v1alpha1.network.example.com), read at start, instead of --kos-api-ca-file.")
 	fs.Float32Var(&o.QPS, "kube-api-qps", o.QPS, "Requests per second to each API server.")
 	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "Burst of requests to each API server.")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "How many attachments to sync at once.")
@@ -170,9 +175,7 @@ func (o *Options) Validate() error {
 	if o.QPS <= 0 || o.Burst < 1 {
 		errs = append(errs, fmt.Errorf("--kube-api-qps %g and --kube-api-burst %d: want both positive", o.QPS, o.Burst))
 	}
-	if o.KOSCAFile != "" && o.KOSServer == "" {
-		errs = append(errs, errors.New("--kos-api-ca-file needs --kos-api-server"))
-	}
+	errs = append(errs, o.kosAccess().Validate()...)
 	for _, p := range o.AllowedPrograms {
 		if !isAbsClean(p) {
 			errs = append(errs, fmt.Errorf("--allowed-programs: %q is not an absolute, clean path", p))
@@ -186,21 +189,23 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
+func (o *Options) kosAccess() kosapi.Access {
+	return kosapi.Access{Server: o.KOSServer, CAFile: o.KOSCAFile, CAAPIService: o.KOSCAAPIService}
+}
+
 // Config turns the settings into the configuration of kos-agent: the
-// client configurations, the fabric and the agent's settings.
-func (o *Options) Config() (*ServerConfig, error) {
+// client configurations, the fabric and the agent's settings. With
+// --kos-api-ca-apiservice it reads that APIService from the main cluster.
+func (o *Options) Config(ctx context.Context) (*ServerConfig, error) {
 	mainCfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("loading the main cluster's configuration: %w", err)
 	}
 	mainCfg.QPS, mainCfg.Burst = o.QPS, o.Burst
 	mainCfg.UserAgent = "kos-agent/" + o.NodeName
-	kosCfg := rest.CopyConfig(mainCfg)
-	if o.KOSServer != "" {
-		kosCfg.Host, kosCfg.APIPath = o.KOSServer, ""
-		if o.KOSCAFile != "" {
-			kosCfg.TLSClientConfig.CAData, kosCfg.TLSClientConfig.CAFile = nil, o.KOSCAFile
-		}
+	kosCfg, err := kosapi.Config(ctx, mainCfg, o.kosAccess())
+	if err != nil {
+		return nil, err
 	}
 
 	var rules []ExecRule

@@ -41,7 +41,7 @@ and health checks on --metrics-bind-address.`,
 			if err := o.Validate(); err != nil {
 				return err
 			}
-			config, err := o.Config()
+			config, err := o.Config(cmd.Context())
 			if err != nil {
 				return err
 			}

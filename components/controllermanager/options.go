@@ -1,16 +1,18 @@
 package controllermanager
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"time"
 
 	"github.com/google/uuid"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
+
+	"github.com/kos-sdn/kos/components/kosapi"
 )
 
 // DefaultMetricsBindAddress is where kos-controller-manager serves
@@ -39,6 +41,9 @@ type Options struct {
 	// KOSCAFile is the CA bundle that signed kos-apiserver's serving
 	// certificate, for direct access.
 	KOSCAFile string
+	// KOSCAAPIService names the APIService whose caBundle is that CA
+	// bundle, for direct access without a file.
+	KOSCAAPIService string
 
 	SubnetValidatorWorkers int
 	IPAMWorkers            int
@@ -87,6 +92,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.IntVar(&o.KOSBurst, "kos-api-burst", o.KOSBurst, "Requests in a burst to the KOS API.")
 	fs.StringVar(&o.KOSServer, "kos-api-server", o.KOSServer, "URL of kos-apiserver, such as https://kos-apiserver.example-com.svc, for direct access; empty reaches the KOS API through the main cluster's kube-apiserver.")
 	fs.StringVar(&o.KOSCAFile, "kos-api-ca-file", o.KOSCAFile, "CA bundle of kos-apiserver's serving certificate, with --kos-api-server.")
+	fs.StringVar(&o.KOSCAAPIService, "kos-api-ca-apiservice", o.KOSCAAPIService, "With --kos-api-server: trust the CA bundle of this APIService of the main cluster (such as v1alpha1.network.example.com), read at start, instead of --kos-api-ca-file.")
 
 	fs = fss.FlagSet("controllers")
 	fs.IntVar(&o.SubnetValidatorWorkers, "subnet-validator-workers", o.SubnetValidatorWorkers, "Subnets validated at once.")
@@ -135,33 +141,32 @@ func (o *Options) Validate() error {
 	if o.SubnetValidatorWorkers < 1 || o.IPAMWorkers < 1 {
 		errs = append(errs, fmt.Errorf("--subnet-validator-workers and --ipam-workers must be at least 1, got %d and %d", o.SubnetValidatorWorkers, o.IPAMWorkers))
 	}
-	if o.KOSCAFile != "" && o.KOSServer == "" {
-		errs = append(errs, errors.New("--kos-api-ca-file needs --kos-api-server"))
-	}
+	errs = append(errs, o.kosAccess().Validate()...)
 	if o.LeaderElect && !(o.LeaseDuration > o.RenewDeadline && o.RenewDeadline > o.RetryPeriod && o.RetryPeriod > 0) {
 		errs = append(errs, fmt.Errorf("leader election needs lease duration > renew deadline > retry period > 0, got %s, %s, %s", o.LeaseDuration, o.RenewDeadline, o.RetryPeriod))
 	}
 	return errors.Join(errs...)
 }
 
-// Config loads the kubeconfig and returns the manager's configuration.
-func (o *Options) Config() (*Config, error) {
+func (o *Options) kosAccess() kosapi.Access {
+	return kosapi.Access{Server: o.KOSServer, CAFile: o.KOSCAFile, CAAPIService: o.KOSCAAPIService}
+}
+
+// Config loads the kubeconfig and returns the manager's configuration. With
+// --kos-api-ca-apiservice it reads that APIService from the main cluster.
+func (o *Options) Config(ctx context.Context) (*Config, error) {
 	kube, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("loading the main cluster's client configuration: %w", err)
 	}
 	kube.QPS, kube.Burst = o.QPS, o.Burst
-	kos := rest.CopyConfig(kube)
-	kos.QPS, kos.Burst = o.KOSQPS, o.KOSBurst
-	if o.KOSServer != "" {
-		// The same identity, presented to kos-apiserver, which asks the
-		// main cluster about it.
-		kos.Host = o.KOSServer
-		kos.APIPath = ""
-		if o.KOSCAFile != "" {
-			kos.TLSClientConfig.CAData, kos.TLSClientConfig.CAFile = nil, o.KOSCAFile
-		}
+	// The same identity, presented to kos-apiserver directly or through
+	// the aggregator.
+	kos, err := kosapi.Config(ctx, kube, o.kosAccess())
+	if err != nil {
+		return nil, err
 	}
+	kos.QPS, kos.Burst = o.KOSQPS, o.KOSBurst
 	cfg := &Config{
 		Kube:                   kube,
 		KOS:                    kos,

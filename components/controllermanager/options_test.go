@@ -1,6 +1,7 @@
 package controllermanager
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -78,7 +79,7 @@ func TestOptionsConfig(t *testing.T) {
 			if err := o.Validate(); err != nil {
 				t.Fatalf("Validate: %v", err)
 			}
-			cfg, err := o.Config()
+			cfg, err := o.Config(context.Background())
 			if err != nil {
 				t.Fatalf("Config: %v", err)
 			}
