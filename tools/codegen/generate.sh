@@ -46,7 +46,12 @@ rm -rf components/generated/clientset components/generated/listers \
 
 # The OpenAPI definitions also cover the apimachinery types ours embed, so that
 # the server can publish a complete schema (kubectl explain reads it).
+# Our types name their OpenAPI models (OpenAPIModelName, in
+# zz_generated.model_name.go, from +k8s:openapi-model-package) as the
+# apimachinery types do since 0.37: the server finds each kind's
+# group-version-kind by that name.
 "$bin/openapi-gen" --go-header-file "$header" --output-file zz_generated.openapi.go \
+  --output-model-name-file zz_generated.model_name.go \
   --output-dir components/generated/openapi --output-pkg "$gen/openapi" \
   --report-filename "$here/api-rule-violations.list" \
   k8s.io/apimachinery/pkg/apis/meta/v1 \

@@ -6,6 +6,7 @@
 package openapi
 
 import (
+	v1alpha1 "github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
 	version "k8s.io/apimachinery/pkg/version"
@@ -15,75 +16,75 @@ import (
 
 func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 	return map[string]common.OpenAPIDefinition{
-		"github.com/kos-sdn/kos/components/apis/network/v1alpha1.ExecReport":              schema_components_apis_network_v1alpha1_ExecReport(ref),
-		"github.com/kos-sdn/kos/components/apis/network/v1alpha1.ExtendedObjectMeta":      schema_components_apis_network_v1alpha1_ExtendedObjectMeta(ref),
-		"github.com/kos-sdn/kos/components/apis/network/v1alpha1.IPLock":                  schema_components_apis_network_v1alpha1_IPLock(ref),
-		"github.com/kos-sdn/kos/components/apis/network/v1alpha1.IPLockList":              schema_components_apis_network_v1alpha1_IPLockList(ref),
-		"github.com/kos-sdn/kos/components/apis/network/v1alpha1.IPLockSpec":              schema_components_apis_network_v1alpha1_IPLockSpec(ref),
-		"github.com/kos-sdn/kos/components/apis/network/v1alpha1.NetworkAttachment":       schema_components_apis_network_v1alpha1_NetworkAttachment(ref),
-		"github.com/kos-sdn/kos/components/apis/network/v1alpha1.NetworkAttachmentErrors": schema_components_apis_network_v1alpha1_NetworkAttachmentErrors(ref),
-		"github.com/kos-sdn/kos/components/apis/network/v1alpha1.NetworkAttachmentList":   schema_components_apis_network_v1alpha1_NetworkAttachmentList(ref),
-		"github.com/kos-sdn/kos/components/apis/network/v1alpha1.NetworkAttachmentSpec":   schema_components_apis_network_v1alpha1_NetworkAttachmentSpec(ref),
-		"github.com/kos-sdn/kos/components/apis/network/v1alpha1.NetworkAttachmentStatus": schema_components_apis_network_v1alpha1_NetworkAttachmentStatus(ref),
-		"github.com/kos-sdn/kos/components/apis/network/v1alpha1.ObjectWrite":             schema_components_apis_network_v1alpha1_ObjectWrite(ref),
-		"github.com/kos-sdn/kos/components/apis/network/v1alpha1.Subnet":                  schema_components_apis_network_v1alpha1_Subnet(ref),
-		"github.com/kos-sdn/kos/components/apis/network/v1alpha1.SubnetList":              schema_components_apis_network_v1alpha1_SubnetList(ref),
-		"github.com/kos-sdn/kos/components/apis/network/v1alpha1.SubnetSpec":              schema_components_apis_network_v1alpha1_SubnetSpec(ref),
-		"github.com/kos-sdn/kos/components/apis/network/v1alpha1.SubnetStatus":            schema_components_apis_network_v1alpha1_SubnetStatus(ref),
-		v1.APIGroup{}.OpenAPIModelName():                                                  schema_pkg_apis_meta_v1_APIGroup(ref),
-		v1.APIGroupList{}.OpenAPIModelName():                                              schema_pkg_apis_meta_v1_APIGroupList(ref),
-		v1.APIResource{}.OpenAPIModelName():                                               schema_pkg_apis_meta_v1_APIResource(ref),
-		v1.APIResourceList{}.OpenAPIModelName():                                           schema_pkg_apis_meta_v1_APIResourceList(ref),
-		v1.APIVersions{}.OpenAPIModelName():                                               schema_pkg_apis_meta_v1_APIVersions(ref),
-		v1.ApplyOptions{}.OpenAPIModelName():                                              schema_pkg_apis_meta_v1_ApplyOptions(ref),
-		v1.Condition{}.OpenAPIModelName():                                                 schema_pkg_apis_meta_v1_Condition(ref),
-		v1.CreateOptions{}.OpenAPIModelName():                                             schema_pkg_apis_meta_v1_CreateOptions(ref),
-		v1.DeleteOptions{}.OpenAPIModelName():                                             schema_pkg_apis_meta_v1_DeleteOptions(ref),
-		v1.Duration{}.OpenAPIModelName():                                                  schema_pkg_apis_meta_v1_Duration(ref),
-		v1.FieldSelectorRequirement{}.OpenAPIModelName():                                  schema_pkg_apis_meta_v1_FieldSelectorRequirement(ref),
-		v1.FieldsV1{}.OpenAPIModelName():                                                  schema_pkg_apis_meta_v1_FieldsV1(ref),
-		v1.GetOptions{}.OpenAPIModelName():                                                schema_pkg_apis_meta_v1_GetOptions(ref),
-		v1.GroupKind{}.OpenAPIModelName():                                                 schema_pkg_apis_meta_v1_GroupKind(ref),
-		v1.GroupResource{}.OpenAPIModelName():                                             schema_pkg_apis_meta_v1_GroupResource(ref),
-		v1.GroupVersion{}.OpenAPIModelName():                                              schema_pkg_apis_meta_v1_GroupVersion(ref),
-		v1.GroupVersionForDiscovery{}.OpenAPIModelName():                                  schema_pkg_apis_meta_v1_GroupVersionForDiscovery(ref),
-		v1.GroupVersionKind{}.OpenAPIModelName():                                          schema_pkg_apis_meta_v1_GroupVersionKind(ref),
-		v1.GroupVersionResource{}.OpenAPIModelName():                                      schema_pkg_apis_meta_v1_GroupVersionResource(ref),
-		v1.InternalEvent{}.OpenAPIModelName():                                             schema_pkg_apis_meta_v1_InternalEvent(ref),
-		v1.LabelSelector{}.OpenAPIModelName():                                             schema_pkg_apis_meta_v1_LabelSelector(ref),
-		v1.LabelSelectorRequirement{}.OpenAPIModelName():                                  schema_pkg_apis_meta_v1_LabelSelectorRequirement(ref),
-		v1.List{}.OpenAPIModelName():                                                      schema_pkg_apis_meta_v1_List(ref),
-		v1.ListMeta{}.OpenAPIModelName():                                                  schema_pkg_apis_meta_v1_ListMeta(ref),
-		v1.ListOptions{}.OpenAPIModelName():                                               schema_pkg_apis_meta_v1_ListOptions(ref),
-		v1.ManagedFieldsEntry{}.OpenAPIModelName():                                        schema_pkg_apis_meta_v1_ManagedFieldsEntry(ref),
-		v1.MicroTime{}.OpenAPIModelName():                                                 schema_pkg_apis_meta_v1_MicroTime(ref),
-		v1.ObjectMeta{}.OpenAPIModelName():                                                schema_pkg_apis_meta_v1_ObjectMeta(ref),
-		v1.OwnerReference{}.OpenAPIModelName():                                            schema_pkg_apis_meta_v1_OwnerReference(ref),
-		v1.PartialObjectMetadata{}.OpenAPIModelName():                                     schema_pkg_apis_meta_v1_PartialObjectMetadata(ref),
-		v1.PartialObjectMetadataList{}.OpenAPIModelName():                                 schema_pkg_apis_meta_v1_PartialObjectMetadataList(ref),
-		v1.Patch{}.OpenAPIModelName():                                                     schema_pkg_apis_meta_v1_Patch(ref),
-		v1.PatchOptions{}.OpenAPIModelName():                                              schema_pkg_apis_meta_v1_PatchOptions(ref),
-		v1.Preconditions{}.OpenAPIModelName():                                             schema_pkg_apis_meta_v1_Preconditions(ref),
-		v1.RootPaths{}.OpenAPIModelName():                                                 schema_pkg_apis_meta_v1_RootPaths(ref),
-		v1.ServerAddressByClientCIDR{}.OpenAPIModelName():                                 schema_pkg_apis_meta_v1_ServerAddressByClientCIDR(ref),
-		v1.ShardInfo{}.OpenAPIModelName():                                                 schema_pkg_apis_meta_v1_ShardInfo(ref),
-		v1.Status{}.OpenAPIModelName():                                                    schema_pkg_apis_meta_v1_Status(ref),
-		v1.StatusCause{}.OpenAPIModelName():                                               schema_pkg_apis_meta_v1_StatusCause(ref),
-		v1.StatusDetails{}.OpenAPIModelName():                                             schema_pkg_apis_meta_v1_StatusDetails(ref),
-		v1.Table{}.OpenAPIModelName():                                                     schema_pkg_apis_meta_v1_Table(ref),
-		v1.TableColumnDefinition{}.OpenAPIModelName():                                     schema_pkg_apis_meta_v1_TableColumnDefinition(ref),
-		v1.TableOptions{}.OpenAPIModelName():                                              schema_pkg_apis_meta_v1_TableOptions(ref),
-		v1.TableRow{}.OpenAPIModelName():                                                  schema_pkg_apis_meta_v1_TableRow(ref),
-		v1.TableRowCondition{}.OpenAPIModelName():                                         schema_pkg_apis_meta_v1_TableRowCondition(ref),
-		v1.Time{}.OpenAPIModelName():                                                      schema_pkg_apis_meta_v1_Time(ref),
-		v1.Timestamp{}.OpenAPIModelName():                                                 schema_pkg_apis_meta_v1_Timestamp(ref),
-		v1.TypeMeta{}.OpenAPIModelName():                                                  schema_pkg_apis_meta_v1_TypeMeta(ref),
-		v1.UpdateOptions{}.OpenAPIModelName():                                             schema_pkg_apis_meta_v1_UpdateOptions(ref),
-		v1.WatchEvent{}.OpenAPIModelName():                                                schema_pkg_apis_meta_v1_WatchEvent(ref),
-		runtime.RawExtension{}.OpenAPIModelName():                                         schema_k8sio_apimachinery_pkg_runtime_RawExtension(ref),
-		runtime.TypeMeta{}.OpenAPIModelName():                                             schema_k8sio_apimachinery_pkg_runtime_TypeMeta(ref),
-		runtime.Unknown{}.OpenAPIModelName():                                              schema_k8sio_apimachinery_pkg_runtime_Unknown(ref),
-		version.Info{}.OpenAPIModelName():                                                 schema_k8sio_apimachinery_pkg_version_Info(ref),
+		v1alpha1.ExecReport{}.OpenAPIModelName():              schema_components_apis_network_v1alpha1_ExecReport(ref),
+		v1alpha1.ExtendedObjectMeta{}.OpenAPIModelName():      schema_components_apis_network_v1alpha1_ExtendedObjectMeta(ref),
+		v1alpha1.IPLock{}.OpenAPIModelName():                  schema_components_apis_network_v1alpha1_IPLock(ref),
+		v1alpha1.IPLockList{}.OpenAPIModelName():              schema_components_apis_network_v1alpha1_IPLockList(ref),
+		v1alpha1.IPLockSpec{}.OpenAPIModelName():              schema_components_apis_network_v1alpha1_IPLockSpec(ref),
+		v1alpha1.NetworkAttachment{}.OpenAPIModelName():       schema_components_apis_network_v1alpha1_NetworkAttachment(ref),
+		v1alpha1.NetworkAttachmentErrors{}.OpenAPIModelName(): schema_components_apis_network_v1alpha1_NetworkAttachmentErrors(ref),
+		v1alpha1.NetworkAttachmentList{}.OpenAPIModelName():   schema_components_apis_network_v1alpha1_NetworkAttachmentList(ref),
+		v1alpha1.NetworkAttachmentSpec{}.OpenAPIModelName():   schema_components_apis_network_v1alpha1_NetworkAttachmentSpec(ref),
+		v1alpha1.NetworkAttachmentStatus{}.OpenAPIModelName(): schema_components_apis_network_v1alpha1_NetworkAttachmentStatus(ref),
+		v1alpha1.ObjectWrite{}.OpenAPIModelName():             schema_components_apis_network_v1alpha1_ObjectWrite(ref),
+		v1alpha1.Subnet{}.OpenAPIModelName():                  schema_components_apis_network_v1alpha1_Subnet(ref),
+		v1alpha1.SubnetList{}.OpenAPIModelName():              schema_components_apis_network_v1alpha1_SubnetList(ref),
+		v1alpha1.SubnetSpec{}.OpenAPIModelName():              schema_components_apis_network_v1alpha1_SubnetSpec(ref),
+		v1alpha1.SubnetStatus{}.OpenAPIModelName():            schema_components_apis_network_v1alpha1_SubnetStatus(ref),
+		v1.APIGroup{}.OpenAPIModelName():                      schema_pkg_apis_meta_v1_APIGroup(ref),
+		v1.APIGroupList{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_APIGroupList(ref),
+		v1.APIResource{}.OpenAPIModelName():                   schema_pkg_apis_meta_v1_APIResource(ref),
+		v1.APIResourceList{}.OpenAPIModelName():               schema_pkg_apis_meta_v1_APIResourceList(ref),
+		v1.APIVersions{}.OpenAPIModelName():                   schema_pkg_apis_meta_v1_APIVersions(ref),
+		v1.ApplyOptions{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_ApplyOptions(ref),
+		v1.Condition{}.OpenAPIModelName():                     schema_pkg_apis_meta_v1_Condition(ref),
+		v1.CreateOptions{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_CreateOptions(ref),
+		v1.DeleteOptions{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_DeleteOptions(ref),
+		v1.Duration{}.OpenAPIModelName():                      schema_pkg_apis_meta_v1_Duration(ref),
+		v1.FieldSelectorRequirement{}.OpenAPIModelName():      schema_pkg_apis_meta_v1_FieldSelectorRequirement(ref),
+		v1.FieldsV1{}.OpenAPIModelName():                      schema_pkg_apis_meta_v1_FieldsV1(ref),
+		v1.GetOptions{}.OpenAPIModelName():                    schema_pkg_apis_meta_v1_GetOptions(ref),
+		v1.GroupKind{}.OpenAPIModelName():                     schema_pkg_apis_meta_v1_GroupKind(ref),
+		v1.GroupResource{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_GroupResource(ref),
+		v1.GroupVersion{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_GroupVersion(ref),
+		v1.GroupVersionForDiscovery{}.OpenAPIModelName():      schema_pkg_apis_meta_v1_GroupVersionForDiscovery(ref),
+		v1.GroupVersionKind{}.OpenAPIModelName():              schema_pkg_apis_meta_v1_GroupVersionKind(ref),
+		v1.GroupVersionResource{}.OpenAPIModelName():          schema_pkg_apis_meta_v1_GroupVersionResource(ref),
+		v1.InternalEvent{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_InternalEvent(ref),
+		v1.LabelSelector{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_LabelSelector(ref),
+		v1.LabelSelectorRequirement{}.OpenAPIModelName():      schema_pkg_apis_meta_v1_LabelSelectorRequirement(ref),
+		v1.List{}.OpenAPIModelName():                          schema_pkg_apis_meta_v1_List(ref),
+		v1.ListMeta{}.OpenAPIModelName():                      schema_pkg_apis_meta_v1_ListMeta(ref),
+		v1.ListOptions{}.OpenAPIModelName():                   schema_pkg_apis_meta_v1_ListOptions(ref),
+		v1.ManagedFieldsEntry{}.OpenAPIModelName():            schema_pkg_apis_meta_v1_ManagedFieldsEntry(ref),
+		v1.MicroTime{}.OpenAPIModelName():                     schema_pkg_apis_meta_v1_MicroTime(ref),
+		v1.ObjectMeta{}.OpenAPIModelName():                    schema_pkg_apis_meta_v1_ObjectMeta(ref),
+		v1.OwnerReference{}.OpenAPIModelName():                schema_pkg_apis_meta_v1_OwnerReference(ref),
+		v1.PartialObjectMetadata{}.OpenAPIModelName():         schema_pkg_apis_meta_v1_PartialObjectMetadata(ref),
+		v1.PartialObjectMetadataList{}.OpenAPIModelName():     schema_pkg_apis_meta_v1_PartialObjectMetadataList(ref),
+		v1.Patch{}.OpenAPIModelName():                         schema_pkg_apis_meta_v1_Patch(ref),
+		v1.PatchOptions{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_PatchOptions(ref),
+		v1.Preconditions{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_Preconditions(ref),
+		v1.RootPaths{}.OpenAPIModelName():                     schema_pkg_apis_meta_v1_RootPaths(ref),
+		v1.ServerAddressByClientCIDR{}.OpenAPIModelName():     schema_pkg_apis_meta_v1_ServerAddressByClientCIDR(ref),
+		v1.ShardInfo{}.OpenAPIModelName():                     schema_pkg_apis_meta_v1_ShardInfo(ref),
+		v1.Status{}.OpenAPIModelName():                        schema_pkg_apis_meta_v1_Status(ref),
+		v1.StatusCause{}.OpenAPIModelName():                   schema_pkg_apis_meta_v1_StatusCause(ref),
+		v1.StatusDetails{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_StatusDetails(ref),
+		v1.Table{}.OpenAPIModelName():                         schema_pkg_apis_meta_v1_Table(ref),
+		v1.TableColumnDefinition{}.OpenAPIModelName():         schema_pkg_apis_meta_v1_TableColumnDefinition(ref),
+		v1.TableOptions{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_TableOptions(ref),
+		v1.TableRow{}.OpenAPIModelName():                      schema_pkg_apis_meta_v1_TableRow(ref),
+		v1.TableRowCondition{}.OpenAPIModelName():             schema_pkg_apis_meta_v1_TableRowCondition(ref),
+		v1.Time{}.OpenAPIModelName():                          schema_pkg_apis_meta_v1_Time(ref),
+		v1.Timestamp{}.OpenAPIModelName():                     schema_pkg_apis_meta_v1_Timestamp(ref),
+		v1.TypeMeta{}.OpenAPIModelName():                      schema_pkg_apis_meta_v1_TypeMeta(ref),
+		v1.UpdateOptions{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_UpdateOptions(ref),
+		v1.WatchEvent{}.OpenAPIModelName():                    schema_pkg_apis_meta_v1_WatchEvent(ref),
+		runtime.RawExtension{}.OpenAPIModelName():             schema_k8sio_apimachinery_pkg_runtime_RawExtension(ref),
+		runtime.TypeMeta{}.OpenAPIModelName():                 schema_k8sio_apimachinery_pkg_runtime_TypeMeta(ref),
+		runtime.Unknown{}.OpenAPIModelName():                  schema_k8sio_apimachinery_pkg_runtime_Unknown(ref),
+		version.Info{}.OpenAPIModelName():                     schema_k8sio_apimachinery_pkg_version_Info(ref),
 	}
 }
 
@@ -178,7 +179,7 @@ func schema_components_apis_network_v1alpha1_ExtendedObjectMeta(ref common.Refer
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
 									SchemaProps: spec.SchemaProps{
-										Ref: ref("github.com/kos-sdn/kos/components/apis/network/v1alpha1.ObjectWrite"),
+										Ref: ref(v1alpha1.ObjectWrite{}.OpenAPIModelName()),
 									},
 								},
 							},
@@ -188,7 +189,7 @@ func schema_components_apis_network_v1alpha1_ExtendedObjectMeta(ref common.Refer
 			},
 		},
 		Dependencies: []string{
-			"github.com/kos-sdn/kos/components/apis/network/v1alpha1.ObjectWrite"},
+			v1alpha1.ObjectWrite{}.OpenAPIModelName()},
 	}
 }
 
@@ -224,21 +225,21 @@ func schema_components_apis_network_v1alpha1_IPLock(ref common.ReferenceCallback
 						SchemaProps: spec.SchemaProps{
 							Description: "ExtendedMetadata is kept by the server: when each section last changed.",
 							Default:     map[string]interface{}{},
-							Ref:         ref("github.com/kos-sdn/kos/components/apis/network/v1alpha1.ExtendedObjectMeta"),
+							Ref:         ref(v1alpha1.ExtendedObjectMeta{}.OpenAPIModelName()),
 						},
 					},
 					"spec": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Spec names the subnet the address belongs to. Immutable.",
 							Default:     map[string]interface{}{},
-							Ref:         ref("github.com/kos-sdn/kos/components/apis/network/v1alpha1.IPLockSpec"),
+							Ref:         ref(v1alpha1.IPLockSpec{}.OpenAPIModelName()),
 						},
 					},
 				},
 			},
 		},
 		Dependencies: []string{
-			"github.com/kos-sdn/kos/components/apis/network/v1alpha1.ExtendedObjectMeta", "github.com/kos-sdn/kos/components/apis/network/v1alpha1.IPLockSpec", v1.ObjectMeta{}.OpenAPIModelName()},
+			v1alpha1.ExtendedObjectMeta{}.OpenAPIModelName(), v1alpha1.IPLockSpec{}.OpenAPIModelName(), v1.ObjectMeta{}.OpenAPIModelName()},
 	}
 }
 
@@ -277,7 +278,7 @@ func schema_components_apis_network_v1alpha1_IPLockList(ref common.ReferenceCall
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
 									SchemaProps: spec.SchemaProps{
-										Ref: ref("github.com/kos-sdn/kos/components/apis/network/v1alpha1.IPLock"),
+										Ref: ref(v1alpha1.IPLock{}.OpenAPIModelName()),
 									},
 								},
 							},
@@ -288,7 +289,7 @@ func schema_components_apis_network_v1alpha1_IPLockList(ref common.ReferenceCall
 			},
 		},
 		Dependencies: []string{
-			"github.com/kos-sdn/kos/components/apis/network/v1alpha1.IPLock", v1.ListMeta{}.OpenAPIModelName()},
+			v1alpha1.IPLock{}.OpenAPIModelName(), v1.ListMeta{}.OpenAPIModelName()},
 	}
 }
 
@@ -346,28 +347,28 @@ func schema_components_apis_network_v1alpha1_NetworkAttachment(ref common.Refere
 						SchemaProps: spec.SchemaProps{
 							Description: "ExtendedMetadata is kept by the server: when each section last changed.",
 							Default:     map[string]interface{}{},
-							Ref:         ref("github.com/kos-sdn/kos/components/apis/network/v1alpha1.ExtendedObjectMeta"),
+							Ref:         ref(v1alpha1.ExtendedObjectMeta{}.OpenAPIModelName()),
 						},
 					},
 					"spec": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Spec says where the interface is wanted.",
 							Default:     map[string]interface{}{},
-							Ref:         ref("github.com/kos-sdn/kos/components/apis/network/v1alpha1.NetworkAttachmentSpec"),
+							Ref:         ref(v1alpha1.NetworkAttachmentSpec{}.OpenAPIModelName()),
 						},
 					},
 					"status": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Status reports the interface.",
 							Default:     map[string]interface{}{},
-							Ref:         ref("github.com/kos-sdn/kos/components/apis/network/v1alpha1.NetworkAttachmentStatus"),
+							Ref:         ref(v1alpha1.NetworkAttachmentStatus{}.OpenAPIModelName()),
 						},
 					},
 				},
 			},
 		},
 		Dependencies: []string{
-			"github.com/kos-sdn/kos/components/apis/network/v1alpha1.ExtendedObjectMeta", "github.com/kos-sdn/kos/components/apis/network/v1alpha1.NetworkAttachmentSpec", "github.com/kos-sdn/kos/components/apis/network/v1alpha1.NetworkAttachmentStatus", v1.ObjectMeta{}.OpenAPIModelName()},
+			v1alpha1.ExtendedObjectMeta{}.OpenAPIModelName(), v1alpha1.NetworkAttachmentSpec{}.OpenAPIModelName(), v1alpha1.NetworkAttachmentStatus{}.OpenAPIModelName(), v1.ObjectMeta{}.OpenAPIModelName()},
 	}
 }
 
@@ -457,7 +458,7 @@ func schema_components_apis_network_v1alpha1_NetworkAttachmentList(ref common.Re
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
 									SchemaProps: spec.SchemaProps{
-										Ref: ref("github.com/kos-sdn/kos/components/apis/network/v1alpha1.NetworkAttachment"),
+										Ref: ref(v1alpha1.NetworkAttachment{}.OpenAPIModelName()),
 									},
 								},
 							},
@@ -468,7 +469,7 @@ func schema_components_apis_network_v1alpha1_NetworkAttachmentList(ref common.Re
 			},
 		},
 		Dependencies: []string{
-			"github.com/kos-sdn/kos/components/apis/network/v1alpha1.NetworkAttachment", v1.ListMeta{}.OpenAPIModelName()},
+			v1alpha1.NetworkAttachment{}.OpenAPIModelName(), v1.ListMeta{}.OpenAPIModelName()},
 	}
 }
 
@@ -551,7 +552,7 @@ func schema_components_apis_network_v1alpha1_NetworkAttachmentStatus(ref common.
 						SchemaProps: spec.SchemaProps{
 							Description: "Errors reports problems met by IPAM and by the node agent.",
 							Default:     map[string]interface{}{},
-							Ref:         ref("github.com/kos-sdn/kos/components/apis/network/v1alpha1.NetworkAttachmentErrors"),
+							Ref:         ref(v1alpha1.NetworkAttachmentErrors{}.OpenAPIModelName()),
 						},
 					},
 					"lockUID": {
@@ -612,14 +613,14 @@ func schema_components_apis_network_v1alpha1_NetworkAttachmentStatus(ref common.
 					"postCreateExecReport": {
 						SchemaProps: spec.SchemaProps{
 							Description: "PostCreateExecReport reports the run of spec.postCreateExec.",
-							Ref:         ref("github.com/kos-sdn/kos/components/apis/network/v1alpha1.ExecReport"),
+							Ref:         ref(v1alpha1.ExecReport{}.OpenAPIModelName()),
 						},
 					},
 				},
 			},
 		},
 		Dependencies: []string{
-			"github.com/kos-sdn/kos/components/apis/network/v1alpha1.ExecReport", "github.com/kos-sdn/kos/components/apis/network/v1alpha1.NetworkAttachmentErrors", v1.Time{}.OpenAPIModelName()},
+			v1alpha1.ExecReport{}.OpenAPIModelName(), v1alpha1.NetworkAttachmentErrors{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
 	}
 }
 
@@ -685,28 +686,28 @@ func schema_components_apis_network_v1alpha1_Subnet(ref common.ReferenceCallback
 						SchemaProps: spec.SchemaProps{
 							Description: "ExtendedMetadata is kept by the server: when each section last changed.",
 							Default:     map[string]interface{}{},
-							Ref:         ref("github.com/kos-sdn/kos/components/apis/network/v1alpha1.ExtendedObjectMeta"),
+							Ref:         ref(v1alpha1.ExtendedObjectMeta{}.OpenAPIModelName()),
 						},
 					},
 					"spec": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Spec is the subnet's CIDR block and VNI. It cannot change after creation.",
 							Default:     map[string]interface{}{},
-							Ref:         ref("github.com/kos-sdn/kos/components/apis/network/v1alpha1.SubnetSpec"),
+							Ref:         ref(v1alpha1.SubnetSpec{}.OpenAPIModelName()),
 						},
 					},
 					"status": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Status says whether the subnet was validated against the other subnets.",
 							Default:     map[string]interface{}{},
-							Ref:         ref("github.com/kos-sdn/kos/components/apis/network/v1alpha1.SubnetStatus"),
+							Ref:         ref(v1alpha1.SubnetStatus{}.OpenAPIModelName()),
 						},
 					},
 				},
 			},
 		},
 		Dependencies: []string{
-			"github.com/kos-sdn/kos/components/apis/network/v1alpha1.ExtendedObjectMeta", "github.com/kos-sdn/kos/components/apis/network/v1alpha1.SubnetSpec", "github.com/kos-sdn/kos/components/apis/network/v1alpha1.SubnetStatus", v1.ObjectMeta{}.OpenAPIModelName()},
+			v1alpha1.ExtendedObjectMeta{}.OpenAPIModelName(), v1alpha1.SubnetSpec{}.OpenAPIModelName(), v1alpha1.SubnetStatus{}.OpenAPIModelName(), v1.ObjectMeta{}.OpenAPIModelName()},
 	}
 }
 
@@ -745,7 +746,7 @@ func schema_components_apis_network_v1alpha1_SubnetList(ref common.ReferenceCall
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
 									SchemaProps: spec.SchemaProps{
-										Ref: ref("github.com/kos-sdn/kos/components/apis/network/v1alpha1.Subnet"),
+										Ref: ref(v1alpha1.Subnet{}.OpenAPIModelName()),
 									},
 								},
 							},
@@ -756,7 +757,7 @@ func schema_components_apis_network_v1alpha1_SubnetList(ref common.ReferenceCall
 			},
 		},
 		Dependencies: []string{
-			"github.com/kos-sdn/kos/components/apis/network/v1alpha1.Subnet", v1.ListMeta{}.OpenAPIModelName()},
+			v1alpha1.Subnet{}.OpenAPIModelName(), v1.ListMeta{}.OpenAPIModelName()},
 	}
 }
 

@@ -5,5 +5,6 @@
 // +k8s:conversion-gen=github.com/kos-sdn/kos/components/apis/network
 // +k8s:defaulter-gen=TypeMeta
 // +k8s:openapi-gen=true
+// +k8s:openapi-model-package=com.github.kos-sdn.kos.components.apis.network.v1alpha1
 // +groupName=network.example.com
 package v1alpha1
