@@ -198,6 +198,12 @@ func Alive(pid int, binary string) bool {
 	if err != nil {
 		return false
 	}
+	// A process that is exiting has released its memory, and with it its
+	// command line, before it becomes a zombie: it is still there (a Stop
+	// that took it for gone would return early).
+	if len(cmdline) == 0 {
+		return true
+	}
 	argv0, _, _ := bytes.Cut(cmdline, []byte{0})
 	return string(argv0) == binary
 }
