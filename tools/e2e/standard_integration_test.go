@@ -93,6 +93,7 @@ func TestIntegrationStandardRelease(t *testing.T) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			s.dumpState()
+			s.dumpFabrics()
 		}
 	})
 	steps := []struct {
@@ -602,4 +603,41 @@ func buildChannels(t *testing.T, dir, root string) string {
 		t.Fatalf("building channels: %v: %s", err, out)
 	}
 	return bin
+}
+
+// dumpFabrics logs, for a failed run, the end of every agent's log and how
+// the switch of each running node differs from what the attachments call
+// for: a lost ping is explained by one or the other.
+func (s *standard) dumpFabrics() {
+	t := s.t
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pods, err := s.kube.CoreV1().Pods(kosinstall.AgentNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Logf("listing the agents: %v", err)
+	}
+	for _, p := range pods.Items {
+		lines := int64(40)
+		logs, err := s.kube.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: "kos-agent", TailLines: &lines}).DoRaw(ctx)
+		if err != nil {
+			t.Logf("the log of the agent on %s: %v", p.Spec.NodeName, err)
+			continue
+		}
+		t.Logf("the end of the log of the agent on %s:\n%s", p.Spec.NodeName, logs)
+	}
+	atts, err := s.network.NetworkV1alpha1().NetworkAttachments(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Logf("listing the attachments: %v", err)
+		return
+	}
+	for _, n := range s.env.Nodes {
+		if n == s.stopped {
+			continue
+		}
+		if err := fabricProblems(ctx, n, atts.Items); err != nil {
+			t.Logf("fabric: %v", err)
+		} else {
+			t.Logf("fabric: node %s holds what the attachments call for", n.Name)
+		}
+	}
 }
