@@ -639,5 +639,17 @@ func (s *standard) dumpFabrics() {
 		} else {
 			t.Logf("fabric: node %s holds what the attachments call for", n.Name)
 		}
+		// What Open vSwitch thinks of each port (a port it believes down
+		// drops what it should send) and what its datapath did.
+		env := append(os.Environ(), "OVS_RUNDIR="+n.HostPath(agentOVSRunDir))
+		for _, args := range [][]string{
+			{"ovs-vsctl", "--timeout=20", "--columns=name,ofport,admin_state,link_state,statistics", "list", "interface"},
+			{"ovs-ofctl", "-O", "OpenFlow14", "dump-flows", "kos"},
+			{"ovs-appctl", "--timeout=20", "ovs/route/show"},
+			{"ovs-appctl", "--timeout=20", "tnl/neigh/show"},
+		} {
+			out, err := runEnv(ctx, env, args[0], args[1:]...)
+			t.Logf("node %s: %s (err %v):\n%s", n.Name, strings.Join(args, " "), err, out)
+		}
 	}
 }
