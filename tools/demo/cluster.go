@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/blang/semver/v4"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -26,11 +27,13 @@ import (
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
-// The cluster part of the demo: the standard KOS releases installed on a
-// real three-node cluster (`localenv up --cluster --nodes 3 --node-ovs=false
-// --registry`) as an operator of a real cluster would: the images pushed
-// to a registry the nodes pull from, a release written for that registry,
-// local volumes for etcd, and channels.
+// The cluster part of the demo: KOS installed and upgraded live on a real
+// three-node cluster (`localenv up --cluster --nodes 3 --registry`) as an
+// operator of a real cluster would: the images pushed to a registry the
+// nodes pull from, a release written for that registry, local volumes for
+// etcd, and channels. Release 0.1.0 goes in first, as a cluster installed
+// before 0.2.0 runs it; guests on different nodes then ping each other
+// while channels upgrades KOS to 0.2.0.
 const (
 	// clusterNetnsPrefix names the guest namespaces of the cluster demo,
 	// apart from the SDN demo's, so that each down finds only its own.
@@ -39,6 +42,10 @@ const (
 	clusterNamespace = "kos-cluster-demo"
 	// clusterSubnet is the demo subnet's address range.
 	clusterSubnet = "10.78.0.0/24"
+	// oldRelease and newRelease are the KOS releases the demo installs
+	// and upgrades to.
+	oldRelease = "0.1.0"
+	newRelease = "0.2.0"
 )
 
 // runCluster runs the cluster demo on the started cluster in d.envDir.
@@ -51,32 +58,44 @@ func (d *demo) runCluster(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("finding the local cluster in %s: %w", d.envDir, err)
 	}
-	if len(env.Nodes) < 2 || env.Registry == "" {
-		return fmt.Errorf("the environment in %s has %d nodes and registry %q: start it with localenv up --cluster --nodes 3 --node-ovs=false --registry", d.envDir, len(env.Nodes), env.Registry)
+	if len(env.Nodes) < 2 || env.Registry == "" || env.Nodes[0].OVSRunDir == "" {
+		return fmt.Errorf("the environment in %s has %d nodes, registry %q and node Open vSwitch %t: start it with localenv up --cluster --nodes 3 --registry", d.envDir, len(env.Nodes), env.Registry, env.Nodes[0].OVSRunDir != "")
 	}
 	began := time.Now()
 
-	say("A real cluster of %d nodes: kube-apiserver, kube-controller-manager and kube-scheduler on this host, and on each node kubelet, containerd and kube-proxy in network and mount namespaces of their own, on one underlay. No node has Open vSwitch installed. A registry runs at %s.", len(env.Nodes), env.Registry)
+	say("A real cluster of %d nodes: kube-apiserver, kube-controller-manager and kube-scheduler on this host, and on each node kubelet, containerd, kube-proxy and Open vSwitch in network and mount namespaces of their own, on one underlay. A registry runs at %s.", len(env.Nodes), env.Registry)
+	say("The story: this cluster runs KOS %[1]s, whose agent programs each node's own Open vSwitch, and upgrades to KOS %[2]s while workloads on different nodes talk to each other. (The %[2]s agent brings its Open vSwitch in its pod, or adopts the node's when there is one, as here.)", oldRelease, newRelease)
 	if err := d.kubectl("get", "nodes", "-o", "wide"); err != nil {
+		return err
+	}
+	if err := d.nodeUnderlays(ctx, env); err != nil {
 		return err
 	}
 
 	repo := env.Registry + "/kos"
-	say("Build the KOS images (no container engine) and push them to the registry, for this machine's platform (without --platform, also linux/arm64):")
+	say("Build the KOS %s images (no container engine) and push them to the registry, for this machine's platform (without --platform, also linux/arm64):", newRelease)
 	if err := d.run("go", "run", "./tools/kosimages", "--root", root, "--push", repo, "--platform", "linux/"+runtime.GOARCH); err != nil {
+		return err
+	}
+	if err := pushOldImages(ctx, repo); err != nil {
 		return err
 	}
 
 	tree := filepath.Join(d.envDir, "release")
-	say("Write the release for that registry: the channels and manifests, every image renamed and pinned by digest, every hash recomputed. This is the tree an operator copies to a web server or an S3 bucket:")
+	say("Write the release for that registry: the channels and manifests of every release, every image renamed and pinned by digest, every hash recomputed. This is the tree an operator copies to a web server or an S3 bucket:")
 	if err := d.run("go", "run", "./tools/addons", "--root", root, "release", "--registry", repo, "--out", tree); err != nil {
 		return err
 	}
-	userspace, err := kosinstall.WriteUserspaceAgentChannel(tree)
-	if err != nil {
-		return err
+	channelOf := map[string]string{}
+	for _, v := range []string{oldRelease, newRelease} {
+		rel, err := kosinstall.WriteReleaseChannel(tree, "kos-"+v+".yaml", semver.MustParse(v))
+		if err != nil {
+			return err
+		}
+		channelOf[v] = filepath.Join(tree, rel)
 	}
-	fmt.Printf("    and %s: the agent's userspace-datapath release alone (these nodes' OVS has no kernel module)\n", userspace)
+	fmt.Printf("    and two channels that stand for what the operator published then and now: %s (the releases up to %s) and %s (up to %s), both with the agent on Open vSwitch's userspace datapath (these nodes have no kernel module)\n",
+		filepath.Base(channelOf[oldRelease]), oldRelease, filepath.Base(channelOf[newRelease]), newRelease)
 
 	say("etcd's three members keep their data on the cluster's default StorageClass. These nodes have no storage provisioner, so, as on bare metal, a StorageClass without one and a local PersistentVolume per node under %s:", kosinstall.VolumesDir)
 	kube, err := kubernetes.NewForConfig(env.RESTConfig)
@@ -94,16 +113,10 @@ func (d *demo) runCluster(ctx context.Context) error {
 		return err
 	}
 
-	install := []string{"apply", "channel", filepath.Join(tree, userspace), filepath.Join(tree, "bootstrap-channel.yaml")}
-	say("Install KOS from the release's channels. Without --yes, channels shows the plan:")
-	if err := d.channelsAt(install...); err != nil {
+	say("Install KOS %s, as the cluster got it back then:", oldRelease)
+	if err := d.channelsAt("apply", "channel", channelOf[oldRelease], "--yes"); err != nil {
 		return err
 	}
-	say("Apply it:")
-	if err := d.channelsAt(append(install, "--yes")...); err != nil {
-		return err
-	}
-
 	say("Wait for every KOS pod to be Ready and the KOS API to be Available through the aggregation layer:")
 	agg, err := aggregator.NewForConfig(env.RESTConfig)
 	if err != nil {
@@ -112,20 +125,15 @@ func (d *demo) runCluster(ctx context.Context) error {
 	if err := d.waitKOS(ctx, kube, agg); err != nil {
 		return err
 	}
-	for _, ns := range kosinstall.Namespaces() {
-		if err := d.kubectl("-n", ns, "get", "pods", "-o", "wide"); err != nil {
-			return err
-		}
-	}
-	if err := d.kubectl("get", "apiservice", kosinstall.APIService); err != nil {
-		return err
-	}
-	say("What is installed, as channels records it:")
-	if err := d.channelsAt("get", "addons"); err != nil {
+	if err := d.kubectl("-n", kosinstall.Namespace, "get", "pods", "-o", "wide"); err != nil {
 		return err
 	}
 
-	if err := d.clusterAttachments(ctx, env); err != nil {
+	guests, err := d.clusterAttachments(ctx, env)
+	if err != nil {
+		return err
+	}
+	if err := d.liveUpgrade(ctx, env, kube, agg, guests, channelOf[oldRelease], channelOf[newRelease]); err != nil {
 		return err
 	}
 
@@ -139,12 +147,16 @@ func (d *demo) runCluster(ctx context.Context) error {
 	return nil
 }
 
-// clusterAttachments creates a subnet and an attachment on each of the
-// first two nodes, waits for the agents to make their interfaces, gives
-// each to a guest namespace and pings from one to the other across the
-// VXLAN overlay between the nodes.
-func (d *demo) clusterAttachments(ctx context.Context, env *cluster.Cluster) error {
-	manifest := fmt.Sprintf(`apiVersion: v1
+// clusterGuests names the demo's attachments, one per node in node order.
+var clusterGuests = []string{"guest-a", "guest-b", "guest-c"}
+
+// clusterAttachments creates a subnet and an attachment on each node (up
+// to three), waits for the agents to make their interfaces, gives each to
+// a guest namespace and pings from the first to the second across the
+// VXLAN overlay between the nodes. It returns the guests in node order.
+func (d *demo) clusterAttachments(ctx context.Context, env *cluster.Cluster) ([]*kosinstall.Guest, error) {
+	var manifest strings.Builder
+	fmt.Fprintf(&manifest, `apiVersion: v1
 kind: Namespace
 metadata:
   name: %[1]s
@@ -155,47 +167,44 @@ metadata:
   name: blue
   namespace: %[1]s
 spec:
-  ipv4: %[4]s
+  ipv4: %[2]s
   vni: 78
----
+`, clusterNamespace, clusterSubnet)
+	names := clusterGuests[:min(len(clusterGuests), len(env.Nodes))]
+	var on []string
+	for i, name := range names {
+		fmt.Fprintf(&manifest, `---
 apiVersion: network.example.com/v1alpha1
 kind: NetworkAttachment
 metadata:
-  name: guest-a
-  namespace: %[1]s
+  name: %s
+  namespace: %s
 spec:
-  node: %[2]s
+  node: %s
   subnet: blue
----
-apiVersion: network.example.com/v1alpha1
-kind: NetworkAttachment
-metadata:
-  name: guest-b
-  namespace: %[1]s
-spec:
-  node: %[3]s
-  subnet: blue
-`, clusterNamespace, env.Nodes[0].Name, env.Nodes[1].Name, clusterSubnet)
-	file := filepath.Join(d.envDir, "kos-cluster-demo.yaml")
-	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
-		return fmt.Errorf("writing the demo's manifest: %w", err)
+`, name, clusterNamespace, env.Nodes[i].Name)
+		on = append(on, env.Nodes[i].Name)
 	}
-	say("A Subnet, and a NetworkAttachment on each of nodes %s and %s, served by kos-apiserver through kube-apiserver:", env.Nodes[0].Name, env.Nodes[1].Name)
-	fmt.Print(manifest)
+	file := filepath.Join(d.envDir, "kos-cluster-demo.yaml")
+	if err := os.WriteFile(file, []byte(manifest.String()), 0o644); err != nil {
+		return nil, fmt.Errorf("writing the demo's manifest: %w", err)
+	}
+	say("A Subnet, and a NetworkAttachment on each of nodes %s, served by kos-apiserver through kube-apiserver:", strings.Join(on, ", "))
+	fmt.Print(manifest.String())
 	if err := d.kubectl("apply", "-f", file); err != nil {
-		return err
+		return nil, err
 	}
 	client, err := kosclient.NewForConfig(env.RESTConfig)
 	if err != nil {
-		return fmt.Errorf("a client of the KOS API: %w", err)
+		return nil, fmt.Errorf("a client of the KOS API: %w", err)
 	}
-	atts, err := waitAttachments(ctx, client, clusterNamespace, "guest-a", "guest-b")
+	atts, err := waitAttachments(ctx, client, clusterNamespace, names...)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	say("kos-controller-manager validated the subnet and gave out addresses; the agent pods made the interfaces in their nodes' Open vSwitch, which runs in the agent pod:")
+	say("kos-controller-manager validated the subnet and gave out addresses; the agents made the interfaces in their nodes' Open vSwitch:")
 	if err := d.kubectl("get", "subnets,networkattachments", "-n", clusterNamespace, "-o", "wide"); err != nil {
-		return err
+		return nil, err
 	}
 
 	say("Move each interface from its node's namespace into a guest namespace, as a workload would use it, and ping across the nodes:")
@@ -203,26 +212,30 @@ spec:
 	for i, att := range atts {
 		g, err := kosinstall.PlumbGuest(ctx, env.Nodes[i].Netns, clusterNetnsPrefix+att.Name, att, netip.MustParsePrefix(clusterSubnet))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		guests = append(guests, g)
 		fmt.Printf("    %s: %s %s (%s) on %s into namespace %s\n", att.Name, att.Status.IfcName, att.Status.IPv4, att.Status.MACAddress, att.Spec.Node, g.Name)
 	}
 	// The first packets of a new tunnel may be lost while the userspace
-	// datapath learns its neighbour: wait for a first reply.
-	if err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
-		got, err := guests[0].Ping(ctx, guests[1].IP, 1, time.Second)
-		return got == 1, err
-	}); err != nil {
-		return fmt.Errorf("no reply from %s to %s across the nodes: %w", guests[1].IP, guests[0].Name, err)
+	// datapath learns its neighbour: wait for a first reply of each pair
+	// the upgrade watches.
+	for i, from := range guests {
+		to := guests[(i+1)%len(guests)]
+		if err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+			got, err := from.Ping(ctx, to.IP, 1, time.Second)
+			return got == 1, err
+		}); err != nil {
+			return nil, fmt.Errorf("no reply from %s to %s across the nodes: %w", to.IP, from.Name, err)
+		}
 	}
 	fmt.Printf("\n$ ip netns exec %s ping -c 3 %s\n", guests[0].Name, guests[1].IP)
 	ping := guests[0].Command(ctx, "ping", "-c", "3", "-W", "2", guests[1].IP.String())
 	ping.Stdout, ping.Stderr = os.Stdout, os.Stderr
 	if err := ping.Run(); err != nil {
-		return fmt.Errorf("pinging %s from %s: %w", guests[1].IP, guests[0].Name, err)
+		return nil, fmt.Errorf("pinging %s from %s: %w", guests[1].IP, guests[0].Name, err)
 	}
-	return nil
+	return guests, nil
 }
 
 // waitAttachments waits until the named attachments in namespace ns have

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# cluster.sh is `make demo-cluster`: the whole product as an operator of a
-# real cluster installs it. It builds the binaries, starts a fresh local
-# cluster of three nodes (kubelet and containerd on each, no Open vSwitch
-# installed) with a registry the nodes pull from, and runs `demo cluster`:
-# the KOS images pushed to the registry, a release written for it, the
-# standard releases (three etcd members on local volumes, two kos-apiservers,
-# two controller managers, an agent with its own Open vSwitch on every node)
-# installed from its channels, and two attachments on two nodes pinging each
-# other across the VXLAN overlay. Everything keeps running afterwards; `make
-# demo-cluster-down` stops it.
+# cluster.sh is `make demo-cluster`: KOS installed and upgraded live, as an
+# operator of a real cluster does it. It builds the binaries, starts a fresh
+# local cluster of three nodes (kubelet, containerd and Open vSwitch on each)
+# with a registry the nodes pull from, and runs `demo cluster`: the KOS
+# images pushed to the registry, a release written for it, KOS 0.1.0
+# installed from its channel (three etcd members on local volumes, two
+# kos-apiservers, two controller managers, an agent programming each node's
+# Open vSwitch), a guest on each node pinging the next across the VXLAN
+# overlay, and the 0.2.0 channel applied with the pings going: it prints
+# them every second, then the longest gap, the pings lost, and whether the
+# subnets and attachments kept their objects and addresses. Everything
+# keeps running afterwards; `make demo-cluster-down` stops it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export GOTOOLCHAIN=local
@@ -20,9 +22,9 @@ tools/deps.sh
 echo "==> Building channels, kos-apiserver, kos-controller-manager and kos-agent"
 go build -o .cache/bin/ ./cmd/...
 
-echo "==> Starting a fresh local cluster in $dir (etcd, kube-apiserver, controller manager, scheduler, a registry, and three nodes with kubelet and containerd)"
+echo "==> Starting a fresh local cluster in $dir (etcd, kube-apiserver, controller manager, scheduler, a registry, and three nodes with kubelet, containerd and Open vSwitch)"
 # The story starts from an empty cluster, so a previous run's is removed.
 go run ./tools/demo --env-dir "$dir" cluster-down --purge >/dev/null
-go run ./tools/localenv --dir "$dir" up --cluster --nodes 3 --node-ovs=false --registry
+go run ./tools/localenv --dir "$dir" up --cluster --nodes 3 --registry
 
 go run ./tools/demo --env-dir "$dir" cluster

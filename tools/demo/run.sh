@@ -3,11 +3,11 @@
 # plane, and runs the demo: installing and upgrading addons from a channel
 # served over HTTPS, then the KOS SDN on two simulated nodes with a ping
 # across the VXLAN overlay; then, on a real three-node cluster of its own
-# with a registry (tools/demo/cluster.sh), the whole product as an operator
-# installs it: images pushed, a release written for the registry, the
-# standard releases installed from its channels, attachments on two nodes
-# pinging. Everything keeps running afterwards; `make demo-down` stops it
-# all.
+# with a registry (tools/demo/cluster.sh), KOS as an operator runs it:
+# images pushed, a release written for the registry, KOS 0.1.0 installed
+# from its channel, guests on the three nodes pinging each other, and the
+# 0.2.0 channel applied while the pings go on, with what they measured.
+# Everything keeps running afterwards; `make demo-down` stops it all.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export GOTOOLCHAIN=local
@@ -26,5 +26,5 @@ go run ./tools/localenv up
 go run ./tools/demo
 
 echo
-echo "==> Part three: the whole product, installed with channels on a real three-node cluster from a registry"
+echo "==> Part three: KOS on a real three-node cluster from a registry, installed at 0.1.0 with channels and upgraded live to 0.2.0"
 tools/demo/cluster.sh
