@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -43,9 +44,12 @@ const (
 	releasePrefix = "kos/0.2.0"
 	// standardNamespace holds the test's subnets and attachments.
 	standardNamespace = "e2e-standard"
-	// guestPrefix names the test's guest network namespaces.
-	guestPrefix = "kos-e2e-"
 )
+
+// guestPrefix names the test's guest network namespaces. It holds the
+// test's pid: the names are the host's, and a test run beside this one (or
+// a demo) must not find its guests under the same names.
+var guestPrefix = fmt.Sprintf("kos-e2e-%d-", os.Getpid())
 
 // figure logs one of the measured figures in a form scripts parse:
 // "figure NAME SECONDS s".
@@ -641,15 +645,29 @@ func (s *standard) dumpFabrics() {
 		}
 		// What Open vSwitch thinks of each port (a port it believes down
 		// drops what it should send) and what its datapath did.
-		env := append(os.Environ(), "OVS_RUNDIR="+n.HostPath(agentOVSRunDir))
+		runDir := n.HostPath(agentOVSRunDir)
+		env := append(os.Environ(), "OVS_RUNDIR="+runDir)
+		// ovs-vswitchd's pid file names a pid of the pod's namespace: reach
+		// its control socket by path.
+		ctl, _ := filepath.Glob(filepath.Join(runDir, "ovs-vswitchd.*.ctl"))
+		ctl = append(ctl, "ovs-vswitchd")
 		for _, args := range [][]string{
 			{"ovs-vsctl", "--timeout=20", "--columns=name,ofport,admin_state,link_state,statistics", "list", "interface"},
 			{"ovs-ofctl", "-O", "OpenFlow14", "dump-flows", "kos"},
-			{"ovs-appctl", "--timeout=20", "ovs/route/show"},
-			{"ovs-appctl", "--timeout=20", "tnl/neigh/show"},
+			{"ovs-appctl", "--timeout=20", "-t", ctl[0], "dpctl/dump-flows", "-m"},
+			{"ovs-appctl", "--timeout=20", "-t", ctl[0], "ovs/route/show"},
+			{"ovs-appctl", "--timeout=20", "-t", ctl[0], "tnl/neigh/show"},
 		} {
 			out, err := runEnv(ctx, env, args[0], args[1:]...)
 			t.Logf("node %s: %s (err %v):\n%s", n.Name, strings.Join(args, " "), err, out)
+		}
+	}
+	// And what each guest sees.
+	for _, name := range slices.Sorted(maps.Keys(s.guests)) {
+		g := s.guests[name]
+		for _, args := range [][]string{{"ip", "-s", "link"}, {"ip", "addr"}, {"ip", "neigh"}} {
+			out, err := g.Run(ctx, args[0], args[1:]...)
+			t.Logf("guest %s (%s): %s (err %v):\n%s", g.Name, g.IP, strings.Join(args, " "), err, out)
 		}
 	}
 }
