@@ -42,6 +42,7 @@ var (
 	benchAgents   = flag.Int("agent.agents", 50, "agents (nodes) BenchmarkAgents runs; it makes half as many networks")
 	benchShared   = flag.Bool("agent.shared-connection", false, "BenchmarkAgents: all agents share one HTTP/2 connection to kos-apiserver (client-go's default within one process) instead of one each, as separate processes have")
 	benchRelevant = flag.Int("agent.relevant", 1000, "remote attachments relevant to the one kos-agent process of BenchmarkAgentMemory")
+	benchProfile  = flag.String("agent.server-cpuprofile", "", "BenchmarkAgents: write a CPU profile of kos-apiserver, taken while the attachments are created, to this file")
 )
 
 // BenchmarkAgents runs -agent.agents agents with logging fabrics as
@@ -49,6 +50,8 @@ var (
 // real controllers), creates b.N attachments at a steady rate
 // (-agent.rate), and reports:
 //
+//   - the rate offered (atts/s) and the rate reached: attachments per
+//     second from the first create until every one is ready (ready-atts/s);
 //   - from the server's write times, the p50 and p99 latency from an
 //     attachment's creation to its readiness (the agent's status write);
 //   - the p50 and p99 dissemination latency, from the server's write of an
@@ -64,6 +67,10 @@ var (
 //   - the CPU time of kos-apiserver and of its etcd per attachment, and of
 //     this process (agents, controllers, clients), and kos-apiserver's RSS
 //     at the end.
+//
+// -agent.server-cpuprofile writes a CPU profile of kos-apiserver taken
+// while the attachments are created (b.N / -agent.rate seconds); go test's
+// -cpuprofile profiles the agents and controllers.
 //
 // Each agent has a connection of its own to kos-apiserver, as agents in
 // separate processes do (-agent.shared-connection shares one). Run it as
@@ -136,6 +143,7 @@ func BenchmarkAgents(b *testing.B) {
 		first := seq
 		b.ResetTimer()
 		start := time.Now()
+		profiled := profileServer(b, *benchProfile, time.Duration(float64(b.N) / *benchRate * float64(time.Second)))
 		// Each create runs on its own goroutine (at most 64 at once), so
 		// that the rate holds however long one takes.
 		ticker := time.NewTicker(time.Duration(float64(time.Second) / *benchRate))
@@ -166,25 +174,29 @@ func BenchmarkAgents(b *testing.B) {
 		if failed.Load() > 0 {
 			b.FailNow()
 		}
+		// The all informer tells when every attachment is ready: listing
+		// them over and over would load kos-apiserver and this process
+		// with work that is not the agents'.
 		byName := map[string]*v1alpha1.NetworkAttachment{}
 		poll.Until(b, 10*time.Minute, "every attachment is ready", func(context.Context) error {
-			list, err := k.client.NetworkV1alpha1().NetworkAttachments(k.ns).List(context.Background(), metav1.ListOptions{})
-			if err != nil {
-				return err
-			}
 			ready := 0
-			for i := range list.Items {
-				a := &list.Items[i]
+			for s := first; s < seq; s++ {
+				obj, ok, _ := allInformer.GetStore().GetByKey(k.ns + "/" + benchName(s))
+				if !ok {
+					continue
+				}
+				a := obj.(*v1alpha1.NetworkAttachment)
 				byName[a.Name] = a
 				if a.Status.HostIP != "" {
 					ready++
 				}
 			}
-			if ready < seq {
-				return fmt.Errorf("%d of %d ready", ready, seq)
+			if ready < seq-first {
+				return fmt.Errorf("%d of %d ready", ready, seq-first)
 			}
 			return nil
 		})
+		reached := float64(b.N) / time.Since(start).Seconds()
 		// Every agent has programmed this run's attachments of the networks
 		// it has attachments in.
 		nodesOf := make([]sets.Set[int], nNetworks)
@@ -210,6 +222,9 @@ func BenchmarkAgents(b *testing.B) {
 			return nil
 		})
 		b.StopTimer()
+		if err := <-profiled; err != nil {
+			b.Errorf("profiling kos-apiserver: %v", err)
+		}
 		serverCPU, etcdCPU, selfCPU = processCPU(b, server)-serverCPU, processCPU(b, etcd)-etcdCPU, processCPU(b, "self")-selfCPU
 
 		var latencies []time.Duration
@@ -268,6 +283,7 @@ func BenchmarkAgents(b *testing.B) {
 		}
 		n := float64(b.N)
 		b.ReportMetric(offered, "atts/s")
+		b.ReportMetric(reached, "ready-atts/s")
 		b.ReportMetric(msec(percentile(latencies, 0.50)), "p50-ready-ms")
 		b.ReportMetric(msec(percentile(latencies, 0.99)), "p99-ready-ms")
 		b.ReportMetric(msec(percentile(disseminations, 0.50)), "p50-dissem-ms")
@@ -467,6 +483,32 @@ func kosProcesses(b *testing.B) (server, etcd string) {
 		b.Fatalf("kos-apiserver %s or its etcd does not run (pids %q, %q)", kos.Name, server, etcd)
 	}
 	return server, etcd
+}
+
+// profileServer writes a CPU profile of kos-apiserver over the next d (at
+// least a second) to file, and sends the outcome on the channel it returns;
+// with no file it sends nil at once.
+func profileServer(b *testing.B, file string, d time.Duration) <-chan error {
+	done := make(chan error, 1)
+	if file == "" {
+		done <- nil
+		return done
+	}
+	cfg := directConfig(b)
+	cfg.Timeout = d + time.Minute
+	c, err := kosclient.NewForConfig(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() {
+		data, err := c.RESTClient().Get().AbsPath("/debug/pprof/profile").
+			Param("seconds", strconv.Itoa(max(1, int(d.Seconds())))).DoRaw(context.Background())
+		if err == nil {
+			err = os.WriteFile(file, data, 0o644)
+		}
+		done <- err
+	}()
+	return done
 }
 
 // processCPU returns the user and system time of process pid ("self" for
