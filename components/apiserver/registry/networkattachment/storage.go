@@ -42,9 +42,15 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (*
 		TableConvertor: table,
 	}
 	options := &generic.StoreOptions{
-		RESTOptions: optsGetter,
+		// Node agents watch their node's attachments and, per network,
+		// the network's: a watch cache per trigger hands each event to
+		// the watchers of its node and of its network only.
+		RESTOptions: registry.CachePerTrigger(optsGetter),
 		AttrFunc:    GetAttrs,
-		TriggerFunc: map[string]storage.IndexerFunc{v1alpha1.FieldNode: nodeTrigger},
+		TriggerFunc: storage.IndexerFuncs{
+			v1alpha1.FieldNode:       nodeTrigger,
+			v1alpha1.FieldAddressVNI: addressVNITrigger,
+		},
 		Indexers: &cache.Indexers{
 			storage.FieldIndex(v1alpha1.FieldNode):       nodeIndex,
 			storage.FieldIndex(v1alpha1.FieldAddressVNI): addressVNIIndex,

@@ -183,6 +183,12 @@ func addressVNIIndex(obj any) ([]string, error) {
 	return []string{strconv.FormatUint(uint64(att.Status.AddressVNI), 10)}, nil
 }
 
+// addressVNITrigger lets the cache hand an attachment's watch events only to
+// the watchers of its network among those that select by status.addressVNI.
+func addressVNITrigger(obj runtime.Object) string {
+	return strconv.FormatUint(uint64(obj.(*network.NetworkAttachment).Status.AddressVNI), 10)
+}
+
 // nodeTrigger lets the cache hand an attachment's watch events only to the
 // watchers of its node among those that select by spec.node.
 func nodeTrigger(obj runtime.Object) string {
