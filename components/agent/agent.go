@@ -194,7 +194,7 @@ func New(cfg Config) (*Agent, error) {
 		a.recorder = &record.FakeRecorder{}
 	}
 	nodeSelector := fields.OneTermEqualSelector(v1alpha1.FieldNode, a.node).String()
-	a.localInformer = kosinformers.NewFilteredNetworkAttachmentInformer(a.client, metav1.NamespaceAll, 0,
+	a.localInformer = kosinformers.NewFilteredNetworkAttachmentInformer(listingClient{a.client}, metav1.NamespaceAll, 0,
 		cache.Indexers{addressIndex: indexByAddress},
 		func(o *metav1.ListOptions) { o.FieldSelector = nodeSelector })
 	if _, err := a.localInformer.AddEventHandler(a.handler(informerLocal, nil)); err != nil {
@@ -345,7 +345,7 @@ func (a *Agent) setRelevance(ctx context.Context, key string, n network, in bool
 // informer's view, as a deleted one does, and its flows go.
 func (a *Agent) newNetworkInformer(n network) (cache.SharedIndexInformer, error) {
 	selector := networkSelector(n.vni)
-	inf := kosinformers.NewFilteredNetworkAttachmentInformer(a.client, n.namespace, 0,
+	inf := kosinformers.NewFilteredNetworkAttachmentInformer(listingClient{a.client}, n.namespace, 0,
 		cache.Indexers{addressIndex: indexByAddress},
 		func(o *metav1.ListOptions) { o.FieldSelector = selector })
 	// The local informer enqueues this node's attachments already.
@@ -355,6 +355,18 @@ func (a *Agent) newNetworkInformer(n network) (cache.SharedIndexInformer, error)
 	}
 	return inf, nil
 }
+
+// listingClient is the KOS client of the agent's informers: they list and
+// then watch, instead of streaming their initial state in the watch
+// (client-go's WatchListClient). kos-apiserver answers a list by node or
+// network from an index of its watch cache, but builds a streamed initial
+// state by testing every attachment of its cache against the selector, so
+// that each network an agent starts watching would cost the server work in
+// proportion to all attachments rather than to the network's.
+type listingClient struct{ kosclient.Interface }
+
+// IsWatchListSemanticsUnSupported tells client-go's reflector to list.
+func (listingClient) IsWatchListSemanticsUnSupported() bool { return true }
 
 // networkSelector is the field selector of the attachments of VNI vni that
 // have a host.
