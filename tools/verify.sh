@@ -49,6 +49,10 @@ go run ./tools/addons verify || { echo "the addon bundle is not consistent (see 
 if [ -x tools/codegen/verify.sh ]; then
   echo "verify: generated code"
   tools/codegen/verify.sh || { echo "generated code is stale (run: make generate)"; fail=1; }
+  # The generators read dependencies from the module cache; they must not
+  # have written there.
+  echo "verify: the module cache holds the dependencies as downloaded"
+  go mod verify >/dev/null || { echo "a dependency in the module cache was changed (go mod verify; go clean -modcache fixes it)"; fail=1; }
 fi
 
 if [ $fail -ne 0 ]; then

@@ -50,8 +50,13 @@ rm -rf components/generated/clientset components/generated/listers \
 # zz_generated.model_name.go, from +k8s:openapi-model-package) as the
 # apimachinery types do since 0.37: the server finds each kind's
 # group-version-kind by that name.
+# The apimachinery packages are inputs only: --readonly-pkg keeps openapi-gen
+# from rewriting their model name files in the module cache.
 "$bin/openapi-gen" --go-header-file "$header" --output-file zz_generated.openapi.go \
   --output-model-name-file zz_generated.model_name.go \
+  --readonly-pkg k8s.io/apimachinery/pkg/apis/meta/v1 \
+  --readonly-pkg k8s.io/apimachinery/pkg/runtime \
+  --readonly-pkg k8s.io/apimachinery/pkg/version \
   --output-dir components/generated/openapi --output-pkg "$gen/openapi" \
   --report-filename "$here/api-rule-violations.list" \
   k8s.io/apimachinery/pkg/apis/meta/v1 \
