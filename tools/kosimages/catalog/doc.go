@@ -15,4 +15,8 @@
 // exactly the images built. Images run as root unless a manifest says
 // otherwise: the manifests choose users, and an image user would leak into
 // init containers that share files with their pods' other containers.
+//
+// A released version's images are not today's programs with an old tag:
+// BuildReleased builds them from the commit that made the release
+// (Releases) with that commit's own tooling, and PushArchive pushes them.
 package catalog
