@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -19,8 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/net/icmp"
-	"golang.org/x/net/ipv4"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -94,11 +90,11 @@ func (s *standard) testChaos(t *testing.T) {
 	target := s.node(t, to.Attachment.Spec.Node)
 
 	watch := newAttachmentWatch(t, s)
-	pings, err := startPinger(from, to.IP, pingInterval)
+	pings, err := kosinstall.WatchPing(from, to.IP, pingInterval)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pings.stop()
+	defer pings.Stop()
 	awaitPing(t, from, to.IP, time.Minute)
 	churn := startChurn(s, watch)
 	defer churn.stop()
@@ -140,9 +136,9 @@ func (s *standard) testChaos(t *testing.T) {
 	if churned.created == 0 {
 		t.Fatal("the churn made no attachment")
 	}
-	sent, lost := pings.totals()
-	countFigure(t, "chaos-pings-sent", sent, "packets")
-	countFigure(t, "chaos-pings-lost", lost, "packets")
+	total := pings.Stats()
+	countFigure(t, "chaos-pings-sent", total.Sent, "packets")
+	countFigure(t, "chaos-pings-lost", total.Lost, "packets")
 
 	s.checkAftermath(t, "with the churn's last attachments")
 	began := time.Now()
@@ -187,7 +183,7 @@ func countFigure(t *testing.T, name string, n int, unit string) {
 
 // kill kills tg's process and waits for KOS to converge, then logs the
 // figures of the kill.
-func (s *standard) kill(t *testing.T, tg chaosTarget, pings *pinger, churn *churn, watch *attachmentWatch) {
+func (s *standard) kill(t *testing.T, tg chaosTarget, pings *kosinstall.PingWatch, churn *churn, watch *attachmentWatch) {
 	ctx := t.Context()
 	restarts := containerRestarts(tg.pod, tg.container)
 	if restarts < 0 {
@@ -247,13 +243,14 @@ func (s *standard) kill(t *testing.T, tg chaosTarget, pings *pinger, churn *chur
 		}
 		return nil
 	})
-	pings.awaitReplyAfter(t, killed, time.Minute)
+	poll.Until(t, time.Minute, "the ping answered again", func(context.Context) error { return pings.AnsweredSince(killed) })
 	converged := time.Since(killed)
 	if err := s.duplicateAddresses(ctx); err != nil {
 		t.Error(err)
 	}
 
-	gap, sent, missed := pings.window(killed, time.Now())
+	window := pings.Window(killed, time.Now())
+	gap, sent, missed := window.LongestGap, window.Sent, window.Lost
 	t.Logf("%s: pods Ready again after %s, converged after %s; ping gap %s, %d of %d echo requests unanswered; slowest churn attachment since the kill ready after %s, %d churn writes failed",
 		tg.name, podsBack.Round(100*time.Millisecond), converged.Round(100*time.Millisecond), gap.Round(10*time.Millisecond), missed, sent,
 		churn.slowestSince(killed).Round(100*time.Millisecond), churn.failedWrites()-failedBefore)
@@ -609,186 +606,6 @@ func (c *churn) slowestSince(since time.Time) time.Duration {
 		}
 	}
 	return slowest
-}
-
-// pinger sends an ICMP echo request from a guest every interval, without
-// waiting for replies, and keeps when each was sent and when its reply
-// came, from which the gaps and losses of any time window follow. Its
-// socket belongs to the guest's namespace, so it outlives the guest's
-// interface: a request sent while the guest has none is lost.
-type pinger struct {
-	conn     *icmp.PacketConn
-	to       *net.IPAddr
-	id       int
-	interval time.Duration
-	done     chan struct{}
-	wg       sync.WaitGroup
-	stopOnce sync.Once
-
-	mu sync.Mutex
-	// sent and replied are indexed by sequence number - 1; replied is
-	// the zero time for requests without a reply.
-	sent, replied []time.Time
-}
-
-func startPinger(from *kosinstall.Guest, to netip.Addr, interval time.Duration) (*pinger, error) {
-	p := &pinger{to: &net.IPAddr{IP: to.AsSlice()}, id: rand.IntN(1 << 16), interval: interval, done: make(chan struct{})}
-	if err := from.Do(func() error {
-		var err error
-		p.conn, err = icmp.ListenPacket("ip4:icmp", "0.0.0.0")
-		return err
-	}); err != nil {
-		return nil, fmt.Errorf("opening an ICMP socket in guest %s: %w", from.Name, err)
-	}
-	p.wg.Go(p.send)
-	p.wg.Go(p.receive)
-	return p, nil
-}
-
-// stop stops the pinger and waits for its goroutines. It may be called more
-// than once.
-func (p *pinger) stop() {
-	p.stopOnce.Do(func() {
-		close(p.done)
-		p.wg.Wait()
-		p.conn.Close()
-	})
-}
-
-func (p *pinger) send() {
-	tick := time.NewTicker(p.interval)
-	defer tick.Stop()
-	for seq := 1; ; seq++ {
-		msg := icmp.Message{Type: ipv4.ICMPTypeEcho, Body: &icmp.Echo{ID: p.id, Seq: seq & 0xffff, Data: []byte("kos chaos ping")}}
-		b, err := msg.Marshal(nil)
-		if err != nil {
-			panic(err) // an echo request always marshals
-		}
-		p.mu.Lock()
-		p.sent = append(p.sent, time.Now())
-		p.replied = append(p.replied, time.Time{})
-		p.mu.Unlock()
-		// An error (no route while the guest has no interface) is a
-		// lost request like any other.
-		_, _ = p.conn.WriteTo(b, p.to)
-		select {
-		case <-p.done:
-			return
-		case <-tick.C:
-		}
-	}
-}
-
-func (p *pinger) receive() {
-	buf := make([]byte, 1500)
-	for {
-		select {
-		case <-p.done:
-			return
-		default:
-		}
-		if err := p.conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond)); err != nil {
-			return
-		}
-		n, from, err := p.conn.ReadFrom(buf)
-		if err != nil {
-			continue
-		}
-		at := time.Now()
-		msg, err := icmp.ParseMessage(1, buf[:n])
-		if err != nil || msg.Type != ipv4.ICMPTypeEchoReply {
-			continue
-		}
-		echo, ok := msg.Body.(*icmp.Echo)
-		if ip, isIP := from.(*net.IPAddr); !ok || echo.ID != p.id || !isIP || !ip.IP.Equal(p.to.IP) {
-			continue
-		}
-		p.mu.Lock()
-		// The newest request with this (16-bit) sequence number.
-		for i := len(p.sent) - 1; i >= 0; i-- {
-			if (i+1)&0xffff == echo.Seq {
-				if p.replied[i].IsZero() {
-					p.replied[i] = at
-				}
-				break
-			}
-		}
-		p.mu.Unlock()
-	}
-}
-
-// awaitReplyAfter waits until a request sent after since is answered.
-func (p *pinger) awaitReplyAfter(t *testing.T, since time.Time, timeout time.Duration) {
-	t.Helper()
-	poll.Until(t, timeout, "the ping answered again", func(context.Context) error {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		for i := len(p.sent) - 1; i >= 0 && p.sent[i].After(since); i-- {
-			if !p.replied[i].IsZero() {
-				return nil
-			}
-		}
-		return fmt.Errorf("no reply to a request sent since %s", since.Format(time.StampMilli))
-	})
-}
-
-// window returns the longest time without a reply between from and to
-// (counted from the last reply before from), how many requests were sent
-// in that window, and how many of those got no reply. Requests of the last
-// two seconds before to are not counted: their replies may be on their
-// way.
-func (p *pinger) window(from, to time.Time) (gap time.Duration, sent, missed int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	cut := to.Add(-2 * time.Second)
-	var replies []time.Time
-	last := time.Time{}
-	for i, at := range p.sent {
-		r := p.replied[i]
-		switch {
-		case r.IsZero():
-		case r.Before(from):
-			if r.After(last) {
-				last = r
-			}
-		case !r.After(to):
-			replies = append(replies, r)
-		}
-		if at.Before(from) || at.After(cut) {
-			continue
-		}
-		sent++
-		if r.IsZero() {
-			missed++
-		}
-	}
-	slices.SortFunc(replies, func(a, b time.Time) int { return a.Compare(b) })
-	if last.IsZero() {
-		last = from
-	}
-	for _, r := range replies {
-		gap = max(gap, r.Sub(last))
-		last = r
-	}
-	return gap, sent, missed
-}
-
-// totals returns how many requests the pinger sent and how many got no
-// reply, leaving out the last two seconds' requests.
-func (p *pinger) totals() (sent, missed int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	cut := time.Now().Add(-2 * time.Second)
-	for i, at := range p.sent {
-		if at.After(cut) {
-			break
-		}
-		sent++
-		if p.replied[i].IsZero() {
-			missed++
-		}
-	}
-	return sent, missed
 }
 
 // checkAftermath checks, when says with what, that no two attachments of a

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/kos-sdn/kos/channels/cli"
+	"github.com/kos-sdn/kos/tools/cluster"
 	"github.com/kos-sdn/kos/tools/images"
 	"github.com/kos-sdn/kos/tools/kosimages/catalog"
 	"github.com/kos-sdn/kos/tools/kosinstall"
@@ -250,4 +251,55 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// startStandardCluster starts the cluster the multi-node tests install KOS
+// on: standardNodes nodes labelled for KOS, kube-proxy, a registry the
+// nodes pull from, kube-controller-manager and kube-scheduler; stopped
+// when the test ends. ovs gives every node its own Open vSwitch, as KOS
+// 0.1.0 needs.
+func startStandardCluster(t *testing.T, ovs bool) *cluster.Cluster {
+	t.Helper()
+	var nodes []cluster.NodeOptions
+	for i := 1; i <= standardNodes; i++ {
+		nodes = append(nodes, cluster.NodeOptions{Name: fmt.Sprintf("kos-node-%d", i), Labels: kosinstall.NodeLabels(), OVS: ovs})
+	}
+	env, err := cluster.Start(t.Context(), cluster.Options{
+		ControlPlane: testenv.Options{
+			Components: []string{testenv.KubeControllerManager, testenv.KubeScheduler},
+			Progress:   testWriter{t},
+		},
+		Nodes:     nodes,
+		KubeProxy: true,
+		Registry:  true,
+	})
+	if err != nil {
+		t.Fatalf("starting the cluster: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stopping the cluster: %v", err)
+		}
+	})
+	return env
+}
+
+// step is one step of a test whose steps each need the ones before.
+type step struct {
+	name string
+	run  func(t *testing.T)
+}
+
+// runSteps runs the steps in turn as subtests, logging how long each
+// took, and ends the test at the first that fails.
+func runSteps(t *testing.T, steps []step) {
+	t.Helper()
+	for _, s := range steps {
+		began := time.Now()
+		ok := t.Run(s.name, s.run)
+		t.Logf("step %q took %s", s.name, since(began))
+		if !ok {
+			t.Fatalf("step %q failed; the steps after it need it", s.name)
+		}
+	}
 }

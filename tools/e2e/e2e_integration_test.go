@@ -87,10 +87,7 @@ func TestIntegrationKOS(t *testing.T) {
 			k.dumpState()
 		}
 	})
-	steps := []struct {
-		name string
-		run  func(t *testing.T)
-	}{
+	runSteps(t, []step{
 		{"install", k.testInstall},
 		{"API served through the aggregator", k.testAPI},
 		{"attachments addressed and implemented", k.testAttachments},
@@ -99,15 +96,7 @@ func TestIntegrationKOS(t *testing.T) {
 		{"re-run changes nothing", k.testRerun},
 		{"upgrade prunes what the release dropped", k.testUpgrade},
 		{"deleted pods come back with the state intact", k.testPodDeletion},
-	}
-	for _, step := range steps {
-		stepBegan := time.Now()
-		ok := t.Run(step.name, step.run)
-		t.Logf("step %q took %s", step.name, since(stepBegan))
-		if !ok {
-			t.Fatalf("step %q failed; the steps after it need it", step.name)
-		}
-	}
+	})
 	t.Logf("the whole test took %s", since(began))
 }
 
@@ -336,6 +325,23 @@ type record struct {
 // addon name.
 func (k *kos) records(t *testing.T) map[string]record {
 	t.Helper()
+	ours := map[string]bool{}
+	for _, name := range k.expectedAddons(t) {
+		ours[name] = true
+	}
+	got := map[string]record{}
+	for name, r := range k.listRecords(t) {
+		if ours[name] {
+			got[name] = r
+		}
+	}
+	return got
+}
+
+// listRecords returns every install record `channels get addons` lists, by
+// addon name.
+func (k *kos) listRecords(t *testing.T) map[string]record {
+	t.Helper()
 	out := k.channelsCLI(t, "get", "addons", "-o", "json")
 	var list struct {
 		Items []struct {
@@ -349,15 +355,8 @@ func (k *kos) records(t *testing.T) map[string]record {
 	if err := json.Unmarshal([]byte(out), &list); err != nil {
 		t.Fatalf("channels get addons -o json: %v\n%s", err, out)
 	}
-	ours := map[string]bool{}
-	for _, name := range k.expectedAddons(t) {
-		ours[name] = true
-	}
 	got := map[string]record{}
 	for _, it := range list.Items {
-		if !ours[it.Metadata.Name] {
-			continue
-		}
 		r := it.Record
 		r.Name, r.Namespace = it.Metadata.Name, it.Metadata.Namespace
 		got[r.Name] = r

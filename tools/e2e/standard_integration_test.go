@@ -70,27 +70,7 @@ func TestIntegrationStandardRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var nodes []cluster.NodeOptions
-	for i := 1; i <= standardNodes; i++ {
-		nodes = append(nodes, cluster.NodeOptions{Name: fmt.Sprintf("kos-node-%d", i), Labels: kosinstall.NodeLabels()})
-	}
-	env, err := cluster.Start(t.Context(), cluster.Options{
-		ControlPlane: testenv.Options{
-			Components: []string{testenv.KubeControllerManager, testenv.KubeScheduler},
-			Progress:   testWriter{t},
-		},
-		Nodes:     nodes,
-		KubeProxy: true,
-		Registry:  true,
-	})
-	if err != nil {
-		t.Fatalf("starting the cluster: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stopping the cluster: %v", err)
-		}
-	})
+	env := startStandardCluster(t, false)
 	figure(t, "cluster-up", time.Since(began))
 
 	s := newStandard(t, env, root)
@@ -100,10 +80,7 @@ func TestIntegrationStandardRelease(t *testing.T) {
 			s.dumpFabrics()
 		}
 	})
-	steps := []struct {
-		name string
-		run  func(t *testing.T)
-	}{
+	runSteps(t, []step{
 		{"images pushed and the release published", s.testPublish},
 		{"plan from https", s.testPlanHTTPS},
 		{"install from s3", s.testInstall},
@@ -113,15 +90,7 @@ func TestIntegrationStandardRelease(t *testing.T) {
 		{"the node comes back", s.testNodeComesBack},
 		{"chaos: every KOS process killed in turn", s.testChaos},
 		{"re-apply from https changes nothing", s.testReapplyHTTPS},
-	}
-	for _, step := range steps {
-		stepBegan := time.Now()
-		ok := t.Run(step.name, step.run)
-		t.Logf("step %q took %s", step.name, since(stepBegan))
-		if !ok {
-			t.Fatalf("step %q failed; the steps after it need it", step.name)
-		}
-	}
+	})
 	figure(t, "whole-test", time.Since(began))
 }
 
@@ -168,28 +137,8 @@ func newStandard(t *testing.T, env *cluster.Cluster, root string) *standard {
 func (s *standard) testPublish(t *testing.T) {
 	ctx := t.Context()
 	began := time.Now()
-	versions, err := catalog.AddonVersions(filepath.Join(s.root, "addons"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	etcd, err := etcdBinary(ctx, s.root)
-	if err != nil {
-		t.Fatal(err)
-	}
 	repo := s.env.Registry + "/" + registryPrefix
-	// This machine's platform only: the nodes are this machine, and
-	// cross-building etcd and every component would cost minutes.
-	pushed, err := catalog.Push(ctx, catalog.PushOptions{
-		Repository: repo,
-		Versions:   versions,
-		Etcd:       etcd,
-		Platforms:  []string{catalog.HostPlatform},
-		WorkDir:    filepath.Join(t.TempDir(), "images"),
-		Progress:   testWriter{t},
-	})
-	if err != nil {
-		t.Fatalf("pushing the images to %s: %v", repo, err)
-	}
+	pushed := s.pushImages(t, repo)
 	figure(t, "images-built-and-pushed", time.Since(began))
 
 	// What the later steps use lives as long as the whole test.
@@ -208,14 +157,47 @@ func (s *standard) testPublish(t *testing.T) {
 	s.https = serveTree(t, s.t, s.env.Nodes[0].HostIP, tree)
 	s.channelsBin = buildChannels(t, s.t.TempDir(), s.root)
 
+	s.provideVolumes(t)
+	figure(t, "published", time.Since(began))
+}
+
+// pushImages builds today's KOS images and pushes them to repo in the
+// cluster's registry, and returns them pinned, as catalog.Push does.
+func (s *standard) pushImages(t *testing.T, repo string) map[string]string {
+	ctx := t.Context()
+	versions, err := catalog.AddonVersions(filepath.Join(s.root, "addons"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcd, err := etcdBinary(ctx, s.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// This machine's platform only: the nodes are this machine, and
+	// cross-building etcd and every component would cost minutes.
+	pushed, err := catalog.Push(ctx, catalog.PushOptions{
+		Repository: repo,
+		Versions:   versions,
+		Etcd:       etcd,
+		Platforms:  []string{catalog.HostPlatform},
+		WorkDir:    filepath.Join(t.TempDir(), "images"),
+		Progress:   testWriter{t},
+	})
+	if err != nil {
+		t.Fatalf("pushing the images to %s: %v", repo, err)
+	}
+	return pushed
+}
+
+// provideVolumes gives every node an empty local volume for etcd.
+func (s *standard) provideVolumes(t *testing.T) {
 	var volumeNodes []kosinstall.VolumeNode
 	for _, n := range s.env.Nodes {
 		volumeNodes = append(volumeNodes, kosinstall.VolumeNode{Name: n.Name, HostDir: n.HostPath(kosinstall.VolumesDir)})
 	}
-	if err := kosinstall.ProvideLocalVolumes(ctx, s.kube, volumeNodes, resource.MustParse("2Gi")); err != nil {
+	if err := kosinstall.ProvideLocalVolumes(t.Context(), s.kube, volumeNodes, resource.MustParse("2Gi")); err != nil {
 		t.Fatal(err)
 	}
-	figure(t, "published", time.Since(began))
 }
 
 // channelsAt returns the channels of the release at base: the userspace

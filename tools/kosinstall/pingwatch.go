@@ -150,35 +150,51 @@ func (w *PingWatch) Stop() PingStats {
 	stopped := time.Now()
 	w.conn.Close()
 	w.done.Wait()
-	return w.stats(stopped)
+	return w.Window(w.started, stopped)
 }
 
 // Stats returns what was measured so far, as Stop would have now, and goes
 // on pinging.
 func (w *PingWatch) Stats() PingStats {
-	return w.stats(time.Now())
+	return w.Window(w.started, time.Now())
 }
 
-// stats sums up the requests sent until 2*replyGrace before now.
-func (w *PingWatch) stats(now time.Time) PingStats {
+// Window returns what was measured between from and to, as if the watch
+// had run only then: the requests sent from from until 2*replyGrace before
+// to (later ones may have their replies on the way), and the longest time
+// without a reply, counted from the last reply before from (from itself
+// when there was none) until 2*replyGrace before to.
+func (w *PingWatch) Window(from, to time.Time) PingStats {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	until := now.Add(-2 * replyGrace)
+	until := to.Add(-2 * replyGrace)
 	var s PingStats
 	var replies []time.Time
+	last := time.Time{}
 	for i, at := range w.sent {
-		if at.After(until) {
-			break
+		r, replied := w.replies[i+1]
+		switch {
+		case !replied:
+		case r.Before(from):
+			if r.After(last) {
+				last = r
+			}
+		case !r.After(until):
+			replies = append(replies, r)
+		}
+		if at.Before(from) || at.After(until) {
+			continue
 		}
 		s.Sent++
-		if r, ok := w.replies[i+1]; ok {
+		if replied {
 			s.Received++
-			replies = append(replies, r)
 		}
 	}
 	s.Lost = s.Sent - s.Received
 	slices.SortFunc(replies, func(a, b time.Time) int { return a.Compare(b) })
-	last := w.started
+	if last.IsZero() {
+		last = from
+	}
 	for _, r := range append(replies, until) {
 		if gap := r.Sub(last); gap > s.LongestGap {
 			s.LongestGap, s.GapEnded = gap, r
@@ -186,4 +202,17 @@ func (w *PingWatch) stats(now time.Time) PingStats {
 		last = r
 	}
 	return s
+}
+
+// AnsweredSince returns nil once a request sent after since got its reply,
+// and otherwise an error that says so (for poll.Until).
+func (w *PingWatch) AnsweredSince(since time.Time) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := len(w.sent) - 1; i >= 0 && w.sent[i].After(since); i-- {
+		if _, ok := w.replies[i+1]; ok {
+			return nil
+		}
+	}
+	return fmt.Errorf("no reply to a ping from %s to %s sent since %s", w.from.Name, w.to, since.Format(time.StampMilli))
 }

@@ -10,7 +10,8 @@ import (
 
 // TestIntegrationPingWatch pings a guest's own address for two seconds with
 // the address taken away for one in the middle: the gap and the losses
-// show, and nothing else does.
+// show, and nothing else does; a window that starts once the address is
+// back shows neither.
 func TestIntegrationPingWatch(t *testing.T) {
 	ctx := t.Context()
 	ns := ovsenv.NetnsT(t)
@@ -32,11 +33,22 @@ func TestIntegrationPingWatch(t *testing.T) {
 	if _, err := ns.Run(ctx, "ip", "addr", "del", addr.String()+"/32", "dev", "lo"); err != nil {
 		t.Fatal(err)
 	}
+	removed := time.Now()
 	time.Sleep(time.Second)
+	if err := w.AnsweredSince(removed); err == nil {
+		t.Errorf("a reply since the address was removed")
+	}
 	if _, err := ns.Run(ctx, "ip", "addr", "add", addr.String()+"/32", "dev", "lo"); err != nil {
 		t.Fatal(err)
 	}
+	back := time.Now()
 	time.Sleep(3 * time.Second)
+	if err := w.AnsweredSince(back); err != nil {
+		t.Error(err)
+	}
+	if after := w.Window(back.Add(200*time.Millisecond), time.Now()); after.Lost > 0 || after.LongestGap > 500*time.Millisecond || after.Sent < 10 {
+		t.Errorf("since the address is back: %s of %d sent, want nothing lost and no gap", after, after.Sent)
+	}
 	got := w.Stop()
 	t.Logf("ping watch: %s", got)
 	if got.LongestGap < 900*time.Millisecond || got.LongestGap > 2*time.Second {
