@@ -72,8 +72,11 @@ type liveDriver struct {
 // object is lost, no address changes, every attachment is ready, and the
 // longest ping gap and the lost pings are measured (the 0.2.0 agent adopts
 // the node's own Open vSwitch, so no port moves). Applying the 0.1.0
-// channel again is refused. It does this twice on one cluster: with our
-// channels, then, after uninstalling, with kOps's own. One cluster, because
+// channel again with ours is refused; with kOps's own, after its upgrade,
+// it is applied (kOps downgrades). 0.1.0's images are built from the
+// commit that released it (catalog.BuildReleased). It does this twice on
+// one cluster: with our channels, then, after uninstalling, with kOps's
+// own. One cluster, because
 // starting one and pushing the images cost more than uninstalling.
 func TestIntegrationLiveUpgrade(t *testing.T) {
 	began := time.Now()
