@@ -103,6 +103,9 @@ func BenchmarkAgents(b *testing.B) {
 	for i := range agents {
 		fabrics[i] = &timedFabric{Interface: logging.New(), programmed: map[fabric.RemoteAttachment]time.Time{}}
 		cfg := agentConfig(b, benchNode(k, i), benchHost(i), fabrics[i])
+		// The agents check and reconcile their fabrics as often as by
+		// default, not as often as the tests need.
+		cfg.FlowCheckPeriod, cfg.ReconcilePeriod = 0, 0
 		if !*benchShared {
 			cfg.Client = ownConnection(b)
 		}
