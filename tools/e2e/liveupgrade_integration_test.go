@@ -44,12 +44,15 @@ const (
 	liveTrickleEvery = 2 * time.Second
 	liveTrickleLive  = 3
 	// liveMaxGap bounds the longest time any pair of guests may go without
-	// a reply during the upgrade: what a TCP connection rides out with a
-	// retransmission or two. Nothing in the datapath restarts (the new
-	// agent adopts the node's Open vSwitch and its flows), so what gap
-	// there is comes from a loaded machine's scheduling: the bound leaves
-	// room for a machine that runs other tests beside this one.
-	liveMaxGap = 3 * time.Second
+	// a reply during the upgrade. Nothing in the datapath is replaced (the
+	// new agent adopts the node's Open vSwitch and its flows), but the
+	// real 0.1.0 agents fail their liveness probe while etcd and
+	// kos-apiserver roll (their health is the KOS API's, through the
+	// aggregator) and are restarted; the longest gaps fell in that roll
+	// and reached 2.1 s, 3.8 s and 5.6 s on a machine at load 34 to 68
+	// (today's programs tagged 0.1.0 stayed under 2 s). The bound is what a TCP connection
+	// rides out with a few retransmissions, without resetting.
+	liveMaxGap = 8 * time.Second
 	// underlayBridge holds each node's underlay address in the node's own
 	// Open vSwitch, as the userspace datapath needs to tunnel from it.
 	underlayBridge = "br-ul"
