@@ -73,11 +73,11 @@ func (d *demo) runCluster(ctx context.Context) error {
 	}
 
 	repo := env.Registry + "/kos"
-	say("Build the KOS %s images (no container engine) and push them to the registry, for this machine's platform (without --platform, also linux/arm64):", newRelease)
-	if err := d.run("go", "run", "./tools/kosimages", "--root", root, "--push", repo, "--platform", "linux/"+runtime.GOARCH); err != nil {
+	if err := pushOldImages(ctx, root, repo); err != nil {
 		return err
 	}
-	if err := pushOldImages(ctx, repo); err != nil {
+	say("Build today's KOS images, those of %s (no container engine), and push them to the registry, for this machine's platform (without --platform, also linux/arm64):", newRelease)
+	if err := d.run("go", "run", "./tools/kosimages", "--root", root, "--push", repo, "--platform", "linux/"+runtime.GOARCH); err != nil {
 		return err
 	}
 

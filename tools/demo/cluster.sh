@@ -2,15 +2,16 @@
 # cluster.sh is `make demo-cluster`: KOS installed and upgraded live, as an
 # operator of a real cluster does it. It builds the binaries, starts a fresh
 # local cluster of three nodes (kubelet, containerd and Open vSwitch on each)
-# with a registry the nodes pull from, and runs `demo cluster`: the KOS
-# images pushed to the registry, a release written for it, KOS 0.1.0
-# installed from its channel (three etcd members on local volumes, two
-# kos-apiservers, two controller managers, an agent programming each node's
-# Open vSwitch), a guest on each node pinging the next across the VXLAN
-# overlay, and the 0.2.0 channel applied with the pings going: it prints
-# them every second, then the longest gap, the pings lost, and whether the
-# subnets and attachments kept their objects and addresses. Everything
-# keeps running afterwards; `make demo-cluster-down` stops it.
+# with a registry the nodes pull from, and runs `demo cluster`: the images
+# of KOS 0.1.0 (built from the commit of that release) and 0.2.0 pushed, a
+# release written for the registry, KOS 0.1.0 installed from its channel
+# (three etcd members on local volumes, two kos-apiservers, two controller
+# managers, an agent programming each node's Open vSwitch), a guest on each
+# node pinging the next across the VXLAN overlay, and the 0.2.0 channel
+# applied with the pings going: it prints them every second, then the
+# longest gap, the pings lost, and whether the subnets and attachments kept
+# their objects and addresses. Everything keeps running afterwards; `make
+# demo-cluster-down` stops it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export GOTOOLCHAIN=local

@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -65,30 +63,23 @@ func (d *demo) nodeUnderlays(ctx context.Context, env *cluster.Cluster) error {
 	return nil
 }
 
-// pushOldImages gives the images of the components oldRelease's manifests
-// name their oldRelease tags in the registry at repo: the newRelease images,
-// which kosimages pushed, tagged oldRelease too. The programs are today's;
-// what the upgrade changes is the manifests, namespaces and the Open
-// vSwitch arrangement.
-func pushOldImages(ctx context.Context, repo string) error {
-	say("The %s manifests name %s tags: tag the same images %s too, so that the upgrade changes the manifests, namespaces and the Open vSwitch arrangement and keeps the programs:", oldRelease, oldRelease, oldRelease)
-	for _, c := range catalog.Components {
-		src, err := name.NewTag(repo+"/"+c+":"+newRelease, name.Insecure)
-		if err != nil {
-			return err
-		}
-		dst, err := name.NewTag(repo+"/"+c+":"+oldRelease, name.Insecure)
-		if err != nil {
-			return err
-		}
-		desc, err := remote.Get(src, remote.WithContext(ctx))
-		if err != nil {
-			return fmt.Errorf("reading %s: %w", src, err)
-		}
-		if err := remote.Tag(dst, desc, remote.WithContext(ctx)); err != nil {
-			return fmt.Errorf("tagging %s as %s: %w", src, dst, err)
-		}
-		fmt.Printf("    tagged %s@%s\n", dst, desc.Digest)
+// pushOldImages pushes the images of oldRelease to the registry at repo,
+// as the commit that made the release built them with its own tooling
+// (catalog.BuildReleased, which keeps them in the repository's
+// .cache/released). They go first: where today's images have the same tag
+// (etcd, when both name one version), today's replace them.
+func pushOldImages(ctx context.Context, root, repo string) error {
+	say("KOS %[1]s's images are what the commit that made release %[1]s built, with its own tools: build them there (minutes the first time, while Go compiles that commit's libraries; kept in .cache/released after) and push them:", oldRelease)
+	archive, err := catalog.BuildReleased(ctx, catalog.ReleasedOptions{Root: root, Version: oldRelease, Progress: os.Stdout})
+	if err != nil {
+		return err
+	}
+	pushed, err := catalog.PushArchive(ctx, archive, repo, false, append(slices.Clone(catalog.Components), catalog.Etcd)...)
+	if err != nil {
+		return fmt.Errorf("pushing the images of release %s to %s: %w", oldRelease, repo, err)
+	}
+	for _, tag := range slices.Sorted(maps.Keys(pushed)) {
+		fmt.Printf("pushed %s\n", pushed[tag])
 	}
 	return nil
 }
