@@ -158,7 +158,7 @@ func (d *demo) liveUpgrade(ctx context.Context, env *cluster.Cluster, kube kuber
 		fmt.Printf("    %s (%s) -> %s (%s): %d of %d lost, longest gap %s\n", p.from.Attachment.Name, p.from.Attachment.Spec.Node, p.to.Attachment.Name, p.to.Attachment.Spec.Node, p.stats.Lost, p.stats.Sent, seconds(p.stats.LongestGap))
 	}
 	fmt.Printf("    In all: %d of %d pings lost; the longest time a pair went without a reply: %s.\n", lost, sent, seconds(longest))
-	fmt.Printf("    Nothing in the datapath restarts: the %s agents adopt each node's Open vSwitch with its ports and flows (see below). What gap there is comes from a busy machine: the userspace datapath's ovs-vswitchd waits for a CPU while pods start. A TCP connection rides out a gap of a second or two with a retransmission.\n", newRelease)
+	fmt.Printf("    Nothing in the datapath restarts: the %s agents adopt each node's Open vSwitch with its ports and flows (see below). What gap there is comes from around it: on a busy machine the userspace datapath's ovs-vswitchd waits for a CPU while pods start, and a %s agent, whose liveness probe asks the KOS API, may be restarted while kos-apiserver rolls (docs/benchmarks.md has the figures of many runs). A TCP connection rides out gaps of a few seconds by retransmitting.\n", newRelease, oldRelease)
 
 	after, err := snapshotObjects(ctx, client)
 	if err != nil {
