@@ -55,14 +55,14 @@ func buildImages(ctx context.Context, root, dir string) builtImages {
 }
 
 // etcdBinary returns the etcd the tests run: $KOS_KUBE_BIN_DIR's, else the
-// one tools/kube/build.sh builds (once).
+// one tools/etcd/build.sh builds (once).
 func etcdBinary(ctx context.Context, root string) (string, error) {
 	if dir := os.Getenv(testenv.BinDirEnv); dir != "" {
 		if _, err := os.Stat(filepath.Join(dir, "etcd")); err == nil {
 			return filepath.Join(dir, "etcd"), nil
 		}
 	}
-	out, err := exec.CommandContext(ctx, "bash", filepath.Join(root, "tools", "kube", "build.sh"), "etcd").Output()
+	out, err := exec.CommandContext(ctx, "bash", filepath.Join(root, "tools", "etcd", "build.sh")).Output()
 	if err != nil {
 		return "", fmt.Errorf("building etcd: %w", err)
 	}

@@ -131,7 +131,7 @@ Flags:
 	flags.StringVar(&cfg.root, "root", "", "the repository root; empty means the one this command is built from, else the nearest above the working directory")
 	flags.StringVar(&cfg.out, "out", "", "the tarball to write; empty means ROOT/.cache/images/kos.tar")
 	flags.StringVar(&cfg.addons, "addons", "", "the addon folder whose newest releases give the component images their versions; empty means ROOT/addons")
-	flags.StringVar(&cfg.etcd, "etcd", "", "the etcd binary to pack; empty means the one tools/kube/build.sh builds")
+	flags.StringVar(&cfg.etcd, "etcd", "", "the etcd binary to pack; empty means the one tools/etcd/build.sh builds")
 	flags.StringVar(&cfg.address, "import", "", "the socket of a containerd to import the images into (namespace k8s.io), or "+importLocalenv+" for the node of the local cluster in ROOT/.cache/localenv; empty imports nothing")
 	flags.StringVar(&cfg.push, "push", "", "REGISTRY[/PREFIX]: push the images there instead of writing a tarball")
 	flags.BoolVar(&cfg.insecure, "insecure", false, "with --push: allow plain http (and unverified https) to the registry")
@@ -199,7 +199,7 @@ func push(ctx context.Context, cfg *config, stdout io.Writer) error {
 		Insecure:   cfg.insecure,
 		Versions:   versions,
 		Etcd:       cfg.etcd,
-		EtcdModule: filepath.Join(cfg.root, "tools", "kube"),
+		EtcdModule: filepath.Join(cfg.root, "tools", "etcd"),
 		Platforms:  strings.Split(cfg.platforms, ","),
 		WorkDir:    work,
 		Progress:   stdout,
@@ -307,12 +307,12 @@ func resolveVersions(addons string, overrides map[string]string) (map[string]str
 	return versions, nil
 }
 
-// buildEtcd builds etcd with tools/kube/build.sh (once; it caches the
+// buildEtcd builds etcd with tools/etcd/build.sh (once; it caches the
 // binary) and returns its path.
 func buildEtcd(ctx context.Context, root string) (string, error) {
-	script := filepath.Join(root, "tools", "kube", "build.sh")
+	script := filepath.Join(root, "tools", "etcd", "build.sh")
 	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, "bash", script, "etcd")
+	cmd := exec.CommandContext(ctx, "bash", script)
 	cmd.Stdout = &out
 	cmd.Stderr = os.Stderr
 	if err := cmd.Run(); err != nil {

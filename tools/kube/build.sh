@@ -5,9 +5,12 @@
 #   tools/kube/build.sh [--module DIR] [BINARY...]     (default: etcd kube-apiserver)
 #
 # The versions are those the module in DIR requires (default: this folder's,
-# Kubernetes 1.34; tools/kube129 holds one for 1.29). Binaries land in
-# $KOS_CACHE/kube/<version>/ (KOS_CACHE defaults to .cache at the repository
-# root, which git ignores). The script prints that folder on stdout.
+# Kubernetes 1.34; tools/kube129 holds one for 1.29). etcd is built from DIR's
+# module when it requires an etcd server directly (as both do today: 3.6.4 and
+# 3.5.10), else it is the one KOS ships (tools/etcd/build.sh, 3.6.4), copied
+# in: Kubernetes 1.37 requires etcd 3.7, which KOS does not ship. Binaries
+# land in $KOS_CACHE/kube/<version>/ (KOS_CACHE defaults to .cache at the
+# repository root, which git ignores). The script prints that folder on stdout.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -16,9 +19,10 @@ if [ "${1:-}" = --module ]; then
   here=$(cd "$2" && pwd)
   shift 2
 fi
-version=$(awk '$1 == "k8s.io/kubernetes" {print $2; exit}' "$here/go.mod")
-etcd_version=$(awk '$1 == "go.etcd.io/etcd/server/v3" {print $2; exit}' "$here/go.mod")
-[ -n "$version" ] && [ -n "$etcd_version" ] || { echo "build.sh: $here/go.mod requires no k8s.io/kubernetes or etcd server; restore it from git" >&2; exit 2; }
+version=$(awk '{sub(/^require /, "")} $1 == "k8s.io/kubernetes" {print $2; exit}' "$here/go.mod")
+# A direct requirement only: Kubernetes itself requires an etcd server too.
+etcd_version=$(awk '{sub(/^require /, "")} $1 == "go.etcd.io/etcd/server/v3" && !/indirect/ {print $2; exit}' "$here/go.mod")
+[ -n "$version" ] || { echo "build.sh: $here/go.mod requires no k8s.io/kubernetes; restore it from git" >&2; exit 2; }
 out=${KOS_CACHE:-$root/.cache}/kube/$version
 mkdir -p "$out"
 
@@ -47,6 +51,17 @@ if ! flock -n 9; then
   flock 9
 fi
 for bin in "${bins[@]}"; do
+  if [ "$bin" = etcd ] && [ -z "$etcd_version" ]; then
+    # Copied, not linked, so that the folder stands alone; checked on every
+    # run, so that a folder made when this module built its own etcd gets
+    # the one KOS ships.
+    etcd=$("$root/tools/etcd/build.sh")/etcd
+    if ! cmp -s "$etcd" "$out/etcd"; then
+      cp "$etcd" "$out/etcd.tmp"
+      mv "$out/etcd.tmp" "$out/etcd"
+    fi
+    continue
+  fi
   if [ -x "$out/$bin" ]; then
     continue
   fi

@@ -31,7 +31,8 @@ func wantKubernetesVersion(t *testing.T) string {
 		t.Fatal(err)
 	}
 	for line := range strings.SplitSeq(string(data), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "k8s.io/kubernetes" {
+		// In a require block, or a single "require k8s.io/kubernetes v..." line.
+		if f := strings.Fields(strings.TrimPrefix(line, "require ")); len(f) >= 2 && f[0] == "k8s.io/kubernetes" {
 			return f[1]
 		}
 	}

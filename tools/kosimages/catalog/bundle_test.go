@@ -19,7 +19,7 @@ import (
 
 // TestBundleNamesBuiltImages reads the repository's addons: every container
 // of the newest releases that runs a KOS image names a tag that Build makes
-// (the component versions of AddonVersions, and the etcd tools/kube builds),
+// (the component versions of AddonVersions, and the etcd tools/etcd builds),
 // and a command that the image holds.
 func TestBundleNamesBuiltImages(t *testing.T) {
 	root := filepath.Join("..", "..", "..")
@@ -28,7 +28,7 @@ func TestBundleNamesBuiltImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	etcdVersion := etcdModuleVersion(t, filepath.Join(root, "tools", "kube", "go.mod"))
+	etcdVersion := etcdModuleVersion(t, filepath.Join(root, "tools", "etcd", "go.mod"))
 	programs := map[string][]string{Etcd: {path.Join(images.BinDir, "etcd")}}
 	for _, name := range Components {
 		spec, err := Spec(name)
@@ -141,7 +141,7 @@ func etcdModuleVersion(t *testing.T, goMod string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`(?m)^\s*go\.etcd\.io/etcd/server/v3 v(\S+)`).FindSubmatch(data)
+	m := regexp.MustCompile(`(?m)^\s*(?:require\s+)?go\.etcd\.io/etcd/server/v3 v(\S+)`).FindSubmatch(data)
 	if m == nil {
 		t.Fatalf("%s requires no go.etcd.io/etcd/server/v3", goMod)
 	}

@@ -105,7 +105,7 @@ type Options struct {
 	// Versions tag the component images: one version for each of
 	// Components, by name.
 	Versions map[string]string
-	// Etcd is the etcd binary (tools/kube/build.sh etcd builds it); its
+	// Etcd is the etcd binary (tools/etcd/build.sh builds it); its
 	// version, as `etcd --version` says, tags the etcd image.
 	Etcd string
 	// WorkDir receives the Go binaries; it must stay until the images are

@@ -217,7 +217,7 @@ func imageEntrypoint(t *testing.T, img v1.Image) []string {
 }
 
 // etcdBinary returns the etcd the tests run: $KOS_KUBE_BIN_DIR's, else the
-// one tools/kube/build.sh builds (once).
+// one tools/etcd/build.sh builds (once).
 func etcdBinary(t *testing.T) string {
 	t.Helper()
 	if dir := os.Getenv(testenv.BinDirEnv); dir != "" {
@@ -229,7 +229,7 @@ func etcdBinary(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.CommandContext(t.Context(), "bash", filepath.Join(root, "tools", "kube", "build.sh"), "etcd").Output()
+	out, err := exec.CommandContext(t.Context(), "bash", filepath.Join(root, "tools", "etcd", "build.sh")).Output()
 	if err != nil {
 		t.Fatalf("building etcd: %v", err)
 	}

@@ -6,7 +6,7 @@
 //   - kos.example.com/kos-controller-manager:<v>;
 //   - kos.example.com/kos-agent:<v>: kos-agent and the host's Open vSwitch
 //     clients (ovs-vsctl, ovs-ofctl, ovs-appctl) with their libraries;
-//   - kos.example.com/etcd:<etcd's version>: the etcd tools/kube builds;
+//   - kos.example.com/etcd:<etcd's version>: the etcd tools/etcd builds;
 //   - the pause image (tools/images.PauseTag), which a node without a
 //     registry names as its sandbox image.
 //

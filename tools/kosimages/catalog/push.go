@@ -52,7 +52,7 @@ type PushOptions struct {
 	// missing for a platform is built from EtcdModule.
 	EtcdByArch map[string]string
 	// EtcdModule is the Go module etcd is built from for other
-	// architectures; "" means this checkout's tools/kube, which builds Etcd.
+	// architectures; "" means this checkout's tools/etcd, which builds Etcd.
 	EtcdModule string
 	// Images are the names of the images to push (of Components, Etcd and
 	// Pause); nil means all of them.
@@ -316,7 +316,7 @@ func index(byArch map[string]v1.Image) (v1.ImageIndex, error) {
 }
 
 // etcdFor returns the etcd binary for arch: opts.EtcdByArch's, else one
-// built from opts.EtcdModule (the module tools/kube/build.sh builds Etcd
+// built from opts.EtcdModule (the module tools/etcd/build.sh builds Etcd
 // from, so that both are the same version) into the work folder.
 func etcdFor(ctx context.Context, opts PushOptions, arch string) (string, error) {
 	if binary := opts.EtcdByArch[arch]; binary != "" {
@@ -328,7 +328,7 @@ func etcdFor(ctx context.Context, opts PushOptions, arch string) (string, error)
 		if root == "" {
 			return "", fmt.Errorf("no etcd binary for %s, and no checkout to build one from (set EtcdModule)", arch)
 		}
-		module = filepath.Join(root, "tools", "kube")
+		module = filepath.Join(root, "tools", "etcd")
 	}
 	out := filepath.Join(opts.WorkDir, "etcd-"+arch, "etcd")
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, "go.etcd.io/etcd/server/v3")
