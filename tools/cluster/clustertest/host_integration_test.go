@@ -76,23 +76,32 @@ func checkHostRestored(t *testing.T, before hostState, dir string, node cluster.
 	t.Helper()
 	// Other packages' tests may run nodes at the same time (go test runs
 	// packages in parallel), and the last node out restores the host: wait
-	// for the nodes that started after this test did.
-	poll.Until(t, 10*time.Minute, "the nodes other tests started meanwhile to stop", func(context.Context) error {
+	// for the nodes that started after this test did. A cluster that is
+	// starting changes the host before its nodes are on record, so a
+	// difference is also waited out: one this cluster left stays, and
+	// fails the test when the wait ends.
+	poll.Until(t, 10*time.Minute, "the host to be as it was before the cluster", func(context.Context) error {
 		n, err := cluster.HostNodes()
-		if err == nil && n > before.Nodes {
-			err = fmt.Errorf("%d nodes run on this host, %d did when the test began", n, before.Nodes)
+		if err != nil {
+			return err
 		}
-		return err
+		if n > before.Nodes {
+			return fmt.Errorf("%d nodes run on this host, %d did when the test began", n, before.Nodes)
+		}
+		after := snapshotHost(t)
+		if after.Nodes < before.Nodes {
+			// Nodes of other tests that ran when this one began have
+			// stopped since: what the host was like before was partly
+			// theirs, so the kernel settings and paths compare with
+			// nothing.
+			t.Logf("%d nodes run on this host, %d did when the test began: not comparing the host's settings and paths", after.Nodes, before.Nodes)
+			return nil
+		}
+		if diff := cmp.Diff(before, after); diff != "" {
+			return fmt.Errorf("host changed by the cluster (-before +after):\n%s", diff)
+		}
+		return nil
 	})
-	after := snapshotHost(t)
-	if after.Nodes < before.Nodes {
-		// Nodes of other tests that ran when this one began have
-		// stopped since: what the host was like before was partly
-		// theirs, so the kernel settings and paths compare with nothing.
-		t.Logf("%d nodes run on this host, %d did when the test began: not comparing the host's settings and paths", after.Nodes, before.Nodes)
-	} else if diff := cmp.Diff(before, after); diff != "" {
-		t.Errorf("host changed by the cluster (-before +after):\n%s", diff)
-	}
 	if pids := processesNaming(t, dir); len(pids) > 0 {
 		t.Errorf("processes still name %s: %v", dir, pids)
 	}
