@@ -1,7 +1,6 @@
 package controllermanager_test
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -9,8 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,6 +25,7 @@ import (
 	"github.com/kos-sdn/kos/components/controllers/ipam"
 	"github.com/kos-sdn/kos/components/generated/clientset/versioned"
 	"github.com/kos-sdn/kos/tools/poll"
+	"github.com/kos-sdn/kos/tools/spawner"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
@@ -352,26 +350,14 @@ func (s cpuSample) since(b *testing.B, addresses int) string {
 }
 
 // processCPU returns the user and system time of process pid ("self" for
-// this one), from /proc.
+// this one).
 func processCPU(b *testing.B, pid string) time.Duration {
 	b.Helper()
-	data, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	d, err := spawner.CPUTime(pid)
 	if err != nil {
-		b.Fatalf("reading the CPU time of process %s: %v", pid, err)
+		b.Fatal(err)
 	}
-	// The fields after the command, which is in parentheses and may hold
-	// spaces: utime and stime are the 12th and 13th.
-	fields := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
-	var ticks int64
-	for _, f := range fields[11:13] {
-		n, err := strconv.ParseInt(f, 10, 64)
-		if err != nil {
-			b.Fatalf("parsing /proc/%s/stat: %v", pid, err)
-		}
-		ticks += n
-	}
-	// Linux counts in USER_HZ, 100 a second.
-	return time.Duration(ticks) * 10 * time.Millisecond
+	return d
 }
 
 // scrape returns the manager's metrics in Prometheus' text format.

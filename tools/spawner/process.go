@@ -221,3 +221,28 @@ func Tail(path string, lines int) string {
 	}
 	return strings.Join(all, "\n")
 }
+
+// CPUTime returns the user and system time a process has used, from
+// /proc/<proc>/stat; proc is a pid or "self".
+func CPUTime(proc string) (time.Duration, error) {
+	data, err := os.ReadFile(filepath.Join("/proc", proc, "stat"))
+	if err != nil {
+		return 0, fmt.Errorf("reading the CPU time of process %s: %w", proc, err)
+	}
+	// The fields after the command, which is in parentheses and may hold
+	// spaces: utime and stime are the 12th and 13th.
+	fields := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("/proc/%s/stat has %d fields after the command, want at least 13", proc, len(fields))
+	}
+	var ticks int64
+	for _, f := range fields[11:13] {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("parsing /proc/%s/stat: %w", proc, err)
+		}
+		ticks += n
+	}
+	// Linux counts in USER_HZ, 100 a second.
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}

@@ -51,3 +51,25 @@ func TestStartOutlivesThread(t *testing.T) {
 	case <-time.After(500 * time.Millisecond):
 	}
 }
+
+func TestCPUTime(t *testing.T) {
+	before, err := CPUTime("self")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Burn some CPU: the process's time must grow.
+	deadline := time.Now().Add(50 * time.Millisecond)
+	for x := 0; time.Now().Before(deadline); x++ {
+		_ = x * x
+	}
+	after, err := CPUTime("self")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after <= before {
+		t.Errorf("CPU time went from %s to %s across 50 ms of spinning, want it to grow", before, after)
+	}
+	if _, err := CPUTime("0"); err == nil {
+		t.Error("CPUTime of pid 0 succeeded, want an error")
+	}
+}
