@@ -28,7 +28,7 @@ func BenchmarkIPAM(b *testing.B) {
 	for _, workers := range []int{2, 8} {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
 			c := kosClient(b)
-			stop := startBoundManager(b, startKOS(b), workers)
+			_, stop := startBoundManager(b, startKOS(b), workers)
 			defer stop()
 
 			var rate float64

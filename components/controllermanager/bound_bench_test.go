@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,16 +52,19 @@ const (
 // attachment, creating its IPLock and writing its address in the status,
 // the very writes an addressed attachment costs (raw-addr/s; raw-writes/s
 // counts the writes). Then one in-process manager with the product's client
-// settings starts, and the same clients create attachments as fast as they
-// can while the controller addresses them; the addressing rate
-// (addressed/s) is taken from the server's write times of the addresses,
-// over their middle 80%. The manager stops before the next round. The ratio
-// is the mean addressing rate over the mean raw rate; ratio-vs-writes/2
-// divides by the bound instead, half the raw write rate (two KOS
-// writes per address, the attachment's creation not counted). Last,
-// attachments are created paced at the mean addressing rate (1x) and the
-// p50 and p99 latency from creation to address, by server times, are
-// reported. Each phase logs the CPU time per address of every process.
+// settings starts, and the same clients create attachments in a closed loop
+// (createClosed): as fast as they go while fewer than 2×workers+16 wait for
+// an address, so that creation runs at the rate the controller addresses.
+// The addressing rate (addressed/s) is taken from the server's write times
+// of the addresses, over their middle 80%. The manager stops before the
+// next round. The ratio is the mean addressing rate over the mean raw rate;
+// ratio-vs-writes/2 divides by the bound instead, half the raw
+// write rate (two KOS writes per address, the attachment's creation not
+// counted). Last, attachments are created paced at 0.5, 0.8 and 1 times the
+// mean addressing rate and the p50 and p99 latency from creation to
+// address, by server times, are reported, with a breakdown of where it went
+// (see breakdown). Each phase logs the CPU time per address of every
+// process.
 func BenchmarkIPAMBound(b *testing.B) {
 	for _, workers := range []int{2, 8, 16, 32} {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
@@ -69,6 +73,7 @@ func BenchmarkIPAMBound(b *testing.B) {
 			vni := uint32(1900 + workers*10)
 			var rawRate, rawWrites, rate float64
 			var stop func()
+			var m *controllermanager.Manager
 			for round := range boundRounds {
 				// The raw rate, no controller running: the subnet is
 				// marked validated by hand.
@@ -86,13 +91,13 @@ func BenchmarkIPAMBound(b *testing.B) {
 				// The controller, with the product's client settings.
 				// It finds the raw attachments addressed and leaves
 				// them be.
-				stop = startBoundManager(b, kos, workers)
+				m, stop = startBoundManager(b, kos, workers)
 				ns2 := newNamespace(b)
 				s2 := createSubnet(b, clients[0], newSubnet(ns2, "bench", "10.129.0.0/16", vni+5+uint32(round)))
 				waitValidated(b, clients[0], s2)
 				cpu = takeCPU(b)
 				began := time.Now()
-				createFast(b, clients, ns2, s2.Name, boundCount)
+				createClosed(b, clients, ns2, s2.Name, boundCount, 2*workers+16, controllermanager.AddressCounter(m))
 				createRate := float64(boundCount) / time.Since(began).Seconds()
 				addressed := waitAddressed(b, clients[0], ns2, boundCount)
 				used := cpu.since(b, boundCount)
@@ -101,8 +106,8 @@ func BenchmarkIPAMBound(b *testing.B) {
 				}
 				a := steadyRate(addressed)
 				lat := latencies(addressed)
-				b.Logf("round %d controller: created %.0f/s, addressed %.0f/s (ratio %.2f); p50 %s, p99 %s while saturated; CPU ms per address: %s",
-					round, createRate, a, a/r, lat[len(lat)/2], lat[len(lat)*99/100], used)
+				b.Logf("round %d controller: created %.0f/s, addressed %.0f/s (ratio %.2f); p50 %s, p99 %s with %d outstanding; CPU ms per address: %s",
+					round, createRate, a, a/r, lat[len(lat)/2], lat[len(lat)*99/100], 2*workers+16, used)
 				rawRate += r / boundRounds
 				rawWrites += w / boundRounds
 				rate += a / boundRounds
@@ -112,25 +117,32 @@ func BenchmarkIPAMBound(b *testing.B) {
 			}
 			defer stop()
 
-			// At the mean addressing rate, paced.
-			ns3 := newNamespace(b)
-			s3 := createSubnet(b, clients[0], newSubnet(ns3, "paced", "10.130.0.0/16", vni+9))
-			waitValidated(b, clients[0], s3)
-			n := max(500, int(rate*5))
-			start := time.Now()
-			createPaced(b, clients[0], ns3, s3.Name, n, rate)
-			pacedRate := float64(n) / time.Since(start).Seconds()
-			paced := latencies(waitAddressed(b, clients[0], ns3, n))
-			b.Logf("mean raw %.0f addresses/s, mean addressed %.0f/s: ratio %.2f (%.2f of writes/2); paced at %.0f/s (created %.0f/s): p50 %s, p99 %s",
-				rawRate, rate, rate/rawRate, rate/(rawWrites/2), rate, pacedRate, paced[len(paced)/2], paced[len(paced)*99/100])
-
+			b.Logf("mean raw %.0f addresses/s, mean addressed %.0f/s: ratio %.2f (%.2f of writes/2)",
+				rawRate, rate, rate/rawRate, rate/(rawWrites/2))
 			b.ReportMetric(rawRate, "raw-addr/s")
 			b.ReportMetric(rawWrites, "raw-writes/s")
 			b.ReportMetric(rate, "addressed/s")
 			b.ReportMetric(rate/rawRate, "ratio")
 			b.ReportMetric(rate/(rawWrites/2), "ratio-vs-writes/2")
-			b.ReportMetric(float64(paced[len(paced)/2].Microseconds())/1000, "1x-p50-ms")
-			b.ReportMetric(float64(paced[len(paced)*99/100].Microseconds())/1000, "1x-p99-ms")
+
+			// Paced at fractions of the mean addressing rate.
+			for i, f := range []float64{0.5, 0.8, 1} {
+				ns3 := newNamespace(b)
+				s3 := createSubnet(b, clients[0], newSubnet(ns3, "paced", fmt.Sprintf("10.%d.0.0/16", 130+i), vni+8+uint32(i)))
+				waitValidated(b, clients[0], s3)
+				offered := f * rate
+				n := max(500, int(offered*5))
+				before := takeQueue(m)
+				start := time.Now()
+				createPaced(b, clients[0], ns3, s3.Name, n, offered)
+				pacedRate := float64(n) / time.Since(start).Seconds()
+				atts := waitAddressed(b, clients[0], ns3, n)
+				paced := latencies(atts)
+				b.Logf("paced at %gx = %.0f/s (created %.0f/s): p50 %s, p99 %s; %s",
+					f, offered, pacedRate, paced[len(paced)/2], paced[len(paced)*99/100], breakdown(b, clients[0], ns3, atts, before, takeQueue(m)))
+				b.ReportMetric(float64(paced[len(paced)/2].Microseconds())/1000, fmt.Sprintf("%gx-p50-ms", f))
+				b.ReportMetric(float64(paced[len(paced)*99/100].Microseconds())/1000, fmt.Sprintf("%gx-p99-ms", f))
+			}
 		})
 	}
 }
@@ -221,38 +233,11 @@ func rawAddressing(b *testing.B, clients []versioned.Interface, subnet *v1alpha1
 	return float64(n) / elapsed, float64(3*n) / elapsed
 }
 
-// createFast creates n attachments of subnet, spread over the clients, as
-// fast as they go.
-func createFast(b *testing.B, clients []versioned.Interface, ns, subnet string, n int) {
-	b.Helper()
-	work := make(chan int, n)
-	for i := range n {
-		work <- i
-	}
-	close(work)
-	var failed atomic.Int64
-	var wg sync.WaitGroup
-	for _, c := range clients {
-		wg.Go(func() {
-			for i := range work {
-				_, err := c.NetworkV1alpha1().NetworkAttachments(ns).Create(context.Background(), newAttachment(ns, fmt.Sprintf("att-%d", i), subnet), metav1.CreateOptions{})
-				if err != nil && failed.Add(1) == 1 {
-					b.Errorf("creating attachment att-%d: %v", i, err)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if failed.Load() > 0 {
-		b.FailNow()
-	}
-}
-
 // startBoundManager runs an in-process controller manager with the client
 // settings kos-controller-manager has by default, without leader election,
 // and returns once its IPAM queue took a key for every attachment and is
 // idle.
-func startBoundManager(b *testing.B, kos *testenv.KOS, workers int) (stop func()) {
+func startBoundManager(b *testing.B, kos *testenv.KOS, workers int) (_ *controllermanager.Manager, stop func()) {
 	b.Helper()
 	env := testenv.Shared(b)
 	opts := controllermanager.NewOptions()
@@ -305,7 +290,7 @@ func startBoundManager(b *testing.B, kos *testenv.KOS, workers int) (stop func()
 		}
 		return nil
 	})
-	return stop
+	return m, stop
 }
 
 // cpuSample is the CPU time, user and system, that the environment's
@@ -380,4 +365,159 @@ func queueMetric(text, name string) float64 {
 		}
 	}
 	return -1
+}
+
+// createClosed creates n attachments of subnet, spread over the clients, as
+// fast as they go while fewer than window of them wait for an address
+// (addressed counts the addresses written): a closed loop, in which
+// attachments are created at the very rate the controller addresses them
+// once the window is full, so that the rate measured is what the controller
+// sustains while creation runs at that rate. (Created as fast as the clients
+// go, creation takes the server's CPU from the controller until it ends, and
+// the controller then addresses the backlog alone, faster: neither is the
+// steady state.) The window is enough to keep every worker busy.
+func createClosed(b *testing.B, clients []versioned.Interface, ns, subnet string, n, window int, addressed func() uint64) {
+	b.Helper()
+	// A token per attachment that may be created; one poller hands out a
+	// token for every address written, so the clients do not poll.
+	tokens := make(chan struct{}, n)
+	for range min(window, n) {
+		tokens <- struct{}{}
+	}
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		base, given := addressed(), min(window, n)
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for given < n {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			for got := int(addressed() - base); given < n && given < got+window; given++ {
+				tokens <- struct{}{}
+			}
+		}
+	}()
+	work := make(chan int, n)
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		wg.Go(func() {
+			for i := range work {
+				<-tokens
+				_, err := c.NetworkV1alpha1().NetworkAttachments(ns).Create(context.Background(), newAttachment(ns, fmt.Sprintf("att-%d", i), subnet), metav1.CreateOptions{})
+				if err != nil {
+					// Nothing to address: the token goes back.
+					tokens <- struct{}{}
+					if failed.Add(1) == 1 {
+						b.Errorf("creating attachment att-%d: %v", i, err)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if failed.Load() > 0 {
+		b.FailNow()
+	}
+}
+
+// queueSample is what the IPAM queue's metrics and this process's garbage
+// collector had counted at one time.
+type queueSample struct {
+	adds, retries      float64
+	waitSum, waitCount float64
+	workSum, workCount float64
+	gcs                uint32
+	gcPause            time.Duration
+}
+
+func takeQueue(m *controllermanager.Manager) queueSample {
+	text := scrape(m)
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return queueSample{
+		adds:      queueMetric(text, "workqueue_adds_total"),
+		retries:   queueMetric(text, "workqueue_retries_total"),
+		waitSum:   queueMetric(text, "workqueue_queue_duration_seconds_sum"),
+		waitCount: queueMetric(text, "workqueue_queue_duration_seconds_count"),
+		workSum:   queueMetric(text, "workqueue_work_duration_seconds_sum"),
+		workCount: queueMetric(text, "workqueue_work_duration_seconds_count"),
+		gcs:       ms.NumGC,
+		gcPause:   time.Duration(ms.PauseTotalNs),
+	}
+}
+
+// breakdown says where the create-to-address latency of atts went: from
+// the attachment's creation to the creation of its IP lock (the watch
+// delivering the attachment to the controller, the wait in its queue, the
+// lock's request) and from the lock to the address (the status write), by
+// the server's write times; how the latency changed from the first tenth
+// of the attachments created to the last (growth means a queue that grows);
+// and, from the IPAM queue's metrics between before and after, the keys
+// queued and retried per attachment, the mean wait in the queue and the
+// mean processing time of a key; and this process's garbage collections.
+func breakdown(b *testing.B, c versioned.Interface, ns string, atts []v1alpha1.NetworkAttachment, before, after queueSample) string {
+	b.Helper()
+	locks, err := c.NetworkV1alpha1().IPLocks(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		b.Fatalf("listing the IP locks of %s: %v", ns, err)
+	}
+	locked := map[string]time.Time{}
+	for _, l := range locks.Items {
+		if t, ok := l.ExtendedMetadata.Writes.Time(v1alpha1.SectionSpec); ok && len(l.OwnerReferences) > 0 {
+			locked[l.OwnerReferences[0].Name] = t.Time
+		}
+	}
+	type item struct {
+		created             time.Time
+		toLock, toAddr, all time.Duration
+	}
+	var items []item
+	for _, a := range atts {
+		created, ok1 := a.ExtendedMetadata.Writes.Time(v1alpha1.SectionSpec)
+		addressed, ok2 := a.ExtendedMetadata.Writes.Time(v1alpha1.SectionAddress)
+		lock, ok3 := locked[a.Name]
+		if ok1 && ok2 && ok3 {
+			items = append(items, item{created.Time, lock.Sub(created.Time), addressed.Sub(lock), addressed.Sub(created.Time)})
+		}
+	}
+	if len(items) < 10 {
+		return "no breakdown"
+	}
+	slices.SortFunc(items, func(a, b item) int { return a.created.Compare(b.created) })
+	pct := func(of func(item) time.Duration, from, to int) (time.Duration, time.Duration) {
+		var d []time.Duration
+		for _, it := range items[from:to] {
+			d = append(d, of(it))
+		}
+		slices.Sort(d)
+		return d[len(d)/2], d[len(d)*99/100]
+	}
+	n := len(items)
+	l50, l99 := pct(func(it item) time.Duration { return it.toLock }, 0, n)
+	a50, a99 := pct(func(it item) time.Duration { return it.toAddr }, 0, n)
+	first, _ := pct(func(it item) time.Duration { return it.all }, 0, n/10)
+	last, _ := pct(func(it item) time.Duration { return it.all }, n-n/10, n)
+	per := float64(len(atts))
+	mean := func(sum, count float64) time.Duration {
+		if count <= 0 {
+			return 0
+		}
+		return time.Duration(sum / count * float64(time.Second)).Round(10 * time.Microsecond)
+	}
+	return fmt.Sprintf("create->lock p50 %s p99 %s, lock->address p50 %s p99 %s; p50 of the first tenth created %s, of the last %s; "+
+		"per attachment %.2f keys queued, %.3f retried; mean queue wait %s, mean processing %s; %d GCs, %s paused",
+		l50, l99, a50, a99, first, last,
+		(after.adds-before.adds)/per, (after.retries-before.retries)/per,
+		mean(after.waitSum-before.waitSum, after.waitCount-before.waitCount),
+		mean(after.workSum-before.workSum, after.workCount-before.workCount),
+		after.gcs-before.gcs, after.gcPause-before.gcPause)
 }
