@@ -89,7 +89,7 @@ func TestServerVersion(t *testing.T) {
 		want       string
 		wantErr    bool
 	}{
-		{"v1.34.4", "1.34.4", false},
+		{"v1.37.2", "1.37.2", false},
 		{"v1.31.0-beta.1+abc", "1.31.0", false},
 		{"v1.30.2-eks-1234567", "1.30.2", false},
 		{"1.29", "1.29.0", false},

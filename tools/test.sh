@@ -11,7 +11,7 @@ step() { printf '\n==> %s\n' "$*"; }
 step "installing system packages the tests need"
 tools/deps.sh
 
-step "building Kubernetes (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy) from the Go module proxy (cached in .cache/)"
+step "building Kubernetes 1.37 (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy) and etcd 3.6.4 (tools/etcd, the one KOS ships) from the Go module proxy (cached in .cache/)"
 KOS_KUBE_BIN_DIR=$(tools/kube/build.sh etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
 export KOS_KUBE_BIN_DIR
 

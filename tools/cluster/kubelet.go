@@ -74,8 +74,11 @@ type kubeletAuthz struct {
 // path.
 //
 // On these machines: the cgroups are v1 without systemd (cgroupfs, and no
-// failing on v1), swap is tolerated, and root lacks CAP_SYS_RESOURCE, so
-// kubelet keeps its own oom_score_adj at 0 instead of lowering it. Image
+// failing on v1, which kubelet does by default since 1.35), swap is
+// tolerated, and root lacks CAP_SYS_RESOURCE, so kubelet keeps its own
+// oom_score_adj at 0 instead of lowering it. containerd 1.6 answers no CRI
+// RuntimeConfig, so kubelet takes the cgroup driver from this file (1.37
+// still falls back to it; kubelet says the fallback goes in 1.38). Image
 // garbage collection is off, since the images were imported, not pulled, and
 // could not come back; eviction waits for a nearly full disk. Pods get no
 // resolv.conf from the host: nothing in them should resolve names outside

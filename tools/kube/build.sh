@@ -5,9 +5,9 @@
 #   tools/kube/build.sh [--module DIR] [BINARY...]     (default: etcd kube-apiserver)
 #
 # The versions are those the module in DIR requires (default: this folder's,
-# Kubernetes 1.34; tools/kube129 holds one for 1.29). etcd is built from DIR's
-# module when it requires an etcd server directly (as both do today: 3.6.4 and
-# 3.5.10), else it is the one KOS ships (tools/etcd/build.sh, 3.6.4), copied
+# Kubernetes 1.37; tools/kube129 holds one for 1.29). etcd is built from DIR's
+# module when it requires an etcd server directly (tools/kube129: 3.5.10, the
+# etcd 1.29 came with), else it is the one KOS ships (tools/etcd/build.sh, 3.6.4), copied
 # in: Kubernetes 1.37 requires etcd 3.7, which KOS does not ship. Binaries
 # land in $KOS_CACHE/kube/<version>/ (KOS_CACHE defaults to .cache at the
 # repository root, which git ignores). The script prints that folder on stdout.

@@ -84,7 +84,7 @@ type Env struct {
 	// well above client-go's defaults. Tests share it: change a copy
 	// (rest.CopyConfig), not it.
 	RESTConfig *rest.Config
-	// Version is the server's gitVersion, such as "v1.34.4".
+	// Version is the server's gitVersion, such as "v1.37.2".
 	Version string
 	// APIServerURL is https://127.0.0.1:<port>.
 	APIServerURL string

@@ -62,7 +62,7 @@ func TestIntegrationStart(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := wantKubernetesVersion(t)
-		if want != "v1.34.4" {
+		if want != "v1.37.2" {
 			t.Logf("tools/kube/go.mod now builds %s", want)
 		}
 		if got := info.GitVersion; got != want || got == "v0.0.0" {

@@ -1,6 +1,6 @@
 // Package apicheck holds the tests that check the KOS addon bundle against
 // real kube-apiservers, one of each Kubernetes range the releases target:
-// 1.34 (tools/kube) and 1.29 (tools/kube129). Every manifest of every
+// 1.37 (tools/kube) and 1.29 (tools/kube129). Every manifest of every
 // release passes a server-side dry-run apply on each server its
 // kubernetesVersion range contains; channels picks on each server the
 // variant meant for it; and each component's ServiceAccount may do what the

@@ -89,7 +89,7 @@ func runMain(m *testing.M) int {
 	return code
 }
 
-// startServers starts a control plane of tools/kube (1.34, with
+// startServers starts a control plane of tools/kube (1.37, with
 // kube-controller-manager for ClusterRole aggregation) and one of
 // tools/kube129 (1.29, which builds no controller manager) at once: each
 // takes seconds, mostly waiting.

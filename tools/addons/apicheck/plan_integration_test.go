@@ -30,7 +30,7 @@ func TestIntegrationPlanSelectsVariant(t *testing.T) {
 			name:     "bootstrap",
 			channels: []string{bootstrap},
 			want: map[uint64]map[string]string{
-				34: {"kos-agent": "k8s-1.29", "kos-apiserver": "k8s-1.30", "kos-controller-manager": "k8s-1.29", "kos-etcd": "k8s-1.29"},
+				37: {"kos-agent": "k8s-1.29", "kos-apiserver": "k8s-1.30", "kos-controller-manager": "k8s-1.29", "kos-etcd": "k8s-1.29"},
 				29: {"kos-agent": "k8s-1.29", "kos-apiserver": "k8s-1.29", "kos-controller-manager": "k8s-1.29", "kos-etcd": "k8s-1.29"},
 			},
 		},
@@ -38,7 +38,7 @@ func TestIntegrationPlanSelectsVariant(t *testing.T) {
 			name:     "local then bootstrap",
 			channels: []string{local, bootstrap},
 			want: map[uint64]map[string]string{
-				34: {"kos-agent": "k8s-1.29-userspace", "kos-apiserver": "k8s-1.30", "kos-controller-manager": "k8s-1.29", "kos-etcd": "k8s-1.29-single-node"},
+				37: {"kos-agent": "k8s-1.29-userspace", "kos-apiserver": "k8s-1.30", "kos-controller-manager": "k8s-1.29", "kos-etcd": "k8s-1.29-single-node"},
 				29: {"kos-agent": "k8s-1.29-userspace", "kos-apiserver": "k8s-1.29", "kos-controller-manager": "k8s-1.29", "kos-etcd": "k8s-1.29-single-node"},
 			},
 		},
@@ -88,7 +88,7 @@ func TestIntegrationPlanSelectsVariant(t *testing.T) {
 // TestIntegrationVariantBoundary checks the reason for the k8s-1.29 release
 // of kos-apiserver on the servers themselves: Kubernetes 1.29 does not serve
 // admissionregistration.k8s.io/v1 ValidatingAdmissionPolicies, which the
-// admission plugin of k8s.io/apiserver 0.34 reads, and 1.30 and newer do.
+// admission plugin of k8s.io/apiserver reads, and 1.30 and newer do.
 func TestIntegrationVariantBoundary(t *testing.T) {
 	servers := testServers(t)
 	for _, s := range servers {
