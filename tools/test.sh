@@ -19,6 +19,10 @@ step "building kube-apiserver 1.29, which the addons' k8s-1.29 manifests are che
 KOS_KUBE129_BIN_DIR=$(tools/kube129/build.sh)
 export KOS_KUBE129_BIN_DIR
 
+step "building kube-apiserver 1.30, the oldest minor of kos-apiserver's k8s-1.30 releases, which they are checked against (cached in .cache/)"
+KOS_KUBE130_BIN_DIR=$(tools/kube130/build.sh)
+export KOS_KUBE130_BIN_DIR
+
 step "building kOps's own channels command (v1.32.0), which the channels tests run against ours (cached in .cache/; the first build takes several minutes)"
 KOS_KOPS_BIN_DIR=$(tools/kops/build.sh)
 export KOS_KOPS_BIN_DIR

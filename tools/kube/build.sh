@@ -5,7 +5,8 @@
 #   tools/kube/build.sh [--module DIR] [BINARY...]     (default: etcd kube-apiserver)
 #
 # The versions are those the module in DIR requires (default: this folder's,
-# Kubernetes 1.37; tools/kube129 holds one for 1.29). etcd is built from DIR's
+# Kubernetes 1.37; tools/kube129 and tools/kube130 hold ones for 1.29 and
+# 1.30, for the addon checks). etcd is built from DIR's
 # module when it requires an etcd server directly (tools/kube129: 3.5.10, the
 # etcd 1.29 came with), else it is the one KOS ships (tools/etcd/build.sh, 3.6.4), copied
 # in: Kubernetes 1.37 requires etcd 3.7, which KOS does not ship. Binaries

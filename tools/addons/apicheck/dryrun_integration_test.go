@@ -3,10 +3,12 @@ package apicheck
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/blang/semver/v4"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -56,8 +58,48 @@ func TestIntegrationDryRun(t *testing.T) {
 				t.Errorf("release %s (kubernetesVersion %q) fits none of the test servers (%v): start a kube-apiserver of its range in tools/addons/apicheck",
 					release, a.KubernetesVersion, servers)
 			}
+			for _, minor := range endMinors(t, a) {
+				if !slices.ContainsFunc(servers, func(s *server) bool { return s.version.Major == 1 && s.version.Minor == minor }) {
+					t.Errorf("release %s (kubernetesVersion %q) claims Kubernetes 1.%d, which no test server runs (%v): start a kube-apiserver 1.%d in tools/addons/apicheck or narrow the range",
+						release, a.KubernetesVersion, minor, servers, minor)
+				}
+			}
 		}
 	}
+}
+
+// endMinors returns the oldest and the newest minor of Kubernetes 1 that a
+// release's kubernetesVersion range claims, the two its checks must run on;
+// only the oldest for a range without an upper bound (the released 0.1.0
+// entries: a newer minor than any server is claimed untested, which the
+// 0.2.0 ranges no longer do).
+func endMinors(t *testing.T, a *channels.Addon) []uint64 {
+	t.Helper()
+	r, err := semver.ParseRange(a.KubernetesVersion)
+	if a.KubernetesVersion == "" {
+		r, err = func(semver.Version) bool { return true }, nil
+	}
+	if err != nil {
+		t.Errorf("%s %s: kubernetesVersion %q: %v", a.Name, a.VersionString(), a.KubernetesVersion, err)
+		return nil
+	}
+	const beyond = 100
+	var claimed []uint64
+	for minor := uint64(0); minor <= beyond; minor++ {
+		if r(semver.Version{Major: 1, Minor: minor}) || r(semver.Version{Major: 1, Minor: minor, Patch: 1000}) {
+			claimed = append(claimed, minor)
+		}
+	}
+	switch {
+	case len(claimed) == 0:
+		t.Errorf("%s %s: kubernetesVersion %q claims no Kubernetes 1 minor", a.Name, a.VersionString(), a.KubernetesVersion)
+		return nil
+	case claimed[len(claimed)-1] == beyond:
+		return claimed[:1]
+	case len(claimed) == 1:
+		return claimed
+	}
+	return []uint64{claimed[0], claimed[len(claimed)-1]}
 }
 
 // dryRunApply applies a release's manifest with dry-run on s and fails the

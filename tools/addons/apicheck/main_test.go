@@ -23,10 +23,15 @@ import (
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
-// bin129Env names the environment variable that points at a folder holding
-// etcd and kube-apiserver 1.29; when it is unset, tools/kube129/build.sh
-// builds them (once) and says where they are.
-const bin129Env = "KOS_KUBE129_BIN_DIR"
+// oldServers are the control planes of older minors than tools/kube's,
+// the oldest minor some release's kubernetesVersion range claims: each a
+// build module of its own (tools/<dir>/build.sh builds etcd and
+// kube-apiserver once and says where they are), or the folder that the
+// environment variable env names.
+var oldServers = []struct{ minor, dir, env string }{
+	{"1.30", "kube130", "KOS_KUBE130_BIN_DIR"},
+	{"1.29", "kube129", "KOS_KUBE129_BIN_DIR"},
+}
 
 // namespace is the namespace of the KOS addons.
 const namespace = "example-com"
@@ -90,16 +95,19 @@ func runMain(m *testing.M) int {
 }
 
 // startServers starts a control plane of tools/kube (1.37, with
-// kube-controller-manager for ClusterRole aggregation) and one of
-// tools/kube129 (1.29, which builds no controller manager) at once: each
-// takes seconds, mostly waiting.
+// kube-controller-manager for ClusterRole aggregation) and one of each of
+// oldServers (which build no controller manager) at once: each takes
+// seconds, mostly waiting.
 func startServers(ctx context.Context) ([]*server, error) {
-	bin129, err := kube129BinDir(ctx, repoRoot)
-	if err != nil {
-		return nil, err
+	dirs := []string{""}
+	for _, o := range oldServers {
+		dir, err := oldBinDir(ctx, repoRoot, o.minor, o.dir, o.env)
+		if err != nil {
+			return nil, err
+		}
+		dirs = append(dirs, dir)
 	}
 	began := time.Now()
-	dirs := []string{"", bin129}
 	started := make([]*server, len(dirs))
 	errs := make([]error, len(dirs))
 	var wg sync.WaitGroup
@@ -115,7 +123,7 @@ func startServers(ctx context.Context) ([]*server, error) {
 		}
 		return nil, err
 	}
-	fmt.Fprintf(os.Stderr, "apicheck: Kubernetes %s and %s started in %s\n", started[0], started[1], time.Since(began).Round(10*time.Millisecond))
+	fmt.Fprintf(os.Stderr, "apicheck: Kubernetes %v started in %s\n", started, time.Since(began).Round(10*time.Millisecond))
 	return started, nil
 }
 
@@ -145,19 +153,19 @@ func startServer(ctx context.Context, binDir string) (*server, error) {
 	return s, nil
 }
 
-// kube129BinDir returns the folder of etcd and kube-apiserver 1.29:
-// $KOS_KUBE129_BIN_DIR, else what tools/kube129/build.sh builds (minutes the
-// first time, then cached).
-func kube129BinDir(ctx context.Context, root string) (string, error) {
-	if dir := os.Getenv(bin129Env); dir != "" {
-		return dir, nil
+// oldBinDir returns the folder of etcd and kube-apiserver of minor: $env,
+// else what tools/<dir>/build.sh builds (minutes the first time, then
+// cached).
+func oldBinDir(ctx context.Context, root, minor, dir, env string) (string, error) {
+	if d := os.Getenv(env); d != "" {
+		return d, nil
 	}
-	script := filepath.Join(root, "tools", "kube129", "build.sh")
+	script := filepath.Join(root, "tools", dir, "build.sh")
 	var stdout bytes.Buffer
 	cmd := exec.CommandContext(ctx, "bash", script)
 	cmd.Stdout, cmd.Stderr = &stdout, os.Stderr
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("building kube-apiserver 1.29 with %s (or set %s): %w", script, bin129Env, err)
+		return "", fmt.Errorf("building kube-apiserver %s with %s (or set %s): %w", minor, script, env, err)
 	}
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 	return strings.TrimSpace(lines[len(lines)-1]), nil

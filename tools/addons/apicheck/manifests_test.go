@@ -39,7 +39,7 @@ func TestAlternativesGrantTheSame(t *testing.T) {
 	}
 	bootstrap := load("bootstrap-channel.yaml")
 	local := load("addons/local-channel.yaml", "bootstrap-channel.yaml")
-	for _, v := range []string{"1.29.0", "1.37.0"} {
+	for _, v := range []string{"1.29.0", "1.30.0", "1.37.0"} {
 		version := semver.MustParse(v)
 		want := identityObjects(t, fetcher, channels.Select(bootstrap, version))
 		got := identityObjects(t, fetcher, channels.Select(local, version))

@@ -31,6 +31,7 @@ func TestIntegrationPlanSelectsVariant(t *testing.T) {
 			channels: []string{bootstrap},
 			want: map[uint64]map[string]string{
 				37: {"kos-agent": "k8s-1.29", "kos-apiserver": "k8s-1.30", "kos-controller-manager": "k8s-1.29", "kos-etcd": "k8s-1.29"},
+				30: {"kos-agent": "k8s-1.29", "kos-apiserver": "k8s-1.30", "kos-controller-manager": "k8s-1.29", "kos-etcd": "k8s-1.29"},
 				29: {"kos-agent": "k8s-1.29", "kos-apiserver": "k8s-1.29", "kos-controller-manager": "k8s-1.29", "kos-etcd": "k8s-1.29"},
 			},
 		},
@@ -39,6 +40,7 @@ func TestIntegrationPlanSelectsVariant(t *testing.T) {
 			channels: []string{local, bootstrap},
 			want: map[uint64]map[string]string{
 				37: {"kos-agent": "k8s-1.29-userspace", "kos-apiserver": "k8s-1.30", "kos-controller-manager": "k8s-1.29", "kos-etcd": "k8s-1.29-single-node"},
+				30: {"kos-agent": "k8s-1.29-userspace", "kos-apiserver": "k8s-1.30", "kos-controller-manager": "k8s-1.29", "kos-etcd": "k8s-1.29-single-node"},
 				29: {"kos-agent": "k8s-1.29-userspace", "kos-apiserver": "k8s-1.29", "kos-controller-manager": "k8s-1.29", "kos-etcd": "k8s-1.29-single-node"},
 			},
 		},
