@@ -176,11 +176,7 @@ func rawAddressing(b *testing.B, clients []versioned.Interface, subnet *v1alpha1
 	ns := subnet.Namespace
 	first := netip.MustParsePrefix(subnet.Spec.IPv4).Addr().As4()
 	base := uint32(first[0])<<24 | uint32(first[1])<<16 | uint32(first[2])<<8 | uint32(first[3])
-	work := make(chan int, n)
-	for i := range n {
-		work <- i
-	}
-	close(work)
+	work := numbered(n)
 	var failed atomic.Int64
 	var wg sync.WaitGroup
 	began := time.Now()
@@ -231,6 +227,17 @@ func rawAddressing(b *testing.B, clients []versioned.Interface, subnet *v1alpha1
 		b.FailNow()
 	}
 	return float64(n) / elapsed, float64(3*n) / elapsed
+}
+
+// numbered returns a closed channel holding 0 to n-1, the work that clients
+// share out by receiving from it.
+func numbered(n int) <-chan int {
+	work := make(chan int, n)
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	return work
 }
 
 // startBoundManager runs an in-process controller manager with the client
@@ -401,11 +408,7 @@ func createClosed(b *testing.B, clients []versioned.Interface, ns, subnet string
 			}
 		}
 	}()
-	work := make(chan int, n)
-	for i := range n {
-		work <- i
-	}
-	close(work)
+	work := numbered(n)
 	var failed atomic.Int64
 	var wg sync.WaitGroup
 	for _, c := range clients {
