@@ -14,26 +14,12 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-version=$(awk '$1 == "k8s.io/kops" {print $2; exit} $1 == "require" && $2 == "k8s.io/kops" {print $3; exit}' "$here/go.mod")
+. "$root/tools/gobuild.sh"
+version=$(required_version "$here/go.mod" k8s.io/kops)
 [ -n "$version" ] || { echo "build.sh: $here/go.mod requires no k8s.io/kops; restore it from git" >&2; exit 2; }
 out=${KOS_CACHE:-$root/.cache}/kops/$version
 mkdir -p "$out"
-
-# Test packages run in parallel and each may call this script: one build at a
-# time, and whoever waited finds the binary built.
-exec 9>"$out/.build.lock"
-if ! flock -n 9; then
-  echo "build.sh: another build into $out is running; waiting for it..." >&2
-  flock 9
-fi
-if [ ! -x "$out/channels" ]; then
-  export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
-  cd "$here"
-  echo "building kOps channels $version from the Go module proxy; the first build takes several minutes..." >&2
-  start=$(date +%s)
-  # The temporary name keeps a half-written binary from ever looking built.
-  go build -trimpath -ldflags "-s -w" -o "$out/channels.tmp.$$" k8s.io/kops/channels/cmd/channels
-  mv "$out/channels.tmp.$$" "$out/channels"
-  echo "built kOps channels $version in $(( $(date +%s) - start ))s" >&2
-fi
+cd "$here"
+lock_build "$out"
+build_cached "$out" channels "kOps channels $version" k8s.io/kops/channels/cmd/channels "-s -w"
 echo "$out"

@@ -16,13 +16,14 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
+. "$root/tools/gobuild.sh"
 if [ "${1:-}" = --module ]; then
   here=$(cd "$2" && pwd)
   shift 2
 fi
-version=$(awk '{sub(/^require /, "")} $1 == "k8s.io/kubernetes" {print $2; exit}' "$here/go.mod")
+version=$(required_version "$here/go.mod" k8s.io/kubernetes)
 # A direct requirement only: Kubernetes itself requires an etcd server too.
-etcd_version=$(awk '{sub(/^require /, "")} $1 == "go.etcd.io/etcd/server/v3" && !/indirect/ {print $2; exit}' "$here/go.mod")
+etcd_version=$(required_version "$here/go.mod" go.etcd.io/etcd/server/v3)
 [ -n "$version" ] || { echo "build.sh: $here/go.mod requires no k8s.io/kubernetes; restore it from git" >&2; exit 2; }
 out=${KOS_CACHE:-$root/.cache}/kube/$version
 mkdir -p "$out"
@@ -41,16 +42,9 @@ kube_ldflags="-s -w \
  -X k8s.io/client-go/pkg/version.gitMajor=$major \
  -X k8s.io/client-go/pkg/version.gitMinor=$minor"
 
-export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
 cd "$here"
 
-# Test packages run in parallel and each may call this script: one build at a
-# time, and whoever waited finds the binaries built.
-exec 9>"$out/.build.lock"
-if ! flock -n 9; then
-  echo "build.sh: another build into $out is running; waiting for it..." >&2
-  flock 9
-fi
+lock_build "$out"
 for bin in "${bins[@]}"; do
   if [ "$bin" = etcd ] && [ -z "$etcd_version" ]; then
     # Copied, not linked, so that the folder stands alone; checked on every
@@ -63,19 +57,12 @@ for bin in "${bins[@]}"; do
     fi
     continue
   fi
-  if [ -x "$out/$bin" ]; then
-    continue
-  fi
   case "$bin" in
     etcd) pkg=go.etcd.io/etcd/server/v3; ldflags="-s -w" ;;
     kube-apiserver|kube-controller-manager|kube-scheduler|kube-proxy|kubelet|kubectl)
       pkg=k8s.io/kubernetes/cmd/$bin; ldflags=$kube_ldflags ;;
     *) echo "build.sh: unknown binary $bin (known: etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl)" >&2; exit 2 ;;
   esac
-  echo "building $bin ($([ "$bin" = etcd ] && echo "$etcd_version" || echo "$version")) from the Go module proxy; the first build takes several minutes..." >&2
-  start=$(date +%s)
-  go build -trimpath -ldflags "$ldflags" -o "$out/$bin.tmp" "$pkg"
-  mv "$out/$bin.tmp" "$out/$bin"
-  echo "built $bin in $(( $(date +%s) - start ))s" >&2
+  build_cached "$out" "$bin" "$bin ($([ "$bin" = etcd ] && echo "$etcd_version" || echo "$version"))" "$pkg" "$ldflags"
 done
 echo "$out"

@@ -11,26 +11,12 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-version=$(awk '$1 == "require" && $2 == "github.com/versity/versitygw" {print $3; exit}' "$here/go.mod")
-[ -n "$version" ] || { echo "build.sh: no github.com/versity/versitygw version in $here/go.mod" >&2; exit 2; }
+. "$root/tools/gobuild.sh"
+version=$(required_version "$here/go.mod" github.com/versity/versitygw)
+[ -n "$version" ] || { echo "build.sh: $here/go.mod requires no github.com/versity/versitygw; restore it from git" >&2; exit 2; }
 out=${KOS_CACHE:-$root/.cache}/versitygw/$version
 mkdir -p "$out"
-
-# Test packages run in parallel and each may call this script: one build at a
-# time, and whoever waited finds the binary built.
-exec 9>"$out/.build.lock"
-if ! flock -n 9; then
-  echo "build.sh: another build into $out is running; waiting for it..." >&2
-  flock 9
-fi
-if [ ! -x "$out/versitygw" ]; then
-  export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
-  cd "$here"
-  echo "building versitygw $version from the Go module proxy; the first build takes a few minutes..." >&2
-  start=$(date +%s)
-  # The temporary name keeps a half-written binary from ever looking built.
-  go build -trimpath -ldflags "-s -w" -o "$out/versitygw.tmp.$$" github.com/versity/versitygw/cmd/versitygw
-  mv "$out/versitygw.tmp.$$" "$out/versitygw"
-  echo "built versitygw in $(( $(date +%s) - start ))s" >&2
-fi
+cd "$here"
+lock_build "$out"
+build_cached "$out" versitygw "versitygw $version" github.com/versity/versitygw/cmd/versitygw "-s -w"
 echo "$out"
