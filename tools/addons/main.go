@@ -17,11 +17,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"strings"
 	"syscall"
 
 	"github.com/kos-sdn/kos/tools/addons/bundle"
+	"github.com/kos-sdn/kos/tools/reporoot"
 )
 
 func main() {
@@ -51,7 +50,7 @@ Flags:
 `)
 		flags.PrintDefaults()
 	}
-	root := flags.String("root", "", "the repository root; empty means the nearest folder above the working directory whose go.mod declares "+modulePath)
+	root := flags.String("root", "", "the repository root; empty means the nearest folder above the working directory whose go.mod declares "+reporoot.ModulePath)
 	base := flags.String("base", "HEAD", "verify: the git revision whose released addons may not change (origin/main in CI); empty skips that check")
 	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -65,7 +64,7 @@ Flags:
 		return 2
 	}
 	if *root == "" {
-		r, err := repoRoot()
+		r, err := reporoot.Find()
 		if err != nil {
 			fmt.Fprintf(stderr, "addons: %v; run it in the repository or pass --root\n", err)
 			return 1
@@ -113,30 +112,4 @@ Flags:
 	}
 	fmt.Fprintln(stdout, "addons verify: ok")
 	return 0
-}
-
-// modulePath is the module whose root repoRoot finds.
-const modulePath = "github.com/kos-sdn/kos"
-
-// repoRoot returns the nearest folder above the working directory whose
-// go.mod declares modulePath.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if data, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil {
-			for _, line := range strings.Split(string(data), "\n") {
-				if f := strings.Fields(line); len(f) == 2 && f[0] == "module" && f[1] == modulePath {
-					return dir, nil
-				}
-			}
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no go.mod of module %s above the working directory", modulePath)
-		}
-		dir = parent
-	}
 }

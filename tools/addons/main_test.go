@@ -7,13 +7,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kos-sdn/kos/tools/reporoot"
 )
 
 // copyBundle copies the repository's addons and channel files into a new
 // folder and returns it.
 func copyBundle(t *testing.T) string {
 	t.Helper()
-	src, err := repoRoot()
+	src, err := reporoot.Find()
 	if err != nil {
 		t.Fatal(err)
 	}

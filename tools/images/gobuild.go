@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/kos-sdn/kos/tools/reporoot"
 )
 
 // GoOptions say how to build Go binaries.
@@ -97,15 +99,11 @@ func GoImage(ctx context.Context, opts GoOptions, cfg Config, pkgs ...string) (v
 	return New(cfg, layer)
 }
 
-// moduleRoot is the root of the module this package's source is in, when the
-// program was built from a checkout, else "" (the working directory).
+// moduleRoot is the root of the KOS checkout the program runs from
+// (reporoot.Find), else "" (the working directory).
 func moduleRoot() string {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok || !filepath.IsAbs(file) {
-		return ""
-	}
-	root := filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+	root, err := reporoot.Find()
+	if err != nil {
 		return ""
 	}
 	return root

@@ -8,8 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
+
+	"github.com/kos-sdn/kos/tools/reporoot"
 )
 
 // BinDirEnv names the environment variable that points at a folder holding
@@ -17,48 +18,8 @@ import (
 // builds them (once) and says where they are.
 const BinDirEnv = "KOS_KUBE_BIN_DIR"
 
-// modulePath is the module whose root RepoRoot looks for.
-const modulePath = "github.com/kos-sdn/kos"
-
-// RepoRoot returns the root folder of the KOS repository: the folder of this
-// package's source two levels up when the binary was built from a checkout,
-// else the nearest folder above the working directory whose go.mod declares
-// the KOS module.
-func RepoRoot() (string, error) {
-	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
-		root := filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-		if isRepoRoot(root) {
-			return root, nil
-		}
-	}
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("finding the repository root: %w", err)
-	}
-	for {
-		if isRepoRoot(dir) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no go.mod of module %s above the working directory", modulePath)
-		}
-		dir = parent
-	}
-}
-
-func isRepoRoot(dir string) bool {
-	data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-	if err != nil {
-		return false
-	}
-	for line := range strings.SplitSeq(string(data), "\n") {
-		if fields := strings.Fields(line); len(fields) == 2 && fields[0] == "module" {
-			return fields[1] == modulePath
-		}
-	}
-	return false
-}
+// RepoRoot returns the root folder of the KOS repository (reporoot.Find).
+func RepoRoot() (string, error) { return reporoot.Find() }
 
 // FindBinaries returns the folder holding the programs names: binDir, else
 // $KOS_KUBE_BIN_DIR when it holds them all, else the folder

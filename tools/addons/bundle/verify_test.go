@@ -4,11 +4,11 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/kos-sdn/kos/channels"
+	"github.com/kos-sdn/kos/tools/reporoot"
 )
 
 func TestVerify(t *testing.T) {
@@ -202,11 +202,10 @@ func TestVerifyHistory(t *testing.T) {
 // matches, the channel files are up to date, and no release committed
 // before changed.
 func TestRepositoryBundle(t *testing.T) {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("cannot find this test's source file, and so the repository")
+	root, err := reporoot.Find()
+	if err != nil {
+		t.Fatal(err)
 	}
-	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
 	base, err := GitBase(root, "HEAD")
 	if err != nil {
 		t.Fatalf("GitBase: %v", err)
