@@ -6,10 +6,9 @@
 #
 # The versions are those the module in DIR requires (default: this folder's,
 # Kubernetes 1.37; tools/kube129 and tools/kube130 hold ones for 1.29 and
-# 1.30, for the addon checks). etcd is built from DIR's
-# module when it requires an etcd server directly (tools/kube129: 3.5.10, the
-# etcd 1.29 came with), else it is the one KOS ships (tools/etcd/build.sh, 3.6.4), copied
-# in: Kubernetes 1.37 requires etcd 3.7, which KOS does not ship. Binaries
+# 1.30, for the addon checks). etcd is the one KOS ships (tools/etcd/build.sh,
+# 3.6.4), copied in: Kubernetes 1.37 requires etcd 3.7, which KOS does not
+# ship, and 1.29 and 1.30 run on 3.6 as well as on their own 3.5. Binaries
 # land in $KOS_CACHE/kube/<version>/ (KOS_CACHE defaults to .cache at the
 # repository root, which git ignores). The script prints that folder on stdout.
 set -euo pipefail
@@ -22,8 +21,6 @@ if [ "${1:-}" = --module ]; then
   shift 2
 fi
 version=$(required_version "$here/go.mod" k8s.io/kubernetes)
-# A direct requirement only: Kubernetes itself requires an etcd server too.
-etcd_version=$(required_version "$here/go.mod" go.etcd.io/etcd/server/v3)
 [ -n "$version" ] || { echo "build.sh: $here/go.mod requires no k8s.io/kubernetes; restore it from git" >&2; exit 2; }
 out=${KOS_CACHE:-$root/.cache}/kube/$version
 mkdir -p "$out"
@@ -46,10 +43,10 @@ cd "$here"
 
 lock_build "$out"
 for bin in "${bins[@]}"; do
-  if [ "$bin" = etcd ] && [ -z "$etcd_version" ]; then
+  if [ "$bin" = etcd ]; then
     # Copied, not linked, so that the folder stands alone; checked on every
-    # run, so that a folder made when this module built its own etcd gets
-    # the one KOS ships.
+    # run, so that a folder made when a module built its own etcd gets the
+    # one KOS ships.
     etcd=$("$root/tools/etcd/build.sh")/etcd
     if ! cmp -s "$etcd" "$out/etcd"; then
       cp "$etcd" "$out/etcd.tmp"
@@ -58,11 +55,10 @@ for bin in "${bins[@]}"; do
     continue
   fi
   case "$bin" in
-    etcd) pkg=go.etcd.io/etcd/server/v3; ldflags="-s -w" ;;
     kube-apiserver|kube-controller-manager|kube-scheduler|kube-proxy|kubelet|kubectl)
       pkg=k8s.io/kubernetes/cmd/$bin; ldflags=$kube_ldflags ;;
     *) echo "build.sh: unknown binary $bin (known: etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl)" >&2; exit 2 ;;
   esac
-  build_cached "$out" "$bin" "$bin ($([ "$bin" = etcd ] && echo "$etcd_version" || echo "$version"))" "$pkg" "$ldflags"
+  build_cached "$out" "$bin" "$bin ($version)" "$pkg" "$ldflags"
 done
 echo "$out"

@@ -1,10 +1,9 @@
 //go:build tools
 
-// Package kube129 pins the commands this module builds so that go.mod and
-// go.sum keep every module they need.
+// Package kube129 pins the command this module builds so that go.mod and
+// go.sum keep every module it needs.
 package kube129
 
 import (
-	_ "go.etcd.io/etcd/server/v3"
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 )
