@@ -301,7 +301,12 @@ func (a *Agent) Run(ctx context.Context, workers int) error {
 		return nil
 	}
 
-	for !a.reconcileFabric(ctx, reconcileStart) {
+	var deferred bool
+	for {
+		var ok bool
+		if ok, deferred = a.reconcileFabric(ctx, reconcileStart); ok {
+			break
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -313,7 +318,7 @@ func (a *Agent) Run(ctx context.Context, workers int) error {
 	for range workers {
 		wg.Go(func() { wait.UntilWithContext(ctx, a.runWorker, time.Second) })
 	}
-	wg.Go(func() { a.checkFabric(ctx) })
+	wg.Go(func() { a.checkFabric(ctx, deferred) })
 	logger.Info("Agent started")
 	<-ctx.Done()
 	logger.Info("Stopping the agent")

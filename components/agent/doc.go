@@ -19,7 +19,9 @@
 // switch, and reconciles fully against what the switch reports (List) on
 // start, when the switch lost its flows (an ovs-vswitchd restart), and
 // periodically: it adopts what matches, deletes orphans and creates what is
-// missing.
+// missing. A reconcile leaves a network whose informer has not synced yet
+// as it is (it cannot tell that network's orphans), and the agent
+// reconciles again as soon as every network has synced.
 //
 // Commands of spec.postCreateExec and spec.postDeleteExec run only when
 // the agent's allow-list permits them: they name a program verbatim, and

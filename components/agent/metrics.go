@@ -75,7 +75,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"informer", "event"}),
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "reconciles_total",
-			Help: "Full reconciles of the fabric against the attachments, by reason (start, flows_lost, periodic, retry) and result (ok, error).",
+			Help: "Full reconciles of the fabric against the attachments, by reason (start, flows_lost, periodic, retry, deferred) and result (ok, error).",
 		}, []string{"reason", "result"}),
 		statusWrites: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "status_writes_total",

@@ -114,6 +114,10 @@ type reconcilePlan struct {
 	createRemote []fabric.RemoteAttachment
 	// adopted counts the attachments found whole and wanted as they are.
 	adopted int
+	// deferred counts the addresses left as they are because their
+	// network's informer had not synced: a reconcile once it has must look
+	// at them again, as nothing else removes what no attachment claims.
+	deferred int
 	// after is what the fabric holds once every batch succeeded.
 	after map[address]placement
 }
@@ -169,6 +173,7 @@ func planReconcile(inv *fabric.Inventory, want map[address]placement, deferred f
 			if h.kind != absent {
 				plan.after[a] = h
 			}
+			plan.deferred++
 			continue
 		}
 		ops := planAddress(h, w)

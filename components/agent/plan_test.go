@@ -153,6 +153,7 @@ func TestPlanReconcile(t *testing.T) {
 		deferred: []uint32{2},
 		plan: reconcilePlan{
 			adopted:      1,
+			deferred:     1,
 			deleteRemote: []fabric.RemoteAttachment{{VNI: a2.vni, IP: a2.ip}},
 			after:        map[address]placement{b1: loc("ns/b1"), b2: rem(hostA, "")},
 		},
@@ -177,5 +178,25 @@ func TestPlanReconcile(t *testing.T) {
 				t.Errorf("planReconcile (-got +want):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestScheduledReconcile(t *testing.T) {
+	tests := []struct {
+		failed, deferredSynced, periodDue bool
+		want                              string
+	}{
+		{want: ""},
+		{periodDue: true, want: reconcilePeriodic},
+		{deferredSynced: true, want: reconcileDeferred},
+		{deferredSynced: true, periodDue: true, want: reconcileDeferred},
+		{failed: true, deferredSynced: true, periodDue: true, want: reconcileRetry},
+		{failed: true, want: reconcileRetry},
+	}
+	for _, tc := range tests {
+		if got := scheduledReconcile(tc.failed, tc.deferredSynced, tc.periodDue); got != tc.want {
+			t.Errorf("scheduledReconcile(failed=%t, deferredSynced=%t, periodDue=%t) = %q, want %q",
+				tc.failed, tc.deferredSynced, tc.periodDue, got, tc.want)
+		}
 	}
 }

@@ -18,12 +18,17 @@ const (
 	reconcileFlowsLost = "flows_lost"
 	reconcilePeriodic  = "periodic"
 	reconcileRetry     = "retry"
+	// reconcileDeferred follows a reconcile that left addresses alone
+	// because their networks' informers had not synced, once they have.
+	reconcileDeferred = "deferred"
 )
 
 // checkFabric asks the fabric every flowCheckPeriod whether it lost its
-// flows, and reconciles fully when it did, every reconcilePeriod, and after
-// a reconcile that failed. It returns when ctx is done.
-func (a *Agent) checkFabric(ctx context.Context) {
+// flows, and reconciles fully when it did, every reconcilePeriod, after a
+// reconcile that failed, and after one that deferred addresses once every
+// network has synced (deferred says whether the start's reconcile did). It
+// returns when ctx is done.
+func (a *Agent) checkFabric(ctx context.Context, deferred bool) {
 	ticker := time.NewTicker(a.flowCheckPeriod)
 	defer ticker.Stop()
 	last, retry := time.Now(), false
@@ -33,13 +38,8 @@ func (a *Agent) checkFabric(ctx context.Context) {
 			return
 		case <-ticker.C:
 		}
-		reason := ""
-		switch {
-		case retry:
-			reason = reconcileRetry
-		case time.Since(last) >= a.reconcilePeriod:
-			reason = reconcilePeriodic
-		default:
+		reason := scheduledReconcile(retry, deferred && a.state.networksSynced(), time.Since(last) >= a.reconcilePeriod)
+		if reason == "" {
 			lost, err := a.ensure(ctx)
 			if err != nil {
 				klog.FromContext(ctx).Error(err, "Checking the fabric failed")
@@ -50,12 +50,29 @@ func (a *Agent) checkFabric(ctx context.Context) {
 			}
 			reason = reconcileFlowsLost
 		}
-		ok := a.reconcileFabric(ctx, reason)
-		retry = !ok
+		ok, kept := a.reconcileFabric(ctx, reason)
+		retry, deferred = !ok, kept
 		if ok {
 			last = time.Now()
 		}
 	}
+}
+
+// scheduledReconcile returns why a full reconcile is due without asking the
+// fabric, or "" when none is: a failed one is retried first; one that left
+// addresses to networks that have synced since goes next, as only a full
+// reconcile removes what no attachment claims (an orphan would otherwise
+// stay until the periodic one); then the periodic one.
+func scheduledReconcile(failed, deferredSynced, periodDue bool) string {
+	switch {
+	case failed:
+		return reconcileRetry
+	case deferredSynced:
+		return reconcileDeferred
+	case periodDue:
+		return reconcilePeriodic
+	}
+	return ""
 }
 
 // ensure asks the fabric to make its bridge and default flows exist, and
@@ -82,25 +99,28 @@ func (a *Agent) ensure(ctx context.Context) (bool, error) {
 // matches, deletes orphans and creates or repairs the rest, in four
 // batches. Attachments whose placement changed are enqueued, for their
 // status. It handles a failure itself, logging and counting it, and reports
-// whether the reconcile succeeded.
-func (a *Agent) reconcileFabric(ctx context.Context, reason string) bool {
+// whether the reconcile succeeded and whether it left addresses as they
+// were because their networks' informers had not synced.
+func (a *Agent) reconcileFabric(ctx context.Context, reason string) (ok, deferred bool) {
 	a.fabricMu.Lock()
 	defer a.fabricMu.Unlock()
-	err := a.reconcileLocked(ctx, reason)
+	kept, err := a.reconcileLocked(ctx, reason)
 	result := "ok"
 	if err != nil {
 		result = "error"
 		klog.FromContext(ctx).Error(err, "Reconciling the fabric failed", "reason", reason)
 	}
 	a.metrics.reconciles.WithLabelValues(reason, result).Inc()
-	return err == nil
+	return err == nil, kept > 0
 }
 
-func (a *Agent) reconcileLocked(ctx context.Context, reason string) error {
+// reconcileLocked is reconcileFabric's work, with a.fabricMu held; it
+// returns how many addresses it deferred.
+func (a *Agent) reconcileLocked(ctx context.Context, reason string) (int, error) {
 	began := time.Now()
 	lost, err := a.ensure(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var inv *fabric.Inventory
 	err = a.timed("list", func() error {
@@ -109,7 +129,7 @@ func (a *Agent) reconcileLocked(ctx context.Context, reason string) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("listing the fabric: %w", err)
+		return 0, fmt.Errorf("listing the fabric: %w", err)
 	}
 	want, claimants, deferred := a.wantedAll()
 	plan := planReconcile(inv, want, deferred)
@@ -174,8 +194,8 @@ func (a *Agent) reconcileLocked(ctx context.Context, reason string) error {
 		"adopted", plan.adopted,
 		"deletedLocal", len(plan.deleteLocal), "deletedRemote", len(plan.deleteRemote),
 		"createdLocal", len(plan.createLocal), "createdRemote", len(plan.createRemote),
-		"duration", time.Since(began))
-	return errors.Join(errs...)
+		"deferred", plan.deferred, "duration", time.Since(began))
+	return plan.deferred, errors.Join(errs...)
 }
 
 func localAddresses(atts []fabric.LocalAttachment) []address {
