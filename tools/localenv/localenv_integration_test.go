@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -34,7 +33,9 @@ type result struct {
 // a second up finds them, status and env report them, and down stops them.
 func TestIntegrationUpStatusDown(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "localenv")
-	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, ".")
+	// The go on PATH, as make test runs: runtime.GOROOT is empty in a
+	// -trimpath build, which make test makes.
+	build := exec.Command("go", "build", "-o", bin, ".")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building localenv: %v\n%s", err, out)
 	}
