@@ -294,11 +294,21 @@ type step struct {
 // took, and ends the test at the first that fails.
 func runSteps(t *testing.T, steps []step) {
 	t.Helper()
+	runStepsDumping(t, nil, steps)
+}
+
+// runStepsDumping is runSteps that calls dump, when not nil, as soon as a
+// step failed: before the test's cleanups remove what it would show.
+func runStepsDumping(t *testing.T, dump func(), steps []step) {
+	t.Helper()
 	for _, s := range steps {
 		began := time.Now()
 		ok := t.Run(s.name, s.run)
 		t.Logf("step %q took %s", s.name, since(began))
 		if !ok {
+			if dump != nil {
+				dump()
+			}
 			t.Fatalf("step %q failed; the steps after it need it", s.name)
 		}
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/kos-sdn/kos/tools/cluster"
 	"github.com/kos-sdn/kos/tools/kosimages/catalog"
 	"github.com/kos-sdn/kos/tools/kosinstall"
+	"github.com/kos-sdn/kos/tools/ovsenv"
 	"github.com/kos-sdn/kos/tools/poll"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
@@ -74,13 +75,11 @@ func TestIntegrationStandardRelease(t *testing.T) {
 	figure(t, "cluster-up", time.Since(began))
 
 	s := newStandard(t, env, root)
-	t.Cleanup(func() {
-		if t.Failed() {
-			s.dumpState()
-			s.dumpFabrics()
-		}
-	})
-	runSteps(t, []step{
+	// At the failed step, while the guests are still there.
+	runStepsDumping(t, func() {
+		s.dumpState()
+		s.dumpFabrics()
+	}, []step{
 		{"images pushed and the release published", s.testPublish},
 		{"plan from https", s.testPlanHTTPS},
 		{"install from s3", s.testInstall},
@@ -536,14 +535,20 @@ func (s *standard) testNodeStops(t *testing.T) {
 func (s *standard) testNodeComesBack(t *testing.T) {
 	ctx := t.Context()
 	began := time.Now()
-	if err := s.env.StartNode(ctx, s.stopped.Name); err != nil {
-		t.Fatalf("starting node %s: %v", s.stopped.Name, err)
+	back := s.stopped
+	if err := s.env.StartNode(ctx, back.Name); err != nil {
+		t.Fatalf("starting node %s: %v", back.Name, err)
 	}
+	s.stopped = nil
 	figure(t, "node-start", time.Since(began))
+	// Until the node's kubelet reports on its pods, they keep the status
+	// of before the stop, Ready; the node's interfaces are the ones its
+	// agent keeps only once the agent's first reconcile is done.
+	s.waitAgentBack(t, back.Name, began, 4*time.Minute)
 	s.waitKOSReady(t, 4*time.Minute)
 	figure(t, "node-back-to-kos-ready", time.Since(began))
 	for name, g := range s.guests {
-		if g.Attachment.Spec.Node == s.stopped.Name {
+		if g.Attachment.Spec.Node == back.Name {
 			s.plumb(t, name)
 		}
 	}
@@ -551,6 +556,41 @@ func (s *standard) testNodeComesBack(t *testing.T) {
 	checkPings(t, s.guestsOf("blue"), 5, 1, time.Minute)
 	checkPings(t, s.guestsOf("red"), 5, 1, time.Minute)
 	figure(t, "node-back-to-pinging", time.Since(began))
+}
+
+// waitAgentBack waits until the agent pod of node runs again after the node
+// started (at since): every container started since then and Ready. The
+// agent is Ready once its first reconcile of the node's switch is done.
+func (s *standard) waitAgentBack(t *testing.T, node string, since time.Time, timeout time.Duration) {
+	t.Helper()
+	// Start times have a resolution of a second.
+	since = since.Truncate(time.Second)
+	poll.Until(t, timeout, "the agent on node "+node+" to run again and be Ready", func(ctx context.Context) error {
+		pods, err := s.kube.CoreV1().Pods(kosinstall.AgentNamespace).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+		if err != nil {
+			return err
+		}
+		if len(pods.Items) == 0 {
+			return fmt.Errorf("no agent pod on node %s", node)
+		}
+		for _, p := range pods.Items {
+			if len(p.Status.ContainerStatuses) == 0 {
+				return fmt.Errorf("pod %s: no container status yet", p.Name)
+			}
+			for _, c := range p.Status.ContainerStatuses {
+				running := c.State.Running
+				switch {
+				case running == nil:
+					return fmt.Errorf("pod %s: container %s not running", p.Name, c.Name)
+				case running.StartedAt.Time.Before(since):
+					return fmt.Errorf("pod %s: container %s runs since %s, before the node started", p.Name, c.Name, running.StartedAt.Format(time.RFC3339))
+				case !c.Ready:
+					return fmt.Errorf("pod %s: container %s not Ready", p.Name, c.Name)
+				}
+			}
+		}
+		return nil
+	})
 }
 
 // testReapplyHTTPS applies the same release from the HTTPS server: nothing
@@ -601,6 +641,7 @@ func (s *standard) dumpFabrics() {
 	pods, err := s.kube.CoreV1().Pods(kosinstall.AgentNamespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Logf("listing the agents: %v", err)
+		pods = &corev1.PodList{}
 	}
 	for _, p := range pods.Items {
 		lines := int64(40)
@@ -619,6 +660,21 @@ func (s *standard) dumpFabrics() {
 	for _, n := range s.env.Nodes {
 		if n == s.stopped {
 			continue
+		}
+		// Where the node's address is, and what Open vSwitch's own
+		// daemon, kos-ovs, said last.
+		node := &ovsenv.Netns{Name: n.Netns}
+		for _, args := range [][]string{{"ip", "-o", "addr", "show"}, {"ip", "route", "show"}} {
+			out, err := node.Run(ctx, args[0], args[1:]...)
+			t.Logf("node %s: %s (err %v):\n%s", n.Name, strings.Join(args, " "), err, out)
+		}
+		for _, p := range pods.Items {
+			if p.Spec.NodeName != n.Name {
+				continue
+			}
+			lines := int64(30)
+			logs, err := s.kube.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: "ovs", TailLines: &lines}).DoRaw(ctx)
+			t.Logf("node %s: the end of the log of kos-ovs (err %v):\n%s", n.Name, err, logs)
 		}
 		if err := fabricProblems(ctx, n, atts.Items); err != nil {
 			t.Logf("fabric: %v", err)
@@ -639,6 +695,7 @@ func (s *standard) dumpFabrics() {
 			{"ovs-appctl", "--timeout=20", "-t", ctl[0], "dpctl/dump-flows", "-m"},
 			{"ovs-appctl", "--timeout=20", "-t", ctl[0], "ovs/route/show"},
 			{"ovs-appctl", "--timeout=20", "-t", ctl[0], "tnl/neigh/show"},
+			{"ovs-appctl", "--timeout=20", "-t", ctl[0], "tnl/ports/show", "-v"},
 		} {
 			out, err := runEnv(ctx, env, args[0], args[1:]...)
 			t.Logf("node %s: %s (err %v):\n%s", n.Name, strings.Join(args, " "), err, out)

@@ -73,6 +73,18 @@ func PlumbGuest(ctx context.Context, nodeNetns, name string, att *v1alpha1.Netwo
 			return nil, fmt.Errorf("configuring guest %s: %w", name, err)
 		}
 	}
+	// The switch delivers to the attachment's MAC only. An interface moved
+	// away while Open vSwitch was still setting it up keeps another one,
+	// and the guest would get no reply from any peer.
+	if want := att.Status.MACAddress; want != "" {
+		got, err := g.Run(ctx, "cat", filepath.Join("/sys/class/net", ifc, "address"))
+		if err != nil {
+			return nil, fmt.Errorf("reading the MAC address of %s in guest %s: %w", ifc, name, err)
+		}
+		if !strings.EqualFold(strings.TrimSpace(got), want) {
+			return nil, fmt.Errorf("interface %s in guest %s has MAC address %s, not attachment %s's %s", ifc, name, strings.TrimSpace(got), att.Name, want)
+		}
+	}
 	return g, nil
 }
 
