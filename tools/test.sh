@@ -3,7 +3,7 @@
 # checks the tree (tools/verify.sh), then runs the unit and integration tests
 # against real servers that the tests start themselves.
 #
-# The cluster end-to-end tests (tools/e2e, about 20 minutes) start as soon as
+# The cluster end-to-end tests (tools/e2e, 10 to 15 minutes) start as soon as
 # what they run is built, and run beside the remaining builds, the checks and
 # the other tests: they spend much of their time waiting on clusters, and
 # this keeps a cold run well under an hour on two cores. Their output is

@@ -643,14 +643,20 @@ func (s *standard) dumpFabrics() {
 		t.Logf("listing the agents: %v", err)
 		pods = &corev1.PodList{}
 	}
+	// The agent's log, and that of kos-ovs, which runs the node's Open
+	// vSwitch beside it.
 	for _, p := range pods.Items {
-		lines := int64(40)
-		logs, err := s.kube.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: "kos-agent", TailLines: &lines}).DoRaw(ctx)
-		if err != nil {
-			t.Logf("the log of the agent on %s: %v", p.Spec.NodeName, err)
-			continue
+		for _, c := range []struct {
+			name  string
+			lines int64
+		}{{"kos-agent", 40}, {"ovs", 30}} {
+			logs, err := s.kube.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.name, TailLines: &c.lines}).DoRaw(ctx)
+			if err != nil {
+				t.Logf("the log of container %s on %s: %v", c.name, p.Spec.NodeName, err)
+				continue
+			}
+			t.Logf("the end of the log of container %s on %s:\n%s", c.name, p.Spec.NodeName, logs)
 		}
-		t.Logf("the end of the log of the agent on %s:\n%s", p.Spec.NodeName, logs)
 	}
 	atts, err := s.network.NetworkV1alpha1().NetworkAttachments(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -661,20 +667,11 @@ func (s *standard) dumpFabrics() {
 		if n == s.stopped {
 			continue
 		}
-		// Where the node's address is, and what Open vSwitch's own
-		// daemon, kos-ovs, said last.
+		// Where the node's underlay address is.
 		node := &ovsenv.Netns{Name: n.Netns}
 		for _, args := range [][]string{{"ip", "-o", "addr", "show"}, {"ip", "route", "show"}} {
 			out, err := node.Run(ctx, args[0], args[1:]...)
 			t.Logf("node %s: %s (err %v):\n%s", n.Name, strings.Join(args, " "), err, out)
-		}
-		for _, p := range pods.Items {
-			if p.Spec.NodeName != n.Name {
-				continue
-			}
-			lines := int64(30)
-			logs, err := s.kube.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: "ovs", TailLines: &lines}).DoRaw(ctx)
-			t.Logf("node %s: the end of the log of kos-ovs (err %v):\n%s", n.Name, err, logs)
 		}
 		if err := fabricProblems(ctx, n, atts.Items); err != nil {
 			t.Logf("fabric: %v", err)
