@@ -1,0 +1,294 @@
+package podnetwork
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
+)
+
+// Reasons of the Events the controller records on pods.
+const (
+	// ReasonInvalidNetworks is the reason of the Warning event of a pod
+	// whose networks annotation does not parse.
+	ReasonInvalidNetworks = "InvalidNetworks"
+	// ReasonNetworkNotFound is the reason of the Warning event of a pod whose
+	// annotation names a NetworkAttachmentDefinition that does not exist.
+	ReasonNetworkNotFound = "NetworkNotFound"
+	// ReasonInvalidNetwork is the reason of the Warning event of a pod one
+	// of whose networks cannot be given: a malformed CNI configuration, a
+	// kos one without a subnet, an address that cannot be honoured.
+	ReasonInvalidNetwork = "InvalidNetwork"
+	// ReasonAttachmentConflict is the reason of the Warning event of a pod
+	// whose attachment's name is taken by an object that is not the pod's.
+	ReasonAttachmentConflict = "AttachmentConflict"
+	// ReasonAttachmentFailed is the reason of the Warning event of a pod
+	// whose attachment could not be created or deleted; it is retried.
+	ReasonAttachmentFailed = "AttachmentFailed"
+	// ReasonAttachmentCreated is the reason of the Normal event of a pod
+	// given an attachment.
+	ReasonAttachmentCreated = "AttachmentCreated"
+	// ReasonAttachmentDeleted is the reason of the Normal event of a pod
+	// one of whose attachments was deleted because it no longer asks for it.
+	ReasonAttachmentDeleted = "AttachmentDeleted"
+)
+
+// problem is something wrong with what a pod asks for, told to its owner
+// in a Warning event.
+type problem struct {
+	reason, message string
+}
+
+// plan is what a pod's attachments should be.
+type plan struct {
+	// want holds the attachments the pod should have, by name.
+	want map[string]*v1alpha1.NetworkAttachment
+	// keep names the attachments of entries that could not be resolved
+	// (their definition is missing or wrong): those the pod has stay as
+	// they are until it is clear what the entry wants.
+	keep sets.Set[string]
+	// problems are what keeps entries from being resolved.
+	problems []problem
+}
+
+// sync brings the attachments of the pod named by ref up to date: it creates
+// those the pod asks for and lacks, leaves those that match, and deletes
+// those it no longer asks for, those that no longer match (a later sync
+// creates them again) and those of a pod that is gone, finished or not (or
+// no longer) of this incarnation. Problems with what the pod asks for are
+// Events on the pod, not errors: the informers bring the changes that may
+// fix them. Only failed writes are retried.
+func (c *Controller) sync(ctx context.Context, ref cache.ObjectName) error {
+	namespace, name := ref.Parts()
+	pod, err := c.pods.Pods(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		pod = nil
+	} else if err != nil {
+		return fmt.Errorf("reading pod %s from the cache: %w", ref, err)
+	}
+	owned, err := c.attachmentIndex.ByIndex(attachmentsByPodIndex, ref.String())
+	if err != nil {
+		return fmt.Errorf("reading the attachments of pod %s from the cache: %w", ref, err)
+	}
+	var attachments []*v1alpha1.NetworkAttachment
+	for _, obj := range owned {
+		attachments = append(attachments, obj.(*v1alpha1.NetworkAttachment))
+	}
+	slices.SortFunc(attachments, func(a, b *v1alpha1.NetworkAttachment) int { return cmp.Compare(a.Name, b.Name) })
+
+	if pod == nil || !wantsNetworks(pod) {
+		var errs []error
+		for _, a := range attachments {
+			errs = append(errs, c.delete(ctx, pod, a, "the pod is gone, finished or not on a pod network"))
+		}
+		return errors.Join(errs...)
+	}
+	nets, err := ParseNetworks(pod.Annotations[NetworksAnnotation], pod.Namespace)
+	if err != nil {
+		// What the pod wants is unknown: its attachments stay as they are.
+		c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonInvalidNetworks, "Annotation %s: %v", NetworksAnnotation, err)
+		return nil
+	}
+	p, err := c.plan(pod, nets)
+	if err != nil {
+		return err
+	}
+	for _, pr := range p.problems {
+		c.recorder.Event(pod, corev1.EventTypeWarning, pr.reason, pr.message)
+	}
+
+	var errs []error
+	for _, a := range attachments {
+		switch w := p.want[a.Name]; {
+		case podOwner(a).UID != pod.UID:
+			errs = append(errs, c.delete(ctx, pod, a, "it belongs to an earlier pod of the same name"))
+		case w != nil && matches(a, w):
+		case w != nil:
+			// spec.node and spec.subnet are immutable: the attachment is
+			// made again once its deletion is seen.
+			errs = append(errs, c.delete(ctx, pod, a, fmt.Sprintf("interface %s now wants subnet %s on node %s", w.Annotations[InterfaceAnnotation], w.Spec.Subnet, w.Spec.Node)))
+		case p.keep.Has(a.Name):
+		default:
+			errs = append(errs, c.delete(ctx, pod, a, "the pod no longer asks for its interface"))
+		}
+	}
+	if pod.DeletionTimestamp != nil {
+		// A pod being deleted gets no new interface.
+		return errors.Join(errs...)
+	}
+	for _, name := range sets.List(sets.KeySet(p.want)) {
+		want := p.want[name]
+		existing, err := c.attachments.NetworkAttachments(namespace).Get(name)
+		switch {
+		case apierrors.IsNotFound(err):
+			errs = append(errs, c.create(ctx, pod, want))
+		case err != nil:
+			errs = append(errs, fmt.Errorf("reading attachment %s/%s from the cache: %w", namespace, name, err))
+		case podOwner(existing) != nil && podOwner(existing).Name == pod.Name:
+			// This pod's, or an earlier pod's being deleted above.
+		default:
+			c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonAttachmentConflict,
+				"NetworkAttachment %s for interface %s exists and is not this pod's (%s); the interface gets none", name, want.Annotations[InterfaceAnnotation], describeOwner(existing))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// wantsNetworks reports whether a pod may have attachments: bound to a
+// node, not finished, not on the host's network.
+func wantsNetworks(pod *corev1.Pod) bool {
+	return pod.Spec.NodeName != "" && !pod.Spec.HostNetwork &&
+		pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
+}
+
+// plan resolves the entries of a pod's annotation against the cached
+// NetworkAttachmentDefinitions. Entries of other plugins are left to them.
+func (c *Controller) plan(pod *corev1.Pod, nets []Network) (plan, error) {
+	p := plan{want: map[string]*v1alpha1.NetworkAttachment{}, keep: sets.New[string]()}
+	for _, n := range nets {
+		name := AttachmentName(pod.Name, n.Interface)
+		nad, err := c.definition(n.Namespace, n.Name)
+		if apierrors.IsNotFound(err) {
+			p.keep.Insert(name)
+			p.problems = append(p.problems, problem{ReasonNetworkNotFound,
+				fmt.Sprintf("NetworkAttachmentDefinition %s/%s of interface %s not found", n.Namespace, n.Name, n.Interface)})
+			continue
+		}
+		if err != nil {
+			return p, fmt.Errorf("reading NetworkAttachmentDefinition %s/%s from the cache: %w", n.Namespace, n.Name, err)
+		}
+		config, err := DefinitionConfig(nad)
+		var pc PluginConfig
+		if err == nil {
+			pc, err = ParsePluginConfig(config)
+		}
+		if err != nil {
+			p.keep.Insert(name)
+			p.problems = append(p.problems, problem{ReasonInvalidNetwork,
+				fmt.Sprintf("NetworkAttachmentDefinition %s/%s of interface %s: %v", n.Namespace, n.Name, n.Interface, err)})
+			continue
+		}
+		if !pc.IsKOS() {
+			continue
+		}
+		if msg := checkKOSNetwork(pod, n); msg != "" {
+			p.keep.Insert(name)
+			p.problems = append(p.problems, problem{ReasonInvalidNetwork,
+				fmt.Sprintf("Interface %s on NetworkAttachmentDefinition %s/%s: %s", n.Interface, n.Namespace, n.Name, msg)})
+			continue
+		}
+		p.want[name] = newAttachment(pod, name, n.Interface, pc.Subnet)
+	}
+	return p, nil
+}
+
+// checkKOSNetwork returns what keeps KOS from giving a pod an interface on
+// an entry whose definition is of type kos, or "".
+func checkKOSNetwork(pod *corev1.Pod, n Network) string {
+	if n.Namespace != pod.Namespace {
+		return fmt.Sprintf("the definition's subnet is in namespace %s, but a KOS interface of a pod in namespace %s must use a subnet of its own namespace", n.Namespace, pod.Namespace)
+	}
+	addr, err := RequestedIPv4(n.IPs)
+	if err != nil {
+		return err.Error()
+	}
+	if addr.IsValid() {
+		// NetworkAttachment has no field for a requested address yet; an
+		// attachment with any other address is not what the pod asked for.
+		return fmt.Sprintf("asks for address %s, which KOS cannot honour: a NetworkAttachment cannot ask for an address", addr)
+	}
+	return ""
+}
+
+// newAttachment returns the attachment named name that gives pod its
+// interface ifname in subnet.
+func newAttachment(pod *corev1.Pod, name, ifname, subnet string) *v1alpha1.NetworkAttachment {
+	return &v1alpha1.NetworkAttachment{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:   pod.Namespace,
+			Name:        name,
+			Labels:      map[string]string{PodUIDLabel: string(pod.UID)},
+			Annotations: map[string]string{PodAnnotation: pod.Name, InterfaceAnnotation: ifname},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "v1",
+				Kind:       "Pod",
+				Name:       pod.Name,
+				UID:        pod.UID,
+				Controller: ptr.To(true),
+				// Blocking the pod's deletion would take the right to
+				// update pods' finalizers, and nothing needs it.
+				BlockOwnerDeletion: ptr.To(false),
+			}},
+		},
+		Spec: v1alpha1.NetworkAttachmentSpec{Node: pod.Spec.NodeName, Subnet: subnet},
+	}
+}
+
+// matches reports whether an attachment of the pod is the one wanted.
+func matches(a, want *v1alpha1.NetworkAttachment) bool {
+	return a.Spec.Node == want.Spec.Node && a.Spec.Subnet == want.Spec.Subnet &&
+		a.Annotations[InterfaceAnnotation] == want.Annotations[InterfaceAnnotation]
+}
+
+// describeOwner says whose an attachment is, for an Event.
+func describeOwner(a *v1alpha1.NetworkAttachment) string {
+	if ref := metav1.GetControllerOfNoCopy(a); ref != nil {
+		return fmt.Sprintf("its controller is %s %s", ref.Kind, ref.Name)
+	}
+	return "it has no controller"
+}
+
+// create creates an attachment of pod.
+func (c *Controller) create(ctx context.Context, pod *corev1.Pod, want *v1alpha1.NetworkAttachment) error {
+	logger := klog.FromContext(ctx)
+	ifname := want.Annotations[InterfaceAnnotation]
+	got, err := c.client.NetworkV1alpha1().NetworkAttachments(want.Namespace).Create(ctx, want, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		// The cache is behind; the attachment's event brings the pod back.
+		logger.V(4).Info("Attachment exists already", "pod", klog.KObj(pod), "attachment", klog.KObj(want))
+		return nil
+	}
+	if err != nil {
+		c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonAttachmentFailed, "Creating NetworkAttachment %s for interface %s: %v", want.Name, ifname, err)
+		return fmt.Errorf("creating attachment %s/%s for pod %s: %w", want.Namespace, want.Name, pod.Name, err)
+	}
+	logger.V(2).Info("Created an attachment", "pod", klog.KObj(pod), "attachment", klog.KObj(got), "interface", ifname, "subnet", got.Spec.Subnet, "node", got.Spec.Node)
+	c.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonAttachmentCreated, "Created NetworkAttachment %s for interface %s in subnet %s", got.Name, ifname, got.Spec.Subnet)
+	return nil
+}
+
+// delete deletes an attachment of the pod (nil when gone) for the reason
+// given, unless the attachment was already replaced by another of its name.
+func (c *Controller) delete(ctx context.Context, pod *corev1.Pod, a *v1alpha1.NetworkAttachment, why string) error {
+	logger := klog.FromContext(ctx)
+	err := c.client.NetworkV1alpha1().NetworkAttachments(a.Namespace).Delete(ctx, a.Name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &a.UID},
+	})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		// Gone, or replaced by another attachment, whose event brings the
+		// pod back.
+		return nil
+	}
+	if err != nil {
+		if pod != nil {
+			c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonAttachmentFailed, "Deleting NetworkAttachment %s: %v", a.Name, err)
+		}
+		return fmt.Errorf("deleting attachment %s/%s: %w", a.Namespace, a.Name, err)
+	}
+	logger.V(2).Info("Deleted an attachment", "pod", klog.KRef(a.Namespace, podOwner(a).Name), "attachment", klog.KObj(a), "reason", why)
+	if pod != nil {
+		c.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonAttachmentDeleted, "Deleted NetworkAttachment %s: %s", a.Name, why)
+	}
+	return nil
+}

@@ -1,0 +1,513 @@
+package podnetwork
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/informers"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
+
+	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
+	"github.com/kos-sdn/kos/components/generated/clientset/versioned/fake"
+	"github.com/kos-sdn/kos/components/generated/informers/externalversions"
+)
+
+const ns = "pods"
+
+// newPod returns a pod of namespace pods, bound to node-1, whose UID is its
+// name with -uid, annotated with networks unless that is empty.
+func newPod(name, networks string, mods ...func(*corev1.Pod)) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(name + "-uid"), ResourceVersion: "1"},
+		Spec:       corev1.PodSpec{NodeName: "node-1"},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+	if networks != "" {
+		p.Annotations = map[string]string{NetworksAnnotation: networks}
+	}
+	for _, m := range mods {
+		m(p)
+	}
+	return p
+}
+
+func newDefinition(namespace, name, config string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("k8s.cni.cncf.io/v1")
+	u.SetKind("NetworkAttachmentDefinition")
+	u.SetNamespace(namespace)
+	u.SetName(name)
+	if config != "" {
+		_ = unstructured.SetNestedField(u.Object, config, "spec", "config")
+	}
+	return u
+}
+
+func kosConfig(subnet string) string {
+	return fmt.Sprintf(`{"cniVersion":"1.0.0","type":"kos","subnet":%q}`, subnet)
+}
+
+// existing returns the attachment the controller makes for pod's interface
+// in subnet, as the server holds it.
+func existing(pod *corev1.Pod, ifname, subnet string) *v1alpha1.NetworkAttachment {
+	name := AttachmentName(pod.Name, ifname)
+	a := newAttachment(pod, name, ifname, subnet)
+	a.UID = types.UID(name + "-" + string(pod.UID))
+	a.ResourceVersion = "5"
+	return a
+}
+
+// fixture is a controller whose caches hold the objects given, on fake
+// clientsets; the informers never start, so only sync runs.
+type fixture struct {
+	c        *Controller
+	client   *fake.Clientset
+	recorder *record.FakeRecorder
+}
+
+func newFixture(t *testing.T, pods []*corev1.Pod, nads []*unstructured.Unstructured, atts []*v1alpha1.NetworkAttachment) *fixture {
+	t.Helper()
+	var objs []runtime.Object
+	for _, a := range atts {
+		objs = append(objs, a)
+	}
+	client := fake.NewSimpleClientset(objs...)
+	kosInformers := externalversions.NewSharedInformerFactory(client, 0).Network().V1alpha1().NetworkAttachments()
+	podInformer := informers.NewSharedInformerFactory(kubefake.NewClientset(), 0).Core().V1().Pods()
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{NetworkAttachmentDefinitions: "NetworkAttachmentDefinitionList"})
+	nadInformer := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0).ForResource(NetworkAttachmentDefinitions)
+	recorder := record.NewFakeRecorder(100)
+	c, err := NewController(client, podInformer, nadInformer, kosInformers, recorder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.queue.ShutDown)
+	add := func(store cache.Store, obj any) {
+		if err := store.Add(obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range pods {
+		add(podInformer.Informer().GetStore(), p)
+	}
+	for _, n := range nads {
+		add(nadInformer.Informer().GetStore(), n)
+	}
+	for _, a := range atts {
+		add(kosInformers.Informer().GetStore(), a.DeepCopy())
+	}
+	return &fixture{c: c, client: client, recorder: recorder}
+}
+
+// writes returns the creates and deletes the controller sent, as
+// "create <name>" and "delete <name>".
+func (f *fixture) writes() []string {
+	var out []string
+	for _, a := range f.client.Actions() {
+		switch a := a.(type) {
+		case k8stesting.CreateAction:
+			out = append(out, "create "+a.GetObject().(*v1alpha1.NetworkAttachment).Name)
+		case k8stesting.DeleteAction:
+			out = append(out, "delete "+a.GetName())
+		}
+	}
+	return out
+}
+
+// events returns the events recorded so far.
+func (f *fixture) events() []string {
+	var out []string
+	for {
+		select {
+		case e := <-f.recorder.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+func TestSync(t *testing.T) {
+	web := newPod("web-0", "blue, red@data0, mac")
+	blue := newDefinition(ns, "blue", kosConfig("s-blue"))
+	red := newDefinition(ns, "red", kosConfig("s-red"))
+	mac := newDefinition(ns, "mac", `{"cniVersion":"1.0.0","type":"macvlan","master":"eth0"}`)
+	defs := []*unstructured.Unstructured{blue, red, mac}
+	// A later pod of the same name.
+	web2 := newPod("web-0", "blue, red@data0, mac", func(p *corev1.Pod) { p.UID = "web-0-second-uid" })
+
+	tests := []struct {
+		name       string
+		pods       []*corev1.Pod
+		nads       []*unstructured.Unstructured
+		atts       []*v1alpha1.NetworkAttachment
+		key        string
+		wantWrites []string
+		wantEvents []string
+	}{
+		{
+			name:       "creates the kos networks' attachments",
+			pods:       []*corev1.Pod{web},
+			nads:       defs,
+			key:        "web-0",
+			wantWrites: []string{"create web-0-data0", "create web-0-net1"},
+			wantEvents: []string{
+				"Normal AttachmentCreated Created NetworkAttachment web-0-data0 for interface data0 in subnet s-red",
+				"Normal AttachmentCreated Created NetworkAttachment web-0-net1 for interface net1 in subnet s-blue",
+			},
+		},
+		{
+			name: "leaves correct attachments",
+			pods: []*corev1.Pod{web},
+			nads: defs,
+			atts: []*v1alpha1.NetworkAttachment{existing(web, "net1", "s-blue"), existing(web, "data0", "s-red")},
+			key:  "web-0",
+		},
+		{
+			name: "an unbound pod gets nothing",
+			pods: []*corev1.Pod{newPod("web-0", "blue", func(p *corev1.Pod) { p.Spec.NodeName = "" })},
+			nads: defs,
+			key:  "web-0",
+		},
+		{
+			name: "a host-network pod gets nothing",
+			pods: []*corev1.Pod{newPod("web-0", "blue", func(p *corev1.Pod) { p.Spec.HostNetwork = true })},
+			nads: defs,
+			key:  "web-0",
+		},
+		{
+			name:       "a finished pod loses its attachments",
+			pods:       []*corev1.Pod{newPod("web-0", "blue", func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded })},
+			nads:       defs,
+			atts:       []*v1alpha1.NetworkAttachment{existing(web, "net1", "s-blue")},
+			key:        "web-0",
+			wantWrites: []string{"delete web-0-net1"},
+			wantEvents: []string{"Normal AttachmentDeleted Deleted NetworkAttachment web-0-net1: the pod is gone, finished or not on a pod network"},
+		},
+		{
+			name: "a deleted pod loses its attachments, and no one else's",
+			nads: defs,
+			atts: []*v1alpha1.NetworkAttachment{
+				existing(web, "net1", "s-blue"), existing(web, "data0", "s-red"),
+				existing(newPod("web-1", ""), "net1", "s-blue"),
+				{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "by-hand"}, Spec: v1alpha1.NetworkAttachmentSpec{Node: "node-1", Subnet: "s-blue"}},
+			},
+			key:        "web-0",
+			wantWrites: []string{"delete web-0-data0", "delete web-0-net1"},
+		},
+		{
+			name:       "an interface no longer asked for goes",
+			pods:       []*corev1.Pod{newPod("web-0", "blue")},
+			nads:       defs,
+			atts:       []*v1alpha1.NetworkAttachment{existing(web, "net1", "s-blue"), existing(web, "data0", "s-red")},
+			key:        "web-0",
+			wantWrites: []string{"delete web-0-data0"},
+			wantEvents: []string{"Normal AttachmentDeleted Deleted NetworkAttachment web-0-data0: the pod no longer asks for its interface"},
+		},
+		{
+			name:       "a definition now of another subnet: delete first, create once the deletion is seen",
+			pods:       []*corev1.Pod{newPod("web-0", "blue")},
+			nads:       defs,
+			atts:       []*v1alpha1.NetworkAttachment{existing(web, "net1", "s-old")},
+			key:        "web-0",
+			wantWrites: []string{"delete web-0-net1"},
+			wantEvents: []string{"Normal AttachmentDeleted Deleted NetworkAttachment web-0-net1: interface net1 now wants subnet s-blue on node node-1"},
+		},
+		{
+			name:       "an earlier pod's attachments go first",
+			pods:       []*corev1.Pod{web2},
+			nads:       defs,
+			atts:       []*v1alpha1.NetworkAttachment{existing(web, "net1", "s-blue"), existing(web2, "data0", "s-red")},
+			key:        "web-0",
+			wantWrites: []string{"delete web-0-net1"},
+			wantEvents: []string{"Normal AttachmentDeleted Deleted NetworkAttachment web-0-net1: it belongs to an earlier pod of the same name"},
+		},
+		{
+			name:       "a terminating pod gets no new attachment",
+			pods:       []*corev1.Pod{newPod("web-0", "blue,red", func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{} })},
+			nads:       defs,
+			atts:       []*v1alpha1.NetworkAttachment{existing(web, "data0", "s-red")},
+			key:        "web-0",
+			wantWrites: []string{"delete web-0-data0"},
+			wantEvents: []string{"Normal AttachmentDeleted Deleted NetworkAttachment web-0-data0: the pod no longer asks for its interface"},
+		},
+		{
+			name: "a missing definition keeps its attachment",
+			pods: []*corev1.Pod{newPod("web-0", "blue,gone@data0")},
+			nads: defs,
+			atts: []*v1alpha1.NetworkAttachment{existing(web, "net1", "s-blue"), existing(web, "data0", "s-red")},
+			key:  "web-0",
+			wantEvents: []string{
+				"Warning NetworkNotFound NetworkAttachmentDefinition pods/gone of interface data0 not found",
+			},
+		},
+		{
+			name: "broken definitions",
+			pods: []*corev1.Pod{newPod("web-0", "broken,nosubnet,blue")},
+			nads: append([]*unstructured.Unstructured{
+				newDefinition(ns, "broken", `{"type":"kos",`),
+				newDefinition(ns, "nosubnet", `{"cniVersion":"1.0.0","type":"kos"}`),
+			}, defs...),
+			key:        "web-0",
+			wantWrites: []string{"create web-0-net3"},
+			wantEvents: []string{
+				"Warning InvalidNetwork NetworkAttachmentDefinition pods/broken of interface net1: parsing the CNI configuration: unexpected end of JSON input",
+				`Warning InvalidNetwork NetworkAttachmentDefinition pods/nosubnet of interface net2: the kos configuration has no "subnet": it must name a KOS Subnet in the NetworkAttachmentDefinition's namespace`,
+				"Normal AttachmentCreated Created NetworkAttachment web-0-net3 for interface net3 in subnet s-blue",
+			},
+		},
+		{
+			name:       "a malformed annotation changes nothing",
+			pods:       []*corev1.Pod{newPod("web-0", "blue,")},
+			nads:       defs,
+			atts:       []*v1alpha1.NetworkAttachment{existing(web, "data0", "s-red")},
+			key:        "web-0",
+			wantEvents: []string{`Warning InvalidNetworks Annotation k8s.v1.cni.cncf.io/networks: network 2 (""): empty entry`},
+		},
+		{
+			name: "a kos definition of another namespace",
+			pods: []*corev1.Pod{newPod("web-0", "other/blue")},
+			nads: []*unstructured.Unstructured{newDefinition("other", "blue", kosConfig("s-blue"))},
+			key:  "web-0",
+			wantEvents: []string{
+				"Warning InvalidNetwork Interface net1 on NetworkAttachmentDefinition other/blue: the definition's subnet is in namespace other, but a KOS interface of a pod in namespace pods must use a subnet of its own namespace",
+			},
+		},
+		{
+			name: "another plugin's definition of another namespace is not KOS's business",
+			pods: []*corev1.Pod{newPod("web-0", "other/mac")},
+			nads: []*unstructured.Unstructured{newDefinition("other", "mac", `{"type":"macvlan"}`)},
+			key:  "web-0",
+		},
+		{
+			name: "a requested address",
+			pods: []*corev1.Pod{newPod("web-0", `[{"name":"blue","ips":["10.1.0.5/24"]},{"name":"red","ips":["10.1.0.5","10.1.0.6"]},{"name":"mac","ips":["10.9.0.1","fd00::1"]}]`)},
+			nads: defs,
+			key:  "web-0",
+			wantEvents: []string{
+				"Warning InvalidNetwork Interface net1 on NetworkAttachmentDefinition pods/blue: asks for address 10.1.0.5, which KOS cannot honour: a NetworkAttachment cannot ask for an address",
+				"Warning InvalidNetwork Interface net2 on NetworkAttachmentDefinition pods/red: asks for 2 addresses (10.1.0.5, 10.1.0.6); a KOS interface has one",
+			},
+		},
+		{
+			name: "a name taken by someone else's attachment",
+			pods: []*corev1.Pod{newPod("web-0", "blue")},
+			nads: defs,
+			atts: []*v1alpha1.NetworkAttachment{
+				{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-0-net1"}, Spec: v1alpha1.NetworkAttachmentSpec{Node: "node-1", Subnet: "s-blue"}},
+			},
+			key:        "web-0",
+			wantEvents: []string{"Warning AttachmentConflict NetworkAttachment web-0-net1 for interface net1 exists and is not this pod's (it has no controller); the interface gets none"},
+		},
+		{
+			name:       "a name taken by another pod's attachment",
+			pods:       []*corev1.Pod{newPod("a-b", "blue@c")},
+			nads:       defs,
+			atts:       []*v1alpha1.NetworkAttachment{existing(newPod("a", ""), "b-c", "s-blue")},
+			key:        "a-b",
+			wantEvents: []string{"Warning AttachmentConflict NetworkAttachment a-b-c for interface c exists and is not this pod's (its controller is Pod a); the interface gets none"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, tc.pods, tc.nads, tc.atts)
+			if err := f.c.sync(context.Background(), cache.NewObjectName(ns, tc.key)); err != nil {
+				t.Fatalf("sync: %v", err)
+			}
+			if diff := cmp.Diff(f.writes(), tc.wantWrites); diff != "" {
+				t.Errorf("writes (-got +want):\n%s", diff)
+			}
+			if diff := cmp.Diff(f.events(), tc.wantEvents); diff != "" {
+				t.Errorf("events (-got +want):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestSyncAttachment checks the whole attachment made, and the
+// precondition of a deletion.
+func TestSyncAttachment(t *testing.T) {
+	pod := newPod("web-0", "blue")
+	old := existing(newPod("web-0", ""), "net7", "s-blue")
+	f := newFixture(t, []*corev1.Pod{pod}, []*unstructured.Unstructured{newDefinition(ns, "blue", kosConfig("s-blue"))}, []*v1alpha1.NetworkAttachment{old})
+	if err := f.c.sync(context.Background(), cache.NewObjectName(ns, "web-0")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.client.NetworkV1alpha1().NetworkAttachments(ns).Get(context.Background(), "web-0-net1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &v1alpha1.NetworkAttachment{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:   ns,
+			Name:        "web-0-net1",
+			Labels:      map[string]string{"network.example.com/pod-uid": "web-0-uid"},
+			Annotations: map[string]string{"network.example.com/pod": "web-0", "network.example.com/interface": "net1"},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "v1", Kind: "Pod", Name: "web-0", UID: "web-0-uid",
+				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(false),
+			}},
+		},
+		Spec: v1alpha1.NetworkAttachmentSpec{Node: "node-1", Subnet: "s-blue"},
+	}
+	if diff := cmp.Diff(got, want); diff != "" {
+		t.Errorf("attachment (-got +want):\n%s", diff)
+	}
+	var deletes []metav1.DeleteOptions
+	for _, a := range f.client.Actions() {
+		if d, ok := a.(k8stesting.DeleteActionImpl); ok {
+			deletes = append(deletes, d.DeleteOptions)
+		}
+	}
+	wantDeletes := []metav1.DeleteOptions{{Preconditions: &metav1.Preconditions{UID: &old.UID}}}
+	if diff := cmp.Diff(deletes, wantDeletes); diff != "" {
+		t.Errorf("delete options (-got +want):\n%s", diff)
+	}
+}
+
+// TestSyncWriteErrors checks which write failures are retried.
+func TestSyncWriteErrors(t *testing.T) {
+	pod := newPod("web-0", "blue")
+	gr := v1alpha1.Resource("networkattachments")
+	tests := []struct {
+		name       string
+		verb       string
+		err        error
+		atts       []*v1alpha1.NetworkAttachment
+		wantErr    bool
+		wantEvents []string
+	}{
+		{"create fails", "create", apierrors.NewServiceUnavailable("etcd is away"), nil, true,
+			[]string{"Warning AttachmentFailed Creating NetworkAttachment web-0-net1 for interface net1: etcd is away"}},
+		{"create finds it made", "create", apierrors.NewAlreadyExists(gr, "web-0-net1"), nil, false, nil},
+		{"delete fails", "delete", errors.New("connection refused"), []*v1alpha1.NetworkAttachment{existing(pod, "net9", "s-blue")}, true,
+			[]string{"Warning AttachmentFailed Deleting NetworkAttachment web-0-net9: connection refused", "Normal AttachmentCreated Created NetworkAttachment web-0-net1 for interface net1 in subnet s-blue"}},
+		{"delete finds it replaced", "delete", apierrors.NewConflict(gr, "web-0-net9", errors.New("precondition failed: UID")), []*v1alpha1.NetworkAttachment{existing(pod, "net9", "s-blue")}, false,
+			[]string{"Normal AttachmentCreated Created NetworkAttachment web-0-net1 for interface net1 in subnet s-blue"}},
+		{"delete finds it gone", "delete", apierrors.NewNotFound(gr, "web-0-net9"), []*v1alpha1.NetworkAttachment{existing(pod, "net9", "s-blue")}, false,
+			[]string{"Normal AttachmentCreated Created NetworkAttachment web-0-net1 for interface net1 in subnet s-blue"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, []*corev1.Pod{pod}, []*unstructured.Unstructured{newDefinition(ns, "blue", kosConfig("s-blue"))}, tc.atts)
+			f.client.PrependReactor(tc.verb, "networkattachments", func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, tc.err
+			})
+			err := f.c.sync(context.Background(), cache.NewObjectName(ns, "web-0"))
+			if (err != nil) != tc.wantErr {
+				t.Errorf("sync error %v, want an error: %v", err, tc.wantErr)
+			}
+			if diff := cmp.Diff(f.events(), tc.wantEvents); diff != "" {
+				t.Errorf("events (-got +want):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestTrimPod(t *testing.T) {
+	now := metav1.Now()
+	full := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: ns, Name: "web-0", UID: "u", ResourceVersion: "7", DeletionTimestamp: &now,
+			Labels:        map[string]string{"app": "web"},
+			Annotations:   map[string]string{NetworksAnnotation: "blue", "other": "x"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
+		},
+		Spec:   corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "c", Image: "i"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1"},
+	}
+	got, err := TrimPod(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: ns, Name: "web-0", UID: "u", ResourceVersion: "7", DeletionTimestamp: &now,
+			Annotations: map[string]string{NetworksAnnotation: "blue"},
+		},
+		Spec:   corev1.PodSpec{NodeName: "node-1"},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+	if diff := cmp.Diff(got, want); diff != "" {
+		t.Errorf("trimmed pod (-got +want):\n%s", diff)
+	}
+	again, _ := TrimPod(got)
+	if diff := cmp.Diff(again, want); diff != "" {
+		t.Errorf("trimming twice (-got +want):\n%s", diff)
+	}
+	tomb := cache.DeletedFinalStateUnknown{Key: "pods/web-0", Obj: full}
+	if got, _ := TrimPod(tomb); got != any(tomb) {
+		t.Errorf("TrimPod changed a tombstone: %v", got)
+	}
+}
+
+// TestHandlers checks which keys the event handlers queue.
+func TestHandlers(t *testing.T) {
+	web := newPod("web-0", "blue,other/red")
+	db := newPod("db-0", "red")
+	plain := newPod("plain", "")
+	f := newFixture(t, []*corev1.Pod{web, db, plain}, nil, nil)
+	c := f.c
+	tests := []struct {
+		name  string
+		event func()
+		want  []string
+	}{
+		{"a definition's pods", func() { c.enqueueDefinitionPods(newDefinition("other", "red", "")) }, []string{"pods/web-0"}},
+		{"a deleted definition's pods", func() {
+			c.enqueueDefinitionPods(cache.DeletedFinalStateUnknown{Key: "pods/red", Obj: newDefinition(ns, "red", "")})
+		}, []string{"pods/db-0"}},
+		{"a definition no pod names", func() { c.enqueueDefinitionPods(newDefinition(ns, "green", "")) }, nil},
+		{"an attachment's pod", func() { c.enqueueAttachmentPod(existing(web, "net1", "s")) }, []string{"pods/web-0"}},
+		{"a deleted attachment's pod", func() {
+			c.enqueueAttachmentPod(cache.DeletedFinalStateUnknown{Key: "pods/web-0-net1", Obj: existing(db, "net1", "s")})
+		}, []string{"pods/db-0"}},
+		{"someone else's attachment", func() {
+			c.enqueueAttachmentPod(&v1alpha1.NetworkAttachment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "x"}})
+		}, nil},
+		{"a pod's status update", func() {
+			c.podUpdated(web, newPod("web-0", "blue,other/red", func(p *corev1.Pod) { p.ResourceVersion = "2" }))
+		}, nil},
+		{"a pod's resync", func() { c.podUpdated(web, web) }, []string{"pods/web-0"}},
+		{"a pod's new annotation", func() {
+			c.podUpdated(web, newPod("web-0", "blue", func(p *corev1.Pod) { p.ResourceVersion = "2" }))
+		}, []string{"pods/web-0"}},
+		{"a pod's binding", func() {
+			c.podUpdated(newPod("web-0", "blue", func(p *corev1.Pod) { p.Spec.NodeName = "" }), newPod("web-0", "blue", func(p *corev1.Pod) { p.ResourceVersion = "2" }))
+		}, []string{"pods/web-0"}},
+		{"a pod's deletion", func() {
+			c.podUpdated(web, newPod("web-0", "blue,other/red", func(p *corev1.Pod) { p.ResourceVersion = "2"; p.DeletionTimestamp = &metav1.Time{} }))
+		}, []string{"pods/web-0"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.event()
+			var got []string
+			for c.queue.Len() > 0 {
+				key, _ := c.queue.Get()
+				c.queue.Done(key)
+				got = append(got, key)
+			}
+			if diff := cmp.Diff(got, tc.want); diff != "" {
+				t.Errorf("queued keys (-got +want):\n%s", diff)
+			}
+		})
+	}
+}
