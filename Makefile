@@ -2,7 +2,7 @@
 SHELL := /usr/bin/env bash
 export GOTOOLCHAIN := local
 
-.PHONY: all build test fuzz verify generate addons release images demo demo-down demo-cluster demo-cluster-down bench tools clean
+.PHONY: all build test unit integration cluster fuzz verify generate addons release images demo demo-down demo-cluster demo-cluster-down bench tools clean
 
 all: build
 
@@ -10,9 +10,21 @@ all: build
 build:
 	go build -o bin/ ./cmd/...
 
-## test: what CI runs — install what the tests need, verify, run unit and integration tests
+## test: what CI runs — install and build what the tests need, verify, then the unit, integration and cluster lanes
 test:
 	tools/test.sh
+
+## unit: every test but TestIntegration*; starts no server (seconds to a minute once compiled)
+unit:
+	tools/lanes.sh unit
+
+## integration: TestIntegration* that need a control plane, Open vSwitch or S3, but no node (make tools first)
+integration:
+	tools/lanes.sh integration
+
+## cluster: the packages whose tests start nodes, one package at a time (make tools first)
+cluster:
+	tools/lanes.sh cluster
 
 ## fuzz: run every fuzz target for FUZZTIME each (default 1m; make test runs each for 5000 inputs)
 fuzz:

@@ -1,13 +1,11 @@
 #!/usr/bin/env bash
-# test.sh is `make test`: it installs what the tests need on a bare machine,
-# checks the tree (tools/verify.sh), then runs the unit and integration tests
-# against real servers that the tests start themselves.
-#
-# The cluster end-to-end tests (tools/e2e, 10 to 15 minutes) start as soon as
-# what they run is built, and run beside the remaining builds, the checks and
-# the other tests: they spend much of their time waiting on clusters, and
-# this keeps a cold run well under an hour on two cores. Their output is
-# printed when they end (and is in the log named when they start).
+# test.sh is `make test`, what CI runs: it installs what the tests need on a
+# bare machine and builds the servers they run (cached in .cache/), checks
+# the tree (tools/verify.sh), then runs the lanes in order (tools/lanes.sh):
+# unit, the fuzz targets, integration, and cluster, whose packages start
+# nodes one at a time so that nothing else loads the machine under them.
+# Every part runs even when one before it failed; the run ends with each
+# part's time and result.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN=local
@@ -19,6 +17,20 @@ export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath"
 began=$(date +%s)
 step() { printf '\n==> [%s] %s\n' "$(elapsed)" "$*"; }
 elapsed() { local s=$(( $(date +%s) - began )); printf '%dm%02ds' $((s / 60)) $((s % 60)); }
+# lap NAME CMD...: runs a part of the run to its end, records its time and
+# result for the summary, and carries on when it fails, so that one run
+# reports every lane.
+status=0
+laps=()
+lap() {
+	local name=$1 t0 rc=0
+	shift
+	t0=$(date +%s)
+	"$@" || rc=$?
+	local s=$(( $(date +%s) - t0 ))
+	laps+=("$(printf '  %-20s %3dm%02ds  %s' "$name" $((s / 60)) $((s % 60)) "$([ $rc -eq 0 ] && echo passed || echo FAILED)")")
+	[ $rc -eq 0 ] || status=1
+}
 
 step "installing system packages the tests need"
 tools/deps.sh
@@ -34,14 +46,6 @@ export KOS_KOPS_BIN_DIR
 step "building the S3-compatible test server (versitygw) (cached in .cache/)"
 tools/versitygw/build.sh >/dev/null
 
-e2e_log=$(mktemp "${TMPDIR:-/tmp}/kos-e2e.XXXXXX.log")
-step "starting the cluster end-to-end tests (./tools/e2e) in the background; their output goes to $e2e_log"
-# Its own process group, so that an early exit stops the clusters' tests too.
-setsid go test -count=1 -timeout 40m ${GOTEST_FLAGS:-} ./tools/e2e >"$e2e_log" 2>&1 &
-e2e_pid=$!
-e2e_done=
-trap '[ -n "$e2e_done" ] || kill -INT -- "-$e2e_pid" 2>/dev/null || true' EXIT
-
 step "building kube-apiserver 1.29, which the addons' k8s-1.29 manifests are checked against (cached in .cache/)"
 KOS_KUBE129_BIN_DIR=$(tools/kube129/build.sh)
 export KOS_KUBE129_BIN_DIR
@@ -50,27 +54,27 @@ step "building kube-apiserver 1.30, the oldest minor of kos-apiserver's k8s-1.30
 KOS_KUBE130_BIN_DIR=$(tools/kube130/build.sh)
 export KOS_KUBE130_BIN_DIR
 
+s=$(( $(date +%s) - began ))
+laps+=("$(printf '  %-20s %3dm%02ds' "packages and builds" $((s / 60)) $((s % 60)))")
+
 step "verifying the tree"
-tools/verify.sh
+lap verify tools/verify.sh
+
+step "unit lane (make unit): every test but TestIntegration*, no servers"
+lap unit tools/lanes.sh unit
 
 # A count, not a duration: with a duration, Go 1.26's fuzz coordinator can
 # report its own deadline as a failure on a loaded machine
 # (go.dev/issue/75804, fixed in Go 1.27); a count never races a clock.
 step "fuzzing: every fuzz target for ${FUZZTIME:-5000x} (make fuzz runs them longer)"
-FUZZTIME=${FUZZTIME:-5000x} tools/fuzz.sh
+lap fuzz env FUZZTIME="${FUZZTIME:-5000x}" tools/fuzz.sh
 
-step "running unit and integration tests (all but ./tools/e2e)"
-mapfile -t packages < <(go list ./... | grep -vx "$(go list -m)/tools/e2e")
-status=0
-go test -count=1 -timeout 40m ${GOTEST_FLAGS:-} "${packages[@]}" || status=1
+step "integration lane (make integration): control plane, kos-apiserver, S3, Open vSwitch"
+lap integration tools/lanes.sh integration
 
-step "waiting for the cluster end-to-end tests"
-e2e_status=0
-wait "$e2e_pid" || e2e_status=$?
-e2e_done=1
-cat "$e2e_log"
-rm -f "$e2e_log"
-[ "$e2e_status" -eq 0 ] || status=1
+step "cluster lane (make cluster): the packages that start nodes, one at a time"
+lap cluster tools/lanes.sh cluster
 
 step "done: $([ "$status" -eq 0 ] && echo "every test passed" || echo "FAILED (see above)")"
+printf '%s\n' "${laps[@]}"
 exit "$status"

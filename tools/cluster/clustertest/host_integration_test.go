@@ -47,7 +47,7 @@ type hostState struct {
 	Nodes int
 }
 
-func snapshotHost(t *testing.T) hostState {
+func snapshotHost(t testing.TB) hostState {
 	t.Helper()
 	st := hostState{Sysctls: map[string]string{}, Paths: map[string]bool{}}
 	for _, name := range hostSysctls {
@@ -74,28 +74,7 @@ func snapshotHost(t *testing.T) hostState {
 // path, and the kernel settings as they were before.
 func checkHostRestored(t *testing.T, before hostState, dir string, node cluster.Node) {
 	t.Helper()
-	// Other packages' tests may run nodes at the same time (go test runs
-	// packages in parallel), and the last node out restores the host: while
-	// another test's nodes run, or ran when this test began, the host's
-	// settings are partly theirs and no comparison is fair (waiting for them
-	// could take as long as that test, a quarter of an hour for tools/e2e).
-	// A cluster that is starting changes the host before its nodes are on
-	// record, so a difference is waited out a while: one this cluster left
-	// stays, and fails the test when the wait ends.
-	poll.Until(t, 3*time.Minute, "the host to be as it was before the cluster", func(context.Context) error {
-		n, err := cluster.HostNodes()
-		if err != nil {
-			return err
-		}
-		if before.Nodes > 0 || n > 0 {
-			t.Logf("nodes of other tests ran on this host (%d when the test began, %d now): not comparing the host's settings and paths", before.Nodes, n)
-			return nil
-		}
-		if diff := cmp.Diff(before, snapshotHost(t)); diff != "" {
-			return fmt.Errorf("host changed by the cluster (-before +after):\n%s", diff)
-		}
-		return nil
-	})
+	checkHostSettings(t, before, time.Minute)
 	if pids := processesNaming(t, dir); len(pids) > 0 {
 		t.Errorf("processes still name %s: %v", dir, pids)
 	}
@@ -136,6 +115,29 @@ func checkHostRestored(t *testing.T, before hostState, dir string, node cluster.
 	if data, err := os.ReadFile(filepath.Join(os.TempDir(), "kos-testenv-host.json")); err == nil && bytes.Contains(data, []byte(dir)) {
 		t.Errorf("the host state still lists the node of %s:\n%s", dir, data)
 	}
+}
+
+// checkHostSettings fails unless the host's kernel settings and paths are
+// as before, and no node runs. The cluster lane runs one package at a time
+// and these tests one at a time, so any difference is this test's: nodes of
+// another program (a local environment, a demo) fail the test rather than
+// switch the check off. The last node out restores the host as it stops, so
+// a difference is waited out for wait before it fails the test.
+func checkHostSettings(t testing.TB, before hostState, wait time.Duration) {
+	t.Helper()
+	if before.Nodes > 0 {
+		t.Fatalf("%d nodes of another program ran on this host when the test began, so it cannot tell what its cluster changed: stop them (make demo-down, go run ./tools/localenv down) and run the test again", before.Nodes)
+	}
+	poll.Until(t, wait, "the host to be as it was before the cluster", func(context.Context) error {
+		after := snapshotHost(t)
+		if after.Nodes > 0 {
+			return fmt.Errorf("%d nodes still run on this host", after.Nodes)
+		}
+		if diff := cmp.Diff(before, after); diff != "" {
+			return fmt.Errorf("host changed by the cluster (-before +after):\n%s", diff)
+		}
+		return nil
+	})
 }
 
 // inode is the inode number of a file.

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# lanes.sh runs one test lane: `make unit`, `make integration` or `make
+# cluster` (tools/lanes.sh unit|integration|cluster). make test runs the
+# three in that order, after the builds they need.
+#
+#   unit         every test but TestIntegration*, in every package: no
+#                server, no node, nothing changed on the host (seconds to a
+#                minute once compiled).
+#   integration  TestIntegration* outside the cluster packages: a control
+#                plane, kos-apiserver, S3, Open vSwitch and network
+#                namespaces, all on loopback or in namespaces the tests make.
+#   cluster      TestIntegration* of the cluster packages, which start nodes
+#                (containerd, kubelet), one package at a time, so that a
+#                cluster's test has the host to itself.
+#
+# Each lane sets $KOS_TEST_LANE, and the helpers that start servers (tools/
+# testenv, ovsenv, registry) or nodes (tools/cluster) refuse to in a lane
+# below theirs (tools/lane): a unit test that starts etcd fails, it does not
+# slow the lane down unseen.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export GOTOOLCHAIN=local
+
+# The packages whose tests start nodes.
+cluster_packages=(./tools/cluster/clustertest ./tools/e2e)
+
+lane=${1:-}
+case $lane in
+unit | integration | cluster) ;;
+*)
+	echo "usage: tools/lanes.sh unit|integration|cluster" >&2
+	exit 2
+	;;
+esac
+export KOS_TEST_LANE=$lane
+
+began=$(date +%s)
+status=0
+case $lane in
+unit)
+	go test -count=1 -skip '^TestIntegration' ${GOTEST_FLAGS:-} ./... || status=1
+	;;
+integration)
+	mapfile -t packages < <(go list ./... | grep -vxF -f <(go list "${cluster_packages[@]}"))
+	go test -count=1 -timeout 40m -run '^TestIntegration' ${GOTEST_FLAGS:-} "${packages[@]}" || status=1
+	;;
+cluster)
+	# One package at a time, each to the end even when one fails.
+	for p in "${cluster_packages[@]}"; do
+		echo "==> cluster lane: $p"
+		go test -count=1 -timeout 40m -run '^TestIntegration' ${GOTEST_FLAGS:-} "$p" || status=1
+	done
+	;;
+esac
+s=$(($(date +%s) - began))
+printf '==> %s lane: %s in %dm%02ds\n' "$lane" "$([ $status -eq 0 ] && echo passed || echo FAILED)" $((s / 60)) $((s % 60))
+exit $status
