@@ -9,6 +9,7 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/s3 v1.114.8
 	github.com/aws/smithy-go v1.28.8
 	github.com/blang/semver/v4 v4.0.0
+	github.com/containernetworking/cni v1.3.1
 	github.com/digitalocean/go-openvswitch v0.0.0-20251118231545-85aec29b8ee6
 	github.com/google/go-cmp v0.7.0
 	github.com/google/go-containerregistry v0.22.1

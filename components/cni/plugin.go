@@ -1,0 +1,251 @@
+package cni
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+)
+
+// SupportedVersions are the CNI spec versions kos-cni speaks.
+var SupportedVersions = version.PluginSupports("1.0.0", "1.1.0")
+
+// about is what kos-cni prints when run without a CNI command.
+const about = "kos-cni: attaches pods to KOS networks through the node's kos-agent"
+
+// Main runs kos-cni: it carries out the CNI command its environment names
+// and prints the result, or prints a CNI error and exits with status 1.
+func Main() {
+	skel.PluginMainFuncs(skel.CNIFuncs{
+		Add:    cmdAdd,
+		Del:    cmdDel,
+		Check:  cmdCheck,
+		Status: cmdStatus,
+	}, SupportedVersions, about)
+}
+
+func cmdAdd(args *skel.CmdArgs) error {
+	conf, req, err := newRequest(CommandAdd, args)
+	if err != nil {
+		return err
+	}
+	body, err := send(conf.socket(), req, requestTimeout)
+	if err != nil {
+		return err
+	}
+	res, err := types100.NewResult(body)
+	if err != nil {
+		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("kos-agent sent a result that cannot be decoded: %v", err), "")
+	}
+	return types.PrintResult(res, conf.CNIVersion)
+}
+
+func cmdCheck(args *skel.CmdArgs) error {
+	conf, req, err := newRequest(CommandCheck, args)
+	if err != nil {
+		return err
+	}
+	_, err = send(conf.socket(), req, requestTimeout)
+	return err
+}
+
+// cmdDel forwards a DEL and succeeds when kos-agent cannot be reached or
+// does not answer in time: the pod must be able to go. What is left (the
+// veth pair goes with the network namespace) the agent cleans up.
+func cmdDel(args *skel.CmdArgs) error {
+	conf, req, err := newRequest(CommandDel, args)
+	if err != nil {
+		return err
+	}
+	_, err = send(conf.socket(), req, deleteTimeout)
+	var down *agentDownError
+	if errors.As(err, &down) {
+		fmt.Fprintf(os.Stderr, "kos-cni: DEL of container %s interface %s succeeds without kos-agent: %v\n", args.ContainerID, args.IfName, err)
+		return nil
+	}
+	return err
+}
+
+// cmdStatus reports whether kos-agent answers, and is ready.
+func cmdStatus(args *skel.CmdArgs) error {
+	conf, req, err := newRequest(CommandStatus, args)
+	if err != nil {
+		return err
+	}
+	_, err = send(conf.socket(), req, deleteTimeout)
+	var down *agentDownError
+	if errors.As(err, &down) {
+		return types.NewError(types.ErrPluginNotAvailable, err.Error(), "")
+	}
+	return err
+}
+
+// socket returns the path of kos-agent's socket.
+func (c *NetConf) socket() string {
+	if c.Socket == "" {
+		return DefaultSocket
+	}
+	return c.Socket
+}
+
+// newRequest decodes a CNI invocation into the request for kos-agent. It
+// returns CNI errors that say what is wrong with the configuration or the
+// environment. A DEL asks for nothing but what it needs to find what to
+// remove.
+func newRequest(command string, args *skel.CmdArgs) (*NetConf, *Request, error) {
+	conf := &NetConf{}
+	if err := json.Unmarshal(args.StdinData, conf); err != nil {
+		return nil, nil, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("decoding the network configuration: %v", err), "")
+	}
+	pod, ipArgs, err := parseArgs(args.Args)
+	if err != nil {
+		return nil, nil, err
+	}
+	req := &Request{
+		Command:     command,
+		ContainerID: args.ContainerID,
+		Netns:       args.Netns,
+		IfName:      args.IfName,
+		Pod:         pod,
+		Network:     conf.Name,
+		Subnet:      conf.Subnet,
+		IPs:         append(append(append([]string(nil), conf.RuntimeConfig.IPs...), conf.Args.CNI.IPs...), ipArgs...),
+		PrevResult:  conf.PrevResult,
+	}
+	if command != CommandAdd && command != CommandCheck {
+		return conf, req, nil
+	}
+	if conf.Subnet == "" {
+		return nil, nil, types.NewError(types.ErrInvalidNetworkConfig,
+			fmt.Sprintf("network configuration %q names no subnet: set \"subnet\" to the name of a KOS Subnet in the pod's namespace", conf.Name), "")
+	}
+	if pod.Namespace == "" || pod.Name == "" {
+		return nil, nil, types.NewError(types.ErrInvalidEnvironmentVariables,
+			"CNI_ARGS names no pod (K8S_POD_NAMESPACE and K8S_POD_NAME): kos-cni attaches Kubernetes pods only", "")
+	}
+	return conf, req, nil
+}
+
+// parseArgs reads the pod, and the addresses asked for in IP, from CNI_ARGS
+// (KEY=VALUE pairs separated by semicolons). Other keys are ignored.
+func parseArgs(s string) (Pod, []string, error) {
+	var pod Pod
+	var ips []string
+	if s == "" {
+		return pod, nil, nil
+	}
+	for pair := range strings.SplitSeq(s, ";") {
+		if pair == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(pair, "=")
+		if !ok {
+			return pod, nil, types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_ARGS: %q is not KEY=VALUE", pair), "")
+		}
+		switch k {
+		case "K8S_POD_NAMESPACE":
+			pod.Namespace = v
+		case "K8S_POD_NAME":
+			pod.Name = v
+		case "K8S_POD_UID":
+			pod.UID = v
+		case "IP":
+			for ip := range strings.SplitSeq(v, ",") {
+				if ip != "" {
+					ips = append(ips, ip)
+				}
+			}
+		}
+	}
+	return pod, ips, nil
+}
+
+// agentDownError says that kos-agent could not be reached, or did not
+// answer in time.
+type agentDownError struct {
+	socket string
+	err    error
+}
+
+func (e *agentDownError) Error() string {
+	return fmt.Sprintf("kos-agent not reachable at %s: %v", e.socket, e.err)
+}
+
+func (e *agentDownError) Unwrap() error { return e.err }
+
+// As makes the error a CNI error ("try again later") for errors.As, which
+// is how skel finds the code to print.
+func (e *agentDownError) As(target any) bool {
+	if t, ok := target.(**types.Error); ok {
+		*t = types.NewError(types.ErrTryAgainLater, e.Error(), "")
+		return true
+	}
+	return false
+}
+
+// send sends req to the agent at socket and returns the body of its
+// answer. An agent that cannot be reached or does not answer within
+// timeout gives an agentDownError; an error the agent answers is returned as the CNI error it
+// sent.
+func send(socket string, req *Request, timeout time.Duration) ([]byte, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, types.NewError(types.ErrInternal, fmt.Sprintf("encoding the request to kos-agent: %v", err), "")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	client := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+		DisableKeepAlives: true,
+	}}
+	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://kos-agent"+RequestPath, bytes.NewReader(body))
+	if err != nil {
+		return nil, types.NewError(types.ErrInternal, fmt.Sprintf("building the request to kos-agent: %v", err), "")
+	}
+	httpReq.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(httpReq)
+	if err != nil {
+		return nil, &agentDownError{socket: socket, err: unwrapURL(err)}
+	}
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, &agentDownError{socket: socket, err: fmt.Errorf("reading the answer: %w", err)}
+	}
+	if resp.StatusCode == http.StatusOK {
+		return answer, nil
+	}
+	cniErr := &types.Error{}
+	if err := json.Unmarshal(answer, cniErr); err != nil || cniErr.Msg == "" {
+		return nil, types.NewError(types.ErrInternal, fmt.Sprintf("kos-agent answered %s: %s", resp.Status, strings.TrimSpace(string(answer))), "")
+	}
+	return nil, cniErr
+}
+
+// unwrapURL drops the *url.Error around a transport error, whose text
+// repeats the made-up URL of the agent.
+func unwrapURL(err error) error {
+	var netErr *net.OpError
+	if errors.As(err, &netErr) {
+		return netErr
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return errors.New("no answer in time")
+	}
+	return err
+}
