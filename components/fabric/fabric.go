@@ -38,7 +38,8 @@ type Interface interface {
 	Ensure(ctx context.Context) (flowsLost bool, err error)
 
 	// CreateLocal creates or repairs attachments on this node: a network
-	// interface named InterfaceName with address MAC, and its flows.
+	// interface named InterfaceName with address MAC and MTU MTU(), and its
+	// flows.
 	CreateLocal(ctx context.Context, atts ...LocalAttachment) error
 	// DeleteLocal removes local attachments, their interfaces and flows.
 	DeleteLocal(ctx context.Context, atts ...LocalAttachment) error
@@ -53,6 +54,10 @@ type Interface interface {
 	// List reports what the switch holds, so that a restarted agent can
 	// adopt what matches, delete orphans and create what is missing.
 	List(ctx context.Context) (*Inventory, error)
+
+	// MTU returns the MTU of the interfaces CreateLocal makes (see
+	// AttachmentMTU); 0 when it leaves them at the switch's default.
+	MTU() int
 }
 
 // LocalAttachment is a network attachment on this node.
@@ -129,7 +134,8 @@ type Inventory struct {
 
 	// PartialLocal holds local attachments of which only some parts exist,
 	// or exist differently: an interface without its flows (as after an
-	// ovs-vswitchd restart), or flows without their interface. Creating
+	// ovs-vswitchd restart), flows without their interface, or an
+	// interface of another MTU than the fabric's. Creating
 	// such an attachment repairs it; deleting it removes what is left.
 	PartialLocal []LocalAttachment
 	// PartialRemote holds remote attachments with missing or disagreeing

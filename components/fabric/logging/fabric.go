@@ -26,6 +26,8 @@ type key struct {
 // local is what exists of a local attachment.
 type local struct {
 	att fabric.LocalAttachment
+	// mtu is its interface's MTU, the fabric's when it was created.
+	mtu int
 	// flowsWhole is false when some of its flows are gone: after LoseFlows,
 	// or after a remote attachment with its VNI and IP took them over.
 	flowsWhole bool
@@ -35,6 +37,7 @@ type local struct {
 // concurrent use.
 type Fabric struct {
 	mu           sync.Mutex
+	mtu          int
 	defaultFlows bool
 	local        map[key]local
 	remote       map[key]fabric.RemoteAttachment
@@ -42,7 +45,8 @@ type Fabric struct {
 
 var _ fabric.Interface = (*Fabric)(nil)
 
-// New returns an empty fabric: no default flows, no attachments.
+// New returns an empty fabric: no default flows, no attachments, and MTU
+// 0 until SetMTU.
 func New() *Fabric {
 	return &Fabric{local: map[key]local{}, remote: map[key]fabric.RemoteAttachment{}}
 }
@@ -70,9 +74,9 @@ func (f *Fabric) CreateLocal(ctx context.Context, atts ...fabric.LocalAttachment
 	defer f.mu.Unlock()
 	for _, a := range atts {
 		k := key{a.VNI, a.IP}
-		f.local[k] = local{att: a, flowsWhole: true}
+		f.local[k] = local{att: a, mtu: f.mtu, flowsWhole: true}
 		delete(f.remote, k)
-		logger.V(2).Info("Created local attachment", "vni", a.VNI, "ip", a.IP, "mac", a.MAC().String(), "interface", a.InterfaceName())
+		logger.V(2).Info("Created local attachment", "vni", a.VNI, "ip", a.IP, "mac", a.MAC().String(), "interface", a.InterfaceName(), "mtu", f.mtu)
 	}
 	return nil
 }
@@ -141,7 +145,7 @@ func (f *Fabric) List(ctx context.Context) (*fabric.Inventory, error) {
 	defer f.mu.Unlock()
 	inv := &fabric.Inventory{}
 	for _, l := range f.local {
-		if l.flowsWhole {
+		if l.flowsWhole && l.mtu == f.mtu {
 			inv.Local = append(inv.Local, l.att)
 		} else {
 			inv.PartialLocal = append(inv.PartialLocal, l.att)
@@ -152,6 +156,22 @@ func (f *Fabric) List(ctx context.Context) (*fabric.Inventory, error) {
 	}
 	inv.Sort()
 	return inv, nil
+}
+
+// MTU returns the MTU of the interfaces CreateLocal makes.
+func (f *Fabric) MTU() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.mtu
+}
+
+// SetMTU sets the MTU of the interfaces CreateLocal makes from now on. The
+// local attachments made with another become partial, as on a switch that
+// an agent with another MTU lists.
+func (f *Fabric) SetMTU(mtu int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mtu = mtu
 }
 
 // LoseFlows forgets every flow, as an ovs-vswitchd restart does: the

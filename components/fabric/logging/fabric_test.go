@@ -84,6 +84,17 @@ func TestFabric(t *testing.T) {
 		},
 		want: &fabric.Inventory{Local: []fabric.LocalAttachment{l1, l2}, Remote: []fabric.RemoteAttachment{r1, r2}},
 	}, {
+		name: "MTU changed",
+		do: func() error {
+			f.SetMTU(1400)
+			return nil
+		},
+		want: &fabric.Inventory{PartialLocal: []fabric.LocalAttachment{l1, l2}, Remote: []fabric.RemoteAttachment{r1, r2}},
+	}, {
+		name: "MTU repaired",
+		do:   func() error { return f.CreateLocal(ctx, l1, l2) },
+		want: &fabric.Inventory{Local: []fabric.LocalAttachment{l1, l2}, Remote: []fabric.RemoteAttachment{r1, r2}},
+	}, {
 		name: "deleted",
 		do: func() error {
 			if err := f.DeleteLocal(ctx, l2, l2); err != nil {

@@ -59,6 +59,11 @@ type Config struct {
 	RunDir string
 	// Timeout bounds each OVS command; DefaultTimeout when zero.
 	Timeout time.Duration
+	// MTU is the MTU of the local attachments' interfaces, which the
+	// fabric asks OVS for (the Interface table's mtu_request) and List
+	// checks. Zero leaves them at OVS's default, the MTU the device is
+	// made with, and List does not check it.
+	MTU int
 }
 
 // Fabric programs one bridge of one Open vSwitch. It implements
@@ -66,6 +71,7 @@ type Config struct {
 type Fabric struct {
 	bridge       string
 	datapathType string
+	mtu          int
 	ovs          *ovsClient
 	flows        *flowBatcher
 
@@ -91,6 +97,7 @@ func New(cfg Config) *Fabric {
 	return &Fabric{
 		bridge:       cfg.Bridge,
 		datapathType: cfg.DatapathType,
+		mtu:          cfg.MTU,
 		ovs:          client,
 		flows:        &flowBatcher{ovs: client, bridge: cfg.Bridge},
 	}
@@ -122,8 +129,8 @@ func (f *Fabric) Ensure(ctx context.Context) (flowsLost bool, err error) {
 	return true, nil
 }
 
-// CreateLocal creates or repairs local attachments: their internal ports
-// in one ovs-vsctl transaction, then all their flows in one bundle that
+// CreateLocal creates or repairs local attachments: their internal ports,
+// with the fabric's MTU, in one ovs-vsctl transaction, then all their flows in one bundle that
 // first deletes whatever flows they had.
 func (f *Fabric) CreateLocal(ctx context.Context, atts ...fabric.LocalAttachment) error {
 	if err := validateAll(atts); err != nil {
@@ -138,6 +145,7 @@ func (f *Fabric) CreateLocal(ctx context.Context, atts ...fabric.LocalAttachment
 		ports = append(ports, internalPort{
 			name: a.InterfaceName(),
 			mac:  a.MAC().String(),
+			mtu:  f.mtu,
 			externalIDs: map[string]string{
 				externalIDVNI: strconv.FormatUint(uint64(a.VNI), 10),
 				externalIDIP:  a.IP.String(),
@@ -307,7 +315,7 @@ func (f *Fabric) List(ctx context.Context) (*fabric.Inventory, error) {
 				continue
 			}
 			p.seen = true
-			if localWhole(p.att, p.row, fls) {
+			if f.localWhole(p.att, p.row, fls) {
 				inv.Local = append(inv.Local, p.att)
 			} else {
 				inv.PartialLocal = append(inv.PartialLocal, p.att)
@@ -357,11 +365,18 @@ func attachmentOf(r interfaceRow) (fabric.LocalAttachment, bool) {
 }
 
 // localWhole reports whether a local attachment's interface and flows are
-// exactly what CreateLocal makes.
-func localWhole(att fabric.LocalAttachment, r interfaceRow, flows []*goovs.Flow) bool {
+// exactly what CreateLocal makes. The MTU checked is the one asked of OVS:
+// an interface moved into another network namespace keeps its MTU there,
+// out of OVS's sight.
+func (f *Fabric) localWhole(att fabric.LocalAttachment, r interfaceRow, flows []*goovs.Flow) bool {
 	return r.Type == "internal" && r.MAC == att.MAC().String() && r.OFPort > 0 &&
+		(f.mtu == 0 || r.MTURequest == f.mtu) &&
 		sameFlows(flows, localFlows(att, r.OFPort))
 }
+
+// MTU returns the MTU of the interfaces CreateLocal makes; 0 when OVS
+// chooses.
+func (f *Fabric) MTU() int { return f.mtu }
 
 // tunnelPortNumber returns the tunnel port's OpenFlow number, reading it if
 // it is not known yet.

@@ -173,7 +173,7 @@ func TestParseInterfaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []interfaceRow{
-		{Name: "kos060000050001", Type: "internal", MAC: "06:00:00:05:00:01", OFPort: 2, ExternalIDs: map[string]string{"kos-ip": "10.0.0.5", "kos-vni": "1"}},
+		{Name: "kos060000050001", Type: "internal", MAC: "06:00:00:05:00:01", OFPort: 2, MTURequest: 1450, ExternalIDs: map[string]string{"kos-ip": "10.0.0.5", "kos-vni": "1"}},
 		{Name: "kos", Type: "internal", OFPort: 65534, ExternalIDs: map[string]string{}},
 		{Name: "vtep", Type: "vxlan", OFPort: 1, ExternalIDs: map[string]string{}},
 		{Name: "broken", Type: "internal", OFPort: -1, Error: "could not open network device broken (No such device)", ExternalIDs: map[string]string{}},

@@ -61,14 +61,14 @@ func encodeInterfaces(t *testing.T, rows []interfaceRow) []byte {
 	table := struct {
 		Headings []string `json:"headings"`
 		Data     [][]any  `json:"data"`
-	}{Headings: []string{"name", "type", "mac", "ofport", "error", "external_ids"}, Data: [][]any{}}
+	}{Headings: []string{"name", "type", "mac", "ofport", "mtu_request", "error", "external_ids"}, Data: [][]any{}}
 	for _, r := range rows {
 		pairs := [][2]string{}
 		for k, v := range r.ExternalIDs {
 			pairs = append(pairs, [2]string{k, v})
 		}
 		slices.SortFunc(pairs, func(a, b [2]string) int { return strings.Compare(a[0], b[0]) })
-		table.Data = append(table.Data, []any{str(r.Name), str(r.Type), str(r.MAC), r.OFPort, str(r.Error), []any{"map", pairs}})
+		table.Data = append(table.Data, []any{str(r.Name), str(r.Type), str(r.MAC), r.OFPort, r.MTURequest, str(r.Error), []any{"map", pairs}})
 	}
 	out, err := json.Marshal(table)
 	if err != nil {

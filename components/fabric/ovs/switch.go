@@ -110,6 +110,7 @@ func (c *ovsClient) ensureBridge(ctx context.Context, bridge, datapathType, tunn
 type internalPort struct {
 	name        string
 	mac         string
+	mtu         int // asked of OVS (mtu_request) when not zero
 	externalIDs map[string]string
 }
 
@@ -121,6 +122,9 @@ func (c *ovsClient) addInternalPorts(ctx context.Context, bridge string, ports [
 		args = append(args,
 			"--", "--may-exist", "add-port", bridge, p.name,
 			"--", "set", "Interface", p.name, "type=internal", fmt.Sprintf("mac=%q", p.mac))
+		if p.mtu != 0 {
+			args = append(args, fmt.Sprintf("mtu_request=%d", p.mtu))
+		}
 		for k, v := range p.externalIDs {
 			args = append(args, fmt.Sprintf("external_ids:%s=%q", k, v))
 		}
@@ -158,7 +162,9 @@ type interfaceRow struct {
 	Type   string
 	MAC    string // the mac column: what was asked for, "" if nothing
 	OFPort int    // 0 before ovs-vswitchd numbers the port, -1 when it failed
-	Error  string // why the interface does not work, if it does not
+	// MTURequest is the MTU asked for (the mtu_request column), 0 if none.
+	MTURequest int
+	Error      string // why the interface does not work, if it does not
 	// ExternalIDs is where KOS keeps what a port is for.
 	ExternalIDs map[string]string
 }
@@ -166,7 +172,7 @@ type interfaceRow struct {
 // interfaces reads the named rows of the Interface table, or every row
 // when no name is given.
 func (c *ovsClient) interfaces(ctx context.Context, names ...string) ([]interfaceRow, error) {
-	args := append([]string{"--format=json", "--data=json", "--columns=name,type,mac,ofport,error,external_ids", "list", "Interface"}, names...)
+	args := append([]string{"--format=json", "--data=json", "--columns=name,type,mac,ofport,mtu_request,error,external_ids", "list", "Interface"}, names...)
 	out, err := c.vsctl(ctx, args...)
 	if err != nil {
 		return nil, fmt.Errorf("reading interfaces: %w", err)
@@ -203,6 +209,8 @@ func parseInterfaces(out []byte) ([]interfaceRow, error) {
 				row.Error, err = ovsdbString(data[i])
 			case "ofport":
 				row.OFPort, err = ovsdbInt(data[i])
+			case "mtu_request":
+				row.MTURequest, err = ovsdbInt(data[i])
 			case "external_ids":
 				row.ExternalIDs, err = ovsdbMap(data[i])
 			}

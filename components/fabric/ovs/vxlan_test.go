@@ -25,7 +25,12 @@ type node struct {
 // in the namespaces the test creates.
 const underlayPrefix = "/24"
 
-func startNode(t *testing.T, ctx context.Context, ns *ovsenv.Netns, hostIP string) *node {
+// underlayMTU is the MTU of the veth underlay, as of most real ones.
+const underlayMTU = 1500
+
+// startNode starts a node whose fabric makes interfaces with MTU mtu (0: OVS's
+// default).
+func startNode(t *testing.T, ctx context.Context, ns *ovsenv.Netns, hostIP string, mtu int) *node {
 	t.Helper()
 	n := &node{ns: ns, hostIP: netip.MustParseAddr(hostIP)}
 	n.ovs = ovsenv.StartT(t, ovsenv.Options{Netns: ns.Name})
@@ -44,7 +49,7 @@ func startNode(t *testing.T, ctx context.Context, ns *ovsenv.Netns, hostIP strin
 			t.Fatal(err)
 		}
 	}
-	n.fabric = New(Config{RunDir: n.ovs.RunDir, DatapathType: "netdev"})
+	n.fabric = New(Config{RunDir: n.ovs.RunDir, DatapathType: "netdev", MTU: mtu})
 	if _, err := n.fabric.Ensure(ctx); err != nil {
 		t.Fatalf("Ensure: %v", err)
 	}
@@ -65,7 +70,8 @@ func (n *node) knowNeighbour(t *testing.T, ctx context.Context, peer *node) {
 }
 
 // attachGuest creates a local attachment on n and moves its interface into
-// a guest namespace of its own, configured with the attachment's address.
+// a guest namespace of its own, configured with the attachment's address and
+// the MTU the fabric gave it.
 func (n *node) attachGuest(t *testing.T, ctx context.Context, att fabric.LocalAttachment) *ovsenv.Netns {
 	t.Helper()
 	if err := n.fabric.CreateLocal(ctx, att); err != nil {
@@ -78,8 +84,7 @@ func (n *node) attachGuest(t *testing.T, ctx context.Context, att fabric.LocalAt
 	}
 	for _, cmd := range [][]string{
 		{"ip", "addr", "add", att.IP.String() + "/16", "dev", ifc},
-		// Room for the VXLAN header within the underlay's 1500 bytes.
-		{"ip", "link", "set", ifc, "mtu", "1450", "up"},
+		{"ip", "link", "set", ifc, "up"},
 	} {
 		if _, err := guest.Run(ctx, cmd[0], cmd[1:]...); err != nil {
 			t.Fatal(err)
@@ -99,8 +104,12 @@ func TestIntegrationTwoNodeVXLAN(t *testing.T) {
 	if err := ovsenv.AddVethPair(ctx, nsA, "ul0", nsB, "ul0"); err != nil {
 		t.Fatal(err)
 	}
-	a := startNode(t, ctx, nsA, "192.168.100.1")
-	b := startNode(t, ctx, nsB, "192.168.100.2")
+	mtu, err := fabric.AttachmentMTU(underlayMTU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startNode(t, ctx, nsA, "192.168.100.1", mtu)
+	b := startNode(t, ctx, nsB, "192.168.100.2", mtu)
 	a.knowNeighbour(t, ctx, b)
 	b.knowNeighbour(t, ctx, a)
 
