@@ -129,6 +129,8 @@ type NetworkAttachmentStatus struct {
 	IfcName string
 	// HostIP is the IP address of the node.
 	HostIP string
+	// MTU is the MTU of the interface.
+	MTU int32
 	// PostCreateExecReport reports on the run of spec.postCreateExec.
 	PostCreateExecReport *ExecReport
 }

@@ -610,6 +610,13 @@ func schema_components_apis_network_v1alpha1_NetworkAttachmentStatus(ref common.
 							Format:      "",
 						},
 					},
+					"mtu": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MTU is the MTU of the interface: the largest IPv4 packet it carries across nodes. The node agent gives the interface its node's underlay MTU less the VXLAN encapsulation's 50 bytes, or what its --mtu says.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
 					"postCreateExecReport": {
 						SchemaProps: spec.SchemaProps{
 							Description: "PostCreateExecReport reports the run of spec.postCreateExec.",

@@ -197,6 +197,12 @@ type NetworkAttachmentStatus struct {
 	// +optional
 	HostIP string `json:"hostIP,omitempty"`
 
+	// MTU is the MTU of the interface: the largest IPv4 packet it carries
+	// across nodes. The node agent gives the interface its node's underlay
+	// MTU less the VXLAN encapsulation's 50 bytes, or what its --mtu says.
+	// +optional
+	MTU int32 `json:"mtu,omitempty"`
+
 	// PostCreateExecReport reports the run of spec.postCreateExec.
 	// +optional
 	PostCreateExecReport *ExecReport `json:"postCreateExecReport,omitempty"`

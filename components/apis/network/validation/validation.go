@@ -203,8 +203,16 @@ func ValidateNetworkAttachmentUpdate(att, old *network.NetworkAttachment) field.
 	return errs
 }
 
+// The MTUs an attachment's status may report: IPv4's smallest (RFC 791) and
+// its largest packet.
+const (
+	minMTU = 68
+	maxMTU = 65535
+)
+
 // ValidateNetworkAttachmentStatusUpdate checks an update of a NetworkAttachment's
-// status: the addresses in it, when set, must parse.
+// status: the addresses in it, when set, must parse, and an MTU, when set,
+// must be one IPv4 allows.
 func ValidateNetworkAttachmentStatusUpdate(att, old *network.NetworkAttachment) field.ErrorList {
 	errs := apimachineryvalidation.ValidateObjectMetaUpdate(&att.ObjectMeta, &old.ObjectMeta, field.NewPath("metadata"))
 	st := att.Status
@@ -222,6 +230,9 @@ func ValidateNetworkAttachmentStatusUpdate(att, old *network.NetworkAttachment) 
 		if _, err := net.ParseMAC(st.MACAddress); err != nil {
 			errs = append(errs, field.Invalid(statusPath.Child("macAddress"), st.MACAddress, "must be a MAC address"))
 		}
+	}
+	if st.MTU != 0 && (st.MTU < minMTU || st.MTU > maxMTU) {
+		errs = append(errs, field.Invalid(statusPath.Child("mtu"), st.MTU, fmt.Sprintf("must be between %d and %d", minMTU, maxMTU)))
 	}
 	return errs
 }

@@ -297,12 +297,17 @@ func TestValidateNetworkAttachmentStatusUpdate(t *testing.T) {
 		want   []string
 	}{
 		{"empty", network.NetworkAttachmentStatus{}, nil},
-		{"complete", network.NetworkAttachmentStatus{IPv4: "10.0.0.5", AddressVNI: 1, MACAddress: "06:00:00:05:00:01", HostIP: "192.0.2.1", IfcName: "kos060000050001"}, nil},
+		{"complete", network.NetworkAttachmentStatus{IPv4: "10.0.0.5", AddressVNI: 1, MACAddress: "06:00:00:05:00:01", HostIP: "192.0.2.1", IfcName: "kos060000050001", MTU: 1450}, nil},
+		{"the smallest MTU", network.NetworkAttachmentStatus{MTU: 68}, nil},
+		{"the largest MTU", network.NetworkAttachmentStatus{MTU: 65535}, nil},
 		{"malformed addresses", network.NetworkAttachmentStatus{IPv4: "fd00::1", MACAddress: "06:00", HostIP: "node-1"}, []string{
 			`status.ipv4: Invalid value: "fd00::1": must be an IPv4 address`,
 			`status.hostIP: Invalid value: "node-1": must be an IP address`,
 			`status.macAddress: Invalid value: "06:00": must be a MAC address`,
 		}},
+		{"MTU too small", network.NetworkAttachmentStatus{MTU: 67}, []string{`status.mtu: Invalid value: 67: must be between 68 and 65535`}},
+		{"MTU too large", network.NetworkAttachmentStatus{MTU: 65536}, []string{`status.mtu: Invalid value: 65536: must be between 68 and 65535`}},
+		{"negative MTU", network.NetworkAttachmentStatus{MTU: -1}, []string{`status.mtu: Invalid value: -1: must be between 68 and 65535`}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

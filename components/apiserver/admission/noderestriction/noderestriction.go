@@ -2,7 +2,7 @@
 // it limits what a node agent may write to the status of NetworkAttachments,
 // as Kubernetes' NodeRestriction limits kubelets. An agent may write only the
 // status of attachments on its own node, and there only the sections the agent
-// owns (status.impl: macAddress, ifcName, hostIP, errors.host; and
+// owns (status.impl: macAddress, ifcName, hostIP, mtu, errors.host; and
 // status.execReport: postCreateExecReport). The IPAM section belongs to the
 // controller manager.
 //

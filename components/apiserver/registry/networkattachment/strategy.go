@@ -121,8 +121,9 @@ var statusSections = []struct {
 	{network.SectionImpl, func(st *network.NetworkAttachmentStatus) any {
 		return struct {
 			MACAddress, IfcName, HostIP string
+			MTU                         int32
 			HostErrors                  []string
-		}{st.MACAddress, st.IfcName, st.HostIP, st.Errors.Host}
+		}{st.MACAddress, st.IfcName, st.HostIP, st.MTU, st.Errors.Host}
 	}},
 	{network.SectionExecReport, func(st *network.NetworkAttachmentStatus) any {
 		return st.PostCreateExecReport

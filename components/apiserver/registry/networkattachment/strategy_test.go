@@ -95,6 +95,12 @@ func TestPrepareForUpdate(t *testing.T) {
 				a.Status.SubnetCreationTime = &metav1.Time{Time: t0}
 				a.ExtendedMetadata.Writes = writes(map[string]time.Time{network.SectionSpec: t0, network.SectionAddress: t1})
 			}},
+		{"status: the MTU is an interface change", true,
+			func(a *network.NetworkAttachment) { a.Status.MTU = 1450 },
+			func(a *network.NetworkAttachment) {
+				a.Status.MTU = 1450
+				a.ExtendedMetadata.Writes = writes(map[string]time.Time{network.SectionSpec: t0, network.SectionAddress: t0, network.SectionImpl: t1})
+			}},
 		{"status: interface and exec report", true,
 			func(a *network.NetworkAttachment) {
 				a.Status.Errors.Host = []string{"x"}
