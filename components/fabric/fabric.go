@@ -42,7 +42,24 @@ type Interface interface {
 	// flows.
 	CreateLocal(ctx context.Context, atts ...LocalAttachment) error
 	// DeleteLocal removes local attachments, their interfaces and flows.
+	// A plugged interface (PlugLocal) only leaves the switch: the
+	// interface itself is its maker's to delete.
 	DeleteLocal(ctx context.Context, atts ...LocalAttachment) error
+
+	// PlugLocal makes network interfaces that the caller made, such as the
+	// host ends of veth pairs whose other ends are in pods, the ports of
+	// local attachments in place of internal ones, and installs their
+	// flows. Each interface must exist, named as its attachment's
+	// InterfaceName, where the switch's ports live; the attachment must
+	// have no port yet (DeleteLocal the one it has first: two interfaces
+	// cannot share a name). The switch keeps each plug's Owner on its
+	// port. Once plugged, an attachment keeps its interface across
+	// restarts: CreateLocal repairs its flows and leaves the port as it is,
+	// and List reports it whole like any other.
+	PlugLocal(ctx context.Context, plugs ...Plug) error
+	// Plugs returns those of atts whose ports are plugged interfaces,
+	// with the owners recorded on them.
+	Plugs(ctx context.Context, atts ...LocalAttachment) ([]Plug, error)
 
 	// CreateRemote creates or updates attachments on other nodes: flows
 	// that tunnel their traffic to HostIP. Creating one again with another
@@ -79,6 +96,27 @@ func (a LocalAttachment) Validate() error { return validate(a.VNI, a.IP) }
 
 // String returns a short form for logs, such as 1/10.0.0.5.
 func (a LocalAttachment) String() string { return fmt.Sprintf("%d/%s", a.VNI, a.IP) }
+
+// Plug is a local attachment whose port is a network interface that the
+// fabric's caller made (PlugLocal) rather than an internal port.
+type Plug struct {
+	LocalAttachment
+	// Owner says what the interface was made for, such as the container
+	// ID and interface name of a CNI request, so that its maker can tell,
+	// even after a restart, whether the port is still the one it plugged.
+	Owner string
+}
+
+// Validate returns an error when the plug cannot be installed.
+func (p Plug) Validate() error {
+	if p.Owner == "" {
+		return errors.Join(p.LocalAttachment.Validate(), fmt.Errorf("plug of %v has no owner", p.LocalAttachment))
+	}
+	return p.LocalAttachment.Validate()
+}
+
+// String returns a short form for logs, such as 1/10.0.0.5(owner).
+func (p Plug) String() string { return fmt.Sprintf("%v(%s)", p.LocalAttachment, p.Owner) }
 
 // RemoteAttachment is a network attachment on another node, in a virtual
 // network that has attachments on this one.

@@ -28,6 +28,9 @@ type local struct {
 	att fabric.LocalAttachment
 	// mtu is its interface's MTU, the fabric's when it was created.
 	mtu int
+	// owner is the owner of its interface when one was plugged
+	// (PlugLocal), "" for an internal port.
+	owner string
 	// flowsWhole is false when some of its flows are gone: after LoseFlows,
 	// or after a remote attachment with its VNI and IP took them over.
 	flowsWhole bool
@@ -64,7 +67,8 @@ func (f *Fabric) Ensure(ctx context.Context) (flowsLost bool, err error) {
 }
 
 // CreateLocal records local attachments as whole. One that had a remote
-// attachment's VNI and IP replaces it, as its flows would on a switch.
+// attachment's VNI and IP replaces it, as its flows would on a switch. One
+// with a plugged interface keeps it.
 func (f *Fabric) CreateLocal(ctx context.Context, atts ...fabric.LocalAttachment) error {
 	if err := validateAll(atts); err != nil {
 		return err
@@ -74,6 +78,13 @@ func (f *Fabric) CreateLocal(ctx context.Context, atts ...fabric.LocalAttachment
 	defer f.mu.Unlock()
 	for _, a := range atts {
 		k := key{a.VNI, a.IP}
+		if l, ok := f.local[k]; ok && l.owner != "" {
+			l.flowsWhole = true
+			f.local[k] = l
+			delete(f.remote, k)
+			logger.V(2).Info("Repaired plugged local attachment", "vni", a.VNI, "ip", a.IP, "owner", l.owner)
+			continue
+		}
 		f.local[k] = local{att: a, mtu: f.mtu, flowsWhole: true}
 		delete(f.remote, k)
 		logger.V(2).Info("Created local attachment", "vni", a.VNI, "ip", a.IP, "mac", a.MAC().String(), "interface", a.InterfaceName(), "mtu", f.mtu)
@@ -94,6 +105,39 @@ func (f *Fabric) DeleteLocal(ctx context.Context, atts ...fabric.LocalAttachment
 		logger.V(2).Info("Deleted local attachment", "vni", a.VNI, "ip", a.IP, "interface", a.InterfaceName())
 	}
 	return nil
+}
+
+// PlugLocal records local attachments as whole, with plugged interfaces.
+func (f *Fabric) PlugLocal(ctx context.Context, plugs ...fabric.Plug) error {
+	if err := validateAll(plugs); err != nil {
+		return err
+	}
+	logger := klog.FromContext(ctx)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, p := range plugs {
+		k := key{p.VNI, p.IP}
+		f.local[k] = local{att: p.LocalAttachment, owner: p.Owner, flowsWhole: true}
+		delete(f.remote, k)
+		logger.V(2).Info("Plugged local attachment", "vni", p.VNI, "ip", p.IP, "interface", p.InterfaceName(), "owner", p.Owner)
+	}
+	return nil
+}
+
+// Plugs returns those of atts with plugged interfaces.
+func (f *Fabric) Plugs(ctx context.Context, atts ...fabric.LocalAttachment) ([]fabric.Plug, error) {
+	if err := validateAll(atts); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var plugs []fabric.Plug
+	for _, a := range atts {
+		if l, ok := f.local[key{a.VNI, a.IP}]; ok && l.owner != "" {
+			plugs = append(plugs, fabric.Plug{LocalAttachment: l.att, Owner: l.owner})
+		}
+	}
+	return plugs, nil
 }
 
 // CreateRemote records remote attachments, replacing one with the same VNI
@@ -145,7 +189,8 @@ func (f *Fabric) List(ctx context.Context) (*fabric.Inventory, error) {
 	defer f.mu.Unlock()
 	inv := &fabric.Inventory{}
 	for _, l := range f.local {
-		if l.flowsWhole && l.mtu == f.mtu {
+		// A plugged interface keeps its maker's MTU, as on a switch.
+		if l.flowsWhole && (l.mtu == f.mtu || l.owner != "") {
 			inv.Local = append(inv.Local, l.att)
 		} else {
 			inv.PartialLocal = append(inv.PartialLocal, l.att)

@@ -180,3 +180,71 @@ func TestFabricConcurrent(t *testing.T) {
 		t.Errorf("%d remote attachments, want %d", n, 8*50)
 	}
 }
+
+// TestFabricPlugs checks that a plugged interface stays plugged until its
+// attachment is deleted: creating the attachment again, losing the flows or
+// changing the MTU repairs only the flows.
+func TestFabricPlugs(t *testing.T) {
+	f := New()
+	ctx := t.Context()
+	p1 := fabric.Plug{LocalAttachment: l1, Owner: "c1/net1"}
+	steps := []struct {
+		name      string
+		do        func() error
+		want      *fabric.Inventory
+		wantPlugs []fabric.Plug
+	}{{
+		name: "internal",
+		do:   func() error { return f.CreateLocal(ctx, l1, l2) },
+		want: &fabric.Inventory{Local: []fabric.LocalAttachment{l1, l2}},
+	}, {
+		name: "plugged",
+		do: func() error {
+			if err := f.DeleteLocal(ctx, l1); err != nil {
+				return err
+			}
+			return f.PlugLocal(ctx, p1)
+		},
+		want:      &fabric.Inventory{Local: []fabric.LocalAttachment{l1, l2}},
+		wantPlugs: []fabric.Plug{p1},
+	}, {
+		name: "flows lost",
+		do: func() error {
+			f.LoseFlows()
+			return nil
+		},
+		want:      &fabric.Inventory{PartialLocal: []fabric.LocalAttachment{l1, l2}},
+		wantPlugs: []fabric.Plug{p1},
+	}, {
+		name:      "repaired with another MTU",
+		do:        func() error { f.SetMTU(1400); return f.CreateLocal(ctx, l1, l2) },
+		want:      &fabric.Inventory{Local: []fabric.LocalAttachment{l1, l2}},
+		wantPlugs: []fabric.Plug{p1},
+	}, {
+		name: "deleted",
+		do:   func() error { return f.DeleteLocal(ctx, l1) },
+		want: &fabric.Inventory{Local: []fabric.LocalAttachment{l2}},
+	}}
+	for _, step := range steps {
+		if err := step.do(); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		got, err := f.List(ctx)
+		if err != nil {
+			t.Fatalf("%s: List: %v", step.name, err)
+		}
+		if diff := cmp.Diff(got, step.want, cmpopts.EquateComparable(netip.Addr{}), cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("%s: List (-got +want):\n%s", step.name, diff)
+		}
+		plugs, err := f.Plugs(ctx, l1, l2)
+		if err != nil {
+			t.Fatalf("%s: Plugs: %v", step.name, err)
+		}
+		if diff := cmp.Diff(plugs, step.wantPlugs, cmpopts.EquateComparable(netip.Addr{}), cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("%s: Plugs (-got +want):\n%s", step.name, diff)
+		}
+	}
+	if err := f.PlugLocal(ctx, fabric.Plug{LocalAttachment: l1}); err == nil {
+		t.Errorf("PlugLocal without an owner succeeded, want an error")
+	}
+}

@@ -1,6 +1,7 @@
 // Package ovs is the fabric that programs Open vSwitch: one bridge with a
-// VXLAN tunnel port, an internal port per local attachment, and the
-// OpenFlow flows that join them, all through the ovs-vsctl and ovs-ofctl
+// VXLAN tunnel port, a port per local attachment (an internal port, or an
+// interface its caller plugged, such as the host end of a pod's veth pair),
+// and the OpenFlow flows that join them, all through the ovs-vsctl and ovs-ofctl
 // tools (github.com/digitalocean/go-openvswitch runs ovs-ofctl).
 //
 // Which flows KOS wants is in flows.go, as values; how to get them into the
@@ -44,6 +45,9 @@ const TunnelPort = "vtep"
 const (
 	externalIDVNI = "kos-vni"
 	externalIDIP  = "kos-ip"
+	// externalIDOwner marks a plugged interface (PlugLocal) and says who
+	// plugged it.
+	externalIDOwner = "kos-owner"
 )
 
 // Config says which Open vSwitch to program and how.
@@ -131,7 +135,9 @@ func (f *Fabric) Ensure(ctx context.Context) (flowsLost bool, err error) {
 
 // CreateLocal creates or repairs local attachments: their internal ports,
 // with the fabric's MTU, in one ovs-vsctl transaction, then all their flows in one bundle that
-// first deletes whatever flows they had.
+// first deletes whatever flows they had. An attachment whose port is a
+// plugged interface keeps it: only its flows are repaired. Telling the two
+// apart costs one read of their Interface rows first.
 func (f *Fabric) CreateLocal(ctx context.Context, atts ...fabric.LocalAttachment) error {
 	if err := validateAll(atts); err != nil {
 		return err
@@ -139,23 +145,118 @@ func (f *Fabric) CreateLocal(ctx context.Context, atts ...fabric.LocalAttachment
 	if len(atts) == 0 {
 		return nil
 	}
-	ports := make([]internalPort, 0, len(atts))
 	names := make([]string, 0, len(atts))
 	for _, a := range atts {
-		ports = append(ports, internalPort{
-			name: a.InterfaceName(),
-			mac:  a.MAC().String(),
-			mtu:  f.mtu,
-			externalIDs: map[string]string{
-				externalIDVNI: strconv.FormatUint(uint64(a.VNI), 10),
-				externalIDIP:  a.IP.String(),
-			},
-		})
 		names = append(names, a.InterfaceName())
 	}
-	if err := f.ovs.addInternalPorts(ctx, f.bridge, ports); err != nil {
+	existing, err := f.ovs.interfacesIfExist(ctx, names...)
+	if err != nil {
 		return err
 	}
+	keep := make(map[string]bool, len(existing))
+	for _, r := range existing {
+		keep[r.Name] = plugged(r)
+	}
+	ports := make([]internalPort, 0, len(atts))
+	for _, a := range atts {
+		if keep[a.InterfaceName()] {
+			continue
+		}
+		ports = append(ports, internalPort{
+			name:        a.InterfaceName(),
+			mac:         a.MAC().String(),
+			mtu:         f.mtu,
+			externalIDs: attachmentIDs(a),
+		})
+	}
+	if len(ports) > 0 {
+		if err := f.ovs.addInternalPorts(ctx, f.bridge, ports); err != nil {
+			return err
+		}
+	}
+	if err := f.installLocalFlows(ctx, atts, names); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).V(4).Info("Created local attachments", "bridge", f.bridge, "count", len(atts))
+	return nil
+}
+
+// attachmentIDs returns the external IDs that say which attachment a port
+// is for.
+func attachmentIDs(a fabric.LocalAttachment) map[string]string {
+	return map[string]string{
+		externalIDVNI: strconv.FormatUint(uint64(a.VNI), 10),
+		externalIDIP:  a.IP.String(),
+	}
+}
+
+// PlugLocal makes the interfaces the caller made the ports of local
+// attachments, in one ovs-vsctl transaction, then installs their flows in
+// one bundle that first deletes whatever flows they had. It asks OVS for
+// no MTU: the interface keeps the one its maker gave it, which the pod's
+// end of the pair has too.
+func (f *Fabric) PlugLocal(ctx context.Context, plugs ...fabric.Plug) error {
+	if err := validateAll(plugs); err != nil {
+		return err
+	}
+	if len(plugs) == 0 {
+		return nil
+	}
+	ports := make([]systemPort, 0, len(plugs))
+	atts := make([]fabric.LocalAttachment, 0, len(plugs))
+	names := make([]string, 0, len(plugs))
+	for _, p := range plugs {
+		ids := attachmentIDs(p.LocalAttachment)
+		ids[externalIDOwner] = p.Owner
+		ports = append(ports, systemPort{name: p.InterfaceName(), externalIDs: ids})
+		atts = append(atts, p.LocalAttachment)
+		names = append(names, p.InterfaceName())
+	}
+	if err := f.ovs.addSystemPorts(ctx, f.bridge, ports); err != nil {
+		return err
+	}
+	if err := f.installLocalFlows(ctx, atts, names); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).V(4).Info("Plugged local attachments", "bridge", f.bridge, "count", len(plugs))
+	return nil
+}
+
+// Plugs reads the Interface rows of atts and returns those that are
+// plugged.
+func (f *Fabric) Plugs(ctx context.Context, atts ...fabric.LocalAttachment) ([]fabric.Plug, error) {
+	if err := validateAll(atts); err != nil {
+		return nil, err
+	}
+	if len(atts) == 0 {
+		return nil, nil
+	}
+	names := make([]string, 0, len(atts))
+	for _, a := range atts {
+		names = append(names, a.InterfaceName())
+	}
+	rows, err := f.ovs.interfacesIfExist(ctx, names...)
+	if err != nil {
+		return nil, err
+	}
+	var plugs []fabric.Plug
+	for _, r := range rows {
+		if att, ok := attachmentOf(r); ok && plugged(r) {
+			plugs = append(plugs, fabric.Plug{LocalAttachment: att, Owner: r.ExternalIDs[externalIDOwner]})
+		}
+	}
+	return plugs, nil
+}
+
+// plugged reports whether an interface is one that PlugLocal plugged.
+func plugged(r interfaceRow) bool {
+	return r.ExternalIDs[externalIDOwner] != "" && (r.Type == "" || r.Type == "system")
+}
+
+// installLocalFlows installs the flows of local attachments whose
+// interfaces, named names, are on the bridge: it reads their OpenFlow port
+// numbers, then replaces their flows in one bundle.
+func (f *Fabric) installLocalFlows(ctx context.Context, atts []fabric.LocalAttachment, names []string) error {
 	rows, err := f.ovs.interfaces(ctx, names...)
 	if err != nil {
 		return err
@@ -177,11 +278,7 @@ func (f *Fabric) CreateLocal(ctx context.Context, atts ...fabric.LocalAttachment
 		deletes = append(deletes, flowsWithCookie(cookie(kindLocal, a.VNI, a.IP)))
 		adds = append(adds, localFlows(a, port)...)
 	}
-	if err := f.flows.apply(ctx, deletes, adds); err != nil {
-		return err
-	}
-	klog.FromContext(ctx).V(4).Info("Created local attachments", "bridge", f.bridge, "count", len(atts))
-	return nil
+	return f.flows.apply(ctx, deletes, adds)
 }
 
 // DeleteLocal deletes local attachments: their flows in one bundle, then
@@ -365,13 +462,14 @@ func attachmentOf(r interfaceRow) (fabric.LocalAttachment, bool) {
 }
 
 // localWhole reports whether a local attachment's interface and flows are
-// exactly what CreateLocal makes. The MTU checked is the one asked of OVS:
-// an interface moved into another network namespace keeps its MTU there,
-// out of OVS's sight.
+// exactly what CreateLocal or PlugLocal makes. The MTU checked is the one
+// asked of OVS: an interface moved into another network namespace keeps
+// its MTU there, out of OVS's sight. A plugged interface has the MTU its
+// maker gave it, which its pod has too, and is not checked.
 func (f *Fabric) localWhole(att fabric.LocalAttachment, r interfaceRow, flows []*goovs.Flow) bool {
-	return r.Type == "internal" && r.MAC == att.MAC().String() && r.OFPort > 0 &&
-		(f.mtu == 0 || r.MTURequest == f.mtu) &&
-		sameFlows(flows, localFlows(att, r.OFPort))
+	port := plugged(r) ||
+		(r.Type == "internal" && r.MAC == att.MAC().String() && (f.mtu == 0 || r.MTURequest == f.mtu))
+	return port && r.OFPort > 0 && sameFlows(flows, localFlows(att, r.OFPort))
 }
 
 // MTU returns the MTU of the interfaces CreateLocal makes; 0 when OVS

@@ -135,6 +135,31 @@ func (c *ovsClient) addInternalPorts(ctx context.Context, bridge string, ports [
 	return nil
 }
 
+// systemPort is a port whose network interface exists already, made by
+// someone else, such as the host end of a veth pair.
+type systemPort struct {
+	name        string
+	externalIDs map[string]string
+}
+
+// addSystemPorts adds existing interfaces as ports, or updates the ports
+// they are, all in one transaction.
+func (c *ovsClient) addSystemPorts(ctx context.Context, bridge string, ports []systemPort) error {
+	var args []string
+	for _, p := range ports {
+		args = append(args,
+			"--", "--may-exist", "add-port", bridge, p.name,
+			"--", "set", "Interface", p.name, "type=system")
+		for k, v := range p.externalIDs {
+			args = append(args, fmt.Sprintf("external_ids:%s=%q", k, v))
+		}
+	}
+	if _, err := c.vsctl(ctx, args...); err != nil {
+		return fmt.Errorf("adding %d existing interfaces to bridge %s: %w", len(ports), bridge, err)
+	}
+	return nil
+}
+
 // deletePorts deletes ports that exist, all in one transaction.
 func (c *ovsClient) deletePorts(ctx context.Context, bridge string, names []string) error {
 	var args []string
@@ -169,10 +194,25 @@ type interfaceRow struct {
 	ExternalIDs map[string]string
 }
 
+// interfaceColumns are the columns of the Interface table in an
+// interfaceRow.
+const interfaceColumns = "name,type,mac,ofport,mtu_request,error,external_ids"
+
 // interfaces reads the named rows of the Interface table, or every row
 // when no name is given.
 func (c *ovsClient) interfaces(ctx context.Context, names ...string) ([]interfaceRow, error) {
-	args := append([]string{"--format=json", "--data=json", "--columns=name,type,mac,ofport,mtu_request,error,external_ids", "list", "Interface"}, names...)
+	args := append([]string{"--format=json", "--data=json", "--columns=" + interfaceColumns, "list", "Interface"}, names...)
+	out, err := c.vsctl(ctx, args...)
+	if err != nil {
+		return nil, fmt.Errorf("reading interfaces: %w", err)
+	}
+	return parseInterfaces(out)
+}
+
+// interfacesIfExist reads the rows of the Interface table of those of
+// names that exist.
+func (c *ovsClient) interfacesIfExist(ctx context.Context, names ...string) ([]interfaceRow, error) {
+	args := append([]string{"--if-exists", "--format=json", "--data=json", "--columns=" + interfaceColumns, "list", "Interface"}, names...)
 	out, err := c.vsctl(ctx, args...)
 	if err != nil {
 		return nil, fmt.Errorf("reading interfaces: %w", err)
