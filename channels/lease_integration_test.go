@@ -225,7 +225,13 @@ func TestIntegrationLeaseForbiddenFailsFast(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "lease kube-system/channels") || !strings.Contains(err.Error(), "forbidden") {
 		t.Errorf("Apply without rights on Leases: error %v, want one naming the lease and saying forbidden", err)
 	}
-	if took := time.Since(began); took > 5*time.Second {
+	// Giving up takes a few requests, whose time follows the machine's
+	// load: a figure (milliseconds on a quiet machine). A run that waited
+	// instead would retry every retryPeriod until a lease duration (15 s)
+	// passed, or forever; renewDeadline (10 s) stays below that.
+	took := time.Since(began)
+	t.Logf("figure lease-forbidden-give-up %.3f s", took.Seconds())
+	if took > renewDeadline {
 		t.Errorf("Apply took %s to give up, want it to fail fast", took)
 	}
 }
