@@ -366,7 +366,7 @@ func (c *Cluster) startNode(ctx context.Context, n *nodeState) error {
 		return fmt.Errorf("creating a client: %w", err)
 	}
 	c.printf("waiting for node %s to be Ready", n.Name)
-	if err := c.waitReady(ctx, kubelet, func(ctx context.Context) error { return nodeReady(ctx, client, n.Name, started) }); err != nil {
+	if err := kubelet.WaitReady(ctx, c.timeout, func(ctx context.Context) error { return nodeReady(ctx, client, n.Name, started) }); err != nil {
 		return err
 	}
 	if err := c.startNodeDNS(ctx, n); err != nil {
@@ -399,7 +399,7 @@ func (c *Cluster) startProxy(ctx context.Context, n *nodeState) error {
 	if err := c.track(p); err != nil {
 		return err
 	}
-	return c.waitReady(ctx, p, func(ctx context.Context) error { return testenv.Healthz(ctx, p.URL) })
+	return p.WaitReady(ctx, c.timeout, func(ctx context.Context) error { return testenv.Healthz(ctx, p.URL) })
 }
 
 // importPause builds the pause image and imports it into the node's
@@ -486,32 +486,6 @@ func (c *Cluster) registries() []string {
 		return nil
 	}
 	return []string{c.Registry}
-}
-
-// waitReady polls check until it succeeds, the process exits, ctx ends or
-// the cluster's timeout passes. Its errors name the log to read.
-func (c *Cluster) waitReady(ctx context.Context, p *process, check func(context.Context) error) error {
-	deadline := time.Now().Add(c.timeout)
-	for {
-		if !p.Running() {
-			return fmt.Errorf("%s exited while starting (%v); the end of its log %s:\n%s",
-				p.Name, p.ExitError(), p.LogFile, p.LogTail(15))
-		}
-		checkCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := check(checkCtx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready after %s (last check: %v); see its log %s", p.Name, c.timeout, err, p.LogFile)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w", p.Name, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }
 
 // track adds a started process to the cluster and records it in the state

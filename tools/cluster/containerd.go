@@ -121,24 +121,13 @@ func startContainerd(ctx context.Context, opts ContainerdOptions) (*process, err
 	if err != nil {
 		return nil, err
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if !p.Running() {
-			return nil, fmt.Errorf("containerd exited while starting (%v); the end of its log %s:\n%s", p.ExitError(), p.LogFile, spawner.Tail(p.LogFile, 15))
-		}
-		err := exec.CommandContext(ctx, "ctr", "--address", socket, "--timeout", "2s", "plugins", "ls").Run()
-		if err == nil {
-			return p, nil
-		}
-		if time.Now().After(deadline) {
-			return nil, errors.Join(fmt.Errorf("containerd not answering after 30s (see its log %s): %w", p.LogFile, err), p.Stop(stopGrace))
-		}
-		select {
-		case <-ctx.Done():
-			return nil, errors.Join(fmt.Errorf("waiting for containerd: %w", ctx.Err()), p.Stop(stopGrace))
-		case <-time.After(100 * time.Millisecond):
-		}
+	err = p.WaitReady(ctx, 30*time.Second, func(ctx context.Context) error {
+		return exec.CommandContext(ctx, "ctr", "--address", socket, "--timeout", "2s", "plugins", "ls").Run()
+	})
+	if err != nil {
+		return nil, errors.Join(err, p.Stop(stopGrace))
 	}
+	return p, nil
 }
 
 // containerdBinary is Debian's containerd.

@@ -48,7 +48,7 @@ func (c *Cluster) startNodeDNS(ctx context.Context, n *nodeState) error {
 	if err := c.track(p); err != nil {
 		return err
 	}
-	return c.waitReady(ctx, p, func(ctx context.Context) error {
+	return p.WaitReady(ctx, c.timeout, func(ctx context.Context) error {
 		got, err := resolveAt(ctx, addr, "kubernetes.default.svc."+clusterDomain+".")
 		if err != nil {
 			return err

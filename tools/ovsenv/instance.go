@@ -262,24 +262,18 @@ func (i *Instance) startDaemon(name string, args ...string) (*spawner.Process, e
 	return startDaemon(name, argv, append(os.Environ(), i.Env()...), filepath.Join(i.Dir, name+".out"), i.state.Detach)
 }
 
-// waitReady runs a probe until it succeeds, the daemon dies or time runs out.
+// waitReady runs a probe until it succeeds, the daemon dies or time runs
+// out. The daemon's own log, beside the output WaitReady shows, says why.
 func (i *Instance) waitReady(ctx context.Context, d *spawner.Process, probe ...string) error {
-	ctx, cancel := context.WithTimeout(ctx, readyWithin)
-	defer cancel()
-	for {
+	err := d.WaitReady(ctx, readyWithin, func(ctx context.Context) error {
 		_, err := i.Run(ctx, probe[0], probe[1:]...)
-		if err == nil {
-			return nil
-		}
-		if !d.Running() {
-			return fmt.Errorf("%s exited while starting:\n%s", d.Name, i.LogTail(20))
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s to answer: %w\n%s", d.Name, err, i.LogTail(20))
-		case <-time.After(50 * time.Millisecond):
-		}
+		return err
+	})
+	if err != nil {
+		log := filepath.Join(i.Dir, d.Name+".log")
+		return fmt.Errorf("%w\nthe end of its own log %s:\n%s", err, log, spawner.Tail(log, 20))
 	}
+	return nil
 }
 
 // stopDaemon asks a daemon to exit through ovs-appctl, and signals it when

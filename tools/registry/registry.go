@@ -159,7 +159,7 @@ func start(ctx context.Context, binary, dir, addr string, detach bool) (*Registr
 		_ = proc.Stop(0)
 		return nil, err
 	}
-	if err := r.waitReady(ctx); err != nil {
+	if err := proc.WaitReady(ctx, startTimeout, r.answers); err != nil {
 		_ = proc.Stop(0)
 		return r, err
 	}
@@ -227,37 +227,22 @@ http:
 `)
 }
 
-// waitReady polls GET /v2/ until it answers 200.
-func (r *Registry) waitReady(ctx context.Context) error {
-	client := &http.Client{Timeout: 2 * time.Second}
-	deadline := time.Now().Add(startTimeout)
+// answers reports whether GET /v2/ answers 200.
+func (r *Registry) answers(ctx context.Context) error {
 	url := "http://" + r.host + "/v2/"
-	for {
-		if !r.proc.Running() {
-			return fmt.Errorf("%s exited while starting (%v); the end of its log %s:\n%s",
-				Binary, r.proc.ExitError(), r.proc.LogFile, r.proc.LogTail(15))
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return fmt.Errorf("building the readiness request: %w", err)
-		}
-		resp, err := client.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = fmt.Errorf("GET %s: %s", url, resp.Status)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not answering on %s after %s (last error: %v); see its log %s", Binary, url, startTimeout, err, r.proc.LogFile)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w", Binary, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return fmt.Errorf("building the readiness request: %w", err)
 	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return nil
 }
 
 // Host is where the registry listens, "ip:port": the registry part of an

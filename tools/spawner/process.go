@@ -2,6 +2,7 @@ package spawner
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -126,6 +127,21 @@ func (p *Process) ExitError() error {
 	return errors.New("not running")
 }
 
+// Exited reports whether a process this program started has exited, and
+// how it ended: err is what exec.Cmd's Wait returned, nil for exit status
+// 0. For a process another program started it reports false.
+func (p *Process) Exited() (exited bool, err error) {
+	if p.done == nil {
+		return false, nil
+	}
+	select {
+	case <-p.done:
+		return true, p.waitErr
+	default:
+		return false, nil
+	}
+}
+
 // Stop sends SIGTERM, and SIGKILL when the process is still there after
 // grace. It returns once the process is gone, and removes its pid file.
 func (p *Process) Stop(grace time.Duration) error {
@@ -170,6 +186,44 @@ func (p *Process) WaitGone(timeout time.Duration) bool {
 			return false
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// The pace of WaitReady: how long one call of the readiness check may take,
+// how long it waits between calls, and how much of the log its errors hold.
+const (
+	readyCheckTimeout  = 5 * time.Second
+	readyCheckInterval = 100 * time.Millisecond
+	readyLogLines      = 20
+)
+
+// WaitReady calls ready until it returns nil, and fails when the process
+// exits first, ctx ends or timeout passes. Each call gets a context that
+// ends after five seconds or with ctx; calls are 100 ms apart. An error
+// names the process, says why it gave up (with ready's last error) and
+// holds the end of the process's log.
+func (p *Process) WaitReady(ctx context.Context, timeout time.Duration, ready func(context.Context) error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if !p.Running() {
+			return fmt.Errorf("%s exited while starting (%v); the end of its log %s:\n%s",
+				p.Name, p.ExitError(), p.LogFile, p.LogTail(readyLogLines))
+		}
+		checkCtx, cancel := context.WithTimeout(ctx, readyCheckTimeout)
+		err := ready(checkCtx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after %s (last check: %v); the end of its log %s:\n%s",
+				p.Name, timeout, err, p.LogFile, p.LogTail(readyLogLines))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s to be ready (last check: %v): %w", p.Name, err, ctx.Err())
+		case <-time.After(readyCheckInterval):
+		}
 	}
 }
 

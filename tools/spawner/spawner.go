@@ -1,7 +1,8 @@
 // Package spawner starts and supervises the child processes of the test
 // environments (tools/testenv, tools/cluster, tools/ovsenv): Run starts one
-// with its output in a log, reaps it, and Process stops it (SIGTERM, then
-// SIGKILL) or, found again from a state file, tells whether it still runs.
+// with its output in a log, reaps it, and Process waits until it is ready
+// (WaitReady), stops it (SIGTERM, then SIGKILL) or, found again from a state
+// file, tells whether it still runs.
 //
 // Every child starts from one thread that lives as long as the program, so
 // that a child's parent-death signal fires only when the program dies.

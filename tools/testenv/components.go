@@ -130,7 +130,7 @@ func (e *Env) startCluster(ctx context.Context, ps *ports, prev *envState) error
 		if err != nil {
 			return fmt.Errorf("creating a client: %w", err)
 		}
-		return e.waitReady(ctx, p, func(ctx context.Context) error {
+		return p.WaitReady(ctx, e.timeout, func(ctx context.Context) error {
 			_, err := client.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{})
 			return err
 		})
@@ -202,7 +202,7 @@ func (e *Env) startComponent(ctx context.Context, ps *ports, name string, prev *
 		if err := e.track(p); err != nil {
 			return err
 		}
-		err = e.waitReady(ctx, p, func(ctx context.Context) error { return Healthz(ctx, url) })
+		err = p.WaitReady(ctx, e.timeout, func(ctx context.Context) error { return Healthz(ctx, url) })
 		if err != nil && attempt < 3 && portTaken(p) {
 			e.printf("%s lost its port to another program; retrying on another port", name)
 			if err := e.stopLast(); err != nil {

@@ -99,7 +99,7 @@ func (e *Env) runEtcd(ctx context.Context, name string, args []string, clientURL
 	if certs != nil {
 		client = certs.client
 	}
-	err = e.waitReady(ctx, p, func(ctx context.Context) error { return etcdHealthy(ctx, client, clientURL) })
+	err = p.WaitReady(ctx, e.timeout, func(ctx context.Context) error { return etcdHealthy(ctx, client, clientURL) })
 	if err != nil {
 		return p, errors.Join(err, e.untrack(p))
 	}

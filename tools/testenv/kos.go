@@ -200,7 +200,7 @@ func (k *KOS) start(ctx context.Context, bin string, preferred int) error {
 		k.proc, k.port, k.URL, k.LogFile = p, port, p.URL, p.LogFile
 		k.mu.Unlock()
 		k.DirectConfig = k.directConfig()
-		err = e.waitReady(ctx, p, func(ctx context.Context) error {
+		err = p.WaitReady(ctx, e.timeout, func(ctx context.Context) error {
 			// The server writes its self-signed certificate as it starts,
 			// and a client reads its CA file when it is made.
 			if _, err := os.Stat(k.CACertFile); err != nil {
@@ -305,7 +305,7 @@ func (k *KOS) waitAggregated(ctx context.Context, kube *kubernetes.Clientset, ag
 	p := k.proc
 	k.mu.Unlock()
 	name := kosVersion + "." + kosGroup
-	return k.env.waitReady(ctx, p, func(ctx context.Context) error {
+	return p.WaitReady(ctx, k.env.timeout, func(ctx context.Context) error {
 		got, err := agg.ApiregistrationV1().APIServices().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err

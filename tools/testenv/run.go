@@ -37,7 +37,7 @@ func (e *Env) StartProcess(ctx context.Context, name, binary string, args []stri
 	if ready == nil {
 		return nil
 	}
-	if err := e.waitReady(ctx, p, ready); err != nil {
+	if err := p.WaitReady(ctx, e.timeout, ready); err != nil {
 		return errors.Join(err, p.Stop(stopGrace))
 	}
 	return nil

@@ -15,8 +15,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-
-	"github.com/kos-sdn/kos/tools/spawner"
 )
 
 // VersityGWEnv names the environment variable that points at a versitygw
@@ -108,7 +106,7 @@ func startS3(ctx context.Context, dir, binary, backend string, port int) (*S3Ser
 		Region:    s3Region,
 		proc:      proc,
 	}
-	if err := s.waitReady(ctx); err != nil {
+	if err := proc.WaitReady(ctx, s3StartTimeout, s.answers); err != nil {
 		_ = proc.Stop(0)
 		return s, err
 	}
@@ -121,34 +119,19 @@ func startS3(ctx context.Context, dir, binary, backend string, port int) (*S3Ser
 	return s, nil
 }
 
-// waitReady polls the server until it answers HTTP at all: an anonymous
+// answers reports whether the server answers HTTP at all: an anonymous
 // request is refused, which is enough to know it serves.
-func (s *S3Server) waitReady(ctx context.Context) error {
-	client := &http.Client{Timeout: 2 * time.Second}
-	deadline := time.Now().Add(s3StartTimeout)
-	for {
-		if !s.proc.Running() {
-			return fmt.Errorf("versitygw exited while starting (%v); the end of its log %s:\n%s",
-				s.proc.ExitError(), s.proc.LogFile, spawner.Tail(s.proc.LogFile, 15))
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.Endpoint+"/", nil)
-		if err != nil {
-			return fmt.Errorf("building the readiness request: %w", err)
-		}
-		resp, err := client.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("versitygw not answering on %s after %s (last error: %v); see its log %s", s.Endpoint, s3StartTimeout, err, s.proc.LogFile)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for versitygw: %w", ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
+func (s *S3Server) answers(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.Endpoint+"/", nil)
+	if err != nil {
+		return fmt.Errorf("building the readiness request: %w", err)
 	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
 }
 
 // CreateBucket creates a bucket.

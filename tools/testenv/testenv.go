@@ -323,7 +323,7 @@ func (e *Env) startAPIServer(ctx context.Context, ps *ports, extraFlags []string
 			return fmt.Errorf("creating a client: %w", err)
 		}
 		e.printf("waiting for %s to be ready", apiServerName)
-		err = e.waitReady(ctx, p, func(ctx context.Context) error { return readyz(ctx, client) })
+		err = p.WaitReady(ctx, e.timeout, func(ctx context.Context) error { return readyz(ctx, client) })
 		if err != nil && attempt < 3 && portTaken(p) {
 			e.printf("%s lost its port to another program; retrying on another port", apiServerName)
 			if err := e.stopLast(); err != nil {
@@ -337,7 +337,7 @@ func (e *Env) startAPIServer(ctx context.Context, ps *ports, extraFlags []string
 		}
 		// Readiness does not wait for the system namespaces, and tests
 		// write into kube-system at once.
-		err = e.waitReady(ctx, p, func(ctx context.Context) error {
+		err = p.WaitReady(ctx, e.timeout, func(ctx context.Context) error {
 			for _, ns := range []string{metav1.NamespaceDefault, metav1.NamespaceSystem, metav1.NamespacePublic} {
 				if _, err := client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil {
 					return err
@@ -354,32 +354,6 @@ func (e *Env) startAPIServer(ctx context.Context, ps *ports, extraFlags []string
 		}
 		e.Version = info.GitVersion
 		return writeKubeconfig(e.Kubeconfig, url, caPEM, admin.CertPEM, admin.KeyPEM, adminUser)
-	}
-}
-
-// waitReady polls check until it succeeds, the process exits, ctx ends or
-// the environment's timeout passes. Its errors name the log to read.
-func (e *Env) waitReady(ctx context.Context, p *process, check func(context.Context) error) error {
-	deadline := time.Now().Add(e.timeout)
-	for {
-		if !p.Running() {
-			return fmt.Errorf("%s exited while starting (%v); the end of its log %s:\n%s",
-				p.Name, p.ExitError(), p.LogFile, spawner.Tail(p.LogFile, 15))
-		}
-		checkCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := check(checkCtx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready after %s (last check: %v); see its log %s", p.Name, e.timeout, err, p.LogFile)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w", p.Name, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
 	}
 }
 
