@@ -22,7 +22,10 @@ func NewCommand(out, errOut io.Writer) *cobra.Command {
 		Long: `kos-controller-manager runs the KOS controllers: the subnet validator, which
 marks a Subnet validated when no other subnet of its VNI overlaps it or lives in
 another namespace, and IPAM, which gives each NetworkAttachment an address of
-its subnet by creating an IPLock. With --leader-elect (the default) only the
+its subnet by creating an IPLock. With --pod-networks it also runs the
+pod-network controller, which gives each pod the NetworkAttachments its
+k8s.v1.cni.cncf.io/networks annotation asks for on NetworkAttachmentDefinitions
+of type kos. With --leader-elect (the default) only the
 holder of a Lease in the main cluster runs them. It serves Prometheus metrics
 and health checks on --metrics-bind-address.`,
 		SilenceUsage: true,

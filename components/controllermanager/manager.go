@@ -20,6 +20,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -30,6 +33,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kos-sdn/kos/components/controllers/ipam"
+	"github.com/kos-sdn/kos/components/controllers/podnetwork"
 	"github.com/kos-sdn/kos/components/controllers/subnetvalidator"
 	"github.com/kos-sdn/kos/components/generated/clientset/versioned"
 	kosscheme "github.com/kos-sdn/kos/components/generated/clientset/versioned/scheme"
@@ -57,6 +61,12 @@ type Config struct {
 	// AddressEvents records an Event on every attachment given an address,
 	// not only on those that cannot get one.
 	AddressEvents bool
+
+	// PodNetworks runs the pod-network controller, which reads pods and
+	// NetworkAttachmentDefinitions from the main cluster; PodNetworkWorkers
+	// is how many pods it works on at once (Complete makes 0 into 1).
+	PodNetworks       bool
+	PodNetworkWorkers int
 
 	// ResyncPeriod makes the informers deliver every object again this
 	// often; 0 means never.
@@ -97,13 +107,16 @@ type completedConfig struct {
 func (c Config) Complete() CompletedConfig {
 	c.SubnetValidatorWorkers = max(c.SubnetValidatorWorkers, 1)
 	c.IPAMWorkers = max(c.IPAMWorkers, 1)
+	c.PodNetworkWorkers = max(c.PodNetworkWorkers, 1)
 	return CompletedConfig{&completedConfig{Config: c}}
 }
 
-// Manager runs the subnet validator and the IPAM controller.
+// Manager runs the subnet validator, the IPAM controller and, when
+// configured, the pod-network controller.
 type Manager struct {
 	cfg      completedConfig
 	kube     kubernetes.Interface
+	dynamic  dynamic.Interface
 	kos      versioned.Interface
 	registry *prometheus.Registry
 	handler  http.Handler
@@ -131,12 +144,16 @@ func (c CompletedConfig) New() (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the KOS API client: %w", err)
 	}
+	dyn, err := dynamic.NewForConfig(rest.AddUserAgent(rest.CopyConfig(cfg.Kube), Component))
+	if err != nil {
+		return nil, fmt.Errorf("creating the main cluster's dynamic client: %w", err)
+	}
 	reg, validated, addressed, err := newRegistry()
 	if err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	m := &Manager{
-		cfg: cfg, kube: kube, kos: kos, registry: reg,
+		cfg: cfg, kube: kube, dynamic: dyn, kos: kos, registry: reg,
 		validatedLatency: validated, addressLatency: addressed,
 		watchdog: leaderelection.NewLeaderHealthzAdaptor(20 * time.Second),
 	}
@@ -228,7 +245,7 @@ func (m *Manager) run(ctx context.Context) error {
 	return runErr
 }
 
-// runControllers starts the informers and both controllers and returns when
+// runControllers starts the informers and the controllers and returns when
 // ctx ends and they all stopped.
 func (m *Manager) runControllers(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
@@ -253,17 +270,38 @@ func (m *Manager) runControllers(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	runs := []func() error{
+		func() error { return validator.Run(ctx, m.cfg.SubnetValidatorWorkers) },
+		func() error { return addresses.Run(ctx, m.cfg.IPAMWorkers) },
+	}
+	if m.cfg.PodNetworks {
+		// The pod informer feeds this controller alone: it holds only the
+		// pods that may want attachments, trimmed.
+		kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(m.kube, m.cfg.ResyncPeriod, podnetwork.PodInformerOptions()...)
+		dynFactory := dynamicinformer.NewDynamicSharedInformerFactory(m.dynamic, m.cfg.ResyncPeriod)
+		pods, err := podnetwork.NewController(m.kos, kubeFactory.Core().V1().Pods(),
+			dynFactory.ForResource(podnetwork.NetworkAttachmentDefinitions), network.NetworkAttachments(), recorder)
+		if err != nil {
+			return err
+		}
+		kubeFactory.Start(ctx.Done())
+		defer kubeFactory.Shutdown()
+		dynFactory.Start(ctx.Done())
+		defer dynFactory.Shutdown()
+		runs = append(runs, func() error { return pods.Run(ctx, m.cfg.PodNetworkWorkers) })
+	}
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
 
-	errs := make(chan error, 2)
-	go func() { errs <- validator.Run(ctx, m.cfg.SubnetValidatorWorkers) }()
-	go func() { errs <- addresses.Run(ctx, m.cfg.IPAMWorkers) }()
+	errs := make(chan error, len(runs))
+	for _, run := range runs {
+		go func() { errs <- run() }()
+	}
 	m.running.Store(true)
 	defer m.running.Store(false)
-	logger.Info("Running the controllers")
+	logger.Info("Running the controllers", "podNetworks", m.cfg.PodNetworks)
 	var all []error
-	for range 2 {
+	for range runs {
 		if err := <-errs; err != nil && ctx.Err() == nil {
 			all = append(all, err)
 		}

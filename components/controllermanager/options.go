@@ -48,6 +48,8 @@ type Options struct {
 	SubnetValidatorWorkers int
 	IPAMWorkers            int
 	AddressEvents          bool
+	PodNetworks            bool
+	PodNetworkWorkers      int
 	ResyncPeriod           time.Duration
 
 	MetricsAddress string
@@ -68,6 +70,7 @@ func NewOptions() *Options {
 		KOSBurst:               10000,
 		SubnetValidatorWorkers: 2,
 		IPAMWorkers:            16,
+		PodNetworkWorkers:      4,
 		ResyncPeriod:           10 * time.Minute,
 		MetricsAddress:         DefaultMetricsBindAddress,
 		LeaderElect:            true,
@@ -98,6 +101,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.IntVar(&o.SubnetValidatorWorkers, "subnet-validator-workers", o.SubnetValidatorWorkers, "Subnets validated at once.")
 	fs.IntVar(&o.IPAMWorkers, "ipam-workers", o.IPAMWorkers, "Attachments given addresses at once. Each waits on two writes in turn, so they bound the rate of addressing to workers / (2 * write latency).")
 	fs.BoolVar(&o.AddressEvents, "address-events", o.AddressEvents, "Record an AddressAssigned Event on every attachment given an address. Off, Events are recorded only for attachments that cannot get one: the address and the time it was written are in the attachment, and an Event per address adds a write to the main cluster for each address (at thousands a second).")
+	fs.BoolVar(&o.PodNetworks, "pod-networks", o.PodNetworks, "Run the pod-network controller: give each pod bound to a node a NetworkAttachment for every entry of its k8s.v1.cni.cncf.io/networks annotation whose NetworkAttachmentDefinition is of type kos. It needs the NetworkAttachmentDefinition CRD (k8s.cni.cncf.io/v1) and the rights to list and watch pods and network-attachment-definitions in the main cluster.")
+	fs.IntVar(&o.PodNetworkWorkers, "pod-network-workers", o.PodNetworkWorkers, "Pods given their attachments at once, with --pod-networks.")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "How often every object is checked again; 0 means never.")
 
 	fs = fss.FlagSet("metrics")
@@ -141,6 +146,9 @@ func (o *Options) Validate() error {
 	if o.SubnetValidatorWorkers < 1 || o.IPAMWorkers < 1 {
 		errs = append(errs, fmt.Errorf("--subnet-validator-workers and --ipam-workers must be at least 1, got %d and %d", o.SubnetValidatorWorkers, o.IPAMWorkers))
 	}
+	if o.PodNetworks && o.PodNetworkWorkers < 1 {
+		errs = append(errs, fmt.Errorf("--pod-network-workers must be at least 1, got %d", o.PodNetworkWorkers))
+	}
 	errs = append(errs, o.kosAccess().Validate()...)
 	if o.LeaderElect && !(o.LeaseDuration > o.RenewDeadline && o.RenewDeadline > o.RetryPeriod && o.RetryPeriod > 0) {
 		errs = append(errs, fmt.Errorf("leader election needs lease duration > renew deadline > retry period > 0, got %s, %s, %s", o.LeaseDuration, o.RenewDeadline, o.RetryPeriod))
@@ -173,6 +181,8 @@ func (o *Options) Config(ctx context.Context) (*Config, error) {
 		SubnetValidatorWorkers: o.SubnetValidatorWorkers,
 		IPAMWorkers:            o.IPAMWorkers,
 		AddressEvents:          o.AddressEvents,
+		PodNetworks:            o.PodNetworks,
+		PodNetworkWorkers:      o.PodNetworkWorkers,
 		ResyncPeriod:           o.ResyncPeriod,
 		MetricsAddress:         o.MetricsAddress,
 	}

@@ -1,0 +1,272 @@
+package controllermanager_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
+	"github.com/kos-sdn/kos/components/controllermanager"
+	"github.com/kos-sdn/kos/components/controllers/podnetwork"
+	"github.com/kos-sdn/kos/components/generated/clientset/versioned"
+	"github.com/kos-sdn/kos/tools/poll"
+	"github.com/kos-sdn/kos/tools/testenv"
+)
+
+// TestIntegrationPodNetworks runs the pod-network controller against a real
+// kube-apiserver, with the NetworkAttachmentDefinition CRD, and
+// kos-apiserver: pods bound to a node by hand (nothing runs them) get their
+// attachments, which follow the annotation, the definitions and the pod's
+// life. No garbage collector runs: the deletions are the controller's.
+func TestIntegrationPodNetworks(t *testing.T) {
+	ctx := context.Background()
+	env := testenv.Shared(t)
+	c := kosClient(t)
+	kube, err := kubernetes.NewForConfig(env.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(env.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	installDefinitionCRD(t, dyn)
+	startManagerWith(t, "manager", controllermanager.Config{SubnetValidatorWorkers: 1, IPAMWorkers: 2, PodNetworks: true, PodNetworkWorkers: 2})
+
+	ns := newNamespace(t)
+	// Without kube-controller-manager, no one makes the ServiceAccount that
+	// admission wants pods to have.
+	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	blue := createSubnet(t, c, newSubnet(ns, "blue", "10.170.0.0/24", 170))
+	red := createSubnet(t, c, newSubnet(ns, "red", "10.171.0.0/24", 171))
+	waitValidated(t, c, blue, red)
+	nads := dyn.Resource(podnetwork.NetworkAttachmentDefinitions).Namespace(ns)
+	for name, config := range map[string]string{
+		"blue": `{"cniVersion":"1.0.0","type":"kos","subnet":"blue"}`,
+		"red":  `{"cniVersion":"1.0.0","type":"kos","subnet":"red"}`,
+		"mac":  `{"cniVersion":"1.0.0","type":"macvlan","master":"eth0"}`,
+	} {
+		createDefinition(t, nads, name, config)
+	}
+	pods := kube.CoreV1().Pods(ns)
+
+	web := createPod(t, pods, "web-0", "node-1", "blue, red@data0, mac")
+	idle := createPod(t, pods, "idle", "", "blue")
+	waitAttachments(t, c, ns, web, map[string]string{"web-0-net1": "blue", "web-0-data0": "red"})
+	net1, err := c.NetworkV1alpha1().NetworkAttachments(ns).Get(ctx, "web-0-net1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantOwners := []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "web-0", UID: web.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(false)}}
+	if diff := cmp.Diff(net1.OwnerReferences, wantOwners); diff != "" {
+		t.Errorf("owner references (-got +want):\n%s", diff)
+	}
+	if diff := cmp.Diff(net1.Spec, v1alpha1.NetworkAttachmentSpec{Node: "node-1", Subnet: "blue"}); diff != "" {
+		t.Errorf("spec (-got +want):\n%s", diff)
+	}
+	poll.Until(t, time.Minute, "IPAM addresses the pod's attachments", func(ctx context.Context) error {
+		for _, name := range []string{"web-0-net1", "web-0-data0"} {
+			a, err := c.NetworkV1alpha1().NetworkAttachments(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if a.Status.IPv4 == "" {
+				return fmt.Errorf("%s has no address yet", name)
+			}
+		}
+		return nil
+	})
+
+	// The annotation drops net1 and moves data0 to another subnet.
+	data0, err := c.NetworkV1alpha1().NetworkAttachments(ns).Get(ctx, "web-0-data0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	annotate(t, pods, "web-0", "blue@data0")
+	waitAttachments(t, c, ns, web, map[string]string{"web-0-data0": "blue"})
+	if replaced, err := c.NetworkV1alpha1().NetworkAttachments(ns).Get(ctx, "web-0-data0", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	} else if replaced.UID == data0.UID {
+		t.Error("web-0-data0 moved to subnet blue without being made again")
+	}
+
+	// A definition created after the pod that names it.
+	late := createPod(t, pods, "late", "node-2", "green")
+	waitEvent(t, kube, ns, "late", podnetwork.ReasonNetworkNotFound)
+	createDefinition(t, nads, "green", `{"cniVersion":"1.0.0","type":"kos","subnet":"red"}`)
+	waitAttachments(t, c, ns, late, map[string]string{"late-net1": "red"})
+
+	// A pod that finishes loses its attachments.
+	late.Status.Phase = corev1.PodSucceeded
+	if _, err := pods.UpdateStatus(ctx, late, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitAttachments(t, c, ns, late, nil)
+
+	// A pod being deleted (nothing runs it, so it stays until forced) gets
+	// no new attachment: the sync that deletes data0 creates no net2.
+	if err := pods.Delete(ctx, "web-0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := pods.Get(ctx, "web-0", metav1.GetOptions{}); err != nil || p.DeletionTimestamp == nil {
+		t.Fatalf("web-0 after a graceful delete: %v, %v; want it terminating", p, err)
+	}
+	annotate(t, pods, "web-0", "mac, red")
+	waitAttachments(t, c, ns, web, nil)
+	if err := pods.Delete(ctx, "web-0", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+
+	events, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events.Items {
+		if e.InvolvedObject.Name == "web-0" && e.Reason == podnetwork.ReasonAttachmentCreated && strings.Contains(e.Message, "web-0-net2") {
+			t.Errorf("terminating pod web-0 got an attachment: %s", e.Message)
+		}
+	}
+
+	// The unbound pod never got any, nor did anyone else.
+	list, err := c.NetworkV1alpha1().NetworkAttachments(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 0 {
+		t.Errorf("%d attachments left in %s, such as %s for pod %s; want none (pod %s is unbound)",
+			len(list.Items), ns, list.Items[0].Name, list.Items[0].Annotations[podnetwork.PodAnnotation], idle.Name)
+	}
+}
+
+// installDefinitionCRD creates the NetworkAttachmentDefinition CRD of
+// testdata, unless it exists, and waits until it is served.
+func installDefinitionCRD(t *testing.T, dyn dynamic.Interface) {
+	t.Helper()
+	data, err := os.ReadFile("testdata/network-attachment-definitions.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	crd := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal(data, &crd.Object); err != nil {
+		t.Fatalf("reading the CRD: %v", err)
+	}
+	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	if _, err := crds.Create(context.Background(), crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("creating the CRD: %v", err)
+	}
+	poll.Until(t, time.Minute, "NetworkAttachmentDefinitions served", func(ctx context.Context) error {
+		_, err := dyn.Resource(podnetwork.NetworkAttachmentDefinitions).List(ctx, metav1.ListOptions{Limit: 1})
+		return err
+	})
+}
+
+func createDefinition(t *testing.T, nads dynamic.ResourceInterface, name, config string) {
+	t.Helper()
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "k8s.cni.cncf.io/v1",
+		"kind":       "NetworkAttachmentDefinition",
+		"metadata":   map[string]any{"name": name},
+		"spec":       map[string]any{"config": config},
+	}}
+	if _, err := nads.Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating NetworkAttachmentDefinition %s: %v", name, err)
+	}
+}
+
+// createPod creates a pod bound to node ("" leaves it unbound) with the
+// networks annotation.
+func createPod(t *testing.T, pods typedcorev1.PodInterface, name, node, networks string) *corev1.Pod {
+	t.Helper()
+	p, err := pods.Create(context.Background(), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{podnetwork.NetworksAnnotation: networks}},
+		Spec: corev1.PodSpec{
+			NodeName:   node,
+			Containers: []corev1.Container{{Name: "main", Image: "kos.example.com/pause:never-pulled"}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating pod %s: %v", name, err)
+	}
+	return p
+}
+
+// annotate sets a pod's networks annotation.
+func annotate(t *testing.T, pods typedcorev1.PodInterface, name, networks string) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, podnetwork.NetworksAnnotation, networks)
+	if _, err := pods.Patch(context.Background(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("annotating pod %s: %v", name, err)
+	}
+}
+
+// waitAttachments waits until the attachments of pod (by its UID label) are
+// those of want, names to subnets, each on the pod's node.
+func waitAttachments(t *testing.T, c versioned.Interface, ns string, pod *corev1.Pod, want map[string]string) {
+	t.Helper()
+	var wantNames []string
+	for name := range want {
+		wantNames = append(wantNames, name)
+	}
+	slices.Sort(wantNames)
+	poll.Until(t, time.Minute, fmt.Sprintf("pod %s has attachments %q", pod.Name, wantNames), func(ctx context.Context) error {
+		list, err := c.NetworkV1alpha1().NetworkAttachments(ns).List(ctx, metav1.ListOptions{
+			LabelSelector: podnetwork.PodUIDLabel + "=" + string(pod.UID),
+		})
+		if err != nil {
+			return err
+		}
+		got := map[string]string{}
+		for _, a := range list.Items {
+			if a.Spec.Node != pod.Spec.NodeName {
+				return fmt.Errorf("attachment %s is on node %s, want %s", a.Name, a.Spec.Node, pod.Spec.NodeName)
+			}
+			got[a.Name] = a.Spec.Subnet
+		}
+		if diff := cmp.Diff(got, want, cmpopts.EquateEmpty()); diff != "" {
+			return fmt.Errorf("attachments to subnets (-got +want):\n%s", diff)
+		}
+		return nil
+	})
+}
+
+// waitEvent waits for an Event of reason on the pod.
+func waitEvent(t *testing.T, kube kubernetes.Interface, ns, pod, reason string) {
+	t.Helper()
+	poll.Until(t, time.Minute, fmt.Sprintf("a %s event on pod %s", reason, pod), func(ctx context.Context) error {
+		events, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		var seen []string
+		for _, e := range events.Items {
+			if e.InvolvedObject.Kind == "Pod" && e.InvolvedObject.Name == pod {
+				if e.Reason == reason {
+					t.Logf("event on pod %s: %s %s", pod, e.Reason, e.Message)
+					return nil
+				}
+				seen = append(seen, e.Reason)
+			}
+		}
+		return fmt.Errorf("events of pod %s: %q", pod, seen)
+	})
+}
