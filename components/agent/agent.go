@@ -203,6 +203,11 @@ func New(cfg Config) (*Agent, error) {
 	return a, nil
 }
 
+// MTU returns the MTU of the interfaces the agent makes for local
+// attachments, as its fabric makes them, and reports in their status.mtu;
+// 0 when the fabric leaves it to the switch.
+func (a *Agent) MTU() int { return a.fabric.MTU() }
+
 func orDefault[T time.Duration | int](d, def T) T {
 	if d <= 0 {
 		return def
@@ -279,7 +284,7 @@ func (a *Agent) Run(ctx context.Context, workers int) error {
 	defer utilruntime.HandleCrash()
 	logger := klog.FromContext(ctx).WithValues("node", a.node)
 	ctx = klog.NewContext(ctx, logger)
-	logger.Info("Starting the agent", "hostIP", a.hostIP, "workers", workers)
+	logger.Info("Starting the agent", "hostIP", a.hostIP, "mtu", a.MTU(), "workers", workers)
 
 	var wg sync.WaitGroup
 	defer a.state.stopNetworks()

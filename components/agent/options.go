@@ -46,6 +46,9 @@ type Options struct {
 	// one answers there as the agent starts, it is programmed instead of
 	// OVSRunDir's.
 	HostOVSRunDir string
+	// MTU is the MTU of the interfaces of local attachments; 0 takes the
+	// underlay's (the interface holding HostIP) less VXLAN's overhead.
+	MTU int
 
 	// Workers is how many attachments are synced at once.
 	Workers int
@@ -115,6 +118,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.DatapathType, "datapath-type", o.DatapathType, `The bridge's datapath_type: empty for OVS's default (the kernel datapath), "netdev" for the userspace one.`)
 	fs.StringVar(&o.OVSRunDir, "ovs-run-dir", o.OVSRunDir, "The run dir (OVS_RUNDIR) of the Open vSwitch to program; empty for the default.")
 	fs.StringVar(&o.HostOVSRunDir, "host-ovs-run-dir", o.HostOVSRunDir, "The run dir of the node's own Open vSwitch (from a package, as kos-agent 0.1.0 used it). When one answers there as the agent starts, the agent programs it instead of --ovs-run-dir's, so that a node upgraded from 0.1.0 keeps the bridge and ports that carry its attachments' traffic; kos-ovs --host-run-dir then runs no Open vSwitch of its own. Empty: always --ovs-run-dir.")
+	fs.IntVar(&o.MTU, "mtu", o.MTU, fmt.Sprintf("The MTU of every interface the agent makes for an attachment, in [%d,%d]. 0 takes the MTU of the underlay, the interface holding --host-ip, less the %d bytes VXLAN over IPv4 adds, so that full-size packets fit the underlay once encapsulated. Set it when the path between nodes carries less than that interface (a tunnel or VPN beneath) or more; too large an MTU loses every full-size packet between nodes. A changed MTU reaches existing interfaces when the agent restarts, except those moved into other network namespaces.", fabric.MinMTU, fabric.MaxMTU, fabric.VXLANOverhead))
 	fs.DurationVar(&o.FlowCheckPeriod, "flow-check-period", o.FlowCheckPeriod, "How often to check whether the switch lost its flows (as when ovs-vswitchd restarts).")
 	fs.DurationVar(&o.ReconcilePeriod, "reconcile-period", o.ReconcilePeriod, "How often to reconcile the switch fully against the attachments, repairing drift.")
 
@@ -161,6 +165,11 @@ func (o *Options) Validate() error {
 	if o.Fabric != FabricOVS && o.Fabric != FabricLogging {
 		errs = append(errs, fmt.Errorf("--fabric %q: want %q or %q", o.Fabric, FabricOVS, FabricLogging))
 	}
+	if o.MTU != 0 {
+		if err := fabric.ValidateMTU(o.MTU); err != nil {
+			errs = append(errs, fmt.Errorf("--mtu %d: want 0 (from the underlay) or an MTU in [%d,%d]", o.MTU, fabric.MinMTU, fabric.MaxMTU))
+		}
+	}
 	if o.ExecWorkers < 1 {
 		errs = append(errs, fmt.Errorf("--exec-workers %d: want at least 1", o.ExecWorkers))
 	}
@@ -196,6 +205,8 @@ func (o *Options) kosAccess() kosapi.Access {
 // Config turns the settings into the configuration of kos-agent: the
 // client configurations, the fabric and the agent's settings. With
 // --kos-api-ca-apiservice it reads that APIService from the main cluster.
+// Without --mtu, the OVS fabric's MTU comes from the underlay, for which it
+// waits up to 30 seconds (see attachmentMTU).
 func (o *Options) Config(ctx context.Context) (*ServerConfig, error) {
 	mainCfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
 	if err != nil {
@@ -215,16 +226,26 @@ func (o *Options) Config(ctx context.Context) (*ServerConfig, error) {
 		}
 	}
 
-	var fab fabric.Interface
-	switch o.Fabric {
-	case FabricLogging:
-		fab = logging.New()
-	default:
-		fab = ovs.New(ovs.Config{Bridge: o.Bridge, DatapathType: o.DatapathType, RunDir: o.ovsRunDir()})
-	}
 	hostIP, err := netip.ParseAddr(o.HostIP)
 	if err != nil {
 		return nil, fmt.Errorf("--host-ip: %w", err)
+	}
+	var fab fabric.Interface
+	switch o.Fabric {
+	case FabricLogging:
+		mtu, err := attachmentMTU(ctx, o.MTU, hostIP, 0)
+		if err != nil {
+			return nil, err
+		}
+		l := logging.New()
+		l.SetMTU(mtu)
+		fab = l
+	default:
+		mtu, err := attachmentMTU(ctx, o.MTU, hostIP, underlayWait)
+		if err != nil {
+			return nil, err
+		}
+		fab = ovs.New(ovs.Config{Bridge: o.Bridge, DatapathType: o.DatapathType, RunDir: o.ovsRunDir(), MTU: mtu})
 	}
 	return &ServerConfig{
 		Main: mainCfg,

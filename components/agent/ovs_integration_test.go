@@ -48,9 +48,13 @@ func startOVS(t *testing.T) (*ovsenv.Instance, *ovs.Fabric) {
 	return inst, newOVSFabric(inst)
 }
 
+// testMTU is the MTU of the test agents' interfaces: what the agent
+// chooses on an underlay of 1500 bytes, such as the simulated nodes' veths.
+const testMTU = 1500 - fabric.VXLANOverhead
+
 // newOVSFabric returns a fabric on inst, as a freshly started agent makes.
 func newOVSFabric(inst *ovsenv.Instance) *ovs.Fabric {
-	return ovs.New(ovs.Config{RunDir: inst.RunDir, DatapathType: "netdev"})
+	return ovs.New(ovs.Config{RunDir: inst.RunDir, DatapathType: "netdev", MTU: testMTU})
 }
 
 // dumpFlows returns the KOS bridge's flows as ovs-ofctl prints them, with

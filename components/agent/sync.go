@@ -257,15 +257,16 @@ func (a *Agent) timed(operation string, fn func() error) error {
 // about its interface (the server's status.impl section).
 type implStatus struct {
 	mac, ifcName, hostIP string
+	mtu                  int32
 	hostErrors           []string
 }
 
 func implOf(st *v1alpha1.NetworkAttachmentStatus) implStatus {
-	return implStatus{mac: st.MACAddress, ifcName: st.IfcName, hostIP: st.HostIP, hostErrors: st.Errors.Host}
+	return implStatus{mac: st.MACAddress, ifcName: st.IfcName, hostIP: st.HostIP, mtu: st.MTU, hostErrors: st.Errors.Host}
 }
 
 func (s implStatus) equal(o implStatus) bool {
-	return s.mac == o.mac && s.ifcName == o.ifcName && s.hostIP == o.hostIP && slices.Equal(s.hostErrors, o.hostErrors)
+	return s.mac == o.mac && s.ifcName == o.ifcName && s.hostIP == o.hostIP && s.mtu == o.mtu && slices.Equal(s.hostErrors, o.hostErrors)
 }
 
 func (s implStatus) ready() bool { return s.hostIP != "" && len(s.hostErrors) == 0 }
@@ -280,7 +281,7 @@ func (a *Agent) wantImpl(key string, addr address, hasAddr bool, held placement,
 		return implStatus{hostErrors: []string{settleErr.Error()}}
 	case held.kind == local && held.owner == key:
 		mac := fabric.MACAddress(addr.vni, addr.ip)
-		return implStatus{mac: mac.String(), ifcName: fabric.InterfaceName(mac), hostIP: a.hostIP.String()}
+		return implStatus{mac: mac.String(), ifcName: fabric.InterfaceName(mac), hostIP: a.hostIP.String(), mtu: int32(a.MTU())}
 	default:
 		return implStatus{hostErrors: []string{fmt.Sprintf("address %s of VNI %d is held by attachment %s", addr.ip, addr.vni, held.owner)}}
 	}
@@ -297,7 +298,7 @@ func (a *Agent) syncLocalStatus(ctx context.Context, att *v1alpha1.NetworkAttach
 	}
 	if !want.equal(got) {
 		st := att.DeepCopy()
-		st.Status.MACAddress, st.Status.IfcName, st.Status.HostIP = want.mac, want.ifcName, want.hostIP
+		st.Status.MACAddress, st.Status.IfcName, st.Status.HostIP, st.Status.MTU = want.mac, want.ifcName, want.hostIP, want.mtu
 		st.Status.Errors.Host = want.hostErrors
 		updated, err := a.client.NetworkV1alpha1().NetworkAttachments(att.Namespace).UpdateStatus(ctx, st, metav1.UpdateOptions{})
 		if err != nil {
@@ -311,7 +312,7 @@ func (a *Agent) syncLocalStatus(ctx context.Context, att *v1alpha1.NetworkAttach
 		case settleErr == nil && len(want.hostErrors) > 0:
 			a.recorder.Event(att, corev1.EventTypeWarning, reasonAddressHeld, want.hostErrors[0])
 		}
-		klog.FromContext(ctx).V(3).Info("Wrote the interface into the status", "ready", want.ready(), "interface", want.ifcName)
+		klog.FromContext(ctx).V(3).Info("Wrote the interface into the status", "ready", want.ready(), "interface", want.ifcName, "mtu", want.mtu)
 		att = updated
 	}
 	if !want.ready() {
