@@ -65,12 +65,17 @@ func startManager(t testing.TB, name string, ipamWorkers int) (m *controllermana
 }
 
 // startManagerWith is startManager with the settings of cfg, whose clients
-// it fills in.
+// it fills in when nil (as the admin).
 func startManagerWith(t testing.TB, name string, cfg controllermanager.Config) (m *controllermanager.Manager, stop func()) {
 	t.Helper()
 	env := testenv.Shared(t)
 	kos := startKOS(t)
-	cfg.Kube, cfg.KOS = env.RESTConfig, kos.DirectConfig
+	if cfg.Kube == nil {
+		cfg.Kube = env.RESTConfig
+	}
+	if cfg.KOS == nil {
+		cfg.KOS = kos.DirectConfig
+	}
 	m, err := cfg.Complete().New()
 	if err != nil {
 		t.Fatalf("creating manager %s: %v", name, err)

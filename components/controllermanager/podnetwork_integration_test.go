@@ -11,7 +11,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -20,6 +22,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -35,7 +38,9 @@ import (
 // kube-apiserver, with the NetworkAttachmentDefinition CRD, and
 // kos-apiserver: pods bound to a node by hand (nothing runs them) get their
 // attachments, which follow the annotation, the definitions and the pod's
-// life. No garbage collector runs: the deletions are the controller's.
+// life. No garbage collector runs: the deletions are the controller's. The
+// manager runs as a ServiceAccount with the rights of
+// testdata/pod-network-clusterrole.yaml alone.
 func TestIntegrationPodNetworks(t *testing.T) {
 	ctx := context.Background()
 	env := testenv.Shared(t)
@@ -49,9 +54,18 @@ func TestIntegrationPodNetworks(t *testing.T) {
 		t.Fatal(err)
 	}
 	installDefinitionCRD(t, dyn)
-	startManagerWith(t, "manager", controllermanager.Config{SubnetValidatorWorkers: 1, IPAMWorkers: 2, PodNetworks: true, PodNetworkWorkers: 2})
-
 	ns := newNamespace(t)
+	token := managerToken(t, kube, ns)
+	asManager := func(cfg *rest.Config) *rest.Config {
+		c := rest.AnonymousClientConfig(cfg)
+		c.BearerToken = token
+		return c
+	}
+	startManagerWith(t, "manager", controllermanager.Config{
+		Kube: asManager(env.RESTConfig), KOS: asManager(startKOS(t).DirectConfig),
+		SubnetValidatorWorkers: 1, IPAMWorkers: 2, PodNetworks: true, PodNetworkWorkers: 2,
+	})
+
 	// Without kube-controller-manager, no one makes the ServiceAccount that
 	// admission wants pods to have.
 	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -156,6 +170,49 @@ func TestIntegrationPodNetworks(t *testing.T) {
 		t.Errorf("%d attachments left in %s, such as %s for pod %s; want none (pod %s is unbound)",
 			len(list.Items), ns, list.Items[0].Name, list.Items[0].Annotations[podnetwork.PodAnnotation], idle.Name)
 	}
+}
+
+// managerToken creates a ServiceAccount in ns bound to the ClusterRole of
+// testdata/pod-network-clusterrole.yaml and returns a token of it.
+func managerToken(t *testing.T, kube kubernetes.Interface, ns string) string {
+	t.Helper()
+	ctx := context.Background()
+	data, err := os.ReadFile("testdata/pod-network-clusterrole.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var role rbacv1.ClusterRole
+	if err := yaml.UnmarshalStrict(data, &role); err != nil {
+		t.Fatalf("reading the cluster role: %v", err)
+	}
+	if _, err := kube.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+		_, err = kube.RbacV1().ClusterRoles().Update(ctx, &role, metav1.UpdateOptions{})
+		if err != nil {
+			t.Fatalf("updating cluster role %s: %v", role.Name, err)
+		}
+	} else if err != nil {
+		t.Fatalf("creating cluster role %s: %v", role.Name, err)
+	}
+	sa, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "kos-controller-manager"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name + "-" + ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa.Name}},
+	}
+	if _, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
+	})
+	tr, err := kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("requesting a token: %v", err)
+	}
+	return tr.Status.Token
 }
 
 // installDefinitionCRD creates the NetworkAttachmentDefinition CRD of
