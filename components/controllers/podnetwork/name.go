@@ -25,7 +25,8 @@ var nameHash = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPaddin
 //
 // Two pods whose names and interfaces join with the same dash (pod a-b
 // with interface c, pod a with interface b-c) get the same name: the
-// controller gives it to neither but the first, and says so in an Event.
+// attachment stays the pod's that got it first, and the other pod gets an
+// AttachmentConflict Event.
 func AttachmentName(pod, ifname string) string {
 	name := pod + "-" + ifname
 	if len(validation.IsDNS1123Label(name)) == 0 {
