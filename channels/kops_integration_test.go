@@ -125,7 +125,7 @@ func installRecords(t *testing.T, k kubernetes.Interface) map[string]string {
 // release dropped is gone.
 func TestIntegrationKOpsChannelsInterop(t *testing.T) {
 	kopsBin := kopsChannels(t)
-	oursBin := ourChannels(t)
+	oursBin := testenv.Build(t, "cmd/channels")
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)

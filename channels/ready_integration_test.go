@@ -45,7 +45,7 @@ func TestIntegrationReadinessGate(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Stop() })
-	ours := tool{name: "ours", bin: ourChannels(t), kubeconfig: env.Kubeconfig, home: t.TempDir()}
+	ours := tool{name: "ours", bin: testenv.Build(t, "cmd/channels"), kubeconfig: env.Kubeconfig, home: t.TempDir()}
 	dir := t.TempDir()
 	sel := selectorOf("ready")
 	release := func(version string, replicas int) string {
@@ -122,7 +122,7 @@ spec:
 func TestIntegrationReadinessAcrossAddons(t *testing.T) {
 	const ns = "ready-across"
 	env := testenv.Shared(t)
-	ours := tool{name: "ours", bin: ourChannels(t), kubeconfig: env.Kubeconfig, home: t.TempDir()}
+	ours := tool{name: "ours", bin: testenv.Build(t, "cmd/channels"), kubeconfig: env.Kubeconfig, home: t.TempDir()}
 	gadget := fmt.Sprintf(`apiVersion: ready.test.kos.example.com/v1
 kind: Gadget
 metadata: {name: g, namespace: %s}

@@ -373,7 +373,7 @@ func TestIntegrationKilledMidApply(t *testing.T) {
 	env := testenv.Shared(t)
 	createNamespace(t, ns)
 	k := kube(t)
-	bin := ourChannels(t)
+	bin := testenv.Build(t, "cmd/channels")
 	dir := t.TempDir()
 	ours := tool{name: "ours", bin: bin, kubeconfig: env.Kubeconfig, home: t.TempDir()}
 	sel := selectorOf("killed")

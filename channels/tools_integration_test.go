@@ -49,23 +49,6 @@ func kopsChannels(t *testing.T) string {
 	return bin
 }
 
-// ourChannels builds this repository's channels command into a folder of
-// the test.
-func ourChannels(t *testing.T) string {
-	t.Helper()
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "kos-channels")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/channels")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building cmd/channels: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // tool is one channels command run against one cluster.
 type tool struct {
 	name       string

@@ -327,7 +327,7 @@ func BenchmarkAgentMemory(b *testing.B) {
 	k.subnet("s1", "10.190.0.0/16", vni)
 	k.attachment("a0", k.node("a"), "s1")
 	k.address("a0", "10.190.0.1", vni)
-	p := startAgentProcess(b, buildAgent(b), "--fabric=logging", "--kubeconfig="+env.Kubeconfig,
+	p := startAgentProcess(b, testenv.Build(b, "cmd/kos-agent"), "--fabric=logging", "--kubeconfig="+env.Kubeconfig,
 		"--node-name="+k.node("a"), "--host-ip="+hostA, "--kos-api-server="+kos.URL, "--kos-api-ca-file="+kos.CACertFile)
 	poll.Until(b, settle, "a0 is ready", k.ready("a0", hostA))
 	time.Sleep(5 * time.Second)

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,40 +17,6 @@ import (
 	"github.com/kos-sdn/kos/tools/poll"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
-
-var (
-	agentBuild    sync.Once
-	agentBin      string
-	agentBuildErr error
-)
-
-// buildAgent builds cmd/kos-agent once per test run, into the repository's
-// git-ignored cache, and returns its path.
-func buildAgent(t testing.TB) string {
-	t.Helper()
-	agentBuild.Do(func() {
-		root, err := testenv.RepoRoot()
-		if err != nil {
-			agentBuildErr = err
-			return
-		}
-		agentBin = filepath.Join(root, ".cache", "test-bin", "kos-agent")
-		// A private name first, so that test runs at once never run a
-		// half-written file.
-		tmp := fmt.Sprintf("%s.tmp-%d", agentBin, os.Getpid())
-		cmd := exec.Command("go", "build", "-o", tmp, "./cmd/kos-agent")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			agentBuildErr = fmt.Errorf("building kos-agent: %w\n%s", err, out)
-			return
-		}
-		agentBuildErr = os.Rename(tmp, agentBin)
-	})
-	if agentBuildErr != nil {
-		t.Fatal(agentBuildErr)
-	}
-	return agentBin
-}
 
 // freeAddress returns a loopback address with a port nothing listens on.
 func freeAddress(t testing.TB) string {
@@ -150,7 +115,7 @@ func TestIntegrationCommand(t *testing.T) {
 	}
 	const vni = 401
 	k.subnet("s1", "10.40.0.0/24", vni)
-	bin := buildAgent(t)
+	bin := testenv.Build(t, "cmd/kos-agent")
 	common := []string{"--fabric=logging", "--kubeconfig=" + env.Kubeconfig, "--flow-check-period=500ms"}
 	direct := startAgentProcess(t, bin, append(common, "--node-name="+k.node("a"), "--host-ip="+hostA,
 		"--kos-api-server="+kos.URL, "--kos-api-ca-file="+kos.CACertFile)...)
@@ -196,7 +161,7 @@ func TestIntegrationCommand(t *testing.T) {
 // TestIntegrationCommandFlags checks that bad flags are refused, all at
 // once, before anything starts.
 func TestCommandFlags(t *testing.T) {
-	bin := buildAgent(t)
+	bin := testenv.Build(t, "cmd/kos-agent")
 	out, err := exec.Command(bin, "--fabric=switch", "--host-ip=fe80::1", "--workers=0", "--allowed-programs=bin/echo").CombinedOutput()
 	if err == nil {
 		t.Fatalf("kos-agent with bad flags succeeded:\n%s", out)

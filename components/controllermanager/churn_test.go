@@ -278,43 +278,6 @@ func httpGet(ctx context.Context, url string) (int, error) {
 	return resp.StatusCode, nil
 }
 
-var (
-	managerBuildOnce sync.Once
-	managerBin       string
-	managerBuildErr  error
-)
-
-// managerBinary builds cmd/kos-controller-manager once per test run into
-// the repository's git-ignored cache.
-func managerBinary(t testing.TB) string {
-	t.Helper()
-	managerBuildOnce.Do(func() {
-		root, err := testenv.RepoRoot()
-		if err != nil {
-			managerBuildErr = err
-			return
-		}
-		dir := filepath.Join(root, ".cache", "test-bin")
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			managerBuildErr = err
-			return
-		}
-		managerBin = filepath.Join(dir, "kos-controller-manager")
-		tmp := fmt.Sprintf("%s.tmp-%d", managerBin, os.Getpid())
-		cmd := exec.Command("go", "build", "-o", tmp, "./cmd/kos-controller-manager")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			managerBuildErr = fmt.Errorf("building kos-controller-manager: %w\n%s", err, out)
-			return
-		}
-		managerBuildErr = os.Rename(tmp, managerBin)
-	})
-	if managerBuildErr != nil {
-		t.Fatal(managerBuildErr)
-	}
-	return managerBin
-}
-
 // managerProcess is a kos-controller-manager process talking to
 // kos-apiserver directly, without leader election.
 type managerProcess struct {
@@ -355,7 +318,7 @@ func (m *managerProcess) start(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer log.Close()
-	m.cmd = exec.Command(managerBinary(t), m.args...)
+	m.cmd = exec.Command(testenv.Build(t, "cmd/kos-controller-manager"), m.args...)
 	m.cmd.Stdout, m.cmd.Stderr = log, log
 	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := m.cmd.Start(); err != nil {

@@ -327,7 +327,7 @@ func TestIntegrationRBAC(t *testing.T) {
 // and exits non-zero.
 func TestIntegrationBinary(t *testing.T) {
 	env := testenv.Shared(t)
-	bin := buildBinary(t, "kos-pki")
+	bin := testenv.Build(t, "cmd/kos-pki")
 	ns := newNamespace(t)
 	run := func(kubeconfig string) (stdout, stderr string, err error, took time.Duration) {
 		var out, errOut bytes.Buffer

@@ -6,10 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -189,37 +186,6 @@ func freePorts(t testing.TB, n int) []int {
 		l.Close()
 	}
 	return ports
-}
-
-var (
-	buildMu sync.Mutex
-	built   = map[string]string{}
-)
-
-// buildBinary builds ./cmd/<name> once per test program and returns its
-// path.
-func buildBinary(t testing.TB, name string) string {
-	t.Helper()
-	env := testenv.Shared(t)
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	if bin, ok := built[name]; ok {
-		return bin
-	}
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(env.Dir, "bin", name)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/"+name)
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building %s: %v\n%s", name, err, out)
-	}
-	built[name] = bin
-	return bin
 }
 
 // lines formats results as kos-pki prints them.

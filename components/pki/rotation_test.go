@@ -50,7 +50,7 @@ func TestIntegrationRotation(t *testing.T) {
 	env := testenv.Shared(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	kosBin := buildBinary(t, "kos-apiserver")
+	kosBin := testenv.Build(t, "cmd/kos-apiserver")
 	ns := newNamespace(t)
 	ports := freePorts(t, 4)
 	etcdPort, peerPort, proxyPort, apiPort := ports[0], ports[1], ports[2], ports[3]

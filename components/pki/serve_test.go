@@ -35,7 +35,7 @@ import (
 func TestIntegrationServe(t *testing.T) {
 	env := testenv.Shared(t)
 	ctx := context.Background()
-	kosBin := buildBinary(t, "kos-apiserver")
+	kosBin := testenv.Build(t, "cmd/kos-apiserver")
 	ns := newNamespace(t)
 	ports := freePorts(t, 7)
 	apiPort := ports[6]

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -25,44 +24,18 @@ const (
 	dropped = 50
 )
 
-var (
-	buildOnce   sync.Once
-	channelsBin string
-	buildErr    error
-	counter     atomic.Int64
-)
+// counter numbers the addons' namespaces.
+var counter atomic.Int64
 
-// channelsBinary builds cmd/channels once per run ($KOS_CHANNELS_BIN, when
-// set, names a binary already built) so that channels and kubectl are both
-// timed as the processes a person runs.
+// channelsBinary returns cmd/channels, built once per run
+// ($KOS_CHANNELS_BIN, when set, names a binary already built), so that
+// channels and kubectl are both timed as the processes a person runs.
 func channelsBinary(b *testing.B) string {
 	b.Helper()
-	buildOnce.Do(func() {
-		if p := os.Getenv("KOS_CHANNELS_BIN"); p != "" {
-			channelsBin = p
-			return
-		}
-		dir, err := os.MkdirTemp("", "kos-bench-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		channelsBin = filepath.Join(dir, "channels")
-		root, err := testenv.RepoRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", channelsBin, "github.com/kos-sdn/kos/cmd/channels")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("building channels: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		b.Fatal(buildErr)
+	if p := os.Getenv("KOS_CHANNELS_BIN"); p != "" {
+		return p
 	}
-	return channelsBin
+	return testenv.Build(b, "cmd/channels")
 }
 
 // set is one addon's files: its manifests and a channel listing them.

@@ -179,7 +179,7 @@ func (lu *liveUpgrade) testPublish(t *testing.T) {
 		t.Fatal(err)
 	}
 	lu.https = serveTree(t, lu.t, lu.env.Nodes[0].HostIP, lu.tree)
-	lu.channelsBin = buildChannels(t, lu.t.TempDir(), lu.root)
+	lu.channelsBin = testenv.Build(t, "cmd/channels")
 	lu.kopsBin = kopsChannelsBin(t, lu.root)
 	lu.provideVolumes(t)
 	figure(t, "live-published", time.Since(began))

@@ -154,7 +154,7 @@ func (s *standard) testPublish(t *testing.T) {
 	}
 	s.s3 = uploadTree(t, s.t, tree, releaseBucket, releasePrefix)
 	s.https = serveTree(t, s.t, s.env.Nodes[0].HostIP, tree)
-	s.channelsBin = buildChannels(t, s.t.TempDir(), s.root)
+	s.channelsBin = testenv.Build(t, "cmd/channels")
 
 	s.provideVolumes(t)
 	figure(t, "published", time.Since(began))
@@ -617,18 +617,6 @@ func (s *standard) channelsProcess(t *testing.T, args ...string) string {
 		t.Fatalf("channels %s: %v: %s", strings.Join(args, " "), err, stderr.String())
 	}
 	return stdout.String()
-}
-
-// buildChannels builds the channels command into dir.
-func buildChannels(t *testing.T, dir, root string) string {
-	t.Helper()
-	bin := filepath.Join(dir, "channels")
-	cmd := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "./cmd/channels")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building channels: %v: %s", err, out)
-	}
-	return bin
 }
 
 // dumpFabrics logs, for a failed run, the end of every agent's log and how

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kos-sdn/kos/tools/registry"
+	"github.com/kos-sdn/kos/tools/testenv"
 )
 
 // result is what one run of the localenv binary did.
@@ -32,13 +33,7 @@ type result struct {
 // --registry returns while the control plane and the registry keep running,
 // a second up finds them, status and env report them, and down stops them.
 func TestIntegrationUpStatusDown(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "localenv")
-	// The go on PATH, as make test runs: runtime.GOROOT is empty in a
-	// -trimpath build, which make test makes.
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building localenv: %v\n%s", err, out)
-	}
+	bin := testenv.Build(t, "tools/localenv")
 	dir := filepath.Join(t.TempDir(), "env")
 	run := func(args ...string) result {
 		t.Helper()

@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -98,10 +96,10 @@ type KOS struct {
 
 var kosNamePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
-// StartKOS builds cmd/kos-apiserver (once per program, into
-// <repo>/.cache/test-bin), starts an etcd for it (etcd-kos-<name>, with its
-// data, log and pid file in Dir as StartEtcd's), starts it on a free
-// loopback port and, unless opts.DirectOnly, registers it with the
+// StartKOS builds cmd/kos-apiserver (once per test program under Main, else
+// once per environment: see Build), starts an etcd for it (etcd-kos-<name>,
+// with its data, log and pid file in Dir as StartEtcd's), starts it on a
+// free loopback port and, unless opts.DirectOnly, registers it with the
 // aggregator through an ExternalName Service to localhost. It returns once
 // the server is ready directly and, when registered, through kube-apiserver.
 // The environment's Stop stops it and its etcd.
@@ -117,7 +115,7 @@ func (e *Env) StartKOS(ctx context.Context, opts KOSOptions) (*KOS, error) {
 	if namespace == "" {
 		namespace = "example-com"
 	}
-	bin, err := kosAPIServerBinary(ctx)
+	bin, err := e.kosAPIServerBinary(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -359,7 +357,7 @@ func (k *KOS) Restart(ctx context.Context) error {
 	if err := k.Stop(); err != nil {
 		return err
 	}
-	bin, err := kosAPIServerBinary(ctx)
+	bin, err := k.env.kosAPIServerBinary(ctx)
 	if err != nil {
 		return err
 	}
@@ -421,41 +419,23 @@ func (k *KOS) startEtcd(ctx context.Context) error {
 	return nil
 }
 
-var (
-	kosBuildMu  sync.Mutex
-	kosBuiltBin string
-)
+// kosAPIServerPackage is the command StartKOS runs.
+const kosAPIServerPackage = "cmd/kos-apiserver"
 
-// kosAPIServerBinary builds cmd/kos-apiserver into <repo>/.cache/test-bin
-// the first time a program asks, and returns its path. The build goes to a
-// temporary name first and is renamed into place, so that test packages
-// building at once never run or replace a half-written file.
-func kosAPIServerBinary(ctx context.Context) (string, error) {
-	kosBuildMu.Lock()
-	defer kosBuildMu.Unlock()
-	if kosBuiltBin != "" {
-		return kosBuiltBin, nil
+// kosAPIServerBinary builds cmd/kos-apiserver and returns its path: once per
+// test program under Main (see Build), else once per environment, into its
+// folder bin, which goes with the environment.
+func (e *Env) kosAPIServerBinary(ctx context.Context) (string, error) {
+	bin, err := programBuild(kosAPIServerPackage)
+	if !errors.Is(err, errNoMain) {
+		return bin, err
 	}
-	root, err := RepoRoot()
-	if err != nil {
-		return "", err
+	e.kosBuildMu.Lock()
+	defer e.kosBuildMu.Unlock()
+	if e.kosBin == "" {
+		if e.kosBin, err = buildInto(ctx, filepath.Join(e.Dir, "bin"), kosAPIServerPackage); err != nil {
+			return "", err
+		}
 	}
-	dir := filepath.Join(root, ".cache", "test-bin")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("creating %s: %w", dir, err)
-	}
-	bin := filepath.Join(dir, "kos-apiserver")
-	tmp := fmt.Sprintf("%s.tmp-%d-%d", bin, os.Getpid(), time.Now().UnixNano())
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", tmp, "./cmd/kos-apiserver")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		_ = os.Remove(tmp)
-		return "", fmt.Errorf("building kos-apiserver: %w\n%s", err, out)
-	}
-	if err := os.Rename(tmp, bin); err != nil {
-		_ = os.Remove(tmp)
-		return "", fmt.Errorf("installing kos-apiserver: %w", err)
-	}
-	kosBuiltBin = bin
-	return bin, nil
+	return e.kosBin, nil
 }

@@ -64,13 +64,17 @@ func Shared(t testing.TB) *Env {
 var errStopped = errors.New("the test program is stopping")
 
 // Main runs the tests of a package and then stops the control plane Shared
-// started, if a test asked for it. An interrupt stops it before the program
-// exits, so that no etcd or kube-apiserver outlives the tests.
+// started, if a test asked for it, and removes the commands Build built. An
+// interrupt does both before the program exits, so that no etcd or
+// kube-apiserver outlives the tests.
 func Main(m *testing.M) {
 	os.Exit(runMain(m))
 }
 
 func runMain(m *testing.M) int {
+	builds.mu.Lock()
+	builds.main = true
+	builds.mu.Unlock()
 	// The children would die with this program anyway; stopping them here
 	// also removes the working folder.
 	signals := make(chan os.Signal, 1)
@@ -79,6 +83,7 @@ func runMain(m *testing.M) int {
 		sig := <-signals
 		fmt.Fprintf(os.Stderr, "testenv: %s: stopping the control plane\n", sig)
 		_ = stopShared()
+		_ = removeBuilds()
 		os.Exit(1)
 	}()
 
@@ -86,6 +91,12 @@ func runMain(m *testing.M) int {
 	signal.Stop(signals)
 	if err := stopShared(); err != nil {
 		fmt.Fprintf(os.Stderr, "testenv: stopping the control plane: %v\n", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	if err := removeBuilds(); err != nil {
+		fmt.Fprintf(os.Stderr, "testenv: %v\n", err)
 		if code == 0 {
 			code = 1
 		}

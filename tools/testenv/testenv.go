@@ -116,6 +116,11 @@ type Env struct {
 	stopped   bool
 	timeout   time.Duration
 	progress  io.Writer
+
+	// kosBin is cmd/kos-apiserver, once built into Dir outside Main
+	// (kosAPIServerBinary); kosBuildMu serialises its builds.
+	kosBuildMu sync.Mutex
+	kosBin     string
 }
 
 // stateFile names the file in Dir from which Attach finds an environment.
