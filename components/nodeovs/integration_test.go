@@ -10,120 +10,54 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kos-sdn/kos/tools/ovsenv"
+	"github.com/kos-sdn/kos/tools/spawner"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
-var (
-	kosOVSBuild    sync.Once
-	kosOVSBin      string
-	kosOVSBuildErr error
-)
-
-// buildKOSOVS builds cmd/kos-ovs once per test run, into the repository's
-// git-ignored cache, and returns its path.
-func buildKOSOVS(t *testing.T) string {
+// startKOSOVS starts kos-ovs in a node's namespace, as the ovs container of
+// the agent's pod runs it, and stops it when the test ends.
+func startKOSOVS(t *testing.T, ns *ovsenv.Netns, dir string, args ...string) *spawner.Process {
 	t.Helper()
-	kosOVSBuild.Do(func() {
-		root, err := testenv.RepoRoot()
-		if err != nil {
-			kosOVSBuildErr = err
-			return
-		}
-		kosOVSBin = filepath.Join(root, ".cache", "test-bin", "kos-ovs")
-		// A private name first, so that test runs at once never run a
-		// half-written file.
-		tmp := fmt.Sprintf("%s.tmp-%d", kosOVSBin, os.Getpid())
-		cmd := exec.Command("go", "build", "-o", tmp, "./cmd/kos-ovs")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			kosOVSBuildErr = fmt.Errorf("building kos-ovs: %w\n%s", err, out)
-			return
-		}
-		kosOVSBuildErr = os.Rename(tmp, kosOVSBin)
+	args = append([]string{"netns", "exec", ns.Name, testenv.Build(t, "cmd/kos-ovs"),
+		"--run-dir=" + filepath.Join(dir, "run"), "--db-dir=" + filepath.Join(dir, "db"),
+		"--underlay-check-period=200ms"}, args...)
+	p, err := spawner.Run(spawner.Options{
+		Name:    "kos-ovs",
+		Dir:     dir,
+		Binary:  "ip",
+		Args:    args,
+		LogFile: filepath.Join(dir, fmt.Sprintf("kos-ovs-%d.log", time.Now().UnixNano())),
 	})
-	if kosOVSBuildErr != nil {
-		t.Fatal(kosOVSBuildErr)
-	}
-	return kosOVSBin
-}
-
-// kosOVS is kos-ovs running in a node's namespace, as the ovs container of
-// the agent's pod runs it.
-type kosOVS struct {
-	cmd    *exec.Cmd
-	log    string
-	exited chan struct{}
-	err    error
-}
-
-func startKOSOVS(t *testing.T, ns *ovsenv.Netns, dir string, args ...string) *kosOVS {
-	t.Helper()
-	log := filepath.Join(dir, fmt.Sprintf("kos-ovs-%d.log", time.Now().UnixNano()))
-	f, err := os.Create(log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	args = append([]string{"netns", "exec", ns.Name, buildKOSOVS(t),
-		"--run-dir=" + filepath.Join(dir, "run"), "--db-dir=" + filepath.Join(dir, "db"),
-		"--underlay-check-period=200ms"}, args...)
-	cmd := exec.Command("ip", args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	k := &kosOVS{cmd: cmd, log: log, exited: make(chan struct{})}
-	started := make(chan error, 1)
-	go func() {
-		// On a thread of its own that outlives the child: the
-		// parent-death signal follows the starting thread, and threads
-		// that entered a namespace (ovsenv.Netns.Do) end.
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		k.err = cmd.Wait()
-		close(k.exited)
-	}()
-	if err := <-started; err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-k.exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-k.exited
+		if err := p.Stop(30 * time.Second); err != nil {
+			t.Error(err)
 		}
 		if t.Failed() {
-			data, _ := os.ReadFile(log)
+			data, _ := os.ReadFile(p.LogFile)
 			t.Logf("log of kos-ovs:\n%s", data)
 		}
 	})
-	return k
+	return p
 }
 
-// wait waits for kos-ovs to exit and returns how it did.
-func (k *kosOVS) wait(t *testing.T, within time.Duration) error {
+// waitExit waits for kos-ovs to exit and returns how it did.
+func waitExit(t *testing.T, p *spawner.Process, within time.Duration) error {
 	t.Helper()
-	select {
-	case <-k.exited:
-		return k.err
-	case <-time.After(within):
+	if !p.WaitGone(within) {
 		t.Fatalf("kos-ovs still runs after %s", within)
-		return nil
 	}
+	_, err := p.Exited()
+	return err
 }
 
 // readyz asks kos-ovs's /readyz inside ns and returns nil on 200.
@@ -149,23 +83,11 @@ func readyz(ns *ovsenv.Netns) error {
 	})
 }
 
-func waitReady(t *testing.T, ns *ovsenv.Netns, k *kosOVS) {
+// waitReady waits until kos-ovs answers /readyz.
+func waitReady(t *testing.T, ns *ovsenv.Netns, p *spawner.Process) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		err := readyz(ns)
-		if err == nil {
-			return
-		}
-		select {
-		case <-k.exited:
-			t.Fatalf("kos-ovs exited before it was ready: %v", k.err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("kos-ovs not ready after a minute: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
+	if err := p.WaitReady(t.Context(), time.Minute, func(context.Context) error { return readyz(ns) }); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -281,7 +203,7 @@ func TestIntegrationUnderlay(t *testing.T) {
 		t.Fatal(err)
 	}
 	var exit *exec.ExitError
-	if err := k.wait(t, 30*time.Second); !errors.As(err, &exit) || exit.ExitCode() != 1 {
+	if err := waitExit(t, k, 30*time.Second); !errors.As(err, &exit) || exit.ExitCode() != 1 {
 		t.Errorf("kos-ovs after ovs-vswitchd died: %v, want exit status 1", err)
 	}
 	on(t, "ul0", 0)
@@ -300,10 +222,10 @@ func TestIntegrationUnderlay(t *testing.T) {
 	waitReady(t, node, k)
 	on(t, "br-ul", 1)
 
-	if err := k.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := syscall.Kill(k.PID, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if err := k.wait(t, 30*time.Second); err != nil {
+	if err := waitExit(t, k, 30*time.Second); err != nil {
 		t.Errorf("kos-ovs after SIGTERM: %v, want a clean exit", err)
 	}
 	on(t, "ul0", 0)
@@ -339,7 +261,7 @@ func TestIntegrationAdopt(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopped = true
-	if err := k.wait(t, 30*time.Second); err == nil {
+	if err := waitExit(t, k, 30*time.Second); err == nil {
 		t.Error("kos-ovs exited cleanly when the adopted Open vSwitch stopped, want a failure so that kubelet restarts it")
 	}
 }
