@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kos-sdn/kos/tools/poll"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
@@ -35,7 +37,7 @@ type process struct {
 
 func startProcess(t *testing.T, args ...string) *process {
 	t.Helper()
-	p := &process{cmd: exec.Command(buildChannels(t), args...), added: make(chan struct{}, 1), done: make(chan struct{})}
+	p := &process{cmd: exec.Command(testenv.Build(t, "cmd/channels"), args...), added: make(chan struct{}, 1), done: make(chan struct{})}
 	out, err := p.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -120,23 +122,6 @@ func metric(body, sample string) float64 {
 	return -1
 }
 
-// poll calls cond every 100ms until it returns "" or timeout passes, and
-// fails the test with its last answer then.
-func poll(t *testing.T, timeout time.Duration, cond func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		problem := cond()
-		if problem == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", timeout, problem)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // sharedNamespace is declared by both addons of the daemon's channel, as
 // KOS's control addons each declare the namespace they share.
 const sharedNamespace = `apiVersion: v1
@@ -219,12 +204,12 @@ spec:
 	}
 
 	t.Run("applies, labels the node and becomes ready", func(t *testing.T) {
-		poll(t, 60*time.Second, func() string {
+		poll.Until(t, 60*time.Second, "the daemon is ready", func(context.Context) error {
 			code, _, err := get(base + "/readyz")
 			if code != http.StatusOK {
-				return fmt.Sprintf("/readyz: %d %v", code, err)
+				return fmt.Errorf("/readyz: %d %v", code, err)
 			}
-			return ""
+			return nil
 		})
 		if code, _, err := get(base + "/healthz"); code != http.StatusOK {
 			t.Errorf("/healthz: %d %v", code, err)
@@ -271,40 +256,40 @@ spec:
 			t.Fatal(err)
 		}
 		// Within one interval, and the pass it takes.
-		poll(t, interval+3*time.Second, func() string {
+		poll.Until(t, interval+3*time.Second, "the daemon repaired the objects", func(context.Context) error {
 			cm, err := k.CoreV1().ConfigMaps("default").Get(ctx, "dmn-config", metav1.GetOptions{})
 			if err != nil || cm.Data["mode"] != "fast" {
-				return fmt.Sprintf("ConfigMap dmn-config: %v %v", cm.Data, err)
+				return fmt.Errorf("ConfigMap dmn-config: %v %v", cm.Data, err)
 			}
 			dep, err := k.AppsV1().Deployments("default").Get(ctx, "dmn-server", metav1.GetOptions{})
 			if err != nil || *dep.Spec.Replicas != 2 {
-				return fmt.Sprintf("Deployment dmn-server: %v", err)
+				return fmt.Errorf("Deployment dmn-server: %v", err)
 			}
 			if _, err := k.CoreV1().Secrets("default").Get(ctx, "dmn-secret", metav1.GetOptions{}); err != nil {
-				return fmt.Sprintf("Secret dmn-secret: %v", err)
+				return fmt.Errorf("Secret dmn-secret: %v", err)
 			}
-			return ""
+			return nil
 		})
 		t.Logf("repaired in %s", time.Since(began).Round(time.Millisecond))
-		poll(t, 5*time.Second, func() string {
+		poll.Until(t, 5*time.Second, "the repairs are counted", func(context.Context) error {
 			after := metrics()
 			for sample, want := range map[string]float64{
 				`channels_drift_objects_repaired_total{drift="changed"}`: 2,
 				`channels_drift_objects_repaired_total{drift="deleted"}`: 1,
 			} {
 				if got := metric(after, sample) - metric(before, sample); got != want {
-					return fmt.Sprintf("%s went up by %v, want %v", sample, got, want)
+					return fmt.Errorf("%s went up by %v, want %v", sample, got, want)
 				}
 			}
-			return ""
+			return nil
 		})
 	}
 	t.Run("checks the applied objects on the next pass", func(t *testing.T) {
-		poll(t, interval+3*time.Second, func() string {
+		poll.Until(t, interval+3*time.Second, "the daemon checked the applied objects", func(context.Context) error {
 			if got := metric(metrics(), "channels_drift_objects_checked_total"); got < 3 {
-				return fmt.Sprintf("channels_drift_objects_checked_total = %v, want at least 3", got)
+				return fmt.Errorf("channels_drift_objects_checked_total = %v, want at least 3", got)
 			}
-			return ""
+			return nil
 		})
 	})
 	t.Run("repairs a hand-edited and a hand-deleted object", repairs)
@@ -319,11 +304,11 @@ spec:
 		repaired := metric(metrics(), `channels_drift_objects_repaired_total{drift="changed"}`) + metric(metrics(), `channels_drift_objects_repaired_total{drift="deleted"}`)
 		checked := metric(metrics(), "channels_drift_objects_checked_total")
 		// Two more passes at least.
-		poll(t, 4*interval+5*time.Second, func() string {
+		poll.Until(t, 4*interval+5*time.Second, "two more passes checked the objects", func(context.Context) error {
 			if got := metric(metrics(), "channels_drift_objects_checked_total"); got < checked+2*6 {
-				return fmt.Sprintf("channels_drift_objects_checked_total = %v, want at least %v", got, checked+2*6)
+				return fmt.Errorf("channels_drift_objects_checked_total = %v, want at least %v", got, checked+2*6)
 			}
-			return ""
+			return nil
 		})
 		after, err := k.CoreV1().Namespaces().Get(ctx, "dmn-shared", metav1.GetOptions{})
 		if err != nil {
@@ -342,11 +327,11 @@ spec:
 		if err := env.Stop(); err != nil {
 			t.Fatal(err)
 		}
-		poll(t, 30*time.Second, func() string {
+		poll.Until(t, 30*time.Second, "a pass failed while the control plane was down", func(context.Context) error {
 			if got := metric(metrics(), `channels_passes_total{result="failure"}`); got <= failures {
-				return "no pass failed while the control plane was down"
+				return errors.New("no pass failed while the control plane was down")
 			}
-			return ""
+			return nil
 		})
 		if code, _, err := get(base + "/healthz"); code != http.StatusOK {
 			t.Errorf("/healthz while the control plane is down: %d %v", code, err)
@@ -359,11 +344,11 @@ spec:
 			t.Fatal(err)
 		}
 		successes := metric(metrics(), `channels_passes_total{result="success"}`)
-		poll(t, 30*time.Second, func() string {
+		poll.Until(t, 30*time.Second, "a pass succeeded since the control plane came back", func(context.Context) error {
 			if got := metric(metrics(), `channels_passes_total{result="success"}`); got <= successes {
-				return "no pass succeeded since the control plane came back"
+				return errors.New("no pass succeeded since the control plane came back")
 			}
-			return ""
+			return nil
 		})
 		repairs(t)
 	})
@@ -380,9 +365,11 @@ spec:
 		if code := p.cmd.ProcessState.ExitCode(); code != 0 {
 			t.Errorf("exit %d after SIGTERM, want 0", code)
 		}
-		out := p.output()
-		if len(out) == 0 || !strings.HasSuffix(out[len(out)-1], " stopped") {
-			t.Errorf("last line = %q, want it to say stopped", out[len(out)-1:])
+		switch out := p.output(); {
+		case len(out) == 0:
+			t.Error("channels printed nothing, want its last line to say stopped")
+		case !strings.HasSuffix(out[len(out)-1], " stopped"):
+			t.Errorf("last line = %q, want it to say stopped", out[len(out)-1])
 		}
 		// The lease was released.
 		if l, err := k.CoordinationV1().Leases("kube-system").Get(ctx, "channels", metav1.GetOptions{}); err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {

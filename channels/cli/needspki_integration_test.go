@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/kos-sdn/kos/tools/poll"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
@@ -64,11 +65,11 @@ spec:
 		t.Fatal(err)
 	}
 	issuers := dyn.Resource(schema.GroupVersionResource{Group: "cert-manager.io", Version: "v1", Resource: "issuers"}).Namespace("kube-system")
-	poll(t, 30*time.Second, func() string {
+	poll.Until(t, 30*time.Second, "issuers are served", func(context.Context) error {
 		if _, err := issuers.List(ctx, metav1.ListOptions{}); err != nil {
-			return fmt.Sprintf("issuers not served yet: %v", err)
+			return fmt.Errorf("issuers not served yet: %v", err)
 		}
-		return ""
+		return nil
 	})
 
 	t.Run("the plan shows the CA Secret and Issuer", func(t *testing.T) {

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -10,8 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -290,43 +287,18 @@ func hashOf(t *testing.T, d channelDir, name string) string {
 	return hash
 }
 
-// channelsBinary builds cmd/channels once for the tests that run it as a
-// process.
-var channelsBinary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "channels-bin-")
-	if err != nil {
-		return "", err
-	}
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "channels")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/channels")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GOTOOLCHAIN=local")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building channels: %w: %s", err, out)
-	}
-	return bin, nil
-})
-
-func buildChannels(t *testing.T) string {
-	t.Helper()
-	bin, err := channelsBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bin
-}
-
 func TestIntegrationInterrupt(t *testing.T) {
 	env := testenv.Shared(t)
-	bin := buildChannels(t)
-	// A channel server that answers only when the test ends: the run is
-	// interrupted while it fetches.
+	bin := testenv.Build(t, "cmd/channels")
+	// A channel server that answers only when the test ends, and says when
+	// the run asks: the run is interrupted while it fetches.
 	release := make(chan struct{})
+	fetching := make(chan struct{}, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case fetching <- struct{}{}:
+		default:
+		}
 		select {
 		case <-release:
 		case <-r.Context().Done():
@@ -341,18 +313,30 @@ func TestIntegrationInterrupt(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second)
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	// The command handles SIGINT from its start (Run), long before it
+	// fetches.
+	select {
+	case <-fetching:
+	case <-done:
+		t.Fatalf("channels exited (%v) before fetching the channel; stderr %q", cmd.ProcessState, stderr.String())
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("channels did not fetch the channel within 30s; stderr %q", stderr.String())
+	}
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
 	select {
 	case <-done:
-	case <-ctx.Done():
-		_ = cmd.Process.Signal(syscall.SIGKILL)
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
 		t.Fatal("channels did not exit within 30s of SIGINT")
 	}
 	if code := cmd.ProcessState.ExitCode(); code != 130 {
