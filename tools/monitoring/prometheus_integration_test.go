@@ -392,20 +392,24 @@ func TestIntegrationDashboardsHaveData(t *testing.T) {
 	if err != nil || res.TotalErrors() > 0 {
 		t.Fatalf("driver: %v, errors %v", err, res.Errors)
 	}
-	time.Sleep(3 * time.Second) // a few scrapes after the load
-
-	var missing []string
-	for _, q := range dashboardQueries(t) {
-		values, err := instantQuery(base, q.expr)
-		has := slices.ContainsFunc(values, func(v float64) bool { return !math.IsNaN(v) })
-		if err != nil || !has {
-			missing = append(missing, fmt.Sprintf("%s / %s: %s: values %v, error %v", q.dashboard, q.panel, q.expr, values, err))
+	// Prometheus scrapes every second: the last scrapes of the load come
+	// in shortly.
+	queries := dashboardQueries(t)
+	poll.Until(t, time.Minute, "every dashboard query has data", func(context.Context) error {
+		var missing []string
+		for _, q := range queries {
+			values, err := instantQuery(base, q.expr)
+			has := slices.ContainsFunc(values, func(v float64) bool { return !math.IsNaN(v) })
+			if err != nil || !has {
+				missing = append(missing, fmt.Sprintf("%s / %s: %s: values %v, error %v", q.dashboard, q.panel, q.expr, values, err))
+			}
 		}
-	}
-	slices.Sort(missing)
-	for _, m := range missing {
-		t.Errorf("no data: %s", m)
-	}
+		if len(missing) > 0 {
+			slices.Sort(missing)
+			return fmt.Errorf("no data for %d queries:\n%s", len(missing), strings.Join(missing, "\n"))
+		}
+		return nil
+	})
 
 	// Every KOS metric the components exposed, and the driver's, is in
 	// docs/metrics.md.

@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+
+	"github.com/kos-sdn/kos/tools/poll"
 )
 
 var subnetsResource = schema.GroupVersionResource{Group: kosGroup, Version: kosVersion, Resource: "subnets"}
@@ -176,18 +178,10 @@ func TestIntegrationStartKOSEtcdTLS(t *testing.T) {
 	if err != nil {
 		t.Fatalf("creating a client: %v", err)
 	}
-	var last error
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		_, last = client.Resource(subnetsResource).Namespace("default").List(ctx, metav1.ListOptions{})
-		if last == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	if last != nil {
-		t.Fatalf("kos-apiserver did not serve again after its etcd restarted: %v", last)
-	}
+	poll.Until(t, 90*time.Second, "kos-apiserver serves again after its etcd restarted", func(ctx context.Context) error {
+		_, err := client.Resource(subnetsResource).Namespace("default").List(ctx, metav1.ListOptions{})
+		return err
+	})
 	if diff := cmp.Diff(subnetNames(t, kos.DirectConfig), []string{"kept"}); diff != "" {
 		t.Errorf("subnets after an etcd restart (-got +want):\n%s", diff)
 	}

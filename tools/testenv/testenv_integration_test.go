@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"context"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,6 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kos-sdn/kos/tools/poll"
 )
 
 // wantKubernetesVersion reads the version tools/kube/build.sh builds: the
@@ -147,17 +150,10 @@ func TestIntegrationStart(t *testing.T) {
 			t.Fatal(err)
 		}
 		user := kubernetes.NewForConfigOrDie(cfg)
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		poll.Until(t, 10*time.Second, "a member of testers lists ConfigMaps after the binding", func(ctx context.Context) error {
 			_, err := user.CoreV1().ConfigMaps(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("listing ConfigMaps as a member of testers after the binding: %v", err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return err
+		})
 	})
 
 	t.Run("extra etcd", func(t *testing.T) {
