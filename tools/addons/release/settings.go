@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kos-sdn/kos/channels"
+	"github.com/kos-sdn/kos/components/fabric"
 )
 
 // Setting is one operator setting, ADDON.KEY=VALUE, such as
@@ -36,8 +37,20 @@ type setting struct {
 	apply func(kind string, obj *yaml.Node, value string) (bool, error)
 }
 
+// agentMTU is the setting of the MTU of kos-agent's interfaces; both
+// variants of the agent take it.
+var agentMTU = setting{
+	help:  fmt.Sprintf("MTU of the interfaces kos-agent makes for attachments (its --mtu): 0, the default, takes each node's underlay MTU less the %d bytes of VXLAN; else in [%d,%d]. Releases from 0.3.0 take it", fabric.VXLANOverhead, fabric.MinMTU, fabric.MaxMTU),
+	check: checkMTU,
+	apply: func(kind string, obj *yaml.Node, value string) (bool, error) {
+		return setContainerFlag(kind, obj, "kos-agent", "--mtu", value)
+	},
+}
+
 // settings are the known settings, by ADDON.KEY.
 var settings = map[string]setting{
+	"kos-agent.mtu":           agentMTU,
+	"kos-agent-userspace.mtu": agentMTU,
 	"kos-apiserver.replicas": {
 		help:  "replicas of the kos-apiserver Deployment (default 2)",
 		check: checkReplicas,
@@ -206,6 +219,47 @@ func checkQuantity(v string) error {
 		return fmt.Errorf("a volume's size must be positive, not %s", v)
 	}
 	return nil
+}
+
+func checkMTU(v string) error {
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return fmt.Errorf("an MTU must be a whole number, not %q", v)
+	}
+	if n == 0 {
+		return nil
+	}
+	return fabric.ValidateMTU(n)
+}
+
+// setContainerFlag sets the value of flag in the args of the container of a
+// DaemonSet, where the manifest gives it as one argument FLAG=VALUE. A
+// DaemonSet whose container does not give the flag, as of a release older
+// than the flag, is left as it is.
+func setContainerFlag(kind string, obj *yaml.Node, container, flag, value string) (bool, error) {
+	if kind != "DaemonSet" {
+		return false, nil
+	}
+	containers := child(child(child(child(obj, "spec"), "template"), "spec"), "containers")
+	if containers == nil || containers.Kind != yaml.SequenceNode {
+		return false, errors.New("a DaemonSet without containers")
+	}
+	for _, c := range containers.Content {
+		if name := child(c, "name"); name == nil || name.Value != container {
+			continue
+		}
+		args := child(c, "args")
+		if args == nil || args.Kind != yaml.SequenceNode {
+			return false, nil
+		}
+		for _, a := range args.Content {
+			if a.Kind == yaml.ScalarNode && strings.HasPrefix(a.Value, flag+"=") {
+				a.Tag, a.Value, a.Style = "!!str", flag+"="+value, 0
+				return true, nil
+			}
+		}
+	}
+	return false, nil
 }
 
 // setReplicas sets spec.replicas of a Deployment.

@@ -1,0 +1,114 @@
+package release
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// agentManifest is a manifest of kos-agent as of 0.3.0, cut down: the flag
+// --mtu in the agent's container only.
+const agentManifest = `apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: kos-agent
+data:
+  args: --mtu=0
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: kos-agent
+spec:
+  template:
+    spec:
+      containers:
+      - name: ovs
+        args:
+        - --mtu=0
+      - name: kos-agent
+        args:
+        - --host-ip=$(HOST_IP)
+        # 0: the underlay's MTU less VXLAN's 50 bytes.
+        - --mtu=0
+`
+
+func TestAgentMTUSetting(t *testing.T) {
+	tests := []struct {
+		name        string
+		manifest    string
+		setting     string
+		wantApplied bool
+		wantChanged []string // the lines that change, before and after
+	}{
+		{
+			name:        "kos-agent",
+			manifest:    agentManifest,
+			setting:     "kos-agent.mtu=1400",
+			wantApplied: true,
+			wantChanged: []string{"        - --mtu=0", "        - --mtu=1400"},
+		},
+		{
+			name:        "kos-agent-userspace",
+			manifest:    agentManifest,
+			setting:     "kos-agent-userspace.mtu=8950",
+			wantApplied: true,
+			wantChanged: []string{"        - --mtu=0", "        - --mtu=8950"},
+		},
+		{
+			name:     "a release without --mtu",
+			manifest: strings.ReplaceAll(agentManifest, "        - --mtu=0\n", ""),
+			setting:  "kos-agent.mtu=1400",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := ParseSetting(tt.setting)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, applied, err := applySettings([]byte(tt.manifest), s.Addon, []Setting{s})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := len(applied) == 1; got != tt.wantApplied {
+				t.Errorf("applied %v, want applied %t", applied, tt.wantApplied)
+			}
+			var changed []string
+			before, after := strings.Split(tt.manifest, "\n"), strings.Split(string(out), "\n")
+			if len(before) != len(after) {
+				t.Fatalf("the manifest has %d lines, %d after the setting:\n%s", len(before), len(after), out)
+			}
+			for i := range before {
+				if before[i] != after[i] {
+					changed = append(changed, before[i], after[i])
+				}
+			}
+			if diff := cmp.Diff(changed, tt.wantChanged); diff != "" {
+				t.Errorf("changed lines (-got +want):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestParseMTUSetting(t *testing.T) {
+	for _, tt := range []struct {
+		setting string
+		wantErr string
+	}{
+		{setting: "kos-agent.mtu=0"},
+		{setting: "kos-agent.mtu=576"},
+		{setting: "kos-agent.mtu=9216"},
+		{setting: "kos-agent.mtu=575", wantErr: `setting "kos-agent.mtu=575": MTU 575 is not in [576,9216]`},
+		{setting: "kos-agent-userspace.mtu=1.5k", wantErr: `setting "kos-agent-userspace.mtu=1.5k": an MTU must be a whole number, not "1.5k"`},
+	} {
+		var got string
+		if _, err := ParseSetting(tt.setting); err != nil {
+			got = err.Error()
+		}
+		if got != tt.wantErr {
+			t.Errorf("ParseSetting(%q) = %q, want %q", tt.setting, got, tt.wantErr)
+		}
+	}
+}
