@@ -72,6 +72,9 @@ type Config struct {
 	// ExecWorkers is how many postCreateExec and postDeleteExec commands
 	// may run at once. DefaultExecWorkers when zero.
 	ExecWorkers int
+	// CNI configures the CNI server that plugs pods' interfaces for
+	// kos-cni; none runs when CNI.Socket is empty.
+	CNI CNIConfig
 }
 
 // addressIndex indexes attachments by the address they hold (address.String).
@@ -106,6 +109,7 @@ type Agent struct {
 
 	flowCheckPeriod time.Duration
 	reconcilePeriod time.Duration
+	cni             CNIConfig
 
 	queue workqueue.TypedRateLimitingInterface[string]
 
@@ -182,6 +186,7 @@ func New(cfg Config) (*Agent, error) {
 		hooks:           make(chan struct{}, orDefault(cfg.ExecWorkers, DefaultExecWorkers)),
 		flowCheckPeriod: orDefault(cfg.FlowCheckPeriod, DefaultFlowCheckPeriod),
 		reconcilePeriod: orDefault(cfg.ReconcilePeriod, DefaultReconcilePeriod),
+		cni:             cfg.CNI,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kos-agent"},
@@ -189,6 +194,7 @@ func New(cfg Config) (*Agent, error) {
 		addrSeed: maphash.MakeSeed(),
 	}
 	a.state = newState(m, a.newNetworkInformer)
+	a.cni.Wait = orDefault(a.cni.Wait, DefaultCNIWait)
 	if a.recorder == nil {
 		// A FakeRecorder without a channel drops every event.
 		a.recorder = &record.FakeRecorder{}
@@ -324,6 +330,9 @@ func (a *Agent) Run(ctx context.Context, workers int) error {
 		wg.Go(func() { wait.UntilWithContext(ctx, a.runWorker, time.Second) })
 	}
 	wg.Go(func() { a.checkFabric(ctx, deferred) })
+	if a.cni.Socket != "" {
+		wg.Go(func() { a.serveCNI(ctx) })
+	}
 	logger.Info("Agent started")
 	<-ctx.Done()
 	logger.Info("Stopping the agent")

@@ -35,6 +35,20 @@
 // while the agent was down leaves no trace to run it from), and its report
 // goes to the log.
 //
+// With a CNI socket (CNIConfig), the agent is also its node's CNI daemon:
+// kos-cni forwards each CNI request for a pod's interface to it. An ADD
+// waits, for a bounded time, for the pod's attachment (named by
+// podnetwork.AttachmentName and made by kos-controller-manager) to have its
+// address and be ready on this node, then plugs a veth pair into the pod in
+// place of the attachment's internal port: the host end, named as the
+// internal port was, becomes the attachment's port (fabric PlugLocal), which
+// records the sandbox's container ID and interface; the pod's end gets the
+// attachment's MAC address, address and the fabric's MTU. A DEL removes the
+// pod's end and, if the sandbox still owns the port, gives the attachment
+// an internal port again, so that a stale DEL removes nothing of a newer
+// sandbox. Plugged ports survive agent and ovs-vswitchd restarts: the
+// switch keeps them, and a reconcile repairs only their flows.
+//
 // The library takes no flags: NewCommand builds the kos-agent command,
 // whose flags fill an Options. Like kos-apiserver, the command goes Options →
 // Complete → Validate → Config (a ServerConfig) → Complete → New (a Server:

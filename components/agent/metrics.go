@@ -28,6 +28,7 @@ type metrics struct {
 	execs           *prometheus.CounterVec
 	informerStarts  prometheus.Counter
 	informerStopped prometheus.Counter
+	cniRequests     *prometheus.HistogramVec
 }
 
 // latencyBuckets span a millisecond to a minute.
@@ -93,10 +94,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: ns, Subsystem: sub, Name: "network_informer_stops_total",
 			Help: "Network informers stopped, as networks stopped being relevant.",
 		}),
+		cniRequests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Subsystem: sub, Name: "cni_request_duration_seconds",
+			Help:    "How long kos-cni's requests took, from the agent's receipt to its answer, by command (ADD, DEL, CHECK, STATUS) and result (ok, error). An ADD includes the wait for the pod's attachment.",
+			Buckets: latencyBuckets,
+		}, []string{"command", "result"}),
 	}
 	// Every series a dashboard shows exists from the start, at zero, so
 	// that a panel of errors shows none rather than nothing.
-	for _, o := range []string{"ensure", "list", opDeleteLocal.String(), opDeleteRemote.String(), opCreateLocal.String(), opCreateRemote.String()} {
+	for _, o := range []string{"ensure", "list", opDeleteLocal.String(), opDeleteRemote.String(), opCreateLocal.String(), opCreateRemote.String(), opPlugLocal} {
 		m.fabricErrors.WithLabelValues(o)
 	}
 	for _, which := range []string{"create", "delete"} {
@@ -111,6 +117,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, c := range []prometheus.Collector{
 		m.fabricOps, m.fabricErrors, m.createToReady, m.dissemination, m.localAtts, m.remoteAtts, m.networks,
 		m.notifications, m.reconciles, m.statusWrites, m.execs, m.informerStarts, m.informerStopped,
+		m.cniRequests,
 	} {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)

@@ -14,6 +14,7 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/kos-sdn/kos/components/cni"
 	"github.com/kos-sdn/kos/components/fabric"
 	"github.com/kos-sdn/kos/components/fabric/logging"
 	"github.com/kos-sdn/kos/components/fabric/ovs"
@@ -84,6 +85,11 @@ type Options struct {
 	ReconcilePeriod time.Duration
 	ExecTimeout     time.Duration
 
+	// CNISocket is where kos-cni's requests are served; none when empty.
+	CNISocket string
+	// CNIWait is as CNIConfig.Wait.
+	CNIWait time.Duration
+
 	// Logs configures logging.
 	Logs *logsapi.LoggingConfiguration
 }
@@ -101,6 +107,7 @@ func NewOptions() *Options {
 		ReconcilePeriod:    DefaultReconcilePeriod,
 		ExecTimeout:        DefaultExecTimeout,
 		ExecWorkers:        DefaultExecWorkers,
+		CNIWait:            DefaultCNIWait,
 		Logs:               logsapi.NewLoggingConfiguration(),
 	}
 }
@@ -136,6 +143,10 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.ExecAllowFile, "exec-allow-file", o.ExecAllowFile, "YAML file of the commands postCreateExec and postDeleteExec may run: rules: [{path: /usr/sbin/ip, args: [link, set, 'kos[0-9a-f]{12}', up]}], each argument a regular expression matched as a whole against the expanded argument, the count exact; a file that does not exist allows nothing. Nothing runs when neither this nor --allowed-programs allows it.")
 	fs.IntVar(&o.ExecWorkers, "exec-workers", o.ExecWorkers, "How many postCreateExec and postDeleteExec commands may run at once, apart from the workers.")
 	fs.DurationVar(&o.ExecTimeout, "exec-timeout", o.ExecTimeout, "How long a postCreateExec or postDeleteExec command may run.")
+
+	fs = fss.FlagSet("cni")
+	fs.StringVar(&o.CNISocket, "cni-socket", o.CNISocket, "The Unix socket where kos-cni, the CNI plugin, reaches the agent (kos-cni's default is "+cni.DefaultSocket+"); empty serves no CNI requests. The agent then plugs a veth pair into each pod whose NetworkAttachment is ready on this node, in place of the attachment's internal port.")
+	fs.DurationVar(&o.CNIWait, "cni-wait", o.CNIWait, "How long a CNI ADD waits for the pod's NetworkAttachment to exist, get its address and be ready on this node before it fails.")
 
 	fs = fss.FlagSet("metrics")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Where to serve /metrics and /healthz over HTTP.")
@@ -190,7 +201,7 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("--allowed-programs: %q is not an absolute, clean path", p))
 		}
 	}
-	for name, d := range map[string]time.Duration{"--flow-check-period": o.FlowCheckPeriod, "--reconcile-period": o.ReconcilePeriod, "--exec-timeout": o.ExecTimeout} {
+	for name, d := range map[string]time.Duration{"--flow-check-period": o.FlowCheckPeriod, "--reconcile-period": o.ReconcilePeriod, "--exec-timeout": o.ExecTimeout, "--cni-wait": o.CNIWait} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s %s: want a positive duration", name, d))
 		}
@@ -260,6 +271,14 @@ func (o *Options) Config(ctx context.Context) (*ServerConfig, error) {
 			ExecTimeout:     o.ExecTimeout,
 			ExecRules:       rules,
 			ExecWorkers:     o.ExecWorkers,
+			CNI: CNIConfig{
+				Socket: o.CNISocket,
+				Wait:   o.CNIWait,
+				// The userspace datapath forwards what it reads from a
+				// pod's veth as it is, checksums left to the device
+				// included.
+				NoChecksumOffload: o.Fabric == FabricOVS && o.DatapathType == "netdev",
+			},
 		},
 		Workers:            o.Workers,
 		MetricsBindAddress: o.MetricsBindAddress,
