@@ -27,7 +27,20 @@ const about = "kos-cni: attaches pods to KOS networks through the node's kos-age
 
 // Main runs kos-cni: it carries out the CNI command its environment names
 // and prints the result, or prints a CNI error and exits with status 1.
+// Run as `kos-cni install <path>` it installs itself at path instead
+// (Install).
 func Main() {
+	if len(os.Args) > 1 && os.Args[1] == InstallCommand {
+		var dst string
+		if len(os.Args) == 3 {
+			dst = os.Args[2]
+		}
+		if err := installSelf(dst); err != nil {
+			fmt.Fprintf(os.Stderr, "kos-cni: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	skel.PluginMainFuncs(skel.CNIFuncs{
 		Add:    cmdAdd,
 		Del:    cmdDel,

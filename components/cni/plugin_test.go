@@ -390,3 +390,41 @@ func compact(raw json.RawMessage) []byte {
 	}
 	return b.Bytes()
 }
+
+// TestInstall runs `kos-cni install` twice into a folder, as the agent's
+// init container does on each start, and checks that the folder then holds
+// the program, executable, and nothing else.
+func TestInstall(t *testing.T) {
+	dir := t.TempDir()
+	dst := filepath.Join(dir, "kos")
+	for range 2 {
+		cmd := exec.Command(os.Args[0], cni.InstallCommand, dst)
+		cmd.Env = []string{pluginEnv + "=1"}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("install: %v: %s", err, out)
+		}
+	}
+	want, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from the program", dst)
+	}
+	if fi, err := os.Stat(dst); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("%s: mode %v (%v), want 0755", dst, fi.Mode(), err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) != 1 {
+		t.Errorf("the folder holds %v (%v), want only kos", entries, err)
+	}
+	cmd := exec.Command(os.Args[0], cni.InstallCommand)
+	cmd.Env = []string{pluginEnv + "=1"}
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "usage: kos-cni install <path>") {
+		t.Errorf("install without a path: %v, %q; want a usage error", err, out)
+	}
+}
