@@ -54,8 +54,10 @@ type Interface interface {
 	// have no port yet (DeleteLocal the one it has first: two interfaces
 	// cannot share a name). The switch keeps each plug's Owner on its
 	// port. Once plugged, an attachment keeps its interface across
-	// restarts: CreateLocal repairs its flows and leaves the port as it is,
-	// and List reports it whole like any other.
+	// restarts: CreateLocal repairs its flows and leaves the port as it is
+	// (unless the switch cannot open the interface, which is then gone:
+	// CreateLocal makes an internal port in its place), and List reports
+	// it whole like any other.
 	PlugLocal(ctx context.Context, plugs ...Plug) error
 	// Plugs returns those of atts whose ports are plugged interfaces,
 	// with the owners recorded on them.

@@ -136,8 +136,10 @@ func (f *Fabric) Ensure(ctx context.Context) (flowsLost bool, err error) {
 // CreateLocal creates or repairs local attachments: their internal ports,
 // with the fabric's MTU, in one ovs-vsctl transaction, then all their flows in one bundle that
 // first deletes whatever flows they had. An attachment whose port is a
-// plugged interface keeps it: only its flows are repaired. Telling the two
-// apart costs one read of their Interface rows first.
+// plugged interface keeps it: only its flows are repaired, unless OVS could
+// not open the interface (it is gone), which an internal port then
+// replaces. Telling these apart costs one read of their Interface rows
+// first.
 func (f *Fabric) CreateLocal(ctx context.Context, atts ...fabric.LocalAttachment) error {
 	if err := validateAll(atts); err != nil {
 		return err
@@ -154,8 +156,23 @@ func (f *Fabric) CreateLocal(ctx context.Context, atts ...fabric.LocalAttachment
 		return err
 	}
 	keep := make(map[string]bool, len(existing))
+	var gone []string
 	for _, r := range existing {
-		keep[r.Name] = plugged(r)
+		switch {
+		case plugged(r) && r.OFPort < 0:
+			// OVS could not open the plugged interface: it is gone, as
+			// a pod's veth is after a reboot. An internal port takes its
+			// place until the pod is plugged again; without one the
+			// attachment could not be created, nor the others with it.
+			gone = append(gone, r.Name)
+		case plugged(r):
+			keep[r.Name] = true
+		}
+	}
+	if len(gone) > 0 {
+		if err := f.ovs.deletePorts(ctx, f.bridge, gone); err != nil {
+			return err
+		}
 	}
 	ports := make([]internalPort, 0, len(atts))
 	for _, a := range atts {

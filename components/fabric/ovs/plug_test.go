@@ -59,7 +59,7 @@ func TestIntegrationPlug(t *testing.T) {
 		t.Fatal(err)
 	}
 	guestA := plugGuest(t, ctx, f, inst, a, "c1/net1")
-	plugGuest(t, ctx, f, inst, b, "c2/net1")
+	guestB := plugGuest(t, ctx, f, inst, b, "c2/net1")
 	wantPlugs := []fabric.Plug{{LocalAttachment: a, Owner: "c1/net1"}, {LocalAttachment: b, Owner: "c2/net1"}}
 
 	check := func(step string, want *fabric.Inventory) {
@@ -109,5 +109,27 @@ func TestIntegrationPlug(t *testing.T) {
 	}
 	if _, err := inst.Netns.Run(ctx, "ip", "link", "show", a.InterfaceName()); err != nil {
 		t.Errorf("deleting a deleted its veth, which is its maker's: %v", err)
+	}
+
+	// b's pod goes without a word and ovs-vswitchd restarts, as at a
+	// reboot: creating b again gives it an internal port.
+	if err := guestB.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.RestartVSwitchd(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.CreateLocal(ctx, b, c); err != nil {
+		t.Fatalf("CreateLocal of an attachment whose plugged interface is gone: %v", err)
+	}
+	wantPlugs = nil
+	if diff := diffInventory(&fabric.Inventory{Local: []fabric.LocalAttachment{b, c}}, list(t, f)); diff != "" {
+		t.Errorf("after b's interface went: List (-want +got):\n%s", diff)
+	}
+	if plugs, err := f.Plugs(ctx, b); err != nil || len(plugs) != 0 {
+		t.Errorf("after b's interface went: Plugs = %v, %v; want none", plugs, err)
 	}
 }
