@@ -152,22 +152,12 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if c.progress == nil {
 		c.progress = io.Discard
 	}
+	// The folder is the control plane's, made first: the nodes' state goes
+	// there before kube-apiserver starts.
 	cp := opts.ControlPlane
-	if cp.Dir == "" {
-		dir, err := os.MkdirTemp("", "kos-testenv-")
-		if err != nil {
-			return nil, fmt.Errorf("creating a working folder: %w", err)
-		}
-		cp.Dir, c.removeDir = dir, true
-	} else {
-		dir, err := filepath.Abs(cp.Dir)
-		if err != nil {
-			return nil, fmt.Errorf("resolving %s: %w", cp.Dir, err)
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("creating the working folder: %w", err)
-		}
-		cp.Dir = dir
+	var err error
+	if cp.Dir, c.removeDir, err = testenv.WorkDir(cp.Dir); err != nil {
+		return nil, err
 	}
 	prev, err := readState(cp.Dir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -757,13 +747,9 @@ func Attach(dir string) (*Cluster, error) {
 }
 
 func readState(dir string) (*clusterState, error) {
-	data, err := os.ReadFile(filepath.Join(dir, stateFile))
-	if err != nil {
-		return nil, fmt.Errorf("reading the cluster state: %w", err)
-	}
 	var st clusterState
-	if err := json.Unmarshal(data, &st); err != nil {
-		return nil, fmt.Errorf("parsing %s: %w", filepath.Join(dir, stateFile), err)
+	if err := spawner.ReadState(filepath.Join(dir, stateFile), &st); err != nil {
+		return nil, fmt.Errorf("reading the cluster state: %w", err)
 	}
 	return &st, nil
 }
@@ -777,16 +763,7 @@ func (c *Cluster) saveState() error {
 }
 
 func writeState(dir string, st *clusterState) error {
-	data, err := json.MarshalIndent(st, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encoding the cluster state: %w", err)
-	}
-	// Written whole and renamed, so that a reader never sees half of it.
-	tmp := filepath.Join(dir, stateFile+".tmp")
-	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
-		return fmt.Errorf("writing the cluster state: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, stateFile)); err != nil {
+	if err := spawner.WriteState(filepath.Join(dir, stateFile), st); err != nil {
 		return fmt.Errorf("writing the cluster state: %w", err)
 	}
 	return nil

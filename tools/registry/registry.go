@@ -15,7 +15,6 @@ package registry
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -174,13 +173,9 @@ func Attach(dir string) (*Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resolving %s: %w", dir, err)
 	}
-	data, err := os.ReadFile(filepath.Join(dir, stateFile))
-	if err != nil {
-		return nil, fmt.Errorf("reading the registry's state: %w", err)
-	}
 	var st state
-	if err := json.Unmarshal(data, &st); err != nil {
-		return nil, fmt.Errorf("parsing %s: %w", filepath.Join(dir, stateFile), err)
+	if err := spawner.ReadState(filepath.Join(dir, stateFile), &st); err != nil {
+		return nil, fmt.Errorf("reading the registry's state: %w", err)
 	}
 	if st.Process == nil || st.Process.PID <= 0 || st.Host == "" {
 		return nil, fmt.Errorf("%s records no registry process", filepath.Join(dir, stateFile))
@@ -188,18 +183,10 @@ func Attach(dir string) (*Registry, error) {
 	return &Registry{host: st.Host, dir: dir, proc: st.Process}, nil
 }
 
-// writeState records a started registry in dir, written whole and renamed
-// so that Attach never reads half of it.
+// writeState records a started registry in dir (spawner.WriteState: Attach
+// never reads half of it).
 func writeState(dir string, st *state) error {
-	data, err := json.MarshalIndent(st, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encoding the registry's state: %w", err)
-	}
-	tmp := filepath.Join(dir, stateFile+".tmp")
-	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
-		return fmt.Errorf("writing the registry's state: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, stateFile)); err != nil {
+	if err := spawner.WriteState(filepath.Join(dir, stateFile), st); err != nil {
 		return fmt.Errorf("writing the registry's state: %w", err)
 	}
 	return nil

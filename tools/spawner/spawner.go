@@ -2,7 +2,7 @@
 // environments (tools/testenv, tools/cluster, tools/ovsenv): Run starts one
 // with its output in a log, reaps it, and Process waits until it is ready
 // (WaitReady), stops it (SIGTERM, then SIGKILL) or, found again from a state
-// file, tells whether it still runs.
+// file (WriteState, ReadState), tells whether it still runs.
 //
 // Every child starts from one thread that lives as long as the program, so
 // that a child's parent-death signal fires only when the program dies.

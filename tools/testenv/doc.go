@@ -10,7 +10,8 @@
 // discovery reports the real Kubernetes version. Options.Components adds
 // kube-controller-manager (garbage collection, default ServiceAccounts,
 // Deployments, ...) and kube-scheduler. Shared starts one such control plane
-// for a whole test program on first use, and Main stops it.
+// for a whole test program on first use, and Main stops it. Build builds a
+// command of the module for a test (once per test program under Main).
 //
 // By default the processes belong to the caller: they die with it (on Linux,
 // through the parent-death signal) and on Env.Stop. With Options.Detach they

@@ -2,7 +2,6 @@ package testenv
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -173,21 +172,8 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	if e.progress == nil {
 		e.progress = io.Discard
 	}
-	if opts.Dir == "" {
-		dir, err := os.MkdirTemp("", "kos-testenv-")
-		if err != nil {
-			return nil, fmt.Errorf("creating a working folder: %w", err)
-		}
-		e.Dir, e.removeDir = dir, true
-	} else {
-		dir, err := filepath.Abs(opts.Dir)
-		if err != nil {
-			return nil, fmt.Errorf("resolving %s: %w", opts.Dir, err)
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("creating the working folder: %w", err)
-		}
-		e.Dir = dir
+	if e.Dir, e.removeDir, err = WorkDir(opts.Dir); err != nil {
+		return nil, err
 	}
 	e.setFiles()
 
@@ -207,6 +193,26 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 		return nil, errors.Join(err, e.stopProcesses())
 	}
 	return e, nil
+}
+
+// WorkDir returns the absolute path of an environment's working folder:
+// dir, created when missing, or, when dir is "", a new temporary folder
+// that the caller removes when it stops (made is true). tools/cluster
+// makes its folder so too.
+func WorkDir(dir string) (path string, made bool, err error) {
+	if dir == "" {
+		if path, err = os.MkdirTemp("", "kos-testenv-"); err != nil {
+			return "", false, fmt.Errorf("creating a working folder: %w", err)
+		}
+		return path, true, nil
+	}
+	if path, err = filepath.Abs(dir); err != nil {
+		return "", false, fmt.Errorf("resolving %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(path, 0o755); err != nil {
+		return "", false, fmt.Errorf("creating the working folder: %w", err)
+	}
+	return path, false, nil
 }
 
 func (e *Env) setFiles() {
@@ -555,19 +561,15 @@ func Attach(dir string) (*Env, error) {
 }
 
 func readState(dir string) (*envState, error) {
-	data, err := os.ReadFile(filepath.Join(dir, stateFile))
-	if err != nil {
-		return nil, fmt.Errorf("reading the environment state: %w", err)
-	}
 	var st envState
-	if err := json.Unmarshal(data, &st); err != nil {
-		return nil, fmt.Errorf("parsing %s: %w", filepath.Join(dir, stateFile), err)
+	if err := spawner.ReadState(filepath.Join(dir, stateFile), &st); err != nil {
+		return nil, fmt.Errorf("reading the environment state: %w", err)
 	}
 	return &st, nil
 }
 
 func (e *Env) saveState() error {
-	data, err := json.MarshalIndent(envState{
+	err := spawner.WriteState(filepath.Join(e.Dir, stateFile), envState{
 		Version:      e.Version,
 		APIServerURL: e.APIServerURL,
 		EtcdURL:      e.EtcdURL,
@@ -576,16 +578,8 @@ func (e *Env) saveState() error {
 		Processes:    e.procs,
 		Address:      e.address,
 		Kubelets:     e.kubelets,
-	}, "", "  ")
+	})
 	if err != nil {
-		return fmt.Errorf("encoding the environment state: %w", err)
-	}
-	// Written whole and renamed, so that a reader never sees half of it.
-	tmp := filepath.Join(e.Dir, stateFile+".tmp")
-	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
-		return fmt.Errorf("writing the environment state: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(e.Dir, stateFile)); err != nil {
 		return fmt.Errorf("writing the environment state: %w", err)
 	}
 	return nil
