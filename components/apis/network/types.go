@@ -103,6 +103,8 @@ type NetworkAttachmentSpec struct {
 	Node string
 	// Subnet is the name of the Subnet, in the same namespace; immutable.
 	Subnet string
+	// IPv4 is the address asked for, or empty for any free one; immutable.
+	IPv4 string
 	// PostCreateExec is a command the agent runs after creating the interface.
 	PostCreateExec []string
 	// PostDeleteExec is a command the agent runs after deleting the interface.

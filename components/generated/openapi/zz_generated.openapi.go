@@ -496,6 +496,13 @@ func schema_components_apis_network_v1alpha1_NetworkAttachmentSpec(ref common.Re
 							Format:      "",
 						},
 					},
+					"ipv4": {
+						SchemaProps: spec.SchemaProps{
+							Description: "IPv4 is the address the interface asks for, such as 10.1.0.7; empty asks for any free address of the subnet. IPAM gives the interface exactly this address once it lies in the subnet's assignable range and no other attachment holds it; until then status.ipv4 stays empty and status.errors.ipam says why. Immutable.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 					"postCreateExec": {
 						VendorExtensible: spec.VendorExtensible{
 							Extensions: spec.Extensions{
@@ -571,7 +578,7 @@ func schema_components_apis_network_v1alpha1_NetworkAttachmentStatus(ref common.
 					},
 					"ipv4": {
 						SchemaProps: spec.SchemaProps{
-							Description: "IPv4 is the address assigned to the interface.",
+							Description: "IPv4 is the address assigned to the interface. Once set it never changes to another address: it is only ever cleared (when the subnet goes, or the address can no longer be held) and set again.",
 							Type:        []string{"string"},
 							Format:      "",
 						},

@@ -143,6 +143,14 @@ type NetworkAttachmentSpec struct {
 	// interface's address comes from. Immutable.
 	Subnet string `json:"subnet"`
 
+	// IPv4 is the address the interface asks for, such as 10.1.0.7; empty
+	// asks for any free address of the subnet. IPAM gives the interface
+	// exactly this address once it lies in the subnet's assignable range and
+	// no other attachment holds it; until then status.ipv4 stays empty and
+	// status.errors.ipam says why. Immutable.
+	// +optional
+	IPv4 string `json:"ipv4,omitempty"`
+
 	// PostCreateExec is a command that the node agent runs once the interface
 	// exists; its result is reported in status.postCreateExecReport.
 	// +optional
@@ -170,7 +178,9 @@ type NetworkAttachmentStatus struct {
 	// +optional
 	AddressVNI uint32 `json:"addressVNI,omitempty"`
 
-	// IPv4 is the address assigned to the interface.
+	// IPv4 is the address assigned to the interface. Once set it never
+	// changes to another address: it is only ever cleared (when the subnet
+	// goes, or the address can no longer be held) and set again.
 	// +optional
 	IPv4 string `json:"ipv4,omitempty"`
 

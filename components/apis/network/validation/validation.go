@@ -148,9 +148,23 @@ func ValidateNetworkAttachment(att *network.NetworkAttachment) field.ErrorList {
 	errs := apimachineryvalidation.ValidateObjectMeta(&att.ObjectMeta, true, apimachineryvalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
 	errs = append(errs, validateObjectName(att.Spec.Node, "node", specPath.Child("node"))...)
 	errs = append(errs, validateObjectName(att.Spec.Subnet, "Subnet", specPath.Child("subnet"))...)
+	if att.Spec.IPv4 != "" {
+		errs = append(errs, ValidateIPv4(att.Spec.IPv4, specPath.Child("ipv4"))...)
+	}
 	errs = append(errs, ValidateExec(att.Spec.PostCreateExec, specPath.Child("postCreateExec"))...)
 	errs = append(errs, ValidateExec(att.Spec.PostDeleteExec, specPath.Child("postDeleteExec"))...)
 	return errs
+}
+
+// ValidateIPv4 checks that addr is an IPv4 address in dotted-decimal form,
+// such as 10.1.0.7: no prefix length, no leading zeros, not IPv6. The form
+// is the one IPAM writes into status.ipv4, so the two compare as strings.
+func ValidateIPv4(addr string, fldPath *field.Path) field.ErrorList {
+	a, err := netip.ParseAddr(addr)
+	if err != nil || !a.Is4() || a.String() != addr {
+		return field.ErrorList{field.Invalid(fldPath, addr, "must be an IPv4 address such as 10.1.0.7")}
+	}
+	return nil
 }
 
 // Bounds of spec.postCreateExec and spec.postDeleteExec: a command is a
@@ -193,11 +207,12 @@ func ValidateExec(command []string, fldPath *field.Path) field.ErrorList {
 }
 
 // ValidateNetworkAttachmentUpdate checks an update of a NetworkAttachment's
-// metadata or spec; spec.node and spec.subnet are immutable.
+// metadata or spec; spec.node, spec.subnet and spec.ipv4 are immutable.
 func ValidateNetworkAttachmentUpdate(att, old *network.NetworkAttachment) field.ErrorList {
 	errs := apimachineryvalidation.ValidateObjectMetaUpdate(&att.ObjectMeta, &old.ObjectMeta, field.NewPath("metadata"))
 	errs = append(errs, apimachineryvalidation.ValidateImmutableField(att.Spec.Node, old.Spec.Node, specPath.Child("node"))...)
 	errs = append(errs, apimachineryvalidation.ValidateImmutableField(att.Spec.Subnet, old.Spec.Subnet, specPath.Child("subnet"))...)
+	errs = append(errs, apimachineryvalidation.ValidateImmutableField(att.Spec.IPv4, old.Spec.IPv4, specPath.Child("ipv4"))...)
 	errs = append(errs, ValidateExec(att.Spec.PostCreateExec, specPath.Child("postCreateExec"))...)
 	errs = append(errs, ValidateExec(att.Spec.PostDeleteExec, specPath.Child("postDeleteExec"))...)
 	return errs

@@ -238,6 +238,11 @@ func attachment(node, subnet string) *network.NetworkAttachment {
 	}
 }
 
+func withSpecIPv4(att *network.NetworkAttachment, ipv4 string) *network.NetworkAttachment {
+	att.Spec.IPv4 = ipv4
+	return att
+}
+
 func TestValidateNetworkAttachment(t *testing.T) {
 	tests := []struct {
 		name string
@@ -251,6 +256,22 @@ func TestValidateNetworkAttachment(t *testing.T) {
 		}},
 		{"bad subnet name", attachment("node-1", "S1"), []string{
 			`spec.subnet: Invalid value: "S1": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`,
+		}},
+		{"asks for an address", withSpecIPv4(attachment("node-1", "s1"), "10.0.0.7"), nil},
+		{"asks for an address with a prefix length", withSpecIPv4(attachment("node-1", "s1"), "10.0.0.7/24"), []string{
+			`spec.ipv4: Invalid value: "10.0.0.7/24": must be an IPv4 address such as 10.1.0.7`,
+		}},
+		{"asks for an IPv6 address", withSpecIPv4(attachment("node-1", "s1"), "fd00::7"), []string{
+			`spec.ipv4: Invalid value: "fd00::7": must be an IPv4 address such as 10.1.0.7`,
+		}},
+		{"asks for an IPv4-mapped IPv6 address", withSpecIPv4(attachment("node-1", "s1"), "::ffff:10.0.0.7"), []string{
+			`spec.ipv4: Invalid value: "::ffff:10.0.0.7": must be an IPv4 address such as 10.1.0.7`,
+		}},
+		{"asks for an address with leading zeros", withSpecIPv4(attachment("node-1", "s1"), "10.0.0.07"), []string{
+			`spec.ipv4: Invalid value: "10.0.0.07": must be an IPv4 address such as 10.1.0.7`,
+		}},
+		{"asks for a name", withSpecIPv4(attachment("node-1", "s1"), "db-0"), []string{
+			`spec.ipv4: Invalid value: "db-0": must be an IPv4 address such as 10.1.0.7`,
 		}},
 	}
 	for _, tc := range tests {
@@ -276,6 +297,7 @@ func TestValidateNetworkAttachmentUpdate(t *testing.T) {
 		}},
 		{"node is immutable", func(a *network.NetworkAttachment) { a.Spec.Node = "node-2" }, []string{`spec.node: Invalid value: "node-2": field is immutable`}},
 		{"subnet is immutable", func(a *network.NetworkAttachment) { a.Spec.Subnet = "s2" }, []string{`spec.subnet: Invalid value: "s2": field is immutable`}},
+		{"ipv4 may not be set", func(a *network.NetworkAttachment) { a.Spec.IPv4 = "10.0.0.7" }, []string{`spec.ipv4: Invalid value: "10.0.0.7": field is immutable`}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
