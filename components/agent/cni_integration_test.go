@@ -346,6 +346,25 @@ func TestIntegrationCNI(t *testing.T) {
 	c.mustSucceed(pods[0].request(cni.CommandAdd))
 	carries("after web-0's new sandbox")
 
+	// An ADD that comes before its pod's attachment waits for it.
+	late := &sandbox{netns: ovsenv.NetnsT(t), pod: cni.Pod{Namespace: k.ns, Name: "web-2", UID: "uid-web-2"}, containerID: "c2"}
+	added := make(chan *types.Error, 1)
+	go func() {
+		_, cniErr := c.do(late.request(cni.CommandAdd))
+		added <- cniErr
+	}()
+	time.Sleep(500 * time.Millisecond)
+	addressed := time.Now()
+	k.podAttachment(late.pod, k.node("a"), "blue", "10.231.0.12", vni)
+	if cniErr := <-added; cniErr != nil {
+		t.Errorf("ADD of web-2 before its attachment: %v", cniErr)
+	} else {
+		t.Logf("ADD of web-2 answered %s after its attachment was made", time.Since(addressed).Round(time.Millisecond))
+		if got, err := late.netns.Ping(ctx, ips[1], 3, time.Second); err != nil || got != 3 {
+			t.Errorf("ping from web-2 to web-1: %d of 3 replies (%v), want 3", got, err)
+		}
+	}
+
 	// ADDs that cannot succeed say why.
 	noSubnet := pods[1].request(cni.CommandAdd)
 	noSubnet.Subnet = "green"
