@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 
+	"github.com/kos-sdn/kos/tools/poll"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
@@ -165,15 +166,16 @@ func TestIntegrationConcurrentRunsOfOneChannelApplyOnce(t *testing.T) {
 // waitForHolder waits until the channels Lease names holder.
 func waitForHolder(t *testing.T, holder string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		l, err := kube(t).CoordinationV1().Leases(LeaseNamespace).Get(context.Background(), LeaseName, metav1.GetOptions{})
-		if err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == holder {
-			return
+	poll.Until(t, 30*time.Second, "the lease names "+holder+" as its holder", func(ctx context.Context) error {
+		l, err := kube(t).CoordinationV1().Leases(LeaseNamespace).Get(ctx, LeaseName, metav1.GetOptions{})
+		if err != nil {
+			return err
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("the lease never named %s as its holder", holder)
+		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != holder {
+			return fmt.Errorf("holder %v", l.Spec.HolderIdentity)
+		}
+		return nil
+	})
 }
 
 func TestIntegrationLeaseForbiddenFailsFast(t *testing.T) {
@@ -211,13 +213,11 @@ func TestIntegrationLeaseForbiddenFailsFast(t *testing.T) {
 	}
 	// RBAC takes effect once the authorizer's informers see the binding.
 	var plan *Plan
-	deadline := time.Now().Add(10 * time.Second)
-	for plan, err = c.Plan(ctx, releases); err != nil && time.Now().Before(deadline); plan, err = c.Plan(ctx, releases) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatalf("Plan as a namespace reader: %v", err)
-	}
+	poll.Until(t, 10*time.Second, "a namespace reader plans", func(ctx context.Context) error {
+		var err error
+		plan, err = c.Plan(ctx, releases)
+		return err
+	})
 
 	began := time.Now()
 	err = c.Apply(ctx, plan, ApplyOptions{})

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	kosclient "github.com/kos-sdn/kos/components/generated/clientset/versioned"
+	"github.com/kos-sdn/kos/tools/poll"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
@@ -65,17 +66,13 @@ func kubectl(t testing.TB, args ...string) string {
 // kubectl explain reads, a little after the APIService turns Available.
 func kubectlEventually(t testing.TB, args ...string) string {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		out, err := runKubectl(testenv.Shared(t).Kubeconfig, args...)
-		if err == nil {
-			return out
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+	var out string
+	poll.Until(t, 30*time.Second, "kubectl "+strings.Join(args, " "), func(context.Context) error {
+		var err error
+		out, err = runKubectl(testenv.Shared(t).Kubeconfig, args...)
+		return err
+	})
+	return out
 }
 
 // runKubectl runs kubectl with an admin kubeconfig and returns its

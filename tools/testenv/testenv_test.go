@@ -1,7 +1,9 @@
 package testenv
 
 import (
+	"context"
 	"crypto/x509"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/kos-sdn/kos/tools/poll"
 	"github.com/kos-sdn/kos/tools/spawner"
 )
 
@@ -133,18 +136,16 @@ func TestAlive(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer zombie.Wait()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	poll.Until(t, 5*time.Second, "the child is a zombie", func(context.Context) error {
 		stat, err := os.ReadFile("/proc/" + strconv.Itoa(zombie.Process.Pid) + "/stat")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if containsState(stat, 'Z') {
-			break
+		if !containsState(stat, 'Z') {
+			return fmt.Errorf("child %d is not a zombie: %s", zombie.Process.Pid, stat)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("child %d did not become a zombie: %s", zombie.Process.Pid, stat)
-		}
-	}
+		return nil
+	})
 
 	tests := []struct {
 		name   string

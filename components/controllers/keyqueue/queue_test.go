@@ -3,12 +3,15 @@ package keyqueue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/kos-sdn/kos/tools/poll"
 )
 
 func TestRun(t *testing.T) {
@@ -47,19 +50,14 @@ func TestRun(t *testing.T) {
 		t.Fatal("the last key was never synced")
 	}
 	// The flaky key's retry is rate limited: wait for it.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.Until(t, 10*time.Second, "the flaky key synced again", func(context.Context) error {
 		mu.Lock()
-		n := len(seen)
-		mu.Unlock()
-		if n == 3 {
-			break
+		defer mu.Unlock()
+		if len(seen) != 3 {
+			return fmt.Errorf("synced %d keys, want 3", len(seen))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("synced %d keys, want 3", n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	cancel()
 	if err := <-errc; err != nil {
 		t.Fatalf("Run: %v", err)
