@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kos-sdn/kos/tools/images"
+	"github.com/kos-sdn/kos/tools/lane"
 	"github.com/kos-sdn/kos/tools/ovsenv"
 	"github.com/kos-sdn/kos/tools/registry"
 	"github.com/kos-sdn/kos/tools/spawner"
@@ -136,6 +137,9 @@ const stopGrace = 5 * time.Second
 // host's address on the underlay. On failure it stops what it started and
 // keeps Dir, whose logs say more than the error can.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	if err := lane.Require(lane.Cluster, "node"); err != nil {
+		return nil, err
+	}
 	if opts.KubeProxy && len(opts.Nodes) == 0 {
 		return nil, errors.New("kube-proxy runs on nodes: the cluster has none")
 	}

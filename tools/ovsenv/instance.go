@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/kos-sdn/kos/tools/lane"
 	"github.com/kos-sdn/kos/tools/spawner"
 )
 
@@ -67,6 +68,9 @@ const (
 // ovs-vswitchd, and returns once ovs-vswitchd answers. On failure it removes
 // what it created and the error holds the tail of the failing daemon's log.
 func Start(ctx context.Context, opts Options) (inst *Instance, err error) {
+	if err := lane.Require(lane.Integration, "Open vSwitch"); err != nil {
+		return nil, err
+	}
 	schema, err := findSchema()
 	if err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kos-sdn/kos/tools/lane"
 	"github.com/kos-sdn/kos/tools/spawner"
 )
 
@@ -63,6 +64,9 @@ func NewNetns(ctx context.Context, name string) (*Netns, error) {
 }
 
 func newNetns(ctx context.Context, name string, detach bool) (*Netns, error) {
+	if err := lane.Require(lane.Integration, "network namespace"); err != nil {
+		return nil, err
+	}
 	if name == "" {
 		sweepNetns(ctx)
 		name = fmt.Sprintf("%s-%d", ownedName(detach), netnsSeq.Add(1))

@@ -29,6 +29,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kos-sdn/kos/tools/lane"
 	"github.com/kos-sdn/kos/tools/spawner"
 )
 
@@ -78,6 +79,9 @@ type state struct {
 // Start writes the registry's config into opts.Dir, starts docker-registry
 // and waits until GET /v2/ answers.
 func Start(ctx context.Context, opts Options) (*Registry, error) {
+	if err := lane.Require(lane.Integration, "registry"); err != nil {
+		return nil, err
+	}
 	binary, err := exec.LookPath(Binary)
 	if err != nil {
 		return nil, fmt.Errorf("finding %s (install Debian's docker-registry package, tools/deps.sh does): %w", Binary, err)

@@ -15,6 +15,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/kos-sdn/kos/tools/lane"
 )
 
 // VersityGWEnv names the environment variable that points at a versitygw
@@ -54,6 +56,9 @@ type S3Server struct {
 // StartS3 builds versitygw when needed and starts it with its posix backend
 // in dir/buckets; its log goes to dir/versitygw.log.
 func StartS3(ctx context.Context, dir string) (*S3Server, error) {
+	if err := lane.Require(lane.Integration, "S3 server"); err != nil {
+		return nil, err
+	}
 	binary, err := findVersityGW(ctx)
 	if err != nil {
 		return nil, err

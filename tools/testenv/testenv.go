@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/kos-sdn/kos/tools/lane"
 	"github.com/kos-sdn/kos/tools/spawner"
 )
 
@@ -151,6 +152,9 @@ const serviceAccountIssuer = "https://kubernetes.default.svc.cluster.local"
 // ready and its system namespaces exist. On failure it stops what it started
 // and keeps Dir, whose logs say more than the error can.
 func Start(ctx context.Context, opts Options) (*Env, error) {
+	if err := lane.Require(lane.Integration, "control plane (etcd, kube-apiserver)"); err != nil {
+		return nil, err
+	}
 	comps, err := parseComponents(opts.Components)
 	if err != nil {
 		return nil, err
