@@ -3,7 +3,11 @@
 // the VNI and the address (v1-<vni>-<a>-<b>-<c>-<d>) in the attachment's
 // namespace, owned by the attachment: the server lets only one such create
 // succeed, so two copies of this controller running at once never give one
-// address to two attachments. The controller also releases the locks that
+// address to two attachments. An attachment whose spec.ipv4 asks for an
+// address gets exactly that one, or none and a status.errors.ipam message
+// that says why (outside the subnet, or held by another attachment, which
+// it waits for). An address, once written, never changes into another: it
+// is kept, or cleared first. The controller also releases the locks that
 // attachments no longer use, including those of deleted attachments, since a
 // garbage collector may not run.
 package ipam

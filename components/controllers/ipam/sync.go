@@ -20,7 +20,10 @@ import (
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 )
 
-// The errors.ipam messages of an attachment without an address.
+// The errors.ipam messages of an attachment without an address; besides
+// these, an attachment that asks for an address (spec.ipv4) may be told
+// "Requested address A is outside subnet S (...)" or "Requested address A is
+// taken by NetworkAttachment N/M".
 const (
 	// ErrSubnetFull says every assignable address of the subnet is locked.
 	ErrSubnetFull = "Referenced subnet has run out of IPs"
@@ -194,20 +197,51 @@ func (c *Controller) ownedLocks(namespace, name string, uid types.UID) ([]*v1alp
 	return out, nil
 }
 
-// assign gives the attachment an address of subnet: a lock it already holds
-// there (taken by a sync whose status write failed), else a new lock on a
-// random free address. A full subnet is reported in the status.
+// assign gives the attachment an address of subnet. An address never
+// changes into another in one write: the address the status names stays
+// while it is one of subnet (when its lock went, the same address is locked
+// again), and an address of another subnet is cleared before a new one is
+// written. An attachment without an address gets the one spec.ipv4 asks
+// for, else a lock it already holds there (taken by a sync whose status
+// write failed), else a new lock on a random free address. What keeps it
+// from an address (a full subnet, a requested address outside the subnet or
+// held by another attachment) is reported in the status.
 func (c *Controller) assign(ctx context.Context, att *v1alpha1.NetworkAttachment, subnet *v1alpha1.Subnet, r addrRange, owned []*v1alpha1.IPLock, rec *inflight) error {
+	kept, keep := statusAddress(att, subnet, r)
+	if att.Status.IPv4 != "" && !keep {
+		var err error
+		if att, err = c.clearAddress(ctx, att, "the address is not one of the subnet's"); err != nil {
+			return err
+		}
+	}
+	// want is the one address the attachment may get, if there is one.
+	var want netip.Addr
+	switch {
+	case keep:
+		want = kept
+	case att.Spec.IPv4 != "":
+		a, err := netip.ParseAddr(att.Spec.IPv4)
+		if err != nil || !a.Is4() || !r.contains(addrToUint32(a)) {
+			return c.writeNoAddress(ctx, att, fmt.Sprintf("Requested address %s is outside subnet %s (%s), whose assignable addresses are %s-%s",
+				att.Spec.IPv4, subnet.Name, subnet.Spec.IPv4, uint32ToAddr(r.first), uint32ToAddr(r.last)), false)
+		}
+		want = a
+	}
+	wantName := ""
+	if want.IsValid() {
+		wantName = LockName(subnet.Spec.VNI, want)
+	}
+
 	// Locks that fit no longer, such as those of a deleted subnet, go now,
-	// except the one the status still names: it goes once the status moved
-	// on.
+	// and so do those of other addresses than the one wanted; except the
+	// one the status still names: it goes once the status moved on.
 	named := ""
 	if addr, err := netip.ParseAddr(att.Status.IPv4); err == nil && addr.Is4() {
 		named = LockName(att.Status.AddressVNI, addr)
 	}
 	var stale []*v1alpha1.IPLock
 	for _, l := range owned {
-		if l.Name != named && !c.lockFits(l, att, subnet, r) {
+		if l.Name != named && (!c.lockFits(l, att, subnet, r) || wantName != "" && l.Name != wantName) {
 			stale = append(stale, l)
 		}
 	}
@@ -215,11 +249,47 @@ func (c *Controller) assign(ctx context.Context, att *v1alpha1.NetworkAttachment
 		return err
 	}
 
-	lock, err := c.adoptable(ctx, att, subnet, r, owned, rec)
-	if err != nil {
-		return err
+	var lock *v1alpha1.IPLock
+	if want.IsValid() {
+		mine, holder, err := c.lockAddress(ctx, att, subnet, r, owned, rec, want)
+		if err != nil {
+			return err
+		}
+		switch {
+		case mine != nil:
+			lock = mine
+		case att.Spec.IPv4 != "":
+			// Asked for (and maybe held, until its lock went): the
+			// attachment waits without an address until the holder is
+			// gone, when the deletion of its lock brings the attachment
+			// back.
+			problem := fmt.Sprintf("Requested address %s is taken by %s", want, describeHolder(holder))
+			if err := c.writeNoAddress(ctx, att, problem, false); err != nil {
+				return err
+			}
+			if !c.cached(holder.Namespace, holder.Name, holder.UID) {
+				// No deletion is heard of a lock the cache never held.
+				return fmt.Errorf("requested address %s of attachment %s/%s is held by IP lock %s, which the cache lacks", want, att.Namespace, att.Name, holder.Name)
+			}
+			return nil
+		default:
+			// The address held went to another when its lock went: the
+			// attachment loses it and takes another.
+			var err error
+			if att, err = c.clearAddress(ctx, att, "its lock went to "+describeHolder(holder)); err != nil {
+				return err
+			}
+		}
 	}
 	if lock == nil {
+		var err error
+		lock, err = c.adoptable(ctx, att, subnet, r, owned, rec)
+		if err != nil {
+			return err
+		}
+	}
+	if lock == nil {
+		var err error
 		lock, err = c.lockFreeAddress(ctx, att, subnet, r)
 		if err != nil {
 			return err
@@ -255,6 +325,128 @@ func (c *Controller) assign(ctx context.Context, att *v1alpha1.NetworkAttachment
 	}
 	c.observeLatency(result)
 	return nil
+}
+
+// statusAddress returns the address the attachment's status names and
+// whether the attachment may keep it in subnet: an IPv4 address on the
+// subnet's VNI, in its assignable range r, and the one spec.ipv4 asks for,
+// if it asks. The subnet's creation time does not matter: a subnet deleted
+// and made again with the same VNI and block keeps its addresses.
+func statusAddress(att *v1alpha1.NetworkAttachment, subnet *v1alpha1.Subnet, r addrRange) (netip.Addr, bool) {
+	st := att.Status
+	addr, err := netip.ParseAddr(st.IPv4)
+	if err != nil || !addr.Is4() || st.AddressVNI != subnet.Spec.VNI || !r.contains(addrToUint32(addr)) {
+		return netip.Addr{}, false
+	}
+	if att.Spec.IPv4 != "" && att.Spec.IPv4 != st.IPv4 {
+		return netip.Addr{}, false
+	}
+	return addr, true
+}
+
+// clearAddress writes the attachment's status without an address (and
+// without problems: a new address comes in the same sync) and returns the
+// attachment written.
+func (c *Controller) clearAddress(ctx context.Context, att *v1alpha1.NetworkAttachment, why string) (*v1alpha1.NetworkAttachment, error) {
+	updated := att.DeepCopy()
+	st := &updated.Status
+	st.IPv4, st.AddressVNI, st.LockUID, st.SubnetCreationTime = "", 0, "", nil
+	st.AddressContention = false
+	st.Errors.IPAM = nil
+	result, err := c.client.NetworkV1alpha1().NetworkAttachments(att.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("clearing the address of attachment %s/%s: %w", att.Namespace, att.Name, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Cleared an address", "attachment", klog.KObj(result), "ipv4", att.Status.IPv4, "vni", att.Status.AddressVNI, "reason", why)
+	return result, nil
+}
+
+// lockAddress returns a lock of the attachment on addr, an address of
+// subnet: one it holds already (in the cache, or recorded by this
+// controller's last try and read live), else one it creates. When another
+// holds the address it returns that lock as holder instead; a lock whose
+// attachment is gone (deleted, or an earlier attachment of the same name,
+// such as a StatefulSet's pod made again) is released and the address
+// taken.
+func (c *Controller) lockAddress(ctx context.Context, att *v1alpha1.NetworkAttachment, subnet *v1alpha1.Subnet, r addrRange, owned []*v1alpha1.IPLock, rec *inflight, addr netip.Addr) (mine, holder *v1alpha1.IPLock, err error) {
+	name := LockName(subnet.Spec.VNI, addr)
+	for _, l := range owned {
+		if l.Name == name && c.lockFits(l, att, subnet, r) {
+			return l, nil, nil
+		}
+	}
+	if rec != nil && rec.lockName == name {
+		l, err := c.client.NetworkV1alpha1().IPLocks(att.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return nil, nil, fmt.Errorf("reading IP lock %s/%s: %w", att.Namespace, name, err)
+		}
+		if err == nil && l.UID == rec.lockUID && c.lockFits(l, att, subnet, r) {
+			return l, nil, nil
+		}
+	}
+	for range createAttempts {
+		created, err := c.client.NetworkV1alpha1().IPLocks(att.Namespace).Create(ctx, newLock(att, subnet, name), metav1.CreateOptions{})
+		if err == nil {
+			return created, nil, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, nil, fmt.Errorf("locking %s on VNI %d: %w", addr, subnet.Spec.VNI, err)
+		}
+		l, err := c.client.NetworkV1alpha1().IPLocks(att.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue // released meanwhile
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading IP lock %s/%s: %w", att.Namespace, name, err)
+		}
+		if c.lockFits(l, att, subnet, r) {
+			return l, nil, nil // the attachment's own; the cache trails
+		}
+		gone, err := c.ownerGone(ctx, att, l)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !gone {
+			return nil, l, nil
+		}
+		if err := c.deleteLock(ctx, l.Namespace, l.Name, l.UID); err != nil {
+			return nil, nil, err
+		}
+		klog.FromContext(ctx).V(2).Info("Released the IP lock of a deleted attachment for the address asked for", "attachment", klog.KObj(att), "lock", klog.KObj(l), "owner", ownerRef(l).UID)
+	}
+	return nil, nil, fmt.Errorf("locking %s on VNI %d: released by its holder and taken again %d times", addr, subnet.Spec.VNI, createAttempts)
+}
+
+// ownerGone reports whether the attachment that controls lock l is gone,
+// read live: deleted, or replaced by another of the same name. A lock
+// controlled by att itself that does not fit (such as one of another
+// subnet) counts as gone too. A lock without a controlling attachment is
+// not this controller's to release.
+func (c *Controller) ownerGone(ctx context.Context, att *v1alpha1.NetworkAttachment, l *v1alpha1.IPLock) (bool, error) {
+	ref := ownerRef(l)
+	switch {
+	case ref == nil:
+		return false, nil
+	case ref.UID == att.UID:
+		return true, nil
+	}
+	live, err := c.client.NetworkV1alpha1().NetworkAttachments(l.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading attachment %s/%s: %w", l.Namespace, ref.Name, err)
+	}
+	return live.UID != ref.UID, nil
+}
+
+// describeHolder names what holds an address, for a user: the attachment
+// that controls its lock, else the lock.
+func describeHolder(l *v1alpha1.IPLock) string {
+	if ref := ownerRef(l); ref != nil {
+		return fmt.Sprintf("NetworkAttachment %s/%s", l.Namespace, ref.Name)
+	}
+	return fmt.Sprintf("IPLock %s/%s", l.Namespace, l.Name)
 }
 
 // adoptable returns a lock the attachment already holds on a valid address
@@ -307,21 +499,7 @@ func (c *Controller) lockFreeAddress(ctx context.Context, att *v1alpha1.NetworkA
 			return nil, err
 		}
 		addr := uint32ToAddr(a)
-		lock := &v1alpha1.IPLock{
-			ObjectMeta: metav1.ObjectMeta{
-				Namespace: att.Namespace,
-				Name:      LockName(vni, addr),
-				OwnerReferences: []metav1.OwnerReference{{
-					APIVersion: v1alpha1.SchemeGroupVersion.String(),
-					Kind:       "NetworkAttachment",
-					Name:       att.Name,
-					UID:        att.UID,
-					Controller: ptrTo(true),
-				}},
-			},
-			Spec: v1alpha1.IPLockSpec{SubnetName: subnet.Name},
-		}
-		created, err := c.client.NetworkV1alpha1().IPLocks(att.Namespace).Create(ctx, lock, metav1.CreateOptions{})
+		created, err := c.client.NetworkV1alpha1().IPLocks(att.Namespace).Create(ctx, newLock(att, subnet, LockName(vni, addr)), metav1.CreateOptions{})
 		if err == nil {
 			return created, nil
 		}
@@ -368,6 +546,25 @@ func (c *Controller) pickUnlocked(vni uint32, r addrRange, also map[uint32]bool)
 	}
 	a, ok := pickFree(r, uint64(len(taken)), func(a uint32) bool { return taken[a] }, c.intN)
 	return a, ok, nil
+}
+
+// newLock returns the lock named name that holds its address of subnet for
+// att, its controller.
+func newLock(att *v1alpha1.NetworkAttachment, subnet *v1alpha1.Subnet, name string) *v1alpha1.IPLock {
+	return &v1alpha1.IPLock{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: att.Namespace,
+			Name:      name,
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: v1alpha1.SchemeGroupVersion.String(),
+				Kind:       "NetworkAttachment",
+				Name:       att.Name,
+				UID:        att.UID,
+				Controller: ptrTo(true),
+			}},
+		},
+		Spec: v1alpha1.IPLockSpec{SubnetName: subnet.Name},
+	}
 }
 
 func ptrTo[T any](v T) *T { return &v }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -108,6 +109,21 @@ func testLockVNI(vni uint32, addr string, owner types.UID) *v1alpha1.IPLock {
 			}},
 		},
 		Spec: v1alpha1.IPLockSpec{SubnetName: subnetName},
+	}
+}
+
+// asking returns att with spec.ipv4 addr: it asks for that address.
+func asking(att *v1alpha1.NetworkAttachment, addr string) *v1alpha1.NetworkAttachment {
+	att.Spec.IPv4 = addr
+	return att
+}
+
+// otherAttachment returns a/other, the attachment that holds otherLock's
+// addresses.
+func otherAttachment() *v1alpha1.NetworkAttachment {
+	return &v1alpha1.NetworkAttachment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "other", UID: "other-uid", ResourceVersion: "5"},
+		Spec:       v1alpha1.NetworkAttachmentSpec{Node: "n2", Subnet: subnetName},
 	}
 }
 
@@ -262,8 +278,11 @@ func describeStatus(st *v1alpha1.NetworkAttachmentStatus) string {
 		return s
 	}
 	s := fmt.Sprintf("%s on VNI %d, lock %s", st.IPv4, st.AddressVNI, st.LockUID)
-	if st.SubnetCreationTime == nil || !st.SubnetCreationTime.Equal(&subnetCreated) {
-		s += ", wrong subnet creation time"
+	switch {
+	case st.SubnetCreationTime == nil:
+		s += ", no subnet creation time"
+	case !st.SubnetCreationTime.Equal(&subnetCreated):
+		s += ", subnet created " + st.SubnetCreationTime.UTC().Format(time.RFC3339)
 	}
 	if len(st.Errors.IPAM) > 0 || st.AddressContention {
 		s += fmt.Sprintf(", problems %q", st.Errors.IPAM)
@@ -297,6 +316,11 @@ func TestSync(t *testing.T) {
 	}
 	conflict := apierrors.NewConflict(attachmentsGR, attName, fmt.Errorf("the object has been modified"))
 	assigned2 := fmt.Sprintf("update networkattachments/status a/att rv=10: 10.0.0.2 on VNI 1, lock %s", created2)
+	l7, name7 := testLock("10.0.0.7", attUID), lockName(1, "10.0.0.7")
+	taken7 := "Requested address 10.0.0.7 is taken by NetworkAttachment a/other"
+	outside := func(addr string) string {
+		return "Requested address " + addr + " is outside subnet s (10.0.0.0/24), whose assignable addresses are 10.0.0.2-10.0.0.254"
+	}
 
 	tests := []struct {
 		name string
@@ -403,14 +427,62 @@ func TestSync(t *testing.T) {
 			wantErr:     true,
 		},
 		{
-			name: "lock named by the status is gone: a new address",
-			objs: objects(validSubnet(), addressed(l2)),
+			name: "lock named by the status is gone: the same address is locked again",
+			objs: objects(validSubnet(), addressed(l3)),
 			wantActions: []string{
-				"get iplocks a/v1-1-10-0-0-2",
-				"create iplocks a/v1-1-10-0-0-2 (owner att-uid, subnet s)",
-				assigned2,
+				"get iplocks a/v1-1-10-0-0-3",
+				"create iplocks a/v1-1-10-0-0-3 (owner att-uid, subnet s)",
+				"update networkattachments/status a/att rv=10: 10.0.0.3 on VNI 1, lock created-v1-1-10-0-0-3",
 			},
-			wantRecord: rec2(created2, "11"),
+			wantRecord: &inflight{attUID: attUID, subnetUID: subnetUID, lockName: name3, lockUID: createdUID(name3), seenRV: attRV, writtenRV: "11"},
+		},
+		{
+			name: "lock named by the status went to another: the address is cleared before another is written",
+			objs: objects(validSubnet(), otherAttachment(), addressed(l3)), serverOnly: objects(otherLock("10.0.0.3")),
+			wantActions: []string{
+				"get iplocks a/v1-1-10-0-0-3",
+				"create iplocks a/v1-1-10-0-0-3 (owner att-uid, subnet s)",
+				"get iplocks a/v1-1-10-0-0-3",
+				"get networkattachments a/other",
+				`update networkattachments/status a/att rv=10: no address, ""`,
+				"create iplocks a/v1-1-10-0-0-2 (owner att-uid, subnet s)",
+				"update networkattachments/status a/att rv=11: 10.0.0.2 on VNI 1, lock created-v1-1-10-0-0-2",
+			},
+			wantRecord: &inflight{attUID: attUID, subnetUID: subnetUID, lockName: name2, lockUID: created2, seenRV: "11", writtenRV: "12"},
+		},
+		{
+			name: "address of another VNI (the subnet was made again): cleared, its lock released, then a new one",
+			objs: objects(validSubnet(), testLockVNI(2, "10.0.0.5", attUID), addressed(testLockVNI(2, "10.0.0.5", attUID))),
+			wantActions: []string{
+				`update networkattachments/status a/att rv=10: no address, ""`,
+				"delete iplocks a/v1-2-10-0-0-5 (uid v1-2-10-0-0-5-uid)",
+				"create iplocks a/v1-1-10-0-0-2 (owner att-uid, subnet s)",
+				"update networkattachments/status a/att rv=11: 10.0.0.2 on VNI 1, lock created-v1-1-10-0-0-2",
+			},
+			wantRecord: &inflight{attUID: attUID, subnetUID: subnetUID, lockName: name2, lockUID: created2, seenRV: "11", writtenRV: "12"},
+		},
+		{
+			name: "address outside the block (the subnet was made again): cleared, then a new one",
+			objs: objects(testSubnet("10.0.1.0/24", true), testLock("10.0.0.5", attUID), addressed(testLock("10.0.0.5", attUID))),
+			wantActions: []string{
+				`update networkattachments/status a/att rv=10: no address, ""`,
+				"delete iplocks a/v1-1-10-0-0-5 (uid v1-1-10-0-0-5-uid)",
+				"create iplocks a/v1-1-10-0-1-2 (owner att-uid, subnet s)",
+				"update networkattachments/status a/att rv=11: 10.0.1.2 on VNI 1, lock created-v1-1-10-0-1-2",
+			},
+			wantRecord: &inflight{attUID: attUID, subnetUID: subnetUID, lockName: lockName(1, "10.0.1.2"), lockUID: createdUID(lockName(1, "10.0.1.2")), seenRV: "11", writtenRV: "12"},
+		},
+		{
+			name: "subnet made again with the same block and VNI: the address stays",
+			objs: objects(func() *v1alpha1.Subnet {
+				s := validSubnet()
+				s.CreationTimestamp = metav1.NewTime(subnetCreated.Add(time.Hour))
+				return s
+			}(), l3, addressed(l3)),
+			wantActions: []string{
+				"update networkattachments/status a/att rv=10: 10.0.0.3 on VNI 1, lock v1-1-10-0-0-3-uid, subnet created 2026-01-02T04:04:05Z",
+			},
+			wantRecord: &inflight{attUID: attUID, subnetUID: subnetUID, lockName: name3, lockUID: l3.UID, seenRV: attRV, writtenRV: "11"},
 		},
 		{
 			name: "subnet missing: the status says so first, then the lock goes",
@@ -519,6 +591,150 @@ func TestSync(t *testing.T) {
 				assigned2,
 			},
 			wantRecord: rec2(created2, "11"),
+		},
+
+		// Requested addresses (spec.ipv4): exactly that one, or a status
+		// that says why not.
+		{
+			name: "asks for a free address: gets exactly that one",
+			objs: objects(validSubnet(), asking(testAttachment(), "10.0.0.7")),
+			wantActions: []string{
+				"create iplocks a/v1-1-10-0-0-7 (owner att-uid, subnet s)",
+				"update networkattachments/status a/att rv=10: 10.0.0.7 on VNI 1, lock created-v1-1-10-0-0-7",
+			},
+			wantRecord: &inflight{attUID: attUID, subnetUID: subnetUID, lockName: name7, lockUID: createdUID(name7), seenRV: attRV, writtenRV: "11"},
+		},
+		{
+			name: "asks for an address it holds: no request",
+			objs: objects(validSubnet(), l7, asking(addressed(l7), "10.0.0.7")),
+		},
+		{
+			name: "asks for an address outside the subnet: the status says so",
+			objs: objects(validSubnet(), asking(testAttachment(), "10.0.1.7")),
+			wantActions: []string{
+				`update networkattachments/status a/att rv=10: no address, "` + outside("10.0.1.7") + `"`,
+			},
+			wantEvents: []string{"Warning NoAddress " + outside("10.0.1.7")},
+		},
+		{
+			name: "asks for the subnet's broadcast address: the status says it is outside",
+			objs: objects(validSubnet(), asking(testAttachment(), "10.0.0.255")),
+			wantActions: []string{
+				`update networkattachments/status a/att rv=10: no address, "` + outside("10.0.0.255") + `"`,
+			},
+			wantEvents: []string{"Warning NoAddress " + outside("10.0.0.255")},
+		},
+		{
+			name: "asks for an address outside the subnet, the status says so already: no request",
+			objs: objects(validSubnet(), asking(noAddress(outside("10.0.1.7")), "10.0.1.7")),
+		},
+		{
+			name: "asks for an address another attachment holds: the status names the holder, no retry",
+			objs: objects(validSubnet(), otherAttachment(), otherLock("10.0.0.7"), asking(testAttachment(), "10.0.0.7")),
+			wantActions: []string{
+				"create iplocks a/v1-1-10-0-0-7 (owner att-uid, subnet s)",
+				"get iplocks a/v1-1-10-0-0-7",
+				"get networkattachments a/other",
+				`update networkattachments/status a/att rv=10: no address, "` + taken7 + `"`,
+			},
+			wantEvents: []string{"Warning NoAddress " + taken7},
+		},
+		{
+			name: "asks for a taken address, the status says so already: no write, no event",
+			objs: objects(validSubnet(), otherAttachment(), otherLock("10.0.0.7"), asking(noAddress(taken7), "10.0.0.7")),
+			wantActions: []string{
+				"create iplocks a/v1-1-10-0-0-7 (owner att-uid, subnet s)",
+				"get iplocks a/v1-1-10-0-0-7",
+				"get networkattachments a/other",
+			},
+		},
+		{
+			name:       "asks for an address held by a lock the cache lacks: retried, since no deletion of it may be heard",
+			objs:       objects(validSubnet(), otherAttachment(), asking(noAddress(taken7), "10.0.0.7")),
+			serverOnly: objects(otherLock("10.0.0.7")),
+			wantActions: []string{
+				"create iplocks a/v1-1-10-0-0-7 (owner att-uid, subnet s)",
+				"get iplocks a/v1-1-10-0-0-7",
+				"get networkattachments a/other",
+			},
+			wantErr: true,
+		},
+		{
+			name: "asks for an address held by a deleted attachment's lock: released and taken",
+			objs: objects(validSubnet(), otherLock("10.0.0.7"), asking(testAttachment(), "10.0.0.7")),
+			wantActions: []string{
+				"create iplocks a/v1-1-10-0-0-7 (owner att-uid, subnet s)",
+				"get iplocks a/v1-1-10-0-0-7",
+				"get networkattachments a/other",
+				"delete iplocks a/v1-1-10-0-0-7 (uid v1-1-10-0-0-7-uid)",
+				"create iplocks a/v1-1-10-0-0-7 (owner att-uid, subnet s)",
+				"update networkattachments/status a/att rv=10: 10.0.0.7 on VNI 1, lock created-v1-1-10-0-0-7",
+			},
+			wantRecord: &inflight{attUID: attUID, subnetUID: subnetUID, lockName: name7, lockUID: createdUID(name7), seenRV: attRV, writtenRV: "11"},
+		},
+		{
+			name: "asks for the address of an earlier attachment of the same name: its lock goes first",
+			objs: objects(validSubnet(), testLock("10.0.0.7", "earlier-uid"), asking(testAttachment(), "10.0.0.7")),
+			wantActions: []string{
+				"get networkattachments a/att",
+				"delete iplocks a/v1-1-10-0-0-7 (uid v1-1-10-0-0-7-uid)",
+				"create iplocks a/v1-1-10-0-0-7 (owner att-uid, subnet s)",
+				"update networkattachments/status a/att rv=10: 10.0.0.7 on VNI 1, lock created-v1-1-10-0-0-7",
+			},
+			wantRecord: &inflight{attUID: attUID, subnetUID: subnetUID, lockName: name7, lockUID: createdUID(name7), seenRV: attRV, writtenRV: "11"},
+		},
+		{
+			name:       "asks for the address of an earlier attachment of the same name, whose lock the cache lacks: released and taken",
+			objs:       objects(validSubnet(), asking(testAttachment(), "10.0.0.7")),
+			serverOnly: objects(testLock("10.0.0.7", "earlier-uid")),
+			wantActions: []string{
+				"create iplocks a/v1-1-10-0-0-7 (owner att-uid, subnet s)",
+				"get iplocks a/v1-1-10-0-0-7",
+				"get networkattachments a/att",
+				"delete iplocks a/v1-1-10-0-0-7 (uid v1-1-10-0-0-7-uid)",
+				"create iplocks a/v1-1-10-0-0-7 (owner att-uid, subnet s)",
+				"update networkattachments/status a/att rv=10: 10.0.0.7 on VNI 1, lock created-v1-1-10-0-0-7",
+			},
+			wantRecord: &inflight{attUID: attUID, subnetUID: subnetUID, lockName: name7, lockUID: createdUID(name7), seenRV: attRV, writtenRV: "11"},
+		},
+		{
+			name:       "asks for an address it locked already, the cache lags: the lock is written",
+			objs:       objects(validSubnet(), asking(testAttachment(), "10.0.0.7")),
+			serverOnly: objects(l7),
+			wantActions: []string{
+				"create iplocks a/v1-1-10-0-0-7 (owner att-uid, subnet s)",
+				"get iplocks a/v1-1-10-0-0-7",
+				"update networkattachments/status a/att rv=10: 10.0.0.7 on VNI 1, lock v1-1-10-0-0-7-uid",
+			},
+			wantRecord: &inflight{attUID: attUID, subnetUID: subnetUID, lockName: name7, lockUID: l7.UID, seenRV: attRV, writtenRV: "11"},
+		},
+		{
+			name: "asks for an address: a lock it holds on another goes",
+			objs: objects(validSubnet(), l2, asking(testAttachment(), "10.0.0.7")),
+			wantActions: []string{
+				"delete iplocks a/v1-1-10-0-0-2 (uid v1-1-10-0-0-2-uid)",
+				"create iplocks a/v1-1-10-0-0-7 (owner att-uid, subnet s)",
+				"update networkattachments/status a/att rv=10: 10.0.0.7 on VNI 1, lock created-v1-1-10-0-0-7",
+			},
+			wantRecord: &inflight{attUID: attUID, subnetUID: subnetUID, lockName: name7, lockUID: createdUID(name7), seenRV: attRV, writtenRV: "11"},
+		},
+		{
+			name: "asked for and held, its lock went to another: the address is cleared and the holder named",
+			objs: objects(validSubnet(), otherAttachment(), otherLock("10.0.0.7"), asking(addressed(l7), "10.0.0.7")),
+			wantActions: []string{
+				"create iplocks a/v1-1-10-0-0-7 (owner att-uid, subnet s)",
+				"get iplocks a/v1-1-10-0-0-7",
+				"get networkattachments a/other",
+				`update networkattachments/status a/att rv=10: no address, "` + taken7 + `"`,
+			},
+			wantEvents: []string{"Warning NoAddress " + taken7},
+		},
+		{
+			name:        "asks for an address, the holder's read fails: retried",
+			objs:        objects(validSubnet(), otherAttachment(), otherLock("10.0.0.7"), asking(testAttachment(), "10.0.0.7")),
+			reactors:    []reactor{fail("get", "networkattachments", errBroken)},
+			wantActions: []string{"create iplocks a/v1-1-10-0-0-7 (owner att-uid, subnet s)", "get iplocks a/v1-1-10-0-0-7", "get networkattachments a/other"},
+			wantErr:     true,
 		},
 
 		// Adoption: a lock the attachment holds already, from a sync whose
@@ -746,5 +962,28 @@ func TestSyncRetryAdoptsItsLock(t *testing.T) {
 	}
 	if diff := cmp.Diff(names, []string{name2}); diff != "" {
 		t.Errorf("locks on the server (-got +want):\n%s", diff)
+	}
+}
+
+// TestLockDeletedWakesWaiters checks how an attachment that waits for a
+// taken address gets it once the holder is gone: the deletion of a lock
+// queues its owner and the attachments of its VNI without an address, among
+// them those that asked for it.
+func TestLockDeletedWakesWaiters(t *testing.T) {
+	waiting := asking(noAddress("Requested address 10.0.0.7 is taken by NetworkAttachment a/other"), "10.0.0.7")
+	addressedOne := addressed(testLock("10.0.0.3", "addressed-uid"))
+	addressedOne.Name, addressedOne.UID = "addressed", "addressed-uid"
+	c, _, _ := newTestController(t, objects(validSubnet(), waiting, addressedOne, otherAttachment()), nil)
+	c.lockDeleted(cache.DeletedFinalStateUnknown{Key: testNS + "/" + lockName(1, "10.0.0.7"), Obj: otherLock("10.0.0.7")})
+	var got []string
+	for c.queue.Len() > 0 {
+		key, _ := c.queue.Get()
+		got = append(got, key)
+		c.queue.Done(key)
+	}
+	slices.Sort(got)
+	// a/other is queued as the lock's owner, a/att as a waiter.
+	if diff := cmp.Diff(got, []string{"a/att", "a/other"}); diff != "" {
+		t.Errorf("queued keys (-got +want):\n%s", diff)
 	}
 }
