@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -303,11 +302,15 @@ func (c *Cluster) startNode(ctx context.Context, n *nodeState) error {
 	if err := n.createMountNS(ctx); err != nil {
 		return err
 	}
+	if err := n.linkCNIPlugins(); err != nil {
+		return err
+	}
 	c.printf("starting containerd of node %s", n.Name)
 	cd, err := startContainerd(ctx, ContainerdOptions{
 		Dir:        n.containerdDir(),
 		Netns:      n.Netns,
 		CNIConfDir: n.cniConfDir(),
+		CNIBinDir:  cniBinPath,
 		Detach:     c.detached,
 		Registries: c.registries(),
 		mountNS:    n.mountNSFile(),
@@ -409,43 +412,6 @@ func (c *Cluster) importPause(ctx context.Context, n *nodeState) error {
 		return err
 	}
 	return images.Import(ctx, containerdSocket(n.containerdDir()), tarball)
-}
-
-// writeCNIConfig writes the node's network configuration: a bridge in the
-// node's namespace, the pods' gateway, with addresses from host-local, kept
-// in the node's folder. containerd adds the loopback interface itself.
-func writeCNIConfig(n *nodeState) error {
-	gateway := n.PodCIDR.Addr().Next()
-	conf := map[string]any{
-		"cniVersion": "1.0.0",
-		"name":       "kos-node",
-		"plugins": []any{
-			map[string]any{
-				"type":        "bridge",
-				"bridge":      "cni0",
-				"isGateway":   true,
-				"ipMasq":      false,
-				"hairpinMode": true,
-				"ipam": map[string]any{
-					"type":    "host-local",
-					"ranges":  [][]map[string]string{{{"subnet": n.PodCIDR.String(), "gateway": gateway.String()}}},
-					"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
-					"dataDir": filepath.Join(n.NodeDir, "ipam"),
-				},
-			},
-		},
-	}
-	data, err := json.MarshalIndent(conf, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encoding the CNI configuration: %w", err)
-	}
-	if err := os.MkdirAll(n.cniConfDir(), 0o755); err != nil {
-		return fmt.Errorf("creating %s: %w", n.cniConfDir(), err)
-	}
-	if err := os.WriteFile(filepath.Join(n.cniConfDir(), "10-kos-node.conflist"), append(data, '\n'), 0o644); err != nil {
-		return fmt.Errorf("writing the CNI configuration: %w", err)
-	}
-	return nil
 }
 
 // ImportImages imports the images of a tarball (as images.Write makes them)

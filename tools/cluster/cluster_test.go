@@ -115,6 +115,8 @@ func TestHostPath(t *testing.T) {
 		{in: "/var/run/openvswitch", want: "/env/node/root/var/run/openvswitch"},
 		{ovs: "/env/node/ovs/run", in: "/var/run/openvswitch/db.sock", want: "/env/node/ovs/run/db.sock"},
 		{in: "/var/lib/kos-volumes/pv-1", want: "/env/node/root/var/lib/kos-volumes/pv-1"},
+		{in: "/opt/cni/bin/kos", want: "/env/node/root/opt/cni/bin/kos"},
+		{in: "/opt/cni", want: "/opt/cni"},
 		{in: "/var/lib/kosmos", want: "/var/lib/kosmos"},
 		{in: "/etc/hosts", want: "/etc/hosts"},
 	} {
@@ -122,6 +124,51 @@ func TestHostPath(t *testing.T) {
 		if got := n.HostPath(tt.in); got != tt.want {
 			t.Errorf("HostPath(%q) with OVS run dir %q: got %q, want %q", tt.in, tt.ovs, got, tt.want)
 		}
+	}
+}
+
+// TestLinkCNIPlugins checks the node's CNI plugin folder: a link to each
+// Debian plugin, made again on every start, while a plugin a DaemonSet
+// installed stays and a link no longer wanted goes.
+func TestLinkCNIPlugins(t *testing.T) {
+	n := &nodeState{NodeDir: t.TempDir()}
+	dir := n.hostPath(cniBinPath)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kos"), []byte("installed"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/gone/plugin", filepath.Join(dir, "gone")); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := n.linkCNIPlugins(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plugins, err := os.ReadDir(debianCNIDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"kos": "file"}
+	for _, p := range plugins {
+		want[p.Name()] = filepath.Join(debianCNIDir, p.Name())
+	}
+	got := map[string]string{}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		target, err := os.Readlink(filepath.Join(dir, e.Name()))
+		if err != nil {
+			target = "file"
+		}
+		got[e.Name()] = target
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("the node's %s (-want +got):\n%s", cniBinPath, diff)
 	}
 }
 
@@ -174,7 +221,7 @@ func TestConfigs(t *testing.T) {
 	}
 	n.NodeDir = "/env/node"
 	got := map[string]string{
-		"containerd.toml":      containerdConfig("/env/node/containerd", ContainerdOptions{SandboxImage: "kos.example.com/pause:1", CNIConfDir: "/env/node/net.d"}),
+		"containerd.toml":      containerdConfig("/env/node/containerd", ContainerdOptions{SandboxImage: "kos.example.com/pause:1", CNIConfDir: "/env/node/net.d", CNIBinDir: cniBinPath}),
 		"kubelet.json":         read(kubelet),
 		"kube-proxy.json":      read(proxy),
 		"kubelet-args.txt":     strings.Join(kubeletArgs("/env/node/kubelet.json", n), "\n") + "\n",

@@ -32,6 +32,9 @@ type ContainerdOptions struct {
 	// CNIConfDir is where the CRI plugin reads network configurations;
 	// "" means Dir/net.d, empty.
 	CNIConfDir string
+	// CNIBinDir is where the CRI plugin finds CNI plugins (containerd 1.6
+	// takes one folder); "" means Debian's, /usr/lib/cni.
+	CNIBinDir string
 	// Detach lets containerd outlive the caller.
 	Detach bool
 	// Registries are registries (host:port) that serve plain http, from
@@ -105,6 +108,9 @@ func startContainerd(ctx context.Context, opts ContainerdOptions) (*process, err
 	if opts.CNIConfDir == "" {
 		opts.CNIConfDir = filepath.Join(dir, "net.d")
 	}
+	if opts.CNIBinDir == "" {
+		opts.CNIBinDir = debianCNIDir
+	}
 	for _, d := range []string{dir, opts.CNIConfDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("creating %s: %w", d, err)
@@ -160,7 +166,7 @@ func containerdConfig(dir string, opts ContainerdOptions) string {
 		`  [plugins."io.containerd.grpc.v1.cri".registry]`,
 		`    config_path = ` + q(filepath.Join(dir, "certs.d")),
 		`  [plugins."io.containerd.grpc.v1.cri".cni]`,
-		`    bin_dir = "/usr/lib/cni"`,
+		`    bin_dir = ` + q(opts.CNIBinDir),
 		`    conf_dir = ` + q(opts.CNIConfDir),
 		`  [plugins."io.containerd.grpc.v1.cri".containerd]`,
 		`    default_runtime_name = "runc"`,

@@ -16,9 +16,11 @@
 // by tools/images), kubelet, kube-proxy (Options.KubeProxy) and its DNS
 // server run, and with them every container of its pods. There the paths
 // of NodePaths (/var/lib/kos, /var/run/kos, /var/run/openvswitch,
-// /var/lib/kos-volumes, and the fixed paths of kubelet and containerd) are
-// bind mounts of folders of the node's, so that hostPath volumes resolve per
-// node; Node.HostPath names the host-side folder behind a node's path. With
+// /var/lib/kos-volumes, /opt/cni/bin, and the fixed paths of kubelet and
+// containerd) are bind mounts of folders of the node's, so that hostPath
+// volumes resolve per node; Node.HostPath names the host-side folder behind
+// a node's path. The node's /opt/cni/bin, where its containerd finds CNI
+// plugins, links to Debian's plugins, and a DaemonSet may add its own. With
 // NodeOptions.OVS, an Open vSwitch instance runs in the node's network
 // namespace and is the node's /var/run/openvswitch. Every other file the
 // node's processes can be told about is under its folder too.

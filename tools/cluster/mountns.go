@@ -36,6 +36,9 @@ var NodePaths = []string{
 	"/var/run/kos",
 	"/var/run/openvswitch",
 	"/var/lib/kos-volumes",
+	// The CNI plugins' folder, which the node's containerd runs them
+	// from and a DaemonSet installs a plugin into (see cniBinPath).
+	"/opt/cni/bin",
 	// What kubelet, containerd and its shims write at fixed paths: the
 	// device-plugin folder, the symlinks to container logs, libcni's
 	// result cache, the shims' sockets and ctr's fifos.
