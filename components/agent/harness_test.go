@@ -156,9 +156,16 @@ func (a *api) updateStatus(name string, change func(*v1alpha1.NetworkAttachmentS
 	}
 }
 
-// address gives an attachment an address, as IPAM does.
+// address gives an attachment an address, as IPAM does: an attachment with
+// another address loses it first, since the server lets no address change
+// into another.
 func (a *api) address(name, ip string, vni uint32) {
 	a.t.Helper()
+	if st := a.get(name).Status; st.IPv4 != "" && (st.IPv4 != ip || st.AddressVNI != vni) {
+		a.updateStatus(name, func(st *v1alpha1.NetworkAttachmentStatus) {
+			st.IPv4, st.AddressVNI, st.LockUID = "", 0, ""
+		})
+	}
 	a.updateStatus(name, func(st *v1alpha1.NetworkAttachmentStatus) {
 		st.IPv4, st.AddressVNI = ip, vni
 		st.LockUID = "test-lock-" + name

@@ -572,7 +572,7 @@ func testWriteSections(t *testing.T, clients apiClients) {
 		}, []string{v1alpha1.SectionAddress}},
 		{"host error", true, func(a *v1alpha1.NetworkAttachment) { a.Status.Errors.Host = []string{"boom"} }, []string{v1alpha1.SectionImpl}},
 		{"address and interface at once", true, func(a *v1alpha1.NetworkAttachment) {
-			a.Status.IPv4, a.Status.HostIP = "10.0.0.6", "192.168.1.2"
+			a.Status.LockUID, a.Status.HostIP = "uid-2", "192.168.1.2"
 		}, []string{v1alpha1.SectionAddress, v1alpha1.SectionImpl}},
 		{"labels only", false, func(a *v1alpha1.NetworkAttachment) { a.Labels = map[string]string{"x": "y"} }, nil},
 		{"spec", false, func(a *v1alpha1.NetworkAttachment) { a.Spec.PostDeleteExec = []string{"/bin/true"} }, []string{v1alpha1.SectionSpec}},

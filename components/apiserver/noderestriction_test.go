@@ -175,7 +175,7 @@ func TestIntegrationNodeRestriction(t *testing.T) {
 			refused(t, writeStatus(agent, onB.Name, setImpl(hostIP)), fmt.Sprintf(
 				`networkattachments.network.example.com "on-b" is forbidden: agent "system:serviceaccount:example-com:kos-agent" of node %q may not write the status of attachment %s/on-b, which is on node %q`,
 				nodeA, ns, nodeB))
-			refused(t, writeStatus(agent, onA.Name, func(st *v1alpha1.NetworkAttachmentStatus) { st.IPv4 = "10.90.0.6" }),
+			refused(t, writeStatus(agent, onA.Name, func(st *v1alpha1.NetworkAttachmentStatus) { st.IPv4, st.AddressVNI = "", 0 }),
 				fmt.Sprintf(`may not change section status.address of the status of attachment %s/on-a; it may change only status.execReport and status.impl`, ns))
 			refused(t, writeStatus(agent, onA.Name, func(st *v1alpha1.NetworkAttachmentStatus) { st.Errors.IPAM = []string{"taken"} }),
 				`may not change section status.address`)
@@ -190,7 +190,8 @@ func TestIntegrationNodeRestriction(t *testing.T) {
 
 	t.Run("admin", func(t *testing.T) {
 		if err := writeStatus(admin, onB.Name, func(st *v1alpha1.NetworkAttachmentStatus) {
-			st.IPv4 = "10.90.0.7"
+			// An address may be cleared, not changed to another.
+			st.IPv4, st.AddressVNI = "", 0
 			setImpl("192.168.9.4")(st)
 		}); err != nil {
 			t.Errorf("the admin writing address and interface: %v", err)

@@ -227,7 +227,12 @@ const (
 
 // ValidateNetworkAttachmentStatusUpdate checks an update of a NetworkAttachment's
 // status: the addresses in it, when set, must parse, and an MTU, when set,
-// must be one IPv4 allows.
+// must be one IPv4 allows. The address of a live attachment never changes:
+// status.ipv4 and status.addressVNI, once set, may be cleared but not set to
+// another address (IPAM clears an address it can no longer hold, and a node
+// agent sees the interface go before another address comes), and status.ipv4
+// is spec.ipv4 when the spec asks for an address. att.Spec must be the
+// stored spec, which the status endpoint keeps.
 func ValidateNetworkAttachmentStatusUpdate(att, old *network.NetworkAttachment) field.ErrorList {
 	errs := apimachineryvalidation.ValidateObjectMetaUpdate(&att.ObjectMeta, &old.ObjectMeta, field.NewPath("metadata"))
 	st := att.Status
@@ -235,6 +240,16 @@ func ValidateNetworkAttachmentStatusUpdate(att, old *network.NetworkAttachment) 
 		if a, err := netip.ParseAddr(st.IPv4); err != nil || !a.Is4() {
 			errs = append(errs, field.Invalid(statusPath.Child("ipv4"), st.IPv4, "must be an IPv4 address"))
 		}
+	}
+	if was := old.Status; was.IPv4 != "" && st.IPv4 != "" {
+		if st.IPv4 != was.IPv4 {
+			errs = append(errs, field.Invalid(statusPath.Child("ipv4"), st.IPv4, fmt.Sprintf("may not change from %s to another address; clear it first", was.IPv4)))
+		} else if st.AddressVNI != was.AddressVNI {
+			errs = append(errs, field.Invalid(statusPath.Child("addressVNI"), st.AddressVNI, fmt.Sprintf("may not change from %d while status.ipv4 is set; clear the address first", was.AddressVNI)))
+		}
+	}
+	if st.IPv4 != "" && att.Spec.IPv4 != "" && st.IPv4 != att.Spec.IPv4 {
+		errs = append(errs, field.Invalid(statusPath.Child("ipv4"), st.IPv4, fmt.Sprintf("must be spec.ipv4 (%s), the address asked for", att.Spec.IPv4)))
 	}
 	if st.HostIP != "" {
 		if _, err := netip.ParseAddr(st.HostIP); err != nil {

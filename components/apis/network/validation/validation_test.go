@@ -343,6 +343,51 @@ func TestValidateNetworkAttachmentStatusUpdate(t *testing.T) {
 	}
 }
 
+// TestValidateNetworkAttachmentStatusUpdateAddress checks that the address of
+// a live attachment never changes: set, kept or cleared, never replaced, and
+// the one spec.ipv4 asks for.
+func TestValidateNetworkAttachmentStatusUpdateAddress(t *testing.T) {
+	addressed := func(ipv4 string, vni uint32) network.NetworkAttachmentStatus {
+		return network.NetworkAttachmentStatus{IPv4: ipv4, AddressVNI: vni, LockUID: "u1"}
+	}
+	noAddress := network.NetworkAttachmentStatus{Errors: network.NetworkAttachmentErrors{IPAM: []string{"Referenced subnet does not exist"}}}
+	tests := []struct {
+		name        string
+		specIPv4    string
+		old, status network.NetworkAttachmentStatus
+		want        []string
+	}{
+		{"set", "", network.NetworkAttachmentStatus{}, addressed("10.0.0.5", 1), nil},
+		{"set after a problem", "", noAddress, addressed("10.0.0.5", 1), nil},
+		{"kept, with a new lock and other fields", "", addressed("10.0.0.5", 1),
+			network.NetworkAttachmentStatus{IPv4: "10.0.0.5", AddressVNI: 1, LockUID: "u2", HostIP: "192.0.2.1"}, nil},
+		{"cleared", "", addressed("10.0.0.5", 1), noAddress, nil},
+		{"changed", "", addressed("10.0.0.5", 1), addressed("10.0.0.6", 1), []string{
+			`status.ipv4: Invalid value: "10.0.0.6": may not change from 10.0.0.5 to another address; clear it first`,
+		}},
+		{"moved to another VNI", "", addressed("10.0.0.5", 1), addressed("10.0.0.5", 2), []string{
+			`status.addressVNI: Invalid value: 2: may not change from 1 while status.ipv4 is set; clear the address first`,
+		}},
+		{"the address asked for", "10.0.0.7", network.NetworkAttachmentStatus{}, addressed("10.0.0.7", 1), nil},
+		{"another than the address asked for", "10.0.0.7", network.NetworkAttachmentStatus{}, addressed("10.0.0.5", 1), []string{
+			`status.ipv4: Invalid value: "10.0.0.5": must be spec.ipv4 (10.0.0.7), the address asked for`,
+		}},
+		{"no address while asking for one", "10.0.0.7", addressed("10.0.0.7", 1), noAddress, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			old := withSpecIPv4(attachment("node-1", "s1"), tc.specIPv4)
+			old.Status = tc.old
+			updated := old.DeepCopy()
+			updated.Status = tc.status
+			got := errorStrings(ValidateNetworkAttachmentStatusUpdate(updated, old))
+			if diff := cmp.Diff(got, tc.want); diff != "" {
+				t.Errorf("ValidateNetworkAttachmentStatusUpdate mismatch (-got +want):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestValidateIPLock(t *testing.T) {
 	lock := func(subnet string) *network.IPLock {
 		return &network.IPLock{

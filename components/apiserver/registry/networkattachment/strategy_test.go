@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/kos-sdn/kos/components/apis/network"
@@ -130,6 +131,76 @@ func TestPrepareForUpdate(t *testing.T) {
 			}
 			if diff := cmp.Diff(oldCopy, old); diff != "" {
 				t.Errorf("PrepareForUpdate changed the old object (-got +want):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestValidateUpdate runs each endpoint's update as the store does,
+// PrepareForUpdate then ValidateUpdate: spec.ipv4 is immutable, and the
+// status endpoint keeps the address of a live attachment from changing,
+// judged against the stored spec.ipv4 whatever spec the client sent.
+func TestValidateUpdate(t *testing.T) {
+	old := &network.NetworkAttachment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a1", ResourceVersion: "3"},
+		Spec:       network.NetworkAttachmentSpec{Node: "n1", Subnet: "s1", IPv4: "10.0.0.7"},
+		Status:     network.NetworkAttachmentStatus{IPv4: "10.0.0.7", AddressVNI: 1, LockUID: "u1"},
+	}
+	tests := []struct {
+		name   string
+		status bool
+		mutate func(*network.NetworkAttachment)
+		want   []string
+	}{
+		{"main: spec.ipv4 may not change", false,
+			func(a *network.NetworkAttachment) { a.Spec.IPv4 = "10.0.0.8" },
+			[]string{`spec.ipv4: Invalid value: "10.0.0.8": field is immutable`}},
+		{"main: spec.ipv4 may not be dropped", false,
+			func(a *network.NetworkAttachment) { a.Spec.IPv4 = "" },
+			[]string{`spec.ipv4: Invalid value: "": field is immutable`}},
+		{"main: a status change is ignored", false,
+			func(a *network.NetworkAttachment) { a.Status.IPv4 = "10.0.0.8" },
+			nil},
+		{"status: the address is kept with a new lock", true,
+			func(a *network.NetworkAttachment) { a.Status.LockUID = "u2" },
+			nil},
+		{"status: the address is cleared", true,
+			func(a *network.NetworkAttachment) { a.Status = network.NetworkAttachmentStatus{} },
+			nil},
+		{"status: the address may not change", true,
+			func(a *network.NetworkAttachment) { a.Status.IPv4 = "10.0.0.8" },
+			[]string{
+				`status.ipv4: Invalid value: "10.0.0.8": may not change from 10.0.0.7 to another address; clear it first`,
+				`status.ipv4: Invalid value: "10.0.0.8": must be spec.ipv4 (10.0.0.7), the address asked for`,
+			}},
+		{"status: the stored spec.ipv4 rules, not the one sent", true,
+			func(a *network.NetworkAttachment) {
+				a.Spec.IPv4 = "10.0.0.9"
+				a.Status = network.NetworkAttachmentStatus{}
+				a.ResourceVersion = "4"
+			},
+			nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStrategy(runtime.NewScheme(), clocktesting.NewFakePassiveClock(t1))
+			got := old.DeepCopy()
+			tc.mutate(got)
+			var errs field.ErrorList
+			if tc.status {
+				ss := statusStrategy{s}
+				ss.PrepareForUpdate(context.Background(), got, old.DeepCopy())
+				errs = ss.ValidateUpdate(context.Background(), got, old.DeepCopy())
+			} else {
+				s.PrepareForUpdate(context.Background(), got, old.DeepCopy())
+				errs = s.ValidateUpdate(context.Background(), got, old.DeepCopy())
+			}
+			var msgs []string
+			for _, err := range errs {
+				msgs = append(msgs, err.Error())
+			}
+			if diff := cmp.Diff(msgs, tc.want); diff != "" {
+				t.Errorf("ValidateUpdate (-got +want):\n%s", diff)
 			}
 		})
 	}
