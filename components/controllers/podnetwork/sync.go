@@ -115,9 +115,9 @@ func (c *Controller) sync(ctx context.Context, ref cache.ObjectName) error {
 			errs = append(errs, c.delete(ctx, pod, a, "it belongs to an earlier pod of the same name"))
 		case w != nil && matches(a, w):
 		case w != nil:
-			// spec.node and spec.subnet are immutable: the attachment is
-			// made again once its deletion is seen.
-			errs = append(errs, c.delete(ctx, pod, a, fmt.Sprintf("interface %s now wants subnet %s on node %s", w.Annotations[InterfaceAnnotation], w.Spec.Subnet, w.Spec.Node)))
+			// spec.node, spec.subnet and spec.ipv4 are immutable: the
+			// attachment is made again once its deletion is seen.
+			errs = append(errs, c.delete(ctx, pod, a, fmt.Sprintf("interface %s now wants %s", w.Annotations[InterfaceAnnotation], describeWant(w))))
 		case p.keep.Has(a.Name):
 		default:
 			errs = append(errs, c.delete(ctx, pod, a, "the pod no longer asks for its interface"))
@@ -182,38 +182,39 @@ func (c *Controller) plan(pod *corev1.Pod, nets []Network) (plan, error) {
 		if !pc.IsKOS() {
 			continue
 		}
-		if msg := checkKOSNetwork(pod, n); msg != "" {
+		ipv4, msg := checkKOSNetwork(pod, n)
+		if msg != "" {
 			p.keep.Insert(name)
 			p.problems = append(p.problems, problem{ReasonInvalidNetwork,
 				fmt.Sprintf("Interface %s on NetworkAttachmentDefinition %s/%s: %s", n.Interface, n.Namespace, n.Name, msg)})
 			continue
 		}
-		p.want[name] = newAttachment(pod, name, n.Interface, pc.Subnet)
+		p.want[name] = newAttachment(pod, name, n.Interface, pc.Subnet, ipv4)
 	}
 	return p, nil
 }
 
-// checkKOSNetwork returns what keeps KOS from giving a pod an interface on
-// an entry whose definition is of type kos, or "".
-func checkKOSNetwork(pod *corev1.Pod, n Network) string {
+// checkKOSNetwork returns the address that an entry whose definition is of
+// type kos asks for ("" for any), or what keeps KOS from giving the pod an
+// interface on it. Whether the address lies in the subnet and is free is
+// IPAM's to tell, in the attachment's status.
+func checkKOSNetwork(pod *corev1.Pod, n Network) (ipv4, problem string) {
 	if n.Namespace != pod.Namespace {
-		return fmt.Sprintf("the definition's subnet is in namespace %s, but a KOS interface of a pod in namespace %s must use a subnet of its own namespace", n.Namespace, pod.Namespace)
+		return "", fmt.Sprintf("the definition's subnet is in namespace %s, but a KOS interface of a pod in namespace %s must use a subnet of its own namespace", n.Namespace, pod.Namespace)
 	}
 	addr, err := RequestedIPv4(n.IPs)
 	if err != nil {
-		return err.Error()
+		return "", err.Error()
 	}
-	if addr.IsValid() {
-		// NetworkAttachment has no field for a requested address yet; an
-		// attachment with any other address is not what the pod asked for.
-		return fmt.Sprintf("asks for address %s, which KOS cannot honour: a NetworkAttachment cannot ask for an address", addr)
+	if !addr.IsValid() {
+		return "", ""
 	}
-	return ""
+	return addr.String(), ""
 }
 
 // newAttachment returns the attachment named name that gives pod its
-// interface ifname in subnet.
-func newAttachment(pod *corev1.Pod, name, ifname, subnet string) *v1alpha1.NetworkAttachment {
+// interface ifname in subnet, at address ipv4 when that is not empty.
+func newAttachment(pod *corev1.Pod, name, ifname, subnet, ipv4 string) *v1alpha1.NetworkAttachment {
 	return &v1alpha1.NetworkAttachment{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace:   pod.Namespace,
@@ -231,14 +232,23 @@ func newAttachment(pod *corev1.Pod, name, ifname, subnet string) *v1alpha1.Netwo
 				BlockOwnerDeletion: ptr.To(false),
 			}},
 		},
-		Spec: v1alpha1.NetworkAttachmentSpec{Node: pod.Spec.NodeName, Subnet: subnet},
+		Spec: v1alpha1.NetworkAttachmentSpec{Node: pod.Spec.NodeName, Subnet: subnet, IPv4: ipv4},
 	}
 }
 
 // matches reports whether an attachment of the pod is the one wanted.
 func matches(a, want *v1alpha1.NetworkAttachment) bool {
-	return a.Spec.Node == want.Spec.Node && a.Spec.Subnet == want.Spec.Subnet &&
+	return a.Spec.Node == want.Spec.Node && a.Spec.Subnet == want.Spec.Subnet && a.Spec.IPv4 == want.Spec.IPv4 &&
 		a.Annotations[InterfaceAnnotation] == want.Annotations[InterfaceAnnotation]
+}
+
+// describeWant says what an attachment is wanted for, for an Event.
+func describeWant(want *v1alpha1.NetworkAttachment) string {
+	s := fmt.Sprintf("subnet %s on node %s", want.Spec.Subnet, want.Spec.Node)
+	if want.Spec.IPv4 != "" {
+		s += " at address " + want.Spec.IPv4
+	}
+	return s
 }
 
 // describeOwner says whose an attachment is, for an Event.
@@ -263,8 +273,12 @@ func (c *Controller) create(ctx context.Context, pod *corev1.Pod, want *v1alpha1
 		c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonAttachmentFailed, "Creating NetworkAttachment %s for interface %s: %v", want.Name, ifname, err)
 		return fmt.Errorf("creating attachment %s/%s for pod %s: %w", want.Namespace, want.Name, pod.Name, err)
 	}
-	logger.V(2).Info("Created an attachment", "pod", klog.KObj(pod), "attachment", klog.KObj(got), "interface", ifname, "subnet", got.Spec.Subnet, "node", got.Spec.Node)
-	c.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonAttachmentCreated, "Created NetworkAttachment %s for interface %s in subnet %s", got.Name, ifname, got.Spec.Subnet)
+	logger.V(2).Info("Created an attachment", "pod", klog.KObj(pod), "attachment", klog.KObj(got), "interface", ifname, "subnet", got.Spec.Subnet, "node", got.Spec.Node, "ipv4", got.Spec.IPv4)
+	asking := ""
+	if got.Spec.IPv4 != "" {
+		asking = ", asking for address " + got.Spec.IPv4
+	}
+	c.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonAttachmentCreated, "Created NetworkAttachment %s for interface %s in subnet %s%s", got.Name, ifname, got.Spec.Subnet, asking)
 	return nil
 }
 

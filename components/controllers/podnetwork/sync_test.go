@@ -66,8 +66,13 @@ func kosConfig(subnet string) string {
 // existing returns the attachment the controller makes for pod's interface
 // in subnet, as the server holds it.
 func existing(pod *corev1.Pod, ifname, subnet string) *v1alpha1.NetworkAttachment {
+	return existingAt(pod, ifname, subnet, "")
+}
+
+// existingAt is existing for an interface that asks for address ipv4.
+func existingAt(pod *corev1.Pod, ifname, subnet, ipv4 string) *v1alpha1.NetworkAttachment {
 	name := AttachmentName(pod.Name, ifname)
-	a := newAttachment(pod, name, ifname, subnet)
+	a := newAttachment(pod, name, ifname, subnet, ipv4)
 	a.UID = types.UID(name + "-" + string(pod.UID))
 	a.ResourceVersion = "5"
 	return a
@@ -117,13 +122,18 @@ func newFixture(t *testing.T, pods []*corev1.Pod, nads []*unstructured.Unstructu
 }
 
 // writes returns the creates and deletes the controller sent, as
-// "create <name>" and "delete <name>".
+// "create <name>" (with " at <spec.ipv4>" when set) and "delete <name>".
 func (f *fixture) writes() []string {
 	var out []string
 	for _, a := range f.client.Actions() {
 		switch a := a.(type) {
 		case k8stesting.CreateAction:
-			out = append(out, "create "+a.GetObject().(*v1alpha1.NetworkAttachment).Name)
+			att := a.GetObject().(*v1alpha1.NetworkAttachment)
+			w := "create " + att.Name
+			if att.Spec.IPv4 != "" {
+				w += " at " + att.Spec.IPv4
+			}
+			out = append(out, w)
 		case k8stesting.DeleteAction:
 			out = append(out, "delete "+a.GetName())
 		}
@@ -297,14 +307,59 @@ func TestSync(t *testing.T) {
 			key:  "web-0",
 		},
 		{
-			name: "a requested address",
-			pods: []*corev1.Pod{newPod("web-0", `[{"name":"blue","ips":["10.1.0.5/24"]},{"name":"red","ips":["10.1.0.5","10.1.0.6"]},{"name":"mac","ips":["10.9.0.1","fd00::1"]}]`)},
+			name:       "requested addresses: one, with its prefix length dropped, is asked for; two are refused; another plugin's are its own",
+			pods:       []*corev1.Pod{newPod("web-0", `[{"name":"blue","ips":["10.1.0.5/24"]},{"name":"red","ips":["10.1.0.5","10.1.0.6"]},{"name":"mac","ips":["10.9.0.1","fd00::1"]}]`)},
+			nads:       defs,
+			key:        "web-0",
+			wantWrites: []string{"create web-0-net1 at 10.1.0.5"},
+			wantEvents: []string{
+				"Warning InvalidNetwork Interface net2 on NetworkAttachmentDefinition pods/red: asks for 2 addresses (10.1.0.5, 10.1.0.6); a KOS interface has one",
+				"Normal AttachmentCreated Created NetworkAttachment web-0-net1 for interface net1 in subnet s-blue, asking for address 10.1.0.5",
+			},
+		},
+		{
+			name: "a requested IPv6 address is refused",
+			pods: []*corev1.Pod{newPod("web-0", `[{"name":"blue","ips":["fd00::5/64"]}]`)},
 			nads: defs,
 			key:  "web-0",
 			wantEvents: []string{
-				"Warning InvalidNetwork Interface net1 on NetworkAttachmentDefinition pods/blue: asks for address 10.1.0.5, which KOS cannot honour: a NetworkAttachment cannot ask for an address",
-				"Warning InvalidNetwork Interface net2 on NetworkAttachmentDefinition pods/red: asks for 2 addresses (10.1.0.5, 10.1.0.6); a KOS interface has one",
+				`Warning InvalidNetwork Interface net1 on NetworkAttachmentDefinition pods/blue: requested address "fd00::5/64" is not IPv4; KOS subnets are IPv4`,
 			},
+		},
+		{
+			name: "a refused address keeps the interface's attachment as it is",
+			pods: []*corev1.Pod{newPod("web-0", `[{"name":"blue","ips":["10.1.0.5","10.1.0.6"]}]`)},
+			nads: defs,
+			atts: []*v1alpha1.NetworkAttachment{existingAt(web, "net1", "s-blue", "10.1.0.5")},
+			key:  "web-0",
+			wantEvents: []string{
+				"Warning InvalidNetwork Interface net1 on NetworkAttachmentDefinition pods/blue: asks for 2 addresses (10.1.0.5, 10.1.0.6); a KOS interface has one",
+			},
+		},
+		{
+			name: "an attachment at the address asked for is left",
+			pods: []*corev1.Pod{newPod("web-0", `[{"name":"blue","ips":["10.1.0.5"]}]`)},
+			nads: defs,
+			atts: []*v1alpha1.NetworkAttachment{existingAt(web, "net1", "s-blue", "10.1.0.5")},
+			key:  "web-0",
+		},
+		{
+			name:       "an interface that now asks for another address: delete first, create once the deletion is seen",
+			pods:       []*corev1.Pod{newPod("web-0", `[{"name":"blue","ips":["10.1.0.6"]}]`)},
+			nads:       defs,
+			atts:       []*v1alpha1.NetworkAttachment{existingAt(web, "net1", "s-blue", "10.1.0.5")},
+			key:        "web-0",
+			wantWrites: []string{"delete web-0-net1"},
+			wantEvents: []string{"Normal AttachmentDeleted Deleted NetworkAttachment web-0-net1: interface net1 now wants subnet s-blue on node node-1 at address 10.1.0.6"},
+		},
+		{
+			name:       "an interface that no longer asks for an address: delete first",
+			pods:       []*corev1.Pod{newPod("web-0", "blue")},
+			nads:       defs,
+			atts:       []*v1alpha1.NetworkAttachment{existingAt(web, "net1", "s-blue", "10.1.0.5")},
+			key:        "web-0",
+			wantWrites: []string{"delete web-0-net1"},
+			wantEvents: []string{"Normal AttachmentDeleted Deleted NetworkAttachment web-0-net1: interface net1 now wants subnet s-blue on node node-1"},
 		},
 		{
 			name: "a name taken by someone else's attachment",
