@@ -69,6 +69,14 @@ type Options struct {
 	// reach Services, kube-apiserver's kubernetes Service among them.
 	KubeProxy bool
 
+	// Multus runs Multus's thin CNI plugin (tools/multus, built on first
+	// use) on every node in front of the node's network: a pod annotated
+	// k8s.v1.cni.cncf.io/networks gets, besides eth0, an interface for each
+	// NetworkAttachmentDefinition it names, made by the plugins of the
+	// node's /opt/cni/bin. Start applies the NetworkAttachmentDefinition CRD
+	// and Multus's RBAC before the nodes start.
+	Multus bool
+
 	// Registry runs a real OCI registry (tools/registry) on the host's
 	// underlay address, its storage in Dir/registry, from which every
 	// node's containerd pulls over plain http: push images to
@@ -88,12 +96,14 @@ type Cluster struct {
 	// (Options.Registry), or "".
 	Registry string
 
-	mu        sync.Mutex
-	procs     []*process
-	nodes     []*nodeState
-	ovs       map[string]*ovsenv.Instance
-	registry  *registry.Registry
-	proxy     bool
+	mu       sync.Mutex
+	procs    []*process
+	nodes    []*nodeState
+	ovs      map[string]*ovsenv.Instance
+	registry *registry.Registry
+	proxy    bool
+	// multus is the Multus binary the nodes run (Options.Multus), or "".
+	multus    string
 	detached  bool
 	removeDir bool
 	stopped   bool
@@ -119,6 +129,8 @@ type clusterState struct {
 	Nodes     []*nodeState `json:"nodes"`
 	Processes []*process   `json:"processes"`
 	KubeProxy bool         `json:"kubeProxy,omitempty"`
+	// Multus is the Multus binary the nodes run, or "".
+	Multus string `json:"multus,omitempty"`
 	// Registry is the host:port of the cluster's registry, whose own
 	// state is in the folder registryDir; "" when it has none.
 	Registry string `json:"registry,omitempty"`
@@ -141,6 +153,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	if opts.KubeProxy && len(opts.Nodes) == 0 {
 		return nil, errors.New("kube-proxy runs on nodes: the cluster has none")
+	}
+	if opts.Multus && len(opts.Nodes) == 0 {
+		return nil, errors.New("multus runs on nodes: the cluster has none")
 	}
 	c := &Cluster{
 		ovs:      map[string]*ovsenv.Instance{},
@@ -173,13 +188,13 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			}
 		}
 	}
-	if err := c.start(ctx, cp, opts.Nodes, opts.Underlay, opts.Registry); err != nil {
+	if err := c.start(ctx, cp, opts.Nodes, opts.Underlay, opts.Registry, opts.Multus); err != nil {
 		return nil, errors.Join(err, c.stopAll())
 	}
 	return c, nil
 }
 
-func (c *Cluster) start(ctx context.Context, cp testenv.Options, nodes []NodeOptions, ul netip.Prefix, withRegistry bool) error {
+func (c *Cluster) start(ctx context.Context, cp testenv.Options, nodes []NodeOptions, ul netip.Prefix, withRegistry, withMultus bool) error {
 	if len(nodes) == 0 {
 		if withRegistry {
 			if err := c.startRegistry(ctx, cp.Dir, "127.0.0.1"); err != nil {
@@ -200,6 +215,11 @@ func (c *Cluster) start(ctx context.Context, cp testenv.Options, nodes []NodeOpt
 	binDir, err := testenv.FindBinaries(ctx, cp.BinDir, bins)
 	if err != nil {
 		return err
+	}
+	if withMultus {
+		if c.multus, err = findMultus(ctx); err != nil {
+			return err
+		}
 	}
 	names := map[string]bool{}
 	for i, opts := range nodes {
@@ -224,6 +244,12 @@ func (c *Cluster) start(ctx context.Context, cp testenv.Options, nodes []NodeOpt
 		return err
 	}
 	c.Env = env
+	if c.multus != "" {
+		c.printf("applying the NetworkAttachmentDefinition CRD and Multus's RBAC")
+		if err := c.applyMultusAPI(ctx); err != nil {
+			return err
+		}
+	}
 	for _, n := range c.nodes {
 		if err := c.startNode(ctx, n); err != nil {
 			return err
@@ -296,13 +322,18 @@ func (c *Cluster) startOVS(ctx context.Context, n *nodeState) error {
 // node's namespaces, waits until the node is Ready, then starts its DNS
 // server and kube-proxy.
 func (c *Cluster) startNode(ctx context.Context, n *nodeState) error {
-	if err := writeCNIConfig(n); err != nil {
+	if err := writeCNIConfig(n, c.multus != ""); err != nil {
 		return err
+	}
+	if c.multus != "" {
+		if err := c.WriteKubeconfig(filepath.Join(n.NodeDir, multusKubeconfigFile), multusUser); err != nil {
+			return err
+		}
 	}
 	if err := n.createMountNS(ctx); err != nil {
 		return err
 	}
-	if err := n.linkCNIPlugins(); err != nil {
+	if err := n.linkCNIPlugins(c.multus); err != nil {
 		return err
 	}
 	c.printf("starting containerd of node %s", n.Name)
@@ -697,7 +728,7 @@ func Attach(dir string) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.nodes, c.procs, c.proxy = st.Nodes, st.Processes, st.KubeProxy
+	c.nodes, c.procs, c.proxy, c.multus = st.Nodes, st.Processes, st.KubeProxy, st.Multus
 	if st.Registry != "" {
 		if c.registry, err = registry.Attach(filepath.Join(env.Dir, registryDir)); err != nil {
 			return nil, fmt.Errorf("finding the cluster's registry: %w", err)
@@ -725,7 +756,7 @@ func readState(dir string) (*clusterState, error) {
 }
 
 func (c *Cluster) state() *clusterState {
-	return &clusterState{Nodes: c.nodes, Processes: c.procs, KubeProxy: c.proxy, Registry: c.Registry}
+	return &clusterState{Nodes: c.nodes, Processes: c.procs, KubeProxy: c.proxy, Multus: c.multus, Registry: c.Registry}
 }
 
 func (c *Cluster) saveState() error {

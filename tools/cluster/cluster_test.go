@@ -128,8 +128,8 @@ func TestHostPath(t *testing.T) {
 }
 
 // TestLinkCNIPlugins checks the node's CNI plugin folder: a link to each
-// Debian plugin, made again on every start, while a plugin a DaemonSet
-// installed stays and a link no longer wanted goes.
+// Debian plugin and to Multus, made again on every start, while a plugin a
+// DaemonSet installed stays and a link no longer wanted goes.
 func TestLinkCNIPlugins(t *testing.T) {
 	n := &nodeState{NodeDir: t.TempDir()}
 	dir := n.hostPath(cniBinPath)
@@ -143,7 +143,7 @@ func TestLinkCNIPlugins(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		if err := n.linkCNIPlugins(); err != nil {
+		if err := n.linkCNIPlugins("/cache/multus/v4.2.4/multus"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -151,7 +151,7 @@ func TestLinkCNIPlugins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"kos": "file"}
+	want := map[string]string{"kos": "file", "multus": "/cache/multus/v4.2.4/multus"}
 	for _, p := range plugins {
 		want[p.Name()] = filepath.Join(debianCNIDir, p.Name())
 	}
@@ -201,7 +201,7 @@ func TestConfigs(t *testing.T) {
 	}
 	dir := t.TempDir()
 	n.NodeDir = filepath.Join(dir, "node")
-	if err := writeCNIConfig(n); err != nil {
+	if err := writeCNIConfig(n, true); err != nil {
 		t.Fatal(err)
 	}
 	kubelet, err := writeKubeletConfig("/env/client-ca.crt", n)
@@ -226,6 +226,7 @@ func TestConfigs(t *testing.T) {
 		"kube-proxy.json":      read(proxy),
 		"kubelet-args.txt":     strings.Join(kubeletArgs("/env/node/kubelet.json", n), "\n") + "\n",
 		"10-kos-node.conflist": read(filepath.Join(dir, "node", "net.d", "10-kos-node.conflist")),
+		"00-multus.conf":       read(filepath.Join(dir, "node", "net.d", "00-multus.conf")),
 		"hosts.toml":           registryHosts("192.168.250.1:5000"),
 	}
 	for name, content := range got {

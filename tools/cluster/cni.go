@@ -29,9 +29,10 @@ const debianCNIDir = "/usr/lib/cni"
 const nodeNetworkFile = "10-kos-node.conflist"
 
 // linkCNIPlugins fills the node's cniBinPath (its host-side folder) with
-// absolute symbolic links to every plugin of debianCNIDir. A symbolic link
-// it does not want any more goes; any other file stays.
-func (n *nodeState) linkCNIPlugins() error {
+// absolute symbolic links to every plugin of debianCNIDir and, unless multus
+// is "", to that Multus binary. A symbolic link it does not want any more
+// goes; any other file stays.
+func (n *nodeState) linkCNIPlugins(multus string) error {
 	dir := n.hostPath(cniBinPath)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("creating the node's %s: %w", cniBinPath, err)
@@ -45,6 +46,9 @@ func (n *nodeState) linkCNIPlugins() error {
 		if !p.IsDir() {
 			want[p.Name()] = filepath.Join(debianCNIDir, p.Name())
 		}
+	}
+	if multus != "" {
+		want[multusBinary] = multus
 	}
 	have, err := os.ReadDir(dir)
 	if err != nil {
@@ -75,17 +79,33 @@ func (n *nodeState) linkCNIPlugins() error {
 
 // writeCNIConfig writes the node's network configuration: a bridge in the
 // node's namespace, the pods' gateway, with addresses from host-local, kept
-// in the node's folder. containerd adds the loopback interface itself.
-func writeCNIConfig(n *nodeState) error {
-	data, err := json.MarshalIndent(nodeNetwork(n), "", "  ")
-	if err != nil {
-		return fmt.Errorf("encoding the CNI configuration: %w", err)
-	}
+// in the node's folder. containerd adds the loopback interface itself. With
+// multus, Multus's configuration comes first and runs the node's network
+// (see writeMultusConfig); without, none is left from an earlier start.
+func writeCNIConfig(n *nodeState, multus bool) error {
 	if err := os.MkdirAll(n.cniConfDir(), 0o755); err != nil {
 		return fmt.Errorf("creating %s: %w", n.cniConfDir(), err)
 	}
-	if err := os.WriteFile(filepath.Join(n.cniConfDir(), nodeNetworkFile), append(data, '\n'), 0o644); err != nil {
-		return fmt.Errorf("writing the CNI configuration: %w", err)
+	if err := writeJSON(filepath.Join(n.cniConfDir(), nodeNetworkFile), nodeNetwork(n)); err != nil {
+		return err
+	}
+	if multus {
+		return writeMultusConfig(n)
+	}
+	if err := os.Remove(filepath.Join(n.cniConfDir(), multusConfFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing the Multus configuration of an earlier start: %w", err)
+	}
+	return nil
+}
+
+// writeJSON writes v as indented JSON to path.
+func writeJSON(path string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding %s: %w", filepath.Base(path), err)
+	}
+	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", filepath.Base(path), err)
 	}
 	return nil
 }

@@ -36,6 +36,12 @@
 // every node's containerd pulls from over plain http; a detached cluster's
 // registry is detached with it, Attach finds it and Stop stops it.
 //
+// With Options.Multus, every node runs Multus's thin plugin (tools/multus)
+// in front of its network: pods annotated k8s.v1.cni.cncf.io/networks get
+// an interface for each NetworkAttachmentDefinition they name, made by a
+// plugin of the node's /opt/cni/bin; Start applies the definitions' CRD and
+// Multus's RBAC first.
+//
 // Cluster.StopNode stops a node entirely (kubelet, kube-proxy, DNS, every
 // process of its pods, containerd, its mount namespace) and StartNode brings
 // it back as a rebooted node. Stop removes every trace of the cluster:

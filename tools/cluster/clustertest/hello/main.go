@@ -8,6 +8,8 @@
 //	hello api PATH          print what kube-apiserver answers to a GET of PATH,
 //	                        reached as pods reach it: through the kubernetes
 //	                        Service, with the pod's service-account token
+//	hello addrs             print each network interface with its addresses,
+//	                        one "NAME ADDRESS/BITS" line per address
 package main
 
 import (
@@ -26,6 +28,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == "addrs" {
+		if err := addrs(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) == 3 && (os.Args[1] == "get" || os.Args[1] == "api") {
 		do := get
 		if os.Args[1] == "api" {
@@ -79,6 +88,25 @@ func serve(ctx context.Context, listen string) error {
 		defer cancel()
 		return srv.Shutdown(shutdown)
 	}
+}
+
+// addrs prints the addresses of the pod's interfaces, as `ip addr` would
+// in an image that has it.
+func addrs() error {
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		return err
+	}
+	for _, iface := range ifaces {
+		as, err := iface.Addrs()
+		if err != nil {
+			return fmt.Errorf("addresses of %s: %w", iface.Name, err)
+		}
+		for _, a := range as {
+			fmt.Printf("%s %s\n", iface.Name, a)
+		}
+	}
+	return nil
 }
 
 func get(url string) error {
