@@ -46,6 +46,9 @@ export KOS_KOPS_BIN_DIR
 step "building the S3-compatible test server (versitygw) (cached in .cache/)"
 tools/versitygw/build.sh >/dev/null
 
+step "building Multus's thin CNI plugin, which the test cluster's nodes run (cached in .cache/)"
+tools/multus/build.sh >/dev/null
+
 step "building kube-apiserver 1.29, which the addons' k8s-1.29 manifests are checked against (cached in .cache/)"
 KOS_KUBE129_BIN_DIR=$(tools/kube129/build.sh)
 export KOS_KUBE129_BIN_DIR
