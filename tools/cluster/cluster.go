@@ -148,7 +148,13 @@ const stopGrace = 5 * time.Second
 // host's address on the underlay. On failure it stops what it started and
 // keeps Dir, whose logs say more than the error can.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
-	if err := lane.Require(lane.Cluster, "node"); err != nil {
+	// A cluster of no nodes is a control plane (and perhaps a registry),
+	// which the integration lane may start.
+	need, what := lane.Integration, "control plane"
+	if len(opts.Nodes) > 0 {
+		need, what = lane.Cluster, "node"
+	}
+	if err := lane.Require(need, what); err != nil {
 		return nil, err
 	}
 	if opts.KubeProxy && len(opts.Nodes) == 0 {
