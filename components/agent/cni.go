@@ -334,7 +334,8 @@ func (a *Agent) podAttachment(req *cni.Request) (*v1alpha1.NetworkAttachment, st
 
 // awaitPodAttachment waits, up to the CNI wait, for the pod's attachment
 // to exist, to have its address and to be ready on this node, and returns
-// it. The error says what it was waiting for.
+// it. The error says what it was waiting for; an attachment whose status
+// holds IPAM's errors instead of an address fails at once with them.
 func (a *Agent) awaitPodAttachment(ctx context.Context, req *cni.Request) (*v1alpha1.NetworkAttachment, address, *types.Error) {
 	var att *v1alpha1.NetworkAttachment
 	var addr address
@@ -347,14 +348,19 @@ func (a *Agent) awaitPodAttachment(ctx context.Context, req *cni.Request) (*v1al
 		}
 		var ok bool
 		if addr, ok = addressOf(att); !ok {
-			why = fmt.Sprintf("NetworkAttachment %s has no address yet", keyOf(att))
-			if len(att.Status.Errors.IPAM) > 0 {
-				why += ": " + strings.Join(att.Status.Errors.IPAM, "; ")
-			}
-			if att.Status.AddressContention {
+			// IPAM said why it gave no address (a requested address
+			// out of range or taken, a full subnet): waiting would
+			// only hide that. Kubelet tries again after code 11,
+			// and IPAM clears the error once it can assign one.
+			switch {
+			case len(att.Status.Errors.IPAM) > 0:
+				failed = cniError(types.ErrTryAgainLater, "NetworkAttachment %s has no address: %s", keyOf(att), strings.Join(att.Status.Errors.IPAM, "; "))
+				return true, nil
+			case att.Status.AddressContention:
 				failed = cniError(types.ErrTryAgainLater, "subnet %s has no free address for NetworkAttachment %s", att.Spec.Subnet, keyOf(att))
 				return true, nil
 			}
+			why = fmt.Sprintf("NetworkAttachment %s has no address yet", keyOf(att))
 			return false, nil
 		}
 		if why = a.notReady(att, addr); why != "" {

@@ -369,6 +369,13 @@ func TestIntegrationCNI(t *testing.T) {
 	noSubnet := pods[1].request(cni.CommandAdd)
 	noSubnet.Subnet = "green"
 	nobody := (&sandbox{netns: pods[1].netns, pod: cni.Pod{Namespace: k.ns, Name: "nobody", UID: "uid-nobody"}, containerID: "c9"}).request(cni.CommandAdd)
+	// IPAM refused the address web-3 asked for: its ADD fails with IPAM's
+	// message at once, not after the wait.
+	refused := &sandbox{netns: pods[1].netns, pod: cni.Pod{Namespace: k.ns, Name: "web-3", UID: "uid-web-3"}, containerID: "c3"}
+	const taken = "Requested address 10.231.0.11 is taken by NetworkAttachment web-1-net1"
+	k.updateStatus(k.podAttachment(refused.pod, k.node("a"), "blue", "", vni), func(st *v1alpha1.NetworkAttachmentStatus) {
+		st.Errors.IPAM = []string{taken}
+	})
 	for _, tt := range []struct {
 		name     string
 		req      cni.Request
@@ -377,10 +384,17 @@ func TestIntegrationCNI(t *testing.T) {
 	}{
 		{"subnet missing", noSubnet, types.ErrInvalidNetworkConfig, fmt.Sprintf("subnet green not found in namespace %s", k.ns)},
 		{"no attachment", nobody, types.ErrTryAgainLater, fmt.Sprintf("waited 5s: no NetworkAttachment %s/nobody-net1 for interface net1 of pod %s/nobody on node %s", k.ns, k.ns, k.node("a"))},
+		{"address refused", refused.request(cni.CommandAdd), types.ErrTryAgainLater, fmt.Sprintf("NetworkAttachment %s/web-3-net1 has no address: %s", k.ns, taken)},
 	} {
+		began := time.Now()
 		_, cniErr := c.do(tt.req)
+		took := time.Since(began)
 		if cniErr == nil || cniErr.Code != tt.wantCode || !strings.HasPrefix(cniErr.Msg, tt.wantMsg) {
 			t.Errorf("%s: ADD failed with %v, want code %d and a message starting %q", tt.name, cniErr, tt.wantCode, tt.wantMsg)
+		}
+		t.Logf("%s: ADD failed after %s", tt.name, took.Round(time.Millisecond))
+		if !strings.HasPrefix(tt.wantMsg, "waited") && took > cfg.CNI.Wait/2 {
+			t.Errorf("%s: ADD failed after %s, want well within the wait of %s", tt.name, took.Round(time.Millisecond), cfg.CNI.Wait)
 		}
 	}
 }
