@@ -65,10 +65,13 @@ func Spec(name string) (Image, error) {
 		// clients. From 0.2.0 the pod runs the node's Open vSwitch too,
 		// in a container of its own: kos-ovs runs the daemons, and
 		// creates their database from the schema with ovsdb-tool, so
-		// that nodes need no Open vSwitch package.
+		// that nodes need no Open vSwitch package. kos-cni is the CNI
+		// plugin the pod's init container installs on the node
+		// (kos-cni install /host/opt/cni/bin/kos); it is static, so it
+		// runs on the host as it is.
 		return Image{
 			Name:         name,
-			Packages:     []string{module + "/cmd/kos-agent", module + "/cmd/kos-ovs"},
+			Packages:     []string{module + "/cmd/kos-agent", module + "/cmd/kos-ovs", module + "/cmd/kos-cni"},
 			HostPrograms: []string{"ovs-vsctl", "ovs-ofctl", "ovs-appctl", "ovsdb-server", "ovs-vswitchd", "ovsdb-tool"},
 			HostFiles:    []string{"/usr/share/openvswitch/vswitch.ovsschema"},
 		}, nil

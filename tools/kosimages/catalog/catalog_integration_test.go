@@ -69,6 +69,9 @@ func TestIntegrationBuild(t *testing.T) {
 				t.Errorf("entrypoint %v, want %v", entrypoint, want)
 			}
 			for _, pkg := range spec.Packages {
+				if path.Base(pkg) == "kos-cni" {
+					continue // a CNI plugin has no --help; see "agent's kos-cni"
+				}
 				out := chroot(t, roots[tag], nil, nil, path.Join(images.BinDir, path.Base(pkg)), "--help")
 				if !strings.Contains(out, "Usage") && !strings.Contains(out, "usage") {
 					t.Errorf("%s --help in the image says no usage:\n%s", path.Base(pkg), out)
@@ -114,6 +117,22 @@ func TestIntegrationBuild(t *testing.T) {
 		// And the host sees what the image's tools did.
 		if out, err := ovs.Run(ctx, "ovs-vsctl", "list-br"); err != nil || strings.TrimSpace(out) != "kos" {
 			t.Errorf("bridges on the host: %q, %v", out, err)
+		}
+	})
+
+	t.Run("agent's kos-cni", func(t *testing.T) {
+		// What the agent pod's init container does: install kos-cni
+		// into the node's CNI binary folder, mounted at /host/opt/cni/bin;
+		// the node then runs it as its plugin kos.
+		root := roots[Tag(Agent, versions[Agent])]
+		mount := &bindMount{source: t.TempDir(), target: "/host/opt/cni/bin"}
+		chroot(t, root, mount, nil, path.Join(images.BinDir, "kos-cni"), "install", "/host/opt/cni/bin/kos")
+		cmd := exec.CommandContext(ctx, filepath.Join(mount.source, "kos"))
+		cmd.Env = []string{"CNI_COMMAND=VERSION"}
+		cmd.Stdin = strings.NewReader(`{"cniVersion":"1.0.0"}`)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), `"1.1.0"`) {
+			t.Errorf("VERSION of the installed kos-cni on the host: %s (%v), want the versions it supports", out, err)
 		}
 	})
 

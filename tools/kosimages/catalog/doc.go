@@ -4,8 +4,10 @@
 //   - kos.example.com/kos-apiserver:<v>: kos-apiserver and kos-pki (the init
 //     container of the etcd and kos-apiserver pods), in /usr/local/bin;
 //   - kos.example.com/kos-controller-manager:<v>;
-//   - kos.example.com/kos-agent:<v>: kos-agent and the host's Open vSwitch
-//     clients (ovs-vsctl, ovs-ofctl, ovs-appctl) with their libraries;
+//   - kos.example.com/kos-agent:<v>: kos-agent, kos-ovs with the host's Open
+//     vSwitch daemons and clients (ovs-vsctl, ovs-ofctl, ovs-appctl) and
+//     their libraries, and kos-cni, which an init container installs as the
+//     node's CNI plugin kos;
 //   - kos.example.com/etcd:<etcd's version>: the etcd tools/etcd builds;
 //   - the pause image (tools/images.PauseTag), which a node without a
 //     registry names as its sandbox image.
