@@ -35,11 +35,22 @@ type DaemonOptions struct {
 	// Apply tunes the applies of each pass. Its Fetcher reads the channels
 	// too.
 	Apply ApplyOptions
+	// RESTConfig, when set, is called at the start of every pass for the
+	// configuration of that pass's clients, as kOps's channels builds its
+	// clients afresh each pass: a client certificate or token rotated in
+	// the kubeconfig is then used from the next pass on, without a restart.
+	// When nil, every pass uses the configuration given to NewDaemon.
+	RESTConfig func() (*rest.Config, error)
 	// NodeName, when set, names the node whose labels every pass sets to
 	// NodeLabels, as kOps's channels does on the control-plane node it runs
 	// on (the kubelet may not set node-role labels on its own node).
 	NodeName   string
 	NodeLabels map[string]string
+	// NodeLabelKeys are labels the node must have with any value, as kOps
+	// passes node-role labels as bare keys: a pass adds one that is
+	// missing with an empty value, and leaves the value of one that is
+	// there alone.
+	NodeLabelKeys []string
 	// FullCheckEvery makes every Nth pass re-apply every object of the
 	// installed addons; 0 means DefaultFullCheckEvery. The passes between
 	// only list the objects' metadata and re-apply what changed (see Drift).
@@ -63,14 +74,20 @@ type PassResult struct {
 }
 
 // Daemon applies channels again and again: kOps runs its channels this way
-// on every control-plane node. It is ready once a pass has fully succeeded.
+// on every control-plane node. It is ready while its last pass fully
+// succeeded.
 type Daemon struct {
+	config *rest.Config
+	// client and meta are the clients of the pass under way, built afresh
+	// at its start; only Run's goroutine (or Pass's caller) uses them.
 	client  *Client
 	meta    metadata.Interface
 	opts    DaemonOptions
 	metrics *Metrics
 	drift   *driftState
-	ready   atomic.Bool
+	// last is the result of the last pass, read by the health handlers.
+	last    atomic.Pointer[PassResult]
+	settled bool
 	passes  int
 }
 
@@ -91,9 +108,20 @@ func NewDaemon(config *rest.Config, opts DaemonOptions) (*Daemon, error) {
 	if opts.FullCheckEvery <= 0 {
 		opts.FullCheckEvery = DefaultFullCheckEvery
 	}
+	d := &Daemon{config: config, opts: opts, metrics: NewMetrics(), drift: newDriftState()}
+	// Refuse a configuration no client can be built from now, not at the
+	// first pass.
+	if err := d.connect(config); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// connect builds the clients of a pass from config.
+func (d *Daemon) connect(config *rest.Config) error {
 	c, err := NewClient(config)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	cfg := rest.CopyConfig(config)
 	if cfg.QPS == 0 {
@@ -101,16 +129,20 @@ func NewDaemon(config *rest.Config, opts DaemonOptions) (*Daemon, error) {
 	}
 	m, err := metadata.NewForConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("creating metadata client: %w", err)
+		return fmt.Errorf("creating metadata client: %w", err)
 	}
-	return &Daemon{client: c, meta: m, opts: opts, metrics: NewMetrics(), drift: newDriftState()}, nil
+	d.client, d.meta = c, m
+	return nil
 }
 
 // Metrics returns the daemon's metrics.
 func (d *Daemon) Metrics() *Metrics { return d.metrics }
 
-// Ready reports whether a pass has fully succeeded.
-func (d *Daemon) Ready() bool { return d.ready.Load() }
+// Ready reports whether the last pass fully succeeded.
+func (d *Daemon) Ready() bool {
+	last := d.last.Load()
+	return last != nil && last.Err == nil
+}
 
 // Run runs passes until ctx is cancelled, and then returns nil: it stops
 // between passes, or in a pass at its next request. A pass in which
@@ -127,7 +159,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.opts.OnPass(res)
 		}
 		wait := d.opts.Interval
-		if !d.ready.Load() {
+		if !d.settled {
 			wait = retry
 		}
 		t := time.NewTimer(wait)
@@ -149,9 +181,15 @@ func (d *Daemon) Pass(ctx context.Context) PassResult {
 	began := time.Now()
 	res.Err = d.pass(ctx, &res)
 	res.Duration = time.Since(began)
+	// A pass cut short by ctx says nothing about the cluster. /readyz
+	// changes before the metrics do, so one who saw the metrics change
+	// finds it changed.
+	if ctx.Err() == nil {
+		d.last.Store(&res)
+	}
 	d.metrics.observePass(res, began)
 	if res.Err == nil {
-		d.ready.Store(true)
+		d.settled = true
 	} else {
 		klog.FromContext(ctx).V(1).Info("Pass failed", "pass", res.Number, "err", res.Err)
 	}
@@ -159,9 +197,21 @@ func (d *Daemon) Pass(ctx context.Context) PassResult {
 }
 
 func (d *Daemon) pass(ctx context.Context, res *PassResult) error {
+	// Fresh clients each pass: credentials rotate, and CRDs and aggregated
+	// APIs come and go (the new clients read discovery afresh). client-go
+	// shares transports between clients of equal TLS configuration, so
+	// this opens no new connections while the credentials stay the same.
+	if d.opts.RESTConfig != nil {
+		cfg, err := d.opts.RESTConfig()
+		if err != nil {
+			return err
+		}
+		d.config = cfg
+	}
+	if err := d.connect(d.config); err != nil {
+		return err
+	}
 	c := d.client
-	// A fresh discovery each pass: CRDs and aggregated APIs come and go.
-	c.Mapper.Reset()
 	var releases []*Addon
 	for _, loc := range d.opts.Locations {
 		got, err := Load(ctx, d.opts.Apply.Fetcher, loc)
@@ -201,7 +251,7 @@ func (d *Daemon) pass(ctx context.Context, res *PassResult) error {
 		}
 	}
 	if d.opts.NodeName != "" {
-		if err := c.labelNode(ctx, d.opts.NodeName, d.opts.NodeLabels); err != nil {
+		if err := c.labelNode(ctx, d.opts.NodeName, d.opts.NodeLabels, d.opts.NodeLabelKeys); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -214,9 +264,10 @@ func (d *Daemon) pass(ctx context.Context, res *PassResult) error {
 	return errors.Join(errs...)
 }
 
-// labelNode sets labels on a node with a merge patch, unless it has them.
-func (c *Client) labelNode(ctx context.Context, name string, labels map[string]string) error {
-	if len(labels) == 0 {
+// labelNode sets labels on a node with a merge patch, unless it has them,
+// and adds each of keys it lacks with an empty value.
+func (c *Client) labelNode(ctx context.Context, name string, labels map[string]string, keys []string) error {
+	if len(labels) == 0 && len(keys) == 0 {
 		return nil
 	}
 	node, err := c.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
@@ -227,6 +278,13 @@ func (c *Client) labelNode(ctx context.Context, name string, labels map[string]s
 	for k, v := range labels {
 		if got, ok := node.Labels[k]; !ok || got != v {
 			missing[k] = v
+		}
+	}
+	for _, k := range keys {
+		if _, ok := node.Labels[k]; !ok {
+			if _, set := labels[k]; !set {
+				missing[k] = ""
+			}
 		}
 	}
 	if len(missing) == 0 {
@@ -246,20 +304,37 @@ func (c *Client) labelNode(ctx context.Context, name string, labels map[string]s
 	return nil
 }
 
-// Handler serves /healthz (the daemon runs), /readyz (a pass has fully
-// succeeded) and /metrics (Prometheus).
+// HealthHandler serves /healthz, which answers while the daemon runs (a
+// liveness check), and /readyz, which answers 200 while the last pass fully
+// succeeded and 503 with that pass's error otherwise (a readiness check, as
+// the readiness probe of kOps's kops-channels pod reads it).
+func (d *Daemon) HealthHandler() http.Handler {
+	mux := http.NewServeMux()
+	d.handleHealth(mux)
+	return mux
+}
+
+// Handler serves what HealthHandler serves and Prometheus /metrics.
 func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
+	d.handleHealth(mux)
+	mux.Handle("/metrics", d.metrics.Handler())
+	return mux
+}
+
+func (d *Daemon) handleHealth(mux *http.ServeMux) {
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !d.ready.Load() {
-			http.Error(w, "no pass has succeeded yet", http.StatusServiceUnavailable)
-			return
+		last := d.last.Load()
+		switch {
+		case last == nil:
+			http.Error(w, "no pass has finished yet", http.StatusServiceUnavailable)
+		case last.Err != nil:
+			http.Error(w, fmt.Sprintf("pass %d failed: %v", last.Number, last.Err), http.StatusServiceUnavailable)
+		default:
+			fmt.Fprintf(w, "ok: pass %d succeeded\n", last.Number)
 		}
-		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.Handle("/metrics", d.metrics.Handler())
-	return mux
 }

@@ -18,6 +18,7 @@ type Metrics struct {
 	failed        *prometheus.CounterVec
 	duration      prometheus.Histogram
 	lastSuccess   prometheus.Gauge
+	ready         prometheus.Gauge
 	driftChecked  prometheus.Counter
 	driftRepaired *prometheus.CounterVec
 }
@@ -42,6 +43,9 @@ func NewMetrics() *Metrics {
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "channels_last_success_timestamp_seconds", Help: "When the last fully successful pass started, in seconds since the epoch.",
 		}),
+		ready: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "channels_ready", Help: "1 while the last pass fully succeeded (/readyz answers 200), 0 otherwise.",
+		}),
 		driftChecked: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "channels_drift_objects_checked_total", Help: "Applied objects checked for drift.",
 		}),
@@ -49,7 +53,7 @@ func NewMetrics() *Metrics {
 			Name: "channels_drift_objects_repaired_total", Help: "Applied objects re-applied because they were changed or deleted, by how (changed or deleted).",
 		}, []string{"drift"}),
 	}
-	m.registry.MustRegister(m.passes, m.applied, m.failed, m.duration, m.lastSuccess, m.driftChecked, m.driftRepaired,
+	m.registry.MustRegister(m.passes, m.applied, m.failed, m.duration, m.lastSuccess, m.ready, m.driftChecked, m.driftRepaired,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Show both results from the start.
 	m.passes.WithLabelValues("success")
@@ -78,8 +82,10 @@ func (m *Metrics) observePass(res PassResult, began time.Time) {
 	m.driftRepaired.WithLabelValues("deleted").Add(float64(res.Drift.Deleted))
 	if res.Err != nil {
 		m.passes.WithLabelValues("failure").Inc()
+		m.ready.Set(0)
 		return
 	}
 	m.passes.WithLabelValues("success").Inc()
+	m.ready.Set(1)
 	m.lastSuccess.Set(float64(began.UnixNano()) / 1e9)
 }

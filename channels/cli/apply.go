@@ -65,15 +65,18 @@ ready in time, keeps its old record, so a second run retries it. A Lease
 (kube-system/channels) keeps two runs from interleaving.
 
 With --interval (and --yes), channels runs as kOps runs its channels on each
-control-plane node: a pass every interval until SIGTERM, each with a fresh
-discovery, retried every min(5s, interval) until one fully succeeds. Each
-pass also checks the objects of the installed addons for drift and
-re-applies what someone changed or deleted: cheaply, by listing their
-metadata, and by re-applying every object every --full-check-every passes
-(a Namespace, which several addons may declare, only when it is deleted).
---metrics-bind-address serves /healthz, /readyz (ready after the first fully
-successful pass) and Prometheus /metrics; --node-name and --node-labels set
-labels on the node it runs on.
+control-plane node: a pass every interval until SIGTERM, each reading the
+kubeconfig again (so rotated credentials are used) and discovery afresh,
+retried every min(5s, interval) until one fully succeeds. Each pass also
+checks the objects of the installed addons for drift and re-applies what
+someone changed or deleted: cheaply, by listing their metadata, and by
+re-applying every object every --full-check-every passes (a Namespace, which
+several addons may declare, only when it is deleted). /healthz (the daemon
+runs) and /readyz (200 while the last pass fully succeeded, else 503 with
+its error) are served on --health-bind-address, 127.0.0.1:3986 as for kOps's
+kops-channels pod; --metrics-bind-address serves them with Prometheus
+/metrics. --node-name and --node-labels set labels on the node it runs on;
+a bare key, as kOps passes, means the label must exist.
 
 LOCATION is a path, a file://, https:// or s3://BUCKET/KEY URL. A location
 whose content is a plain manifest instead of a channel is applied as one
@@ -96,7 +99,8 @@ with its current and offered release, whether it applies (apply) and why
 
   # As a daemon on a control-plane node, as kOps runs channels.
   channels apply channel s3://my-state-store/cluster/addons/bootstrap-channel.yaml --yes \
-      --interval 1m --metrics-bind-address 127.0.0.1:8089 --node-name "$NODE_NAME"
+      --interval 1m --metrics-bind-address 127.0.0.1:8089 --node-name "$NODE_NAME" \
+      --node-labels node-role.kubernetes.io/control-plane
 
   # Several channels at once, from S3 (S3_ENDPOINT selects another store).
   channels apply channel s3://my-state-store/cluster/addons/bootstrap-channel.yaml \

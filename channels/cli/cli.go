@@ -64,7 +64,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // to stderr.
 func NewCommand(stdout, stderr io.Writer) *cobra.Command {
 	o := &options{
-		config: genericclioptions.NewConfigFlags(true),
+		// Not persistent: each restConfig reads the kubeconfig again, so a
+		// daemon's passes pick up credentials rotated in it.
+		config: genericclioptions.NewConfigFlags(false),
 		stdout: stdout,
 		stderr: stderr,
 	}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kos-sdn/kos/channels"
 )
@@ -18,18 +18,25 @@ import (
 // daemonFlags are the flags of apply channel that make it a daemon.
 type daemonFlags struct {
 	interval       time.Duration
+	healthAddress  string
 	metricsAddress string
 	nodeName       string
 	nodeLabels     string
 	fullCheckEvery int
 }
 
+// DefaultHealthBindAddress is where a daemon serves /healthz and /readyz
+// unless told otherwise: where kOps's kops-channels static pod serves them
+// and its readiness probe reads them.
+const DefaultHealthBindAddress = "127.0.0.1:3986"
+
 func addDaemonFlags(cmd *cobra.Command) *daemonFlags {
 	f := &daemonFlags{}
 	cmd.Flags().DurationVar(&f.interval, "interval", 0, "Run as a daemon: apply again every interval (retrying every min(5s, interval) until a pass fully succeeds) until SIGTERM, repairing objects changed or deleted by hand; needs --yes")
+	cmd.Flags().StringVar(&f.healthAddress, "health-bind-address", DefaultHealthBindAddress, "With --interval, serve /healthz (200 while the daemon runs) and /readyz (200 while the last pass fully succeeded, else 503 with its error) on this address, where kOps's kops-channels pod serves them; empty to serve neither")
 	cmd.Flags().StringVar(&f.metricsAddress, "metrics-bind-address", "", "With --interval, serve /healthz, /readyz and Prometheus /metrics on this address, such as 127.0.0.1:8089 (default: not served)")
 	cmd.Flags().StringVar(&f.nodeName, "node-name", "", "With --interval, the node to set --node-labels on, as kOps runs channels on each control-plane node")
-	cmd.Flags().StringVar(&f.nodeLabels, "node-labels", "", "With --node-name, labels (key=value,...) every pass sets on that node")
+	cmd.Flags().StringVar(&f.nodeLabels, "node-labels", "", "With --node-name, labels every pass sets on that node, comma-separated: key=value sets a value; a bare key, as kOps passes node-role.kubernetes.io/control-plane, adds the label with an empty value when the node lacks it and leaves its value alone otherwise")
 	cmd.Flags().IntVar(&f.fullCheckEvery, "full-check-every", channels.DefaultFullCheckEvery, "With --interval, re-apply every object of the installed addons every this many passes; the passes between re-apply only objects whose metadata changed")
 	return f
 }
@@ -38,7 +45,7 @@ func addDaemonFlags(cmd *cobra.Command) *daemonFlags {
 // daemon.
 func (f *daemonFlags) validate(cmd *cobra.Command, yes bool) (bool, error) {
 	if !cmd.Flags().Changed("interval") {
-		for _, name := range []string{"metrics-bind-address", "node-name", "node-labels", "full-check-every"} {
+		for _, name := range []string{"health-bind-address", "metrics-bind-address", "node-name", "node-labels", "full-check-every"} {
 			if cmd.Flags().Changed(name) {
 				return false, usageErrorf(cmd, "--%s needs --interval", name)
 			}
@@ -55,10 +62,41 @@ func (f *daemonFlags) validate(cmd *cobra.Command, yes bool) (bool, error) {
 	case f.nodeLabels != "" && f.nodeName == "":
 		return false, usageErrorf(cmd, "--node-labels needs --node-name")
 	}
-	if _, err := labels.ConvertSelectorToLabelsMap(f.nodeLabels); err != nil {
-		return false, usageErrorf(cmd, "--node-labels %q: %v; give key=value[,key=value...]", f.nodeLabels, err)
+	if _, _, err := parseNodeLabels(f.nodeLabels); err != nil {
+		return false, usageErrorf(cmd, "--node-labels %q: %v; give key or key=value, comma-separated", f.nodeLabels, err)
 	}
 	return true, nil
+}
+
+// parseNodeLabels reads --node-labels: key=value pairs, and bare keys, which
+// kOps passes for labels whose presence is what counts.
+func parseNodeLabels(s string) (map[string]string, []string, error) {
+	values := map[string]string{}
+	var keys []string
+	seen := map[string]bool{}
+	for item := range strings.SplitSeq(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		key, value, hasValue := strings.Cut(item, "=")
+		if errs := validation.IsQualifiedName(key); len(errs) > 0 {
+			return nil, nil, fmt.Errorf("key %q: %s", key, strings.Join(errs, "; "))
+		}
+		if seen[key] {
+			return nil, nil, fmt.Errorf("key %q given twice", key)
+		}
+		seen[key] = true
+		if !hasValue {
+			keys = append(keys, key)
+			continue
+		}
+		if errs := validation.IsValidLabelValue(value); len(errs) > 0 {
+			return nil, nil, fmt.Errorf("value %q of %s: %s", value, key, strings.Join(errs, "; "))
+		}
+		values[key] = value
+	}
+	return values, keys, nil
 }
 
 // runDaemon applies the channels every interval until ctx is cancelled.
@@ -67,7 +105,10 @@ func (o *options) runDaemon(ctx context.Context, locations []string, f *daemonFl
 	if err != nil {
 		return err
 	}
-	nodeLabels, _ := labels.ConvertSelectorToLabelsMap(f.nodeLabels)
+	nodeLabels, nodeLabelKeys, err := parseNodeLabels(f.nodeLabels)
+	if err != nil {
+		return err
+	}
 	apply.OnEvent = func(e channels.Event) {
 		switch e.Type {
 		case channels.EventWaiting, channels.EventProgress, channels.EventApplied, channels.EventPruned, channels.EventNote:
@@ -75,11 +116,14 @@ func (o *options) runDaemon(ctx context.Context, locations []string, f *daemonFl
 		}
 	}
 	d, err := channels.NewDaemon(cfg, channels.DaemonOptions{
-		Locations:      locations,
-		Interval:       f.interval,
-		Apply:          apply,
+		Locations: locations,
+		Interval:  f.interval,
+		Apply:     apply,
+		// The kubeconfig is read again each pass, for rotated credentials.
+		RESTConfig:     o.restConfig,
 		NodeName:       f.nodeName,
 		NodeLabels:     nodeLabels,
+		NodeLabelKeys:  nodeLabelKeys,
 		FullCheckEvery: f.fullCheckEvery,
 		OnPass: func(r channels.PassResult) {
 			if r.Err != nil {
@@ -94,19 +138,19 @@ func (o *options) runDaemon(ctx context.Context, locations []string, f *daemonFl
 	if err != nil {
 		return err
 	}
-	if f.metricsAddress != "" {
-		l, err := net.Listen("tcp", f.metricsAddress)
+	if f.healthAddress != "" && f.healthAddress != f.metricsAddress {
+		stop, err := o.serve(f.healthAddress, d.HealthHandler(), "/healthz and /readyz")
 		if err != nil {
-			return fmt.Errorf("serving metrics: %w", err)
+			return withHint(err, "is kOps's kops-channels pod still running on this node? Remove it (see docs/install.md), or pass --health-bind-address")
 		}
-		srv := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = srv.Serve(l) }()
-		defer func() {
-			shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(shutdown)
-		}()
-		fmt.Fprintln(o.stdout, stamp("serving /healthz, /readyz and /metrics on "+l.Addr().String()))
+		defer stop()
+	}
+	if f.metricsAddress != "" {
+		stop, err := o.serve(f.metricsAddress, d.Handler(), "/healthz, /readyz and /metrics")
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	fmt.Fprintln(o.stdout, stamp(fmt.Sprintf("applying %s every %s", strings.Join(locations, " "), f.interval)))
 	if err := d.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
@@ -114,6 +158,22 @@ func (o *options) runDaemon(ctx context.Context, locations []string, f *daemonFl
 	}
 	fmt.Fprintln(o.stdout, stamp("stopped"))
 	return nil
+}
+
+// serve serves h on address until stop is called, and says so.
+func (o *options) serve(address string, h http.Handler, what string) (stop func(), err error) {
+	l, err := net.Listen("tcp", address)
+	if err != nil {
+		return nil, fmt.Errorf("serving %s: %w", what, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	fmt.Fprintln(o.stdout, stamp("serving "+what+" on "+l.Addr().String()))
+	return func() {
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}, nil
 }
 
 // stamp prefixes a daemon's line with the time.

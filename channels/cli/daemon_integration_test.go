@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -16,12 +19,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kos-sdn/kos/channels"
 	"github.com/kos-sdn/kos/tools/poll"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
@@ -154,6 +160,9 @@ spec:
       containers: [{name: server, image: registry.k8s.io/pause:3.10}]
 `
 
+// excludeLabel is a label kOps's channels sets on control-plane nodes.
+const excludeLabel = "node.kubernetes.io/exclude-from-external-load-balancers"
+
 func TestIntegrationDaemon(t *testing.T) {
 	// A control plane of its own, to restart.
 	dir := t.TempDir()
@@ -168,7 +177,10 @@ func TestIntegrationDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The node channels labels, as kOps's control-plane nodes.
-	if _, err := k.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cp-1"}}, metav1.CreateOptions{}); err != nil {
+	// One of the labels it is given as a bare key is there already, with a
+	// value to keep.
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cp-1", Labels: map[string]string{excludeLabel: "true"}}}
+	if _, err := k.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -190,8 +202,9 @@ spec:
 
 	const interval = 2 * time.Second
 	p := startProcess(t, "apply", "channel", loc, "--yes", "--wait=false", "--interval", interval.String(),
-		"--full-check-every", "1000", "--metrics-bind-address", "127.0.0.1:0",
-		"--node-name", "cp-1", "--node-labels", "node-role.kubernetes.io/control-plane=,kops.k8s.io/instancegroup=control-plane-1",
+		"--full-check-every", "1000", "--metrics-bind-address", "127.0.0.1:0", "--health-bind-address=",
+		// Bare keys, as kOps passes them.
+		"--node-name", "cp-1", "--node-labels", "node-role.kubernetes.io/control-plane,"+excludeLabel+",kops.k8s.io/instancegroup=control-plane-1",
 		"--kubeconfig", env.Kubeconfig)
 	addr := p.waitLine(t, regexp.MustCompile(`serving /healthz, /readyz and /metrics on (\S+)`), 30*time.Second)[1]
 	base := "http://" + addr
@@ -222,8 +235,9 @@ spec:
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := node.Labels["node-role.kubernetes.io/control-plane"]; !ok || node.Labels["kops.k8s.io/instancegroup"] != "control-plane-1" {
-			t.Errorf("node labels = %v", node.Labels)
+		want := map[string]string{"node-role.kubernetes.io/control-plane": "", excludeLabel: "true", "kops.k8s.io/instancegroup": "control-plane-1"}
+		if diff := cmp.Diff(node.Labels, want); diff != "" {
+			t.Errorf("node labels (-got +want):\n%s", diff)
 		}
 		body := metrics()
 		for sample, min := range map[string]float64{
@@ -336,6 +350,9 @@ spec:
 		if code, _, err := get(base + "/healthz"); code != http.StatusOK {
 			t.Errorf("/healthz while the control plane is down: %d %v", code, err)
 		}
+		if code, body, err := get(base + "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "failed: ") {
+			t.Errorf("/readyz after a failed pass: %d %q %v, want 503 with the pass's error", code, body, err)
+		}
 		env, err = testenv.Start(ctx, testenv.Options{Dir: dir})
 		if err != nil {
 			t.Fatalf("restarting the control plane: %v", err)
@@ -350,6 +367,9 @@ spec:
 			}
 			return nil
 		})
+		if code, body, err := get(base + "/readyz"); code != http.StatusOK {
+			t.Errorf("/readyz after a good pass: %d %q %v, want 200", code, body, err)
+		}
 		repairs(t)
 	})
 
@@ -377,5 +397,184 @@ spec:
 		} else if err != nil && !apierrors.IsNotFound(err) {
 			t.Error(err)
 		}
+	})
+}
+
+// TestIntegrationDaemonKOpsPod runs the daemon as kOps's kops-channels
+// static pod runs: with kOps's flags (bare label keys, no listener flags) and
+// a kubeconfig whose credentials are rotated while it runs.
+func TestIntegrationDaemonKOpsPod(t *testing.T) {
+	env := testenv.Shared(t)
+	ctx := context.Background()
+	k, err := kubernetes.NewForConfig(env.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The default listener's port must be free for the test to mean
+	// anything.
+	if l, err := net.Listen("tcp", DefaultHealthBindAddress); err != nil {
+		t.Fatalf("%s is taken, so the daemon's default listener cannot be tested: %v", DefaultHealthBindAddress, err)
+	} else {
+		_ = l.Close()
+	}
+
+	// Two users, each bound to cluster-admin by a binding the test deletes
+	// to take its rights away. The daemon's kubeconfig holds the first;
+	// the rotation writes the second's over it.
+	users := map[string]string{}
+	bind := func(t *testing.T, user string) {
+		t.Helper()
+		crb := &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: user},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+		}
+		if _, err := k.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unbind := func(t *testing.T, user string) {
+		t.Helper()
+		if err := k.RbacV1().ClusterRoleBindings().Delete(ctx, user, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+	}
+	for _, user := range []string{"kpod-first", "kpod-second"} {
+		path, _, err := env.NewUserKubeconfig(user)
+		if err != nil {
+			t.Fatal(err)
+		}
+		users[user] = path
+		bind(t, user)
+		t.Cleanup(func() { unbind(t, user) })
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	// rotate replaces the daemon's kubeconfig with the user's, as a
+	// provisioner renames a new file over the old.
+	rotate := func(t *testing.T, user string) {
+		t.Helper()
+		b, err := os.ReadFile(users[user])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(kubeconfig+".new", b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(kubeconfig+".new", kubeconfig); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rotate(t, "kpod-first")
+
+	const nodeName = "kpod-cp"
+	if _, err := k.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k.CoreV1().Nodes().Delete(ctx, nodeName, metav1.DeleteOptions{}) })
+
+	d := channelDir{t: t, dir: t.TempDir()}
+	m, hash := d.manifest("kpod.yaml", `apiVersion: v1
+kind: ConfigMap
+metadata: {name: kpod-config, namespace: default}
+data: {mode: fast}
+`)
+	loc := d.channel("kpod-channel.yaml", fmt.Sprintf(`kind: Addons
+metadata: {name: kpod}
+spec:
+  addons:
+  - {name: kpod, version: 1.0.0, selector: {k8s-addon: kpod.addons.k8s.io}, manifest: %s, manifestHash: %s}
+`, m, hash))
+
+	// kOps's flags (pkg/model/components/channels in kOps 1.36), with a
+	// shorter interval and --wait=false, as the cluster has no nodes to
+	// run pods.
+	p := startProcess(t, "apply", "channel", "--v=4", "--yes", "--interval=1s", "--wait=false",
+		"--node-labels="+channels.ControlPlaneLabel, "--node-name="+nodeName,
+		"--kubeconfig", kubeconfig, loc)
+	p.waitLine(t, regexp.MustCompile(`serving /healthz and /readyz on `+regexp.QuoteMeta(DefaultHealthBindAddress)+`$`), 30*time.Second)
+	base := "http://" + DefaultHealthBindAddress
+	readyz := func(wantCode int, wantBody string) func(context.Context) error {
+		return func(context.Context) error {
+			code, body, err := get(base + "/readyz")
+			if err != nil {
+				return err
+			}
+			if code != wantCode || !strings.Contains(body, wantBody) {
+				return fmt.Errorf("/readyz: %d %q, want %d with %q", code, body, wantCode, wantBody)
+			}
+			return nil
+		}
+	}
+	hasLabel := func(context.Context) error {
+		n, err := k.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if v, ok := n.Labels[channels.ControlPlaneLabel]; !ok || v != "" {
+			return fmt.Errorf("node labels %v, want %s with an empty value", n.Labels, channels.ControlPlaneLabel)
+		}
+		return nil
+	}
+
+	t.Run("ready on the default listener, with the bare key labelled", func(t *testing.T) {
+		poll.Until(t, 60*time.Second, "the daemon is ready", readyz(http.StatusOK, "ok"))
+		if err := hasLabel(ctx); err != nil {
+			t.Error(err)
+		}
+		if code, _, err := get(base + "/healthz"); code != http.StatusOK {
+			t.Errorf("/healthz: %d %v", code, err)
+		}
+	})
+
+	t.Run("a second daemon refuses to start beside it", func(t *testing.T) {
+		// As ours would beside kOps's own pod, which holds the port too.
+		cmd := exec.Command(testenv.Build(t, "cmd/channels"), "apply", "channel", "--yes", "--interval=1m", "--kubeconfig", kubeconfig, loc)
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+			t.Fatalf("second daemon: %v, want exit 1; output:\n%s", err, out)
+		}
+		if want := "is kOps's kops-channels pod still running on this node?"; !strings.Contains(string(out), want) {
+			t.Errorf("second daemon's output:\n%s\nwant it to say %q", out, want)
+		}
+	})
+
+	t.Run("uses credentials rotated in the kubeconfig", func(t *testing.T) {
+		rotate(t, "kpod-second")
+		unbind(t, "kpod-first")
+		// Until the first user's rights are gone, a pass with its old
+		// client would still succeed and prove nothing.
+		_, first, err := env.NewUserKubeconfig("kpod-first")
+		if err != nil {
+			t.Fatal(err)
+		}
+		kFirst, err := kubernetes.NewForConfig(first)
+		if err != nil {
+			t.Fatal(err)
+		}
+		poll.Until(t, 10*time.Second, "the first user lost its rights", func(context.Context) error {
+			if _, err := kFirst.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+				return fmt.Errorf("the first user reads node %s: %v", nodeName, err)
+			}
+			return nil
+		})
+		// A label removed by hand only comes back by a pass whose clients
+		// hold the second user's certificate.
+		patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:null}}}`, channels.ControlPlaneLabel)
+		if _, err := k.CoreV1().Nodes().Patch(ctx, nodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		poll.Until(t, 10*time.Second, "the daemon labelled the node again", hasLabel)
+		poll.Until(t, 5*time.Second, "the daemon is ready", readyz(http.StatusOK, "ok"))
+	})
+
+	t.Run("readiness follows the last pass", func(t *testing.T) {
+		unbind(t, "kpod-second")
+		poll.Until(t, 15*time.Second, "a failed pass turned /readyz red", readyz(http.StatusServiceUnavailable, "forbidden"))
+		if code, _, err := get(base + "/healthz"); code != http.StatusOK {
+			t.Errorf("/healthz after a failed pass: %d %v, want 200", code, err)
+		}
+		bind(t, "kpod-second")
+		poll.Until(t, 15*time.Second, "a good pass turned /readyz green", readyz(http.StatusOK, "ok"))
 	})
 }

@@ -150,7 +150,7 @@ func BenchmarkDaemonRSS(b *testing.B) {
 	bin := channelsBinary(b)
 	for b.Loop() {
 		cmd := exec.Command(bin, "apply", "channel", loc, "--yes", "--wait=false", "--interval=1s",
-			"--metrics-bind-address=127.0.0.1:0", "--kubeconfig", env.Kubeconfig)
+			"--metrics-bind-address=127.0.0.1:0", "--health-bind-address=", "--kubeconfig", env.Kubeconfig)
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			b.Fatal(err)
