@@ -64,7 +64,11 @@ type Interface interface {
 	Plugs(ctx context.Context, atts ...LocalAttachment) ([]Plug, error)
 
 	// CreateRemote creates or updates attachments on other nodes: flows
-	// that tunnel their traffic to HostIP. Creating one again with another
+	// that tunnel their traffic to HostIP, and that admit from the tunnel
+	// what HostIP sends in their VNI with their MAC as source. A switch
+	// drops tunnel packets no remote attachment admits, and frames that a
+	// local attachment's port sends with another source MAC or IPv4
+	// address than the attachment's. Creating one again with another
 	// HostIP moves it.
 	CreateRemote(ctx context.Context, atts ...RemoteAttachment) error
 	// DeleteRemote removes the flows of remote attachments.
@@ -160,6 +164,19 @@ func validate(vni uint32, ip netip.Addr) error {
 		errs = append(errs, fmt.Errorf("IP %v of VNI %d is not an IPv4 address", ip, vni))
 	}
 	return errors.Join(errs...)
+}
+
+// Drops counts the packets a switch dropped for who sent them. The counts
+// are the switch's own and start again from zero when it loses its flows.
+type Drops struct {
+	// Tunnel counts tunnel packets from an address that is not the node
+	// of a remote attachment of the packet's VNI (or whose inner source
+	// MAC is not that attachment's).
+	Tunnel uint64
+	// Spoofed counts frames that local attachments' ports sent with
+	// another source MAC or IPv4 address than the attachment's, or that
+	// are neither IPv4 nor ARP (IPv6 is dropped and not counted).
+	Spoofed uint64
 }
 
 // Inventory is what a fabric found on its switch. Each list is sorted by VNI,

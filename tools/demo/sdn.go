@@ -98,7 +98,7 @@ func (d *demo) runSDN(ctx context.Context) error {
 		return err
 	}
 
-	say("Each node's bridge holds three flows per local attachment and two per remote one (node-a):")
+	say("Each node's bridge holds four flows per local attachment and three per remote one (node-a):")
 	flows, err := nodes[0].ovs.Run(ctx, "ovs-ofctl", "dump-flows", "--no-stats", "kos")
 	if err != nil {
 		return err

@@ -805,9 +805,9 @@ func fabricProblems(ctx context.Context, node *cluster.Node, atts []networkv1alp
 			problems = append(problems, "flow of no KOS attachment: "+strings.TrimSpace(line))
 		}
 	}
-	// The default flows, then three per local and two per remote
+	// The default flows, then four per local and three per remote
 	// attachment (components/fabric/ovs/flows.go).
-	if want := 2 + 3*len(wantLocal) + 2*len(wantRemote); flows != want {
+	if want := 4 + 4*len(wantLocal) + 3*len(wantRemote); flows != want {
 		problems = append(problems, fmt.Sprintf("%d flows, want %d", flows, want))
 	}
 	if len(problems) > 0 {

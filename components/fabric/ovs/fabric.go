@@ -114,7 +114,8 @@ func (f *Fabric) Ensure(ctx context.Context) (flowsLost bool, err error) {
 	if err := f.ovs.ensureBridge(ctx, f.bridge, f.datapathType, TunnelPort); err != nil {
 		return false, err
 	}
-	if _, err := f.refreshTunnelPort(ctx); err != nil {
+	vtep, err := f.refreshTunnelPort(ctx)
+	if err != nil {
 		return false, err
 	}
 	c := cookie(kindDefault, 0, netip.Addr{})
@@ -122,7 +123,7 @@ func (f *Fabric) Ensure(ctx context.Context) (flowsLost bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	want := defaultFlows()
+	want := defaultFlows(vtep)
 	if sameFlows(got, want) {
 		return false, nil
 	}
@@ -285,14 +286,18 @@ func (f *Fabric) installLocalFlows(ctx context.Context, atts []fabric.LocalAttac
 		}
 		ofports[r.Name] = r.OFPort
 	}
-	deletes := make([]*goovs.MatchFlow, 0, len(atts))
-	adds := make([]*goovs.Flow, 0, 3*len(atts))
+	deletes := make([]*goovs.MatchFlow, 0, 2*len(atts))
+	adds := make([]*goovs.Flow, 0, 4*len(atts))
 	for _, a := range atts {
 		port, ok := ofports[a.InterfaceName()]
 		if !ok {
 			return fmt.Errorf("interface %s of %v vanished while being created", a.InterfaceName(), a)
 		}
-		deletes = append(deletes, flowsWithCookie(cookie(kindLocal, a.VNI, a.IP)))
+		// A local attachment replaces a remote one of the same address
+		// (fabric.Interface): its forwarding flows take the remote
+		// one's place, and the remote one's tunnel ingress flow, which
+		// no local flow overwrites, goes with them.
+		deletes = append(deletes, flowsWithCookie(cookie(kindLocal, a.VNI, a.IP)), flowsWithCookie(cookie(kindRemote, a.VNI, a.IP)))
 		adds = append(adds, localFlows(a, port)...)
 	}
 	return f.flows.apply(ctx, deletes, adds)
@@ -487,6 +492,30 @@ func (f *Fabric) localWhole(att fabric.LocalAttachment, r interfaceRow, flows []
 	port := plugged(r) ||
 		(r.Type == "internal" && r.MAC == att.MAC().String() && (f.mtu == 0 || r.MTURequest == f.mtu))
 	return port && r.OFPort > 0 && sameFlows(flows, localFlows(att, r.OFPort))
+}
+
+// Drops reads the packet counts of the default flows that drop what
+// classifyTable does not admit: one dump of the handful of flows with the
+// default cookie. The counts start again from zero whenever Ensure
+// re-installs the default flows.
+func (f *Fabric) Drops(ctx context.Context) (fabric.Drops, error) {
+	flows, err := f.ovs.dumpFlows(ctx, f.bridge, flowsWithCookie(cookie(kindDefault, 0, netip.Addr{})))
+	if err != nil {
+		return fabric.Drops{}, err
+	}
+	var d fabric.Drops
+	for _, fl := range flows {
+		if fl.Table != classifyTable {
+			continue
+		}
+		switch fl.Priority {
+		case tunnelDropPriority:
+			d.Tunnel += fl.Stats.PacketCount
+		case defaultPriority:
+			d.Spoofed += fl.Stats.PacketCount
+		}
+	}
+	return d, nil
 }
 
 // MTU returns the MTU of the interfaces CreateLocal makes; 0 when OVS

@@ -17,9 +17,13 @@ import (
 
 // The two tables of the pipeline.
 const (
-	// classifyTable tags each packet from a local attachment's port with
-	// the attachment's VNI (the tunnel ID), then resubmits it to
-	// forwardTable. Packets from the tunnel port already carry theirs.
+	// classifyTable admits a packet or drops it, by who sent it. From a
+	// local attachment's port it admits only IPv4 and ARP with the
+	// attachment's own MAC and IPv4 address as source (anti-spoofing),
+	// tagged with the attachment's VNI (the tunnel ID); from the tunnel
+	// only packets of VNI V sent by the tunnel address of a node that holds
+	// a remote attachment of V, with that attachment's MAC as source. What
+	// it admits it resubmits to forwardTable.
 	classifyTable = 0
 	// forwardTable sends a packet to the attachment it is for, by (VNI,
 	// destination MAC) and, for ARP, by (VNI, target IP): out of a local
@@ -27,15 +31,23 @@ const (
 	forwardTable = 1
 )
 
-// Priorities. A packet that no attachment's flow takes falls to the
-// priority-0 default of its table: classifyTable resubmits (packets from the
-// tunnel), forwardTable drops. ARP by target address sits above forwarding
-// by MAC so that an ARP packet whose two disagree has a defined fate.
+// Priorities. A packet that no attachment's flow takes falls to a default
+// of its table, all of which drop: in classifyTable, what came from the
+// tunnel (tunnelDropPriority, counted as Drops.Tunnel), IPv6 from anywhere
+// (ipv6DropPriority: KOS attachments are IPv4 only and a guest's kernel
+// sends neighbour discovery by itself, so IPv6 is dropped but not counted
+// as spoofing), and everything else, which is what local ports send with
+// another source than their attachment's (defaultPriority, counted as
+// Drops.Spoofed); in forwardTable what nothing forwards. ARP by target
+// address sits above forwarding by MAC so that an ARP packet whose two
+// disagree has a defined fate.
 const (
-	defaultPriority = 0
-	portPriority    = 100
-	macPriority     = 100
-	arpPriority     = 110
+	defaultPriority    = 0
+	ipv6DropPriority   = 1
+	tunnelDropPriority = 2
+	portPriority       = 100
+	macPriority        = 100
+	arpPriority        = 110
 )
 
 // Cookies tell KOS's flows from any others and name the attachment each
@@ -105,40 +117,71 @@ func flowsWithCookie(c uint64) *goovs.MatchFlow {
 	return &goovs.MatchFlow{Cookie: c, Table: goovs.AnyTable}
 }
 
-// defaultFlows are the flows a bridge has before any attachment: resubmit
-// what the classifier does not know (packets from the tunnel), and drop what
-// nothing forwards.
-func defaultFlows() []*goovs.Flow {
+// defaultFlows are the flows a bridge has before any attachment, whose
+// tunnel port is OpenFlow port vtepPort: in classifyTable, drop what no
+// attachment's flow admits, counting tunnel packets and packets from other
+// ports apart (see the priorities); in forwardTable, drop what nothing
+// forwards.
+func defaultFlows(vtepPort int) []*goovs.Flow {
 	c := cookie(kindDefault, 0, netip.Addr{})
+	drop := []goovs.Action{goovs.Drop()}
 	return []*goovs.Flow{{
+		Table:    classifyTable,
+		Priority: tunnelDropPriority,
+		InPort:   vtepPort,
+		Cookie:   c,
+		Actions:  drop,
+	}, {
+		Table:    classifyTable,
+		Priority: ipv6DropPriority,
+		Protocol: goovs.ProtocolIPv6,
+		Cookie:   c,
+		Actions:  drop,
+	}, {
 		Table:    classifyTable,
 		Priority: defaultPriority,
 		Cookie:   c,
-		Actions:  []goovs.Action{goovs.Resubmit(0, forwardTable)},
+		Actions:  drop,
 	}, {
 		Table:    forwardTable,
 		Priority: defaultPriority,
 		Cookie:   c,
-		Actions:  []goovs.Action{goovs.Drop()},
+		Actions:  drop,
 	}}
 }
 
-// localFlows are the three flows of a local attachment whose interface is
-// OpenFlow port port: tag its packets with its VNI, and deliver to it what
-// is addressed to its MAC or asks for its IP.
+// localFlows are the four flows of a local attachment whose interface is
+// OpenFlow port port: admit its IPv4 packets and ARP packets whose source
+// MAC and IPv4 address (ARP's sender fields too) are the attachment's,
+// tagged with its VNI, and deliver to it what is addressed to its MAC or
+// asks for its IP. Anything else the port sends falls to the counted
+// default drop of classifyTable.
 func localFlows(a fabric.LocalAttachment, port int) []*goovs.Flow {
 	c := cookie(kindLocal, a.VNI, a.IP)
+	mac := a.MAC()
+	admit := []goovs.Action{goovs.SetField(vniText(a.VNI), "tun_id"), goovs.Resubmit(0, forwardTable)}
 	out := []goovs.Action{goovs.Output(port)}
 	return []*goovs.Flow{{
 		Table:    classifyTable,
 		Priority: portPriority,
+		Protocol: goovs.ProtocolIPv4,
 		InPort:   port,
+		Matches:  []goovs.Match{goovs.DataLinkSource(mac.String()), goovs.NetworkSource(a.IP.String())},
 		Cookie:   c,
-		Actions:  []goovs.Action{goovs.SetField(vniText(a.VNI), "tun_id"), goovs.Resubmit(0, forwardTable)},
+		Actions:  admit,
+	}, {
+		Table:    classifyTable,
+		Priority: portPriority,
+		Protocol: goovs.ProtocolARP,
+		InPort:   port,
+		Matches: []goovs.Match{goovs.DataLinkSource(mac.String()),
+			goovs.ARPSourceHardwareAddress(mac), goovs.ARPSourceProtocolAddress(a.IP.String())},
+		Cookie:  c,
+		Actions: admit,
 	}, {
 		Table:    forwardTable,
 		Priority: macPriority,
-		Matches:  []goovs.Match{goovs.TunnelID(uint64(a.VNI)), goovs.DataLinkDestination(a.MAC().String())},
+		Matches:  []goovs.Match{goovs.TunnelID(uint64(a.VNI)), goovs.DataLinkDestination(mac.String())},
 		Cookie:   c,
 		Actions:  out,
 	}, {
@@ -151,16 +194,32 @@ func localFlows(a fabric.LocalAttachment, port int) []*goovs.Flow {
 	}}
 }
 
-// remoteFlows are the two flows of a remote attachment: what is addressed to
-// its MAC or asks for its IP goes into the tunnel (OpenFlow port vtepPort)
-// towards its node.
+// remoteFlows are the three flows of a remote attachment: admit from the
+// tunnel (OpenFlow port vtepPort) what its node sends for it, in its VNI and
+// with its MAC as source, and send into the tunnel towards its node what is
+// addressed to its MAC or asks for its IP.
+//
+// The ingress flow is one per remote attachment, not one per (VNI, node):
+// it then belongs to the attachment alone, is installed and deleted in the
+// same bundle as the attachment's forwarding flows (so legitimate traffic
+// sees no gap, and none of it outlives the attachment), and needs no count
+// of how many attachments share a node, which a restarted agent would have
+// to rebuild. It also binds the inner source MAC to the node that holds it.
 func remoteFlows(a fabric.RemoteAttachment, vtepPort int) []*goovs.Flow {
 	c := cookie(kindRemote, a.VNI, a.IP)
+	mac := a.MAC().String()
 	tunnel := []goovs.Action{goovs.SetField(a.HostIP.String(), "tun_dst"), goovs.Output(vtepPort)}
 	return []*goovs.Flow{{
+		Table:    classifyTable,
+		Priority: portPriority,
+		InPort:   vtepPort,
+		Matches:  []goovs.Match{goovs.TunnelID(uint64(a.VNI)), tunnelSource(a.HostIP), goovs.DataLinkSource(mac)},
+		Cookie:   c,
+		Actions:  []goovs.Action{goovs.Resubmit(0, forwardTable)},
+	}, {
 		Table:    forwardTable,
 		Priority: macPriority,
-		Matches:  []goovs.Match{goovs.TunnelID(uint64(a.VNI)), goovs.DataLinkDestination(a.MAC().String())},
+		Matches:  []goovs.Match{goovs.TunnelID(uint64(a.VNI)), goovs.DataLinkDestination(mac)},
 		Cookie:   c,
 		Actions:  tunnel,
 	}, {
@@ -171,6 +230,40 @@ func remoteFlows(a fabric.RemoteAttachment, vtepPort int) []*goovs.Flow {
 		Cookie:   c,
 		Actions:  tunnel,
 	}}
+}
+
+// tunnelSourceMatch matches the outer source address of a tunnel packet
+// (tun_src). The library has no such match, and its parser reads tun_src
+// back as nw_src; fixTunnelSource undoes that.
+type tunnelSourceMatch struct{ ip netip.Addr }
+
+func tunnelSource(ip netip.Addr) goovs.Match { return tunnelSourceMatch{ip: ip} }
+
+func (m tunnelSourceMatch) MarshalText() ([]byte, error) {
+	return []byte("tun_src=" + m.ip.String()), nil
+}
+
+func (m tunnelSourceMatch) GoString() string { return fmt.Sprintf("tunnelSource(%q)", m.ip) }
+
+// fixTunnelSource turns what the library's parser made of a dumped tun_src
+// match, an nw_src match, back into a tunnel source match. A flow without
+// an IP or ARP protocol cannot match on nw_src (OVS refuses it for want of
+// a prerequisite), so there an nw_src match can only have been tun_src.
+func fixTunnelSource(f *goovs.Flow) {
+	if f.Protocol != "" {
+		return
+	}
+	for i, m := range f.Matches {
+		text, err := m.MarshalText()
+		if err != nil {
+			continue
+		}
+		if v, ok := strings.CutPrefix(string(text), "nw_src="); ok {
+			if ip, err := netip.ParseAddr(v); err == nil {
+				f.Matches[i] = tunnelSource(ip)
+			}
+		}
+	}
 }
 
 // vniText is a VNI as OVS prints a tunnel ID.

@@ -58,7 +58,7 @@ func TestFlowsGolden(t *testing.T) {
 		name  string
 		flows []*goovs.Flow
 	}{
-		{"defaults", defaultFlows()},
+		{"defaults", defaultFlows(1)},
 		{"local", localFlows(fabric.LocalAttachment{VNI: 1, IP: ip("10.0.0.5")}, 5)},
 		{"local-highest-vni", localFlows(fabric.LocalAttachment{VNI: network.MaxVNI, IP: ip("172.31.255.254")}, 65279)},
 		{"remote", remoteFlows(fabric.RemoteAttachment{VNI: 1, IP: ip("10.0.0.6"), HostIP: ip("192.168.100.2")}, 1)},
@@ -74,14 +74,14 @@ func TestFlowsGolden(t *testing.T) {
 func TestFlowCounts(t *testing.T) {
 	a := fabric.LocalAttachment{VNI: 7, IP: netip.MustParseAddr("10.1.2.3")}
 	r := fabric.RemoteAttachment{VNI: 7, IP: netip.MustParseAddr("10.1.2.4"), HostIP: netip.MustParseAddr("192.168.0.4")}
-	if got := len(localFlows(a, 3)); got != 3 {
-		t.Errorf("local attachment has %d flows, want 3", got)
+	if got := len(localFlows(a, 3)); got != 4 {
+		t.Errorf("local attachment has %d flows, want 4", got)
 	}
-	if got := len(remoteFlows(r, 1)); got != 2 {
-		t.Errorf("remote attachment has %d flows, want 2", got)
+	if got := len(remoteFlows(r, 1)); got != 3 {
+		t.Errorf("remote attachment has %d flows, want 3", got)
 	}
-	if got := len(defaultFlows()); got != 2 {
-		t.Errorf("%d default flows, want 2", got)
+	if got := len(defaultFlows(1)); got != 4 {
+		t.Errorf("%d default flows, want 4", got)
 	}
 }
 
@@ -126,36 +126,48 @@ func TestFlowsReadBack(t *testing.T) {
 	local := localFlows(fabric.LocalAttachment{VNI: 1, IP: ip("10.0.0.5")}, 2)
 	remote := remoteFlows(fabric.RemoteAttachment{VNI: 1, IP: ip("10.0.0.6"), HostIP: ip("192.168.7.2")}, 1)
 	dumped := []string{
-		" cookie=0x6b4000010a000005, duration=0.089s, table=0, n_packets=0, n_bytes=0, priority=100,in_port=2 actions=set_field:0x1->tun_id,resubmit(,1)",
+		" cookie=0x6b4000010a000005, duration=0.089s, table=0, n_packets=0, n_bytes=0, priority=100,ip,in_port=2,dl_src=06:00:00:05:00:01,nw_src=10.0.0.5 actions=set_field:0x1->tun_id,resubmit(,1)",
+		" cookie=0x6b4000010a000005, duration=0.089s, table=0, n_packets=0, n_bytes=0, priority=100,arp,in_port=2,dl_src=06:00:00:05:00:01,arp_spa=10.0.0.5,arp_sha=06:00:00:05:00:01 actions=set_field:0x1->tun_id,resubmit(,1)",
 		" cookie=0x6b4000010a000005, duration=0.089s, table=1, n_packets=0, n_bytes=0, priority=110,arp,tun_id=0x1,arp_tpa=10.0.0.5 actions=output:2",
 		" cookie=0x6b4000010a000005, duration=0.089s, table=1, n_packets=0, n_bytes=0, priority=100,tun_id=0x1,dl_dst=06:00:00:05:00:01 actions=output:2",
+		" cookie=0x6b6000010a000006, duration=0.089s, table=0, n_packets=0, n_bytes=0, priority=100,tun_src=192.168.7.2,tun_id=0x1,in_port=1,dl_src=06:00:00:06:00:01 actions=resubmit(,1)",
 		" cookie=0x6b6000010a000006, duration=0.089s, table=1, n_packets=3, n_bytes=120, priority=100,tun_id=0x1,dl_dst=06:00:00:06:00:01 actions=set_field:192.168.7.2->tun_dst,output:1",
 		" cookie=0x6b6000010a000006, duration=0.089s, table=1, n_packets=0, n_bytes=0, priority=110,arp,tun_id=0x1,arp_tpa=10.0.0.6 actions=set_field:192.168.7.2->tun_dst,output:1",
 	}
 	var got []*goovs.Flow
 	for _, line := range dumped {
-		f := new(goovs.Flow)
-		if err := f.UnmarshalText([]byte(line)); err != nil {
-			t.Fatalf("parsing %q: %v", line, err)
+		f, err := parseFlow(line)
+		if err != nil {
+			t.Fatal(err)
 		}
 		got = append(got, f)
 	}
-	if !sameFlows(got[:3], local) {
+	if !sameFlows(got[:4], local) {
 		t.Errorf("dumped local flows differ from the ones made")
 	}
-	if !sameFlows(got[3:], remote) {
+	if !sameFlows(got[4:], remote) {
 		t.Errorf("dumped remote flows differ from the ones made")
 	}
-	if sameFlows(got[3:], remoteFlows(fabric.RemoteAttachment{VNI: 1, IP: ip("10.0.0.6"), HostIP: ip("192.168.7.3")}, 1)) {
+	if sameFlows(got[4:], remoteFlows(fabric.RemoteAttachment{VNI: 1, IP: ip("10.0.0.6"), HostIP: ip("192.168.7.3")}, 1)) {
 		t.Errorf("flows towards another host compare equal")
 	}
-	if sameFlows(got[:2], local) {
-		t.Errorf("two of three flows compare equal to all three")
+	if sameFlows(got[5:], remoteFlows(fabric.RemoteAttachment{VNI: 1, IP: ip("10.0.0.6"), HostIP: ip("192.168.7.3")}, 1)[1:]) {
+		t.Errorf("forwarding towards another host compares equal")
+	}
+	if sameFlows(got[:3], local) {
+		t.Errorf("three of four flows compare equal to all four")
+	}
+	// The tunnel ingress flow's tun_src reads back as what it was made as.
+	if !sameFlows(got[4:5], remote[:1]) {
+		t.Errorf("dumped tunnel ingress flow differs from the one made")
+	}
+	if sameFlows(got[4:5], remoteFlows(fabric.RemoteAttachment{VNI: 1, IP: ip("10.0.0.6"), HostIP: ip("192.168.7.3")}, 1)[:1]) {
+		t.Errorf("ingress flows from another host compare equal")
 	}
 	if !sameFlows(nil, nil) {
 		t.Errorf("no flows differ from no flows")
 	}
-	if h, ok := tunnelDestination(got[3]); !ok || h != ip("192.168.7.2") {
+	if h, ok := tunnelDestination(got[5]); !ok || h != ip("192.168.7.2") {
 		t.Errorf("tunnelDestination = %v, %t; want 192.168.7.2, true", h, ok)
 	}
 	if h, ok := tunnelDestination(got[0]); ok {

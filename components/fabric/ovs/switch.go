@@ -358,6 +358,9 @@ func (c *ovsClient) dumpFlows(ctx context.Context, bridge string, match *goovs.M
 	if err != nil {
 		return nil, fmt.Errorf("reading the flows of bridge %s: %w", bridge, err)
 	}
+	for _, f := range flows {
+		fixTunnelSource(f)
+	}
 	return flows, nil
 }
 
@@ -373,5 +376,6 @@ func parseFlow(line string) (f *goovs.Flow, err error) {
 	if err := f.UnmarshalText([]byte(line)); err != nil {
 		return nil, fmt.Errorf("parsing flow %q: %w", line, err)
 	}
+	fixTunnelSource(f)
 	return f, nil
 }
