@@ -139,7 +139,7 @@ func (c *Client) Apply(ctx context.Context, plan *Plan, opts ApplyOptions) error
 	r := newReporter(opts.OnEvent)
 	return c.withLease(ctx, opts.Identity, r, func(ctx context.Context) error {
 		items := append([]PlanItem(nil), pending...)
-		if err := c.decide(ctx, items); err != nil {
+		if err := c.decide(ctx, items, plan.options); err != nil {
 			return err
 		}
 		for i := range items {
@@ -250,17 +250,19 @@ func (c *Client) applyAddon(ctx context.Context, it PlanItem, opts ApplyOptions)
 	if err != nil {
 		return nil, err
 	}
-	// As kubectl's ApplySet does, record where the release's objects will
-	// be before creating any, unless the record or an earlier pending
-	// inventory already says so: a run that dies while applying leaves the
-	// next run every kind and namespace to prune.
+	// As kubectl's ApplySet does, record which release is being applied
+	// and where its objects will be before creating any, unless an earlier
+	// pending annotation of this very release already says so: a run that
+	// dies while applying, or whose objects never become ready, leaves the
+	// next run every kind and namespace to prune and a reason to apply
+	// (Decide), even when it re-applies the recorded release.
 	inv := rel.done.record(a.Name)
-	known := it.Pending
+	known := it.Pending.inventory()
 	if it.Current != nil && it.Current.Inventory != nil && it.Current.Inventory.Identity != "" {
 		known = it.Current.Inventory.union(known)
 	}
-	if !known.covers(inv) {
-		if err := c.writePending(ctx, a.Namespace, a.Name, inv.union(known)); err != nil {
+	if !it.Pending.is(a) || !known.covers(inv) {
+		if err := c.writePending(ctx, a.Namespace, a.Name, newPending(a, inv.union(known))); err != nil {
 			return nil, err
 		}
 	}
@@ -294,10 +296,17 @@ func (c *Client) finishAddon(ctx context.Context, ro *rollout, r *reporter) erro
 		return err
 	}
 	release := describeRelease(a.VersionString(), a.ID)
-	if it.Current == nil {
-		r.report(EventApplied, a.Name, "Installed %s", release)
-	} else {
-		r.report(EventApplied, a.Name, "Updated %s -> %s", describeRelease(it.Current.Version, it.Current.ID), release)
+	var unfinished string
+	if it.Pending.namesRelease() && !it.Pending.is(a) {
+		unfinished = " (" + it.Pending.release() + " " + ReasonUnfinished + ")"
+	}
+	switch {
+	case it.Current == nil:
+		r.report(EventApplied, a.Name, "Installed %s%s", release, unfinished)
+	case unfinished != "" && NewRecord(a).same(it.Current):
+		r.report(EventApplied, a.Name, "Restored %s%s", release, unfinished)
+	default:
+		r.report(EventApplied, a.Name, "Updated %s -> %s%s", describeRelease(it.Current.Version, it.Current.ID), release, unfinished)
 	}
 	return nil
 }

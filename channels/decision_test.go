@@ -18,39 +18,73 @@ func TestDecide(t *testing.T) {
 	record := func(version, id, hash string) *Record {
 		return &Record{Version: version, Channel: "s3://b/c.yaml", ID: id, ManifestHash: hash, SystemGeneration: 1}
 	}
+	pending := func(version, id, hash string) *Pending {
+		return &Pending{Version: version, ID: id, ManifestHash: hash, Inventory: Inventory{Kinds: []string{"ConfigMap"}}}
+	}
+	allow := DecideOptions{AllowDowngrade: true}
 	tests := []struct {
 		name string
 		c    *Addon
 		r    *Record
+		p    *Pending
+		opts DecideOptions
 		want Decision
 	}{
-		{"install", release("1.0.0", "k8s-1.29", "aa"), nil, Decision{Apply: true, Reason: ReasonInstall}},
-		{"upgrade", release("1.1.0", "k8s-1.29", "bb"), record("1.0.0", "k8s-1.29", "aa"), Decision{Apply: true, Reason: ReasonUpgrade}},
-		{"upgrade with the same hash", release("1.1.0", "k8s-1.29", "aa"), record("1.0.0", "k8s-1.29", "aa"), Decision{Apply: true, Reason: ReasonUpgrade}},
-		{"same version, other id", release("1.0.0", "k8s-1.31", "aa"), record("1.0.0", "k8s-1.29", "aa"), Decision{Apply: true, Reason: ReasonIDChanged}},
-		{"same version and id, other hash", release("1.0.0", "k8s-1.29", "bb"), record("1.0.0", "k8s-1.29", "aa"), Decision{Apply: true, Reason: ReasonManifestChanged}},
-		{"same hash in another case", release("1.0.0", "k8s-1.29", "AA"), record("1.0.0", "k8s-1.29", "aa"), Decision{Reason: ReasonUpToDate}},
-		{"no-op", release("1.0.0", "k8s-1.29", "aa"), record("1.0.0", "k8s-1.29", "aa"), Decision{Reason: ReasonUpToDate}},
-		{"no-op, record version written short", release("1.6.0", "", ""), record("1.6", "", ""), Decision{Reason: ReasonUpToDate}},
-		{"downgrade refused", release("0.9.0", "k8s-1.29", "bb"), record("1.0.0", "k8s-1.29", "aa"), Decision{Reason: ReasonDowngrade}},
-		{"downgrade refused despite other id", release("0.9.0", "k8s-1.31", "aa"), record("1.0.0", "k8s-1.29", "aa"), Decision{Reason: ReasonDowngrade}},
-		{"pre-release below its release", release("1.0.0-rc.1", "k8s-1.29", "bb"), record("1.0.0", "k8s-1.29", "aa"), Decision{Reason: ReasonDowngrade}},
+		{"install", release("1.0.0", "k8s-1.29", "aa"), nil, nil, DecideOptions{}, Decision{Apply: true, Reason: ReasonInstall}},
+		{"upgrade", release("1.1.0", "k8s-1.29", "bb"), record("1.0.0", "k8s-1.29", "aa"), nil, DecideOptions{}, Decision{Apply: true, Reason: ReasonUpgrade}},
+		{"upgrade with the same hash", release("1.1.0", "k8s-1.29", "aa"), record("1.0.0", "k8s-1.29", "aa"), nil, DecideOptions{}, Decision{Apply: true, Reason: ReasonUpgrade}},
+		{"same version, other id", release("1.0.0", "k8s-1.31", "aa"), record("1.0.0", "k8s-1.29", "aa"), nil, DecideOptions{}, Decision{Apply: true, Reason: ReasonIDChanged}},
+		{"same version and id, other hash", release("1.0.0", "k8s-1.29", "bb"), record("1.0.0", "k8s-1.29", "aa"), nil, DecideOptions{}, Decision{Apply: true, Reason: ReasonManifestChanged}},
+		{"same hash in another case", release("1.0.0", "k8s-1.29", "AA"), record("1.0.0", "k8s-1.29", "aa"), nil, DecideOptions{}, Decision{Reason: ReasonUpToDate}},
+		{"no-op", release("1.0.0", "k8s-1.29", "aa"), record("1.0.0", "k8s-1.29", "aa"), nil, DecideOptions{}, Decision{Reason: ReasonUpToDate}},
+		{"no-op, record version written short", release("1.6.0", "", ""), record("1.6", "", ""), nil, DecideOptions{}, Decision{Reason: ReasonUpToDate}},
+		{"downgrade refused", release("0.9.0", "k8s-1.29", "bb"), record("1.0.0", "k8s-1.29", "aa"), nil, DecideOptions{}, Decision{Reason: ReasonDowngrade}},
+		{"downgrade refused despite other id", release("0.9.0", "k8s-1.31", "aa"), record("1.0.0", "k8s-1.29", "aa"), nil, DecideOptions{}, Decision{Reason: ReasonDowngrade}},
+		{"pre-release below its release", release("1.0.0-rc.1", "k8s-1.29", "bb"), record("1.0.0", "k8s-1.29", "aa"), nil, DecideOptions{}, Decision{Reason: ReasonDowngrade}},
 		// kOps 1.22 and later write records without version.
-		{"record without version, same id and hash", release("1.0.0", "k8s-1.29", "aa"), record("", "k8s-1.29", "aa"), Decision{Reason: ReasonUpToDate}},
-		{"record without version, other hash", release("1.0.0", "k8s-1.29", "bb"), record("", "k8s-1.29", "aa"), Decision{Apply: true, Reason: ReasonManifestChanged}},
-		{"record without version, other id", release("0.1.0", "k8s-1.31", "aa"), record("", "k8s-1.29", "aa"), Decision{Apply: true, Reason: ReasonIDChanged}},
-		{"record without version or hash, release with a hash", release("1.0.0", "k8s-1.29", "aa"), record("", "k8s-1.29", ""), Decision{Apply: true, Reason: ReasonManifestChanged}},
-		{"release without version, same id and hash", release("", "k8s-1.29", "aa"), record("2.0.0", "k8s-1.29", "aa"), Decision{Reason: ReasonUpToDate}},
-		{"release without version, other hash", release("", "k8s-1.29", "bb"), record("2.0.0", "k8s-1.29", "aa"), Decision{Apply: true, Reason: ReasonManifestChanged}},
-		{"release without version, other id", release("", "k8s-1.31", "aa"), record("2.0.0", "k8s-1.29", "aa"), Decision{Apply: true, Reason: ReasonIDChanged}},
-		{"neither has a hash", release("", "k8s-1.29", ""), record("", "k8s-1.29", ""), Decision{Reason: ReasonUpToDate}},
-		{"systemGeneration 2 is never touched", release("2.0.0", "k8s-1.31", "bb"), &Record{Version: "1.0.0", ID: "k8s-1.29", ManifestHash: "aa", SystemGeneration: 2}, Decision{Reason: ReasonNewerTool}},
-		{"systemGeneration 0 (kOps) is ours to update", release("2.0.0", "k8s-1.29", "bb"), &Record{Version: "1.0.0", ID: "k8s-1.29", ManifestHash: "aa"}, Decision{Apply: true, Reason: ReasonUpgrade}},
-		{"unparseable version in a hand-made record", release("1.0.0", "k8s-1.29", "aa"), record("banana", "k8s-1.29", "aa"), Decision{Apply: true, Reason: ReasonInstall}},
+		{"record without version, same id and hash", release("1.0.0", "k8s-1.29", "aa"), record("", "k8s-1.29", "aa"), nil, DecideOptions{}, Decision{Reason: ReasonUpToDate}},
+		{"record without version, other hash", release("1.0.0", "k8s-1.29", "bb"), record("", "k8s-1.29", "aa"), nil, DecideOptions{}, Decision{Apply: true, Reason: ReasonManifestChanged}},
+		{"record without version, other id", release("0.1.0", "k8s-1.31", "aa"), record("", "k8s-1.29", "aa"), nil, DecideOptions{}, Decision{Apply: true, Reason: ReasonIDChanged}},
+		{"record without version or hash, release with a hash", release("1.0.0", "k8s-1.29", "aa"), record("", "k8s-1.29", ""), nil, DecideOptions{}, Decision{Apply: true, Reason: ReasonManifestChanged}},
+		{"release without version, same id and hash", release("", "k8s-1.29", "aa"), record("2.0.0", "k8s-1.29", "aa"), nil, DecideOptions{}, Decision{Reason: ReasonUpToDate}},
+		{"release without version, other hash", release("", "k8s-1.29", "bb"), record("2.0.0", "k8s-1.29", "aa"), nil, DecideOptions{}, Decision{Apply: true, Reason: ReasonManifestChanged}},
+		{"release without version, other id", release("", "k8s-1.31", "aa"), record("2.0.0", "k8s-1.29", "aa"), nil, DecideOptions{}, Decision{Apply: true, Reason: ReasonIDChanged}},
+		{"neither has a hash", release("", "k8s-1.29", ""), record("", "k8s-1.29", ""), nil, DecideOptions{}, Decision{Reason: ReasonUpToDate}},
+		{"systemGeneration 2 is never touched", release("2.0.0", "k8s-1.31", "bb"), &Record{Version: "1.0.0", ID: "k8s-1.29", ManifestHash: "aa", SystemGeneration: 2}, nil, DecideOptions{}, Decision{Reason: ReasonNewerTool}},
+		{"systemGeneration 0 (kOps) is ours to update", release("2.0.0", "k8s-1.29", "bb"), &Record{Version: "1.0.0", ID: "k8s-1.29", ManifestHash: "aa"}, nil, DecideOptions{}, Decision{Apply: true, Reason: ReasonUpgrade}},
+		{"unparseable version in a hand-made record", release("1.0.0", "k8s-1.29", "aa"), record("banana", "k8s-1.29", "aa"), nil, DecideOptions{}, Decision{Apply: true, Reason: ReasonInstall}},
+
+		// A run left a pending release that did not finish.
+		{"rollback: pending upgrade failed, the recorded release again", release("1.0.0", "k8s-1.29", "aa"), record("1.0.0", "k8s-1.29", "aa"), pending("2.0.0", "k8s-1.29", "bb"), DecideOptions{},
+			Decision{Apply: true, Reason: "2.0.0 did not finish", Unfinished: "2.0.0"}},
+		{"pending equals the candidate: apply to finish", release("2.0.0", "k8s-1.29", "bb"), record("1.0.0", "k8s-1.29", "aa"), pending("2.0.0", "k8s-1.29", "bb"), DecideOptions{},
+			Decision{Apply: true, Reason: "2.0.0 did not finish", Unfinished: "2.0.0"}},
+		{"pending of the recorded release (a rollback that died)", release("1.0.0", "k8s-1.29", "aa"), record("1.0.0", "k8s-1.29", "aa"), pending("1.0.0", "k8s-1.29", "aa"), DecideOptions{},
+			Decision{Apply: true, Reason: "1.0.0 did not finish", Unfinished: "1.0.0"}},
+		{"pending, newer candidate", release("3.0.0", "k8s-1.29", "cc"), record("1.0.0", "k8s-1.29", "aa"), pending("2.0.0", "k8s-1.29", "bb"), DecideOptions{},
+			Decision{Apply: true, Reason: "2.0.0 did not finish", Unfinished: "2.0.0"}},
+		{"pending, candidate between record and pending", release("1.5.0", "k8s-1.29", "cc"), record("1.0.0", "k8s-1.29", "aa"), pending("2.0.0", "k8s-1.29", "bb"), DecideOptions{},
+			Decision{Apply: true, Reason: "2.0.0 did not finish", Unfinished: "2.0.0"}},
+		{"pending of a first install", release("1.0.0", "k8s-1.29", "aa"), nil, pending("1.0.0", "k8s-1.29", "aa"), DecideOptions{},
+			Decision{Apply: true, Reason: "1.0.0 did not finish", Unfinished: "1.0.0"}},
+		{"pending without a version shows its id", release("1.0.0", "k8s-1.29", "aa"), record("1.0.0", "k8s-1.29", "aa"), pending("", "k8s-1.31", "bb"), DecideOptions{},
+			Decision{Apply: true, Reason: "k8s-1.31 did not finish", Unfinished: "k8s-1.31"}},
+		{"pending of an older tool names no release: as without", release("1.0.0", "k8s-1.29", "aa"), record("1.0.0", "k8s-1.29", "aa"), pending("", "", ""), DecideOptions{},
+			Decision{Reason: ReasonUpToDate}},
+		{"pending does not make a downgrade below the record", release("0.9.0", "k8s-1.29", "cc"), record("1.0.0", "k8s-1.29", "aa"), pending("2.0.0", "k8s-1.29", "bb"), DecideOptions{},
+			Decision{Reason: ReasonDowngrade}},
+		{"pending and a record of a newer tool", release("1.0.0", "k8s-1.29", "aa"), &Record{Version: "1.0.0", ID: "k8s-1.29", ManifestHash: "aa", SystemGeneration: 2}, pending("2.0.0", "k8s-1.29", "bb"), DecideOptions{},
+			Decision{Reason: ReasonNewerTool}},
+
+		// The operator chooses to go back.
+		{"downgrade allowed", release("0.9.0", "k8s-1.29", "bb"), record("1.0.0", "k8s-1.29", "aa"), nil, allow, Decision{Apply: true, Reason: ReasonDowngradeAllowed}},
+		{"downgrade allowed with a pending release", release("0.9.0", "k8s-1.29", "cc"), record("1.0.0", "k8s-1.29", "aa"), pending("2.0.0", "k8s-1.29", "bb"), allow, Decision{Apply: true, Reason: ReasonDowngradeAllowed}},
+		{"allowing downgrades changes no other decision", release("1.0.0", "k8s-1.29", "aa"), record("1.0.0", "k8s-1.29", "aa"), nil, allow, Decision{Reason: ReasonUpToDate}},
+		{"allowing downgrades never touches a newer tool's record", release("0.9.0", "k8s-1.29", "aa"), &Record{Version: "1.0.0", SystemGeneration: 2}, nil, allow, Decision{Reason: ReasonNewerTool}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := Decide(tt.c, tt.r); got != tt.want {
+			if got := Decide(tt.c, tt.r, tt.p, tt.opts); got != tt.want {
 				t.Errorf("Decide: got %+v, want %+v", got, tt.want)
 			}
 		})

@@ -93,7 +93,7 @@ func (c *Client) PlanUninstall(ctx context.Context, namespace, name string, opts
 		return nil, fmt.Errorf("the install record of addon %q in namespace %s does not parse", name, namespace)
 	}
 	inv := rec.Inventory
-	if p := rs.pending(namespace, name); p != nil {
+	if p := rs.pending(namespace, name).inventory(); p != nil {
 		if inv == nil {
 			inv = p
 		} else {

@@ -24,6 +24,10 @@ type Installed struct {
 	Record *Record `json:"record,omitempty"`
 	// Invalid holds the annotation's value when it does not parse.
 	Invalid string `json:"invalid,omitempty"`
+	// Pending is the release a run started applying and did not finish;
+	// nil when there is none (or it does not parse). An addon whose first
+	// install did not finish has a Pending and neither Record nor Invalid.
+	Pending *Pending `json:"pending,omitempty"`
 }
 
 // records holds the annotations of some record namespaces: install records
@@ -46,9 +50,10 @@ func (rs records) lookup(namespace, name string) *Record {
 	return r
 }
 
-// pending returns the pending inventory an interrupted run left for an
-// addon, or nil. An unreadable one is ignored: it only ever widens pruning.
-func (rs records) pending(namespace, name string) *Inventory {
+// pending returns the pending release a run that did not finish left for
+// an addon, or nil. An unreadable one is ignored: it only ever widens
+// pruning and makes the recorded release apply again.
+func (rs records) pending(namespace, name string) *Pending {
 	value, ok := rs[namespace][InventoryAnnotationPrefix+name]
 	if !ok {
 		return nil
@@ -94,8 +99,8 @@ func recordAnnotations(ns *corev1.Namespace) map[string]string {
 	return out
 }
 
-// Installed lists every install record on the cluster, sorted by namespace
-// and name, with one LIST of namespaces.
+// Installed lists every install record and every pending release on the
+// cluster, sorted by namespace and name, with one LIST of namespaces.
 func (c *Client) Installed(ctx context.Context) ([]Installed, error) {
 	list, err := c.Kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -104,12 +109,23 @@ func (c *Client) Installed(ctx context.Context) ([]Installed, error) {
 	var out []Installed
 	for i := range list.Items {
 		ns := &list.Items[i]
-		for name, value := range recordAnnotations(ns) {
-			in := Installed{Namespace: ns.Name, Name: name}
-			if r, err := ParseRecord(value); err != nil {
-				in.Invalid = value
-			} else {
-				in.Record = r
+		rs := records{ns.Name: ns.Annotations}
+		names := recordAnnotations(ns)
+		for k := range ns.Annotations {
+			if name, ok := strings.CutPrefix(k, InventoryAnnotationPrefix); ok && name != "" {
+				if _, recorded := names[name]; !recorded {
+					names[name] = ""
+				}
+			}
+		}
+		for name := range names {
+			in := Installed{Namespace: ns.Name, Name: name, Pending: rs.pending(ns.Name, name)}
+			if value, ok := ns.Annotations[AnnotationPrefix+name]; ok {
+				if r, err := ParseRecord(value); err != nil {
+					in.Invalid = value
+				} else {
+					in.Record = r
+				}
 			}
 			out = append(out, in)
 		}
@@ -139,11 +155,12 @@ func (c *Client) WriteRecord(ctx context.Context, namespace, name string, r *Rec
 	return nil
 }
 
-// writePending records, before a release is applied, the kinds and
-// namespaces the addon's objects may be found in, so that a run that dies
-// half-way leaves the next one what to prune.
-func (c *Client) writePending(ctx context.Context, namespace, name string, inv *Inventory) error {
-	value, err := inv.encode()
+// writePending records, before a release is applied, which release it is
+// and the kinds and namespaces the addon's objects may be found in, so that
+// a run that dies half-way, or whose objects never become ready, leaves the
+// next one what to prune and a reason to apply.
+func (c *Client) writePending(ctx context.Context, namespace, name string, p *Pending) error {
+	value, err := p.encode()
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,10 @@ type Plan struct {
 	ServerVersion semver.Version
 	// Items holds one entry per addon, sorted by name.
 	Items []PlanItem
+
+	// options are what the plan was decided with; Apply decides again
+	// with them once it holds the lease.
+	options DecideOptions
 }
 
 // PlanItem is the decision for one addon.
@@ -28,9 +32,10 @@ type PlanItem struct {
 	// Current is the install record on the cluster; nil when there is none
 	// or it does not parse.
 	Current *Record
-	// Pending is the inventory a run that did not finish applying a release
-	// of the addon left; nil when there is none.
-	Pending *Inventory
+	// Pending is the release a run started applying and did not finish,
+	// with the kinds and namespaces its objects may be in; nil when there
+	// is none.
+	Pending *Pending
 	// Decision says whether to apply Addon over Current.
 	Decision Decision
 
@@ -59,6 +64,11 @@ func (p *Plan) sharingSelector(a *Addon) []string {
 // fits the cluster. It makes one request for the version and one GET per
 // record namespace, and writes nothing.
 func (c *Client) Plan(ctx context.Context, releases []*Addon) (*Plan, error) {
+	return c.PlanWith(ctx, releases, DecideOptions{})
+}
+
+// PlanWith is Plan deciding with opts, such as allowing downgrades.
+func (c *Client) PlanWith(ctx context.Context, releases []*Addon, opts DecideOptions) (*Plan, error) {
 	info, err := c.Kube.Discovery().ServerVersion()
 	if err != nil {
 		return nil, fmt.Errorf("reading the server version: %w", err)
@@ -72,15 +82,15 @@ func (c *Client) Plan(ctx context.Context, releases []*Addon) (*Plan, error) {
 	for i, a := range selected {
 		items[i] = PlanItem{Addon: a}
 	}
-	if err := c.decide(ctx, items); err != nil {
+	if err := c.decide(ctx, items, opts); err != nil {
 		return nil, err
 	}
-	return &Plan{ServerVersion: version, Items: items}, nil
+	return &Plan{ServerVersion: version, Items: items, options: opts}, nil
 }
 
-// decide reads the install records of items and sets their Current and
-// Decision.
-func (c *Client) decide(ctx context.Context, items []PlanItem) error {
+// decide reads the install records and pending releases of items and sets
+// their Current, Pending and Decision.
+func (c *Client) decide(ctx context.Context, items []PlanItem, opts DecideOptions) error {
 	namespaces := make([]string, len(items))
 	for i, it := range items {
 		namespaces[i] = it.Addon.Namespace
@@ -94,7 +104,7 @@ func (c *Client) decide(ctx context.Context, items []PlanItem) error {
 		a := items[i].Addon
 		items[i].Current = versions.fill(ctx, a.Name, rs.lookup(a.Namespace, a.Name))
 		items[i].Pending = rs.pending(a.Namespace, a.Name)
-		items[i].Decision = Decide(a, items[i].Current)
+		items[i].Decision = Decide(a, items[i].Current, items[i].Pending, opts)
 	}
 	return nil
 }
@@ -134,6 +144,7 @@ func (p *Plan) HasRows() bool {
 //	coredns  0.1.0 (k8s-1.29)  0.2.0 (k8s-1.29)
 //	metrics  -                 1.0.0
 //	old      2.0.0             1.0.0 skipped: downgrade refused
+//	dns      1.0.0             1.0.0 (2.0.0 did not finish)
 //
 // Addons that are up to date are left out. It writes nothing when no row
 // remains.
@@ -154,6 +165,9 @@ func (p *Plan) WriteTable(w io.Writer) error {
 		update := describeRelease(it.Addon.VersionString(), it.Addon.ID)
 		if it.skipped() {
 			update += " skipped: " + it.Decision.Reason
+		}
+		if it.Decision.Notable() {
+			update += " (" + it.Decision.Reason + ")"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", it.Addon.Name, current, update)
 	}

@@ -17,7 +17,7 @@ func TestPlanWriteTable(t *testing.T) {
 	}
 	item := func(name string, version *semver.Version, id string, current *Record) PlanItem {
 		a := &Addon{Name: name, Version: version, ID: id}
-		return PlanItem{Addon: a, Current: current, Decision: Decide(a, current)}
+		return PlanItem{Addon: a, Current: current, Decision: Decide(a, current, nil, DecideOptions{})}
 	}
 	tests := []struct {
 		name  string
@@ -41,6 +41,24 @@ func TestPlanWriteTable(t *testing.T) {
 				"kops-made   unversioned (k8s-1.28)  1.0.0 (k8s-1.29)\n" +
 				"newer-tool  1.0.0                   9.0.0 skipped: record from a newer tool\n" +
 				"old         2.0.0                   1.0.0 skipped: downgrade refused\n",
+		},
+		{
+			name: "a release that did not finish, and a downgrade the operator allowed",
+			items: []PlanItem{
+				func() PlanItem {
+					a, current := &Addon{Name: "dns", Version: v("1.0.0")}, &Record{Version: "1.0.0"}
+					p := &Pending{Version: "2.0.0"}
+					return PlanItem{Addon: a, Current: current, Pending: p, Decision: Decide(a, current, p, DecideOptions{})}
+				}(),
+				func() PlanItem {
+					a, current := &Addon{Name: "old", Version: v("1.0.0")}, &Record{Version: "2.0.0"}
+					return PlanItem{Addon: a, Current: current, Decision: Decide(a, current, nil, DecideOptions{AllowDowngrade: true})}
+				}(),
+			},
+			want: "" +
+				"NAME  CURRENT  UPDATE\n" +
+				"dns   1.0.0    1.0.0 (2.0.0 did not finish)\n" +
+				"old   2.0.0    1.0.0 (downgrade allowed)\n",
 		},
 		{
 			name:  "nothing to show",

@@ -135,7 +135,7 @@ func (w *addonWriter) pruneQueries(ctx context.Context, it PlanItem, legacy bool
 	if current != nil {
 		had = current.Inventory
 	}
-	for _, inv := range []*Inventory{had, it.Pending} {
+	for _, inv := range []*Inventory{had, it.Pending.inventory()} {
 		if inv == nil {
 			continue
 		}

@@ -72,13 +72,84 @@ type Inventory struct {
 	Identity string `json:"identity,omitempty"`
 }
 
-// ParseInventory reads the value of a pending inventory annotation.
-func ParseInventory(value string) (*Inventory, error) {
-	inv := &Inventory{}
-	if err := json.Unmarshal([]byte(value), inv); err != nil {
+// Pending is the value of the pending annotation of an addon: the release a
+// run started applying, and the kinds and namespaces its objects may be
+// found in. It is written before anything of the release is applied and
+// removed with the install record write, so a pending release that is still
+// there names a release that did not finish: the run died, or its objects
+// never became ready. Decide reads it: re-applying the recorded release then
+// applies again, which restores it and prunes what only the unfinished
+// release added. Annotations written before releases were recorded hold the
+// inventory alone; kOps never reads them.
+type Pending struct {
+	Version      string `json:"version,omitempty"`
+	Channel      string `json:"channel,omitempty"`
+	ID           string `json:"id,omitempty"`
+	ManifestHash string `json:"manifestHash,omitempty"`
+	Inventory
+}
+
+// newPending is the pending annotation of release a with inventory inv.
+func newPending(a *Addon, inv *Inventory) *Pending {
+	return &Pending{Version: a.VersionString(), Channel: a.Channel, ID: a.ID, ManifestHash: a.ManifestHash, Inventory: *inv}
+}
+
+// ParseInventory reads the value of a pending annotation.
+func ParseInventory(value string) (*Pending, error) {
+	p := &Pending{}
+	if err := json.Unmarshal([]byte(value), p); err != nil {
 		return nil, fmt.Errorf("parsing pending inventory %q: %w", value, err)
 	}
-	return inv, nil
+	return p, nil
+}
+
+// inventory returns the kinds and namespaces of p; nil when p is nil.
+func (p *Pending) inventory() *Inventory {
+	if p == nil {
+		return nil
+	}
+	return &p.Inventory
+}
+
+// namesRelease reports whether p says which release was being applied;
+// annotations of older tools do not.
+func (p *Pending) namesRelease() bool {
+	return p != nil && (p.Version != "" || p.ID != "" || p.ManifestHash != "")
+}
+
+// is reports whether p names release a: the same version, id and manifest
+// hash.
+func (p *Pending) is(a *Addon) bool {
+	if !p.namesRelease() || p.ID != a.ID || !strings.EqualFold(p.ManifestHash, a.ManifestHash) {
+		return false
+	}
+	if p.Version == "" || a.Version == nil {
+		return p.Version == a.VersionString()
+	}
+	v, err := semver.ParseTolerant(p.Version)
+	return err == nil && v.Equals(*a.Version)
+}
+
+// release describes the pending release as the plan shows releases:
+// "0.2.0", or its id when it has no version.
+func (p *Pending) release() string {
+	switch {
+	case p.Version != "":
+		return p.Version
+	case p.ID != "":
+		return p.ID
+	default:
+		return "a release"
+	}
+}
+
+// encode renders the pending annotation as compact JSON.
+func (p *Pending) encode() (string, error) {
+	data, err := json.Marshal(p)
+	if err != nil {
+		return "", fmt.Errorf("encoding pending release: %w", err)
+	}
+	return string(data), nil
 }
 
 // union returns the kinds and namespaces of both inventories; b may be nil.
@@ -114,15 +185,6 @@ func (inv *Inventory) covers(b *Inventory) bool {
 	return len(u.Kinds) == len(self.Kinds) && len(u.Namespaces) == len(self.Namespaces)
 }
 
-// encode renders the inventory as compact JSON.
-func (inv *Inventory) encode() (string, error) {
-	data, err := json.Marshal(inv)
-	if err != nil {
-		return "", fmt.Errorf("encoding inventory: %w", err)
-	}
-	return string(data), nil
-}
-
 // NewRecord is the record of a release once it is applied, at
 // CurrentSystemGeneration and without inventory; the caller adds that.
 func NewRecord(a *Addon) *Record {
@@ -133,6 +195,12 @@ func NewRecord(a *Addon) *Record {
 		ManifestHash:     a.ManifestHash,
 		SystemGeneration: CurrentSystemGeneration,
 	}
+}
+
+// same reports whether r and b record the same release: version, id and
+// manifest hash.
+func (r *Record) same(b *Record) bool {
+	return r.Version == b.Version && r.ID == b.ID && strings.EqualFold(r.ManifestHash, b.ManifestHash)
 }
 
 // ParseRecord reads the value of an install record annotation, whether this

@@ -63,7 +63,7 @@ func TestNewRecord(t *testing.T) {
 		t.Errorf("NewRecord (-got +want):\n%s", diff)
 	}
 	// What was just applied is up to date.
-	if got, want := Decide(a, got), (Decision{Reason: ReasonUpToDate}); got != want {
+	if got, want := Decide(a, got, nil, DecideOptions{}), (Decision{Reason: ReasonUpToDate}); got != want {
 		t.Errorf("Decide against its own record: got %+v, want %+v", got, want)
 	}
 }

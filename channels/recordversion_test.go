@@ -69,7 +69,7 @@ func TestRecordVersions(t *testing.T) {
 				t.Errorf("%d fetches, want %d", fetches, tt.fetches)
 			}
 			if before.Version == "" && tt.want != "" {
-				if d := Decide(&Addon{Name: tt.addon, Version: v("0.1.0"), ID: "k8s-1.29", ManifestHash: "aa"}, got); d.Reason != ReasonDowngrade {
+				if d := Decide(&Addon{Name: tt.addon, Version: v("0.1.0"), ID: "k8s-1.29", ManifestHash: "aa"}, got, nil, DecideOptions{}); d.Reason != ReasonDowngrade {
 					t.Errorf("0.1.0 over the filled record: %+v, want the downgrade refused", d)
 				}
 			}

@@ -25,11 +25,12 @@ func newApplyCommand(o *options) *cobra.Command {
 
 func newApplyChannelCommand(o *options) *cobra.Command {
 	var (
-		daemon  *daemonFlags
-		yes     bool
-		diff    bool
-		wait    bool
-		timeout time.Duration
+		daemon         *daemonFlags
+		yes            bool
+		diff           bool
+		wait           bool
+		allowDowngrade bool
+		timeout        time.Duration
 	)
 	var out *outputFlags
 	cmd := &cobra.Command{
@@ -41,8 +42,18 @@ For each addon the channels list, the newest release whose kubernetesVersion
 range fits the cluster is compared with the addon's install record (the
 annotation addons.k8s.io/NAME on the addon's namespace, kube-system by
 default). A release is applied when it is newer, or of the same version with
-another id or manifest hash. A release older than the installed one is never
-applied. Across several channels, the newest release of each addon wins.
+another id or manifest hash. A release older than the installed one is not
+applied unless --allow-downgrade is given. Across several channels, the
+newest release of each addon wins.
+
+Before an addon's objects are applied, the release is written as pending
+(the annotation inventory.channels.kos.example.com/NAME, which get addons
+shows); the install record replaces it once the release is ready. A pending
+release that is still there did not finish, and the next run applies the
+addon whatever its record says ("0.2.0 did not finish"): re-applying the
+channel of the recorded release after a failed upgrade rolls back to it and
+prunes what only the failed release added. That rollback needs no
+--allow-downgrade, since the record never left the old release.
 
 Without --yes, the plan is printed and nothing is changed: every pending
 manifest is fetched and verified (hash, YAML, kinds the server serves),
@@ -120,17 +131,21 @@ with its current and offered release, whether it applies (apply) and why
 			if err != nil {
 				return err
 			}
+			if isDaemon && allowDowngrade {
+				return usageErrorf(cmd, "--allow-downgrade is a one-off choice: run it without --interval")
+			}
 			if isDaemon {
 				if cmd.Flags().Changed("output") || diff {
 					return usageErrorf(cmd, "--interval prints progress lines: -o and --diff do not apply")
 				}
 				return o.runDaemon(cmd.Context(), args, daemon, opts)
 			}
-			return o.applyChannels(cmd, args, yes, diff, out, opts)
+			return o.applyChannels(cmd, args, yes, diff, out, channels.DecideOptions{AllowDowngrade: allowDowngrade}, opts)
 		},
 	}
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "Apply the changes; without it, only print the plan")
 	cmd.Flags().BoolVar(&diff, "diff", false, "Print a unified diff of each object the plan changes")
+	cmd.Flags().BoolVar(&allowDowngrade, "allow-downgrade", false, "Apply releases older than the installed ones (rolling back to the recorded release after a failed upgrade needs no flag)")
 	cmd.Flags().BoolVar(&wait, "wait", true, "Wait until each addon's objects are ready before pruning and recording it; --wait=false for a cluster without worker nodes yet (kOps bootstrap)")
 	cmd.Flags().DurationVar(&timeout, "timeout", channels.DefaultTimeout, "How long each addon's objects may take to become ready, with --wait")
 	out = addOutputFlags(cmd)
@@ -138,7 +153,7 @@ with its current and offered release, whether it applies (apply) and why
 	return cmd
 }
 
-func (o *options) applyChannels(cmd *cobra.Command, locations []string, yes, diff bool, out *outputFlags, opts channels.ApplyOptions) error {
+func (o *options) applyChannels(cmd *cobra.Command, locations []string, yes, diff bool, out *outputFlags, decide channels.DecideOptions, opts channels.ApplyOptions) error {
 	print, err := out.printer(cmd)
 	if err != nil {
 		return err
@@ -158,7 +173,7 @@ func (o *options) applyChannels(cmd *cobra.Command, locations []string, yes, dif
 	if err != nil {
 		return err
 	}
-	plan, err := client.Plan(ctx, releases)
+	plan, err := client.PlanWith(ctx, releases, decide)
 	if err != nil {
 		return withHint(err, "check --kubeconfig and --context")
 	}

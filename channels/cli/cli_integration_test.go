@@ -158,9 +158,9 @@ func TestIntegrationCLI(t *testing.T) {
 			got = append(got, strings.Fields(line))
 		}
 		want := [][]string{
-			{"NAMESPACE", "NAME", "VERSION", "ID", "CHANNEL"},
-			{"kube-system", "cli-demo", "1.0.0", "k8s-1.34", v1},
-			{"kube-system", "cli-two", "0.1.0", "-", v1},
+			{"NAMESPACE", "NAME", "VERSION", "ID", "CHANNEL", "PENDING"},
+			{"kube-system", "cli-demo", "1.0.0", "k8s-1.34", v1, "-"},
+			{"kube-system", "cli-two", "0.1.0", "-", v1, "-"},
 		}
 		if diff := cmp.Diff(got, want); diff != "" {
 			t.Errorf("table (-got +want):\n%s", diff)

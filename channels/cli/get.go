@@ -35,7 +35,12 @@ wrote it.
 (apiVersion ` + outputAPIVersion + `): metadata.name and metadata.namespace name
 the addon and its record namespace, record holds the install record as
 written (version, channel, id, manifestHash, systemGeneration, inventory),
-invalidRecord the annotation when it does not parse.`,
+invalidRecord the annotation when it does not parse, and pending the release
+a run started applying and did not finish (its objects never became ready,
+or the run died): version, channel, id, manifestHash and the kinds and
+namespaces its objects may be in. The PENDING column shows its version; the
+next apply of any release of the addon finishes or replaces it, and prunes
+what only it added.`,
 		Example: `  channels get addons
   channels get addons -o wide
   channels get addons -o json
@@ -72,6 +77,13 @@ func addonObject(in channels.Installed) (*unstructured.Unstructured, error) {
 	if in.Invalid != "" {
 		u.Object["invalidRecord"] = in.Invalid
 	}
+	if in.Pending != nil {
+		p, err := toUnstructured(in.Pending)
+		if err != nil {
+			return nil, err
+		}
+		u.Object["pending"] = p.Object
+	}
 	return u, nil
 }
 
@@ -81,6 +93,7 @@ var addonColumns = []metav1.TableColumnDefinition{
 	{Name: "Version", Type: "string"},
 	{Name: "ID", Type: "string"},
 	{Name: "Channel", Type: "string"},
+	{Name: "Pending", Type: "string"},
 	{Name: "Manifest-Hash", Type: "string", Priority: 1},
 	{Name: "Generation", Type: "string", Priority: 1},
 	{Name: "Kinds", Type: "string", Priority: 1},
@@ -112,7 +125,13 @@ func (o *options) getAddons(cmd *cobra.Command, out *outputFlags) error {
 	return print(o.stdout, objs, func() *metav1.Table {
 		rows := make([]metav1.TableRow, len(installed))
 		for i, in := range installed {
-			version, id, channel, hash, gen, kinds := "<unreadable record>", "-", "-", "-", "-", "-"
+			version, id, channel, hash, gen, kinds, pending := "<unreadable record>", "-", "-", "-", "-", "-", "-"
+			if in.Record == nil && in.Invalid == "" {
+				version = "-"
+			}
+			if p := in.Pending; p != nil {
+				pending = describeRelease(p.Version, p.ID)
+			}
 			if r := in.Record; r != nil {
 				version, id, channel, hash = orDash(r.Version), orDash(r.ID), orDash(r.Channel), orDash(shortHash(r.ManifestHash))
 				if r.SystemGeneration != 0 {
@@ -123,7 +142,7 @@ func (o *options) getAddons(cmd *cobra.Command, out *outputFlags) error {
 				}
 			}
 			rows[i] = metav1.TableRow{
-				Cells:  []any{in.Namespace, in.Name, version, id, channel, hash, gen, kinds},
+				Cells:  []any{in.Namespace, in.Name, version, id, channel, pending, hash, gen, kinds},
 				Object: runtimeObject(objs[i]),
 			}
 		}

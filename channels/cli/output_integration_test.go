@@ -122,8 +122,8 @@ func TestIntegrationOutput(t *testing.T) {
 			}
 			got := linesWith(out, "cli-output")
 			want := []string{
-				"cli-output    out-a        1.0.0     k8s-1.34   " + v1,
-				"cli-output    out-b        0.1.0     -          " + v1,
+				"cli-output    out-a        1.0.0     k8s-1.34   " + v1 + "   -",
+				"cli-output    out-b        0.1.0     -          " + v1 + "   -",
 			}
 			return cmp.Diff(fieldsOf(got), fieldsOf(want))
 		}},
@@ -135,12 +135,12 @@ func TestIntegrationOutput(t *testing.T) {
 		}},
 		{name: "wide", args: []string{"-o", "wide"}, check: func(out string) string {
 			header := strings.Fields(strings.SplitN(out, "\n", 2)[0])
-			want := []string{"NAMESPACE", "NAME", "VERSION", "ID", "CHANNEL", "MANIFEST-HASH", "GENERATION", "KINDS"}
+			want := []string{"NAMESPACE", "NAME", "VERSION", "ID", "CHANNEL", "PENDING", "MANIFEST-HASH", "GENERATION", "KINDS"}
 			if diff := cmp.Diff(header, want); diff != "" {
 				return diff
 			}
 			row := strings.Fields(linesWith(out, "out-a")[0])
-			return cmp.Diff(row[5:], []string{shortHash(hashOf(t, d, "out-a-1.0.0.yaml")), "1", "1"})
+			return cmp.Diff(row[5:], []string{"-", shortHash(hashOf(t, d, "out-a-1.0.0.yaml")), "1", "1"})
 		}},
 		{name: "json", args: []string{"-o", "json"}, check: func(out string) string {
 			if !json.Valid([]byte(out)) {

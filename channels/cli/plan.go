@@ -47,6 +47,14 @@ func planObject(it channels.PlanItem, objects []channels.ObjectChange) *unstruct
 		setIf(current, "manifestHash", r.ManifestHash)
 		u.Object["current"] = current
 	}
+	if p := it.Pending; p != nil && (p.Version != "" || p.ID != "" || p.ManifestHash != "") {
+		pending := map[string]any{}
+		setIf(pending, "version", p.Version)
+		setIf(pending, "id", p.ID)
+		setIf(pending, "channel", p.Channel)
+		setIf(pending, "manifestHash", p.ManifestHash)
+		u.Object["pending"] = pending
+	}
 	return u
 }
 
@@ -84,6 +92,7 @@ func planRows(plan *channels.Plan) []channels.PlanItem {
 //	coredns    0.1.0 (k8s-1.29)   0.2.0 (k8s-1.29)
 //	metrics    -                  1.0.0
 //	old        2.0.0              1.0.0 skipped: downgrade refused
+//	dns        1.0.0              1.0.0 (2.0.0 did not finish)
 func planTable(items []channels.PlanItem, objs []*unstructured.Unstructured) *metav1.Table {
 	t := &metav1.Table{ColumnDefinitions: planColumns}
 	for i, it := range items {
@@ -94,6 +103,9 @@ func planTable(items []channels.PlanItem, objs []*unstructured.Unstructured) *me
 		update := describeRelease(it.Addon.VersionString(), it.Addon.ID)
 		if !it.Decision.Apply {
 			update += " skipped: " + it.Decision.Reason
+		}
+		if it.Decision.Notable() {
+			update += " (" + it.Decision.Reason + ")"
 		}
 		t.Rows = append(t.Rows, metav1.TableRow{
 			Cells:  []any{it.Addon.Name, current, update, it.Addon.Namespace, it.Decision.Reason, it.Addon.Manifest},
