@@ -171,7 +171,7 @@ func New(cfg Config) (*Agent, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	m, err := newMetrics(cfg.Registerer)
+	m, err := newMetrics(cfg.Registerer, cfg.Fabric)
 	if err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}

@@ -1,9 +1,14 @@
 package agent
 
 import (
+	"context"
 	"errors"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
+
+	"github.com/kos-sdn/kos/components/fabric"
 )
 
 // Informer names in the notification counter.
@@ -34,7 +39,10 @@ type metrics struct {
 // latencyBuckets span a millisecond to a minute.
 var latencyBuckets = prometheus.ExponentialBucketsRange(0.001, 60, 20)
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+// newMetrics makes the agent's metrics and registers them with reg, if
+// any; when fab counts what its switch drops (dropCounter), the counts are
+// registered too.
+func newMetrics(reg prometheus.Registerer, fab fabric.Interface) (*metrics, error) {
 	const ns, sub = "kos", "agent"
 	m := &metrics{
 		fabricOps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -123,8 +131,67 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			errs = append(errs, err)
 		}
 	}
+	if d, ok := fab.(dropCounter); ok {
+		if err := reg.Register(newDropsCollector(d)); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return m, nil
+}
+
+// dropCounter is a fabric that counts the packets its switch drops for who
+// sent them (fabric/ovs is one; fabric/logging, which has no switch, is
+// not).
+type dropCounter interface {
+	Drops(ctx context.Context) (fabric.Drops, error)
+}
+
+// dropsScrapeTimeout bounds the switch read of one scrape.
+const dropsScrapeTimeout = 5 * time.Second
+
+// dropsCollector reports a fabric's drop counts, read from the switch when
+// Prometheus scrapes: one read of a handful of flows per scrape and no work
+// in between. The counts are the switch's own, so they start again from
+// zero when the switch loses its flows; Prometheus takes that for a
+// counter reset.
+type dropsCollector struct {
+	fabric  dropCounter
+	tunnel  *prometheus.Desc
+	spoofed *prometheus.Desc
+}
+
+func newDropsCollector(d dropCounter) *dropsCollector {
+	return &dropsCollector{
+		fabric: d,
+		tunnel: prometheus.NewDesc("kos_agent_tunnel_drops_total",
+			"Tunnel packets the node's switch dropped because no remote attachment of their VNI is on the node that sent them (or their inner source MAC is none of its attachments').",
+			nil, nil),
+		spoofed: prometheus.NewDesc("kos_agent_spoofed_drops_total",
+			"Frames the node's switch dropped because a local attachment's port sent them with another source MAC or IPv4 address than the attachment's (IPv6, which attachments do not use, is dropped uncounted).",
+			nil, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *dropsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.tunnel
+	ch <- c.spoofed
+}
+
+// Collect implements prometheus.Collector. A failed read of the switch
+// leaves both counts out of that scrape, rather than failing the whole
+// scrape, and is logged.
+func (c *dropsCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), dropsScrapeTimeout)
+	defer cancel()
+	d, err := c.fabric.Drops(ctx)
+	if err != nil {
+		klog.Background().V(2).Info("Reading the switch's drop counts failed", "err", err)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.tunnel, prometheus.CounterValue, float64(d.Tunnel))
+	ch <- prometheus.MustNewConstMetric(c.spoofed, prometheus.CounterValue, float64(d.Spoofed))
 }

@@ -117,7 +117,7 @@ func TestIntegrationOVSFlows(t *testing.T) {
 	k.subnet("s1", "10.201.0.0/24", vni1)
 	k.subnet("s2", "10.202.0.0/24", vni2)
 	inst, fab := startOVS(t)
-	startAgent(t, agentConfig(t, k.node("a"), hostA, fab))
+	r := startAgent(t, agentConfig(t, k.node("a"), hostA, fab))
 
 	k.attachment("a1", k.node("a"), "s1")
 	k.address("a1", "10.201.0.5", vni1)
@@ -131,6 +131,20 @@ func TestIntegrationOVSFlows(t *testing.T) {
 		Remote: []fabric.RemoteAttachment{remote(vni1, "10.201.0.6", hostC), remote(vni1, "10.201.0.7", hostD), remote(vni2, "10.202.0.8", hostC)},
 	})
 	poll.Until(t, settle, "a1 is ready", k.ready("a1", hostA))
+	// The drop counts are read from the switch, which dropped nothing.
+	families, err := r.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	drops := map[string]float64{}
+	for _, f := range families {
+		if n := f.GetName(); n == "kos_agent_tunnel_drops_total" || n == "kos_agent_spoofed_drops_total" {
+			drops[n] = f.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	if want := map[string]float64{"kos_agent_tunnel_drops_total": 0, "kos_agent_spoofed_drops_total": 0}; !cmp.Equal(drops, want) {
+		t.Errorf("drop counters = %v, want %v", drops, want)
+	}
 
 	// c1 moves to another node; a2 gets another address.
 	k.hostIP("c1", hostB)
