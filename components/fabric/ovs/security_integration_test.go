@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -406,5 +407,46 @@ func TestIntegrationAntiSpoofing(t *testing.T) {
 	}
 	if got := drops(t, node.fabric).Tunnel; got != 0 {
 		t.Errorf("tunnel drops = %d on a node nobody tunnelled to, want 0", got)
+	}
+}
+
+// TestIntegrationFlowCounts counts the flows a node holds for N remote
+// hosts × M VNIs, with one local attachment per VNI and K remote ones per
+// (host, VNI), and checks them against what flows.go makes: 4 defaults, 4
+// per local and 3 per remote attachment (before the filters: 2, 3 and 2).
+func TestIntegrationFlowCounts(t *testing.T) {
+	f, inst := startFabric(t)
+	ctx := t.Context()
+	const hosts, vnis, perPair = 4, 5, 2
+	var locals []fabric.LocalAttachment
+	var remotes []fabric.RemoteAttachment
+	for v := range vnis {
+		vni := uint32(100 + v)
+		locals = append(locals, fabric.LocalAttachment{VNI: vni, IP: netip.AddrFrom4([4]byte{10, 0, 0, 1})})
+		for h := range hosts {
+			for k := range perPair {
+				remotes = append(remotes, fabric.RemoteAttachment{
+					VNI:    vni,
+					IP:     netip.AddrFrom4([4]byte{10, 0, byte(1 + h), byte(1 + k)}),
+					HostIP: netip.AddrFrom4([4]byte{192, 168, 100, byte(2 + h)}),
+				})
+			}
+		}
+	}
+	if err := f.CreateLocal(ctx, locals...); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.CreateRemote(ctx, remotes...); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Count(dumpFlows(t, inst), "cookie=")
+	want := 4 + 4*len(locals) + 3*len(remotes)
+	before := 2 + 3*len(locals) + 2*len(remotes)
+	if got != want {
+		t.Errorf("%d flows, want %d", got, want)
+	}
+	t.Logf("%d hosts × %d VNIs, %d local and %d remote attachments: %d flows (%d before the filters)", hosts, vnis, len(locals), len(remotes), got, before)
+	if inv := list(t, f); len(inv.Local) != len(locals) || len(inv.Remote) != len(remotes) {
+		t.Errorf("List found %d local and %d remote attachments whole, want %d and %d", len(inv.Local), len(inv.Remote), len(locals), len(remotes))
 	}
 }
