@@ -46,7 +46,8 @@ type build struct {
 //
 // Under Main a test program builds each package once, into a folder of its
 // own that Main removes when the tests end; elsewhere every call builds
-// into t.TempDir.
+// into t.TempDir, which goes when t ends: a package whose subtests build
+// what later subtests run needs Main.
 func Build(t testing.TB, pkg string) string {
 	t.Helper()
 	pkg, err := modulePackage(pkg)
