@@ -47,7 +47,9 @@ const debianCNIPlugins = "/usr/lib/cni"
 // as containerd does, with a loopback-only primary network and kos-cni as
 // the plugin "kos". Each pod gets net1 with its attachment's address and
 // MTU, they ping each other, a repeated ADD (to kos-cni, as Multus
-// delegates it) changes nothing, DEL removes net1, and DEL again succeeds.
+// delegates it) changes nothing, a pod that asks for a taken address fails
+// its ADD at once with IPAM's message, DEL removes net1, and DEL again
+// succeeds.
 func TestIntegrationPodChain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
@@ -90,10 +92,10 @@ func TestIntegrationPodChain(t *testing.T) {
 	}
 	rt := newRuntime(t, env.Kubeconfig)
 
-	var pods []*podSandbox
-	for i, name := range []string{"web-0", "web-1"} {
+	newPod := func(name, networks string) *podSandbox {
+		t.Helper()
 		p, err := kube.CoreV1().Pods(k.ns).Create(ctx, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{podnetwork.NetworksAnnotation: "blue"}},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{podnetwork.NetworksAnnotation: networks}},
 			Spec: corev1.PodSpec{
 				NodeName:   k.node("a"),
 				Containers: []corev1.Container{{Name: "main", Image: "kos.example.com/pause:never-pulled"}},
@@ -102,8 +104,9 @@ func TestIntegrationPodChain(t *testing.T) {
 		if err != nil {
 			t.Fatalf("creating pod %s: %v", name, err)
 		}
-		pods = append(pods, &podSandbox{pod: p, netns: ovsenv.NetnsT(t), containerID: fmt.Sprintf("sandbox-%d", i)})
+		return &podSandbox{pod: p, netns: ovsenv.NetnsT(t), containerID: "sandbox-" + name}
 	}
+	pods := []*podSandbox{newPod("web-0", "blue"), newPod("web-1", "blue")}
 
 	// ADD: each pod gets net1 as its attachment says.
 	addrs := make([]netip.Addr, len(pods))
@@ -144,6 +147,23 @@ func TestIntegrationPodChain(t *testing.T) {
 		t.Errorf("after a second ADD, %s has address %s, want %s", pods[0].pod.Name, again, addrs[0])
 	}
 	pings("after a repeated ADD")
+
+	// A pod that asks for web-1's address fails its ADD with IPAM's
+	// message, at once rather than after the agent's wait.
+	taker := newPod("web-2", fmt.Sprintf(`[{"name":"blue","ips":["%s/24"]}]`, addrs[1]))
+	began := time.Now()
+	out, err := rt.run(ctx, "ADD", taker)
+	took := time.Since(began)
+	t.Logf("ADD of %s, which asks for a taken address, failed after %s", taker.pod.Name, took.Round(time.Millisecond))
+	if want := fmt.Sprintf("Requested address %s is taken", addrs[1]); err == nil || !strings.Contains(out, want) {
+		t.Errorf("ADD of %s: %v, %s; want a failure that says %q", taker.pod.Name, err, out, want)
+	}
+	if took > cfg.CNI.Wait/2 {
+		t.Errorf("ADD of %s failed after %s, want well within the agent's wait of %s", taker.pod.Name, took.Round(time.Millisecond), cfg.CNI.Wait)
+	}
+	if out, err := rt.run(ctx, "DEL", taker); err != nil {
+		t.Errorf("DEL of %s after its failed ADD: %v\n%s", taker.pod.Name, err, out)
+	}
 
 	// DEL removes net1; DEL again succeeds.
 	for _, p := range pods {
