@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -29,8 +30,13 @@ type state struct {
 	informers sync.WaitGroup
 
 	mu sync.Mutex
-	// installed is what the agent believes the fabric holds, by address.
+	// installed is what the agent believes the fabric holds, by address;
+	// owned indexes it by owner. Workers and full reconciles both record
+	// here what they program, so that the sync of an attachment that moved
+	// or went finds every address the fabric holds for it, whichever of
+	// them programmed it.
 	installed map[address]placement
+	owned     map[string][]address
 	// keyAddress holds the address each attachment was last synced at, so
 	// that the address is settled again once the attachment moves or goes.
 	keyAddress map[string]address
@@ -59,6 +65,7 @@ func newState(m *metrics, newInformer func(network) (cache.SharedIndexInformer, 
 		metrics:     m,
 		newInformer: newInformer,
 		installed:   map[address]placement{},
+		owned:       map[string][]address{},
 		keyAddress:  map[string]address{},
 		locals:      map[string]localRecord{},
 		reports:     map[string]*pendingReport{},
@@ -67,12 +74,18 @@ func newState(m *metrics, newInformer func(network) (cache.SharedIndexInformer, 
 	}
 }
 
-// syncedAddress returns the address the attachment key was last synced at.
-func (s *state) syncedAddress(key string) (address, bool) {
+// addressesOf returns the addresses the attachment key may have left
+// something at: the one it was last synced at, and those the fabric holds
+// for it. A full reconcile programs attachments no worker has synced yet,
+// and moves those whose address changed since their last sync.
+func (s *state) addressesOf(key string) []address {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	addr, ok := s.keyAddress[key]
-	return addr, ok
+	addrs := slices.Clone(s.owned[key])
+	if addr, ok := s.keyAddress[key]; ok && !slices.Contains(addrs, addr) {
+		addrs = append(addrs, addr)
+	}
+	return addrs
 }
 
 // synced records the address the attachment key was synced at (none when
@@ -111,6 +124,7 @@ func (s *state) replaceInstalled(after map[address]placement) map[address]placem
 	defer s.mu.Unlock()
 	old := s.installed
 	s.installed = map[address]placement{}
+	s.owned = map[string][]address{}
 	s.metrics.localAtts.Set(0)
 	s.metrics.remoteAtts.Set(0)
 	for addr, p := range after {
@@ -123,10 +137,19 @@ func (s *state) replaceInstalled(after map[address]placement) map[address]placem
 // gauges. s.mu is held.
 func (s *state) setInstalledLocked(addr address, p placement) {
 	old := s.installed[addr]
+	if old.owner != "" {
+		s.owned[old.owner] = slices.DeleteFunc(s.owned[old.owner], func(a address) bool { return a == addr })
+		if len(s.owned[old.owner]) == 0 {
+			delete(s.owned, old.owner)
+		}
+	}
 	if p.kind == absent {
 		delete(s.installed, addr)
 	} else {
 		s.installed[addr] = p
+		if p.owner != "" {
+			s.owned[p.owner] = append(s.owned[p.owner], addr)
+		}
 	}
 	s.countKind(old.kind, -1)
 	s.countKind(p.kind, 1)

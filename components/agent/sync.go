@@ -34,9 +34,10 @@ const (
 // place that decides retries: an error puts the key back on the queue.
 //
 // The fabric is keyed by address (VNI and IP), which two attachments may
-// claim at once, so sync settles addresses, not attachments: the one the
-// attachment was last synced at, if it moved or went, and the one it holds
-// now. Settling an address looks at every attachment that claims it.
+// claim at once, so sync settles addresses, not attachments: those the
+// attachment was last synced at or the fabric holds for it (as a full
+// reconcile may have programmed it), if it moved or went, and the one it
+// holds now. Settling an address looks at every attachment that claims it.
 func (a *Agent) sync(ctx context.Context, key string) error {
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
@@ -56,8 +57,10 @@ func (a *Agent) sync(ctx context.Context, key string) error {
 	}
 	a.setRelevance(ctx, key, network{ns, addr.vni}, isLocal && hasAddr)
 
-	prev, hadPrev := a.state.syncedAddress(key)
-	if hadPrev && (!hasAddr || prev != addr) {
+	for _, prev := range a.state.addressesOf(key) {
+		if hasAddr && prev == addr {
+			continue
+		}
 		if _, err := a.settle(ctx, key, prev); err != nil {
 			return err
 		}
