@@ -439,3 +439,11 @@ func (a *Agent) addrLock(addr address) *sync.Mutex {
 func (a *Agent) Healthy() error {
 	return a.health.err(a.flowCheckPeriod)
 }
+
+// Live returns nil unless the agent is stuck in a way a restart may
+// repair: once its first reconcile is done, its last check of the fabric
+// failed or is overdue. Before that it is live however long the KOS API
+// takes to answer.
+func (a *Agent) Live() error {
+	return a.health.liveErr(a.flowCheckPeriod)
+}

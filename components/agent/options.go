@@ -27,7 +27,8 @@ const (
 	FabricLogging = "logging"
 )
 
-// DefaultMetricsBindAddress is where kos-agent serves /metrics and /healthz.
+// DefaultMetricsBindAddress is where kos-agent serves /metrics and its health
+// checks (/livez, /readyz, /healthz).
 const DefaultMetricsBindAddress = ":9298"
 
 // Options are the settings of kos-agent, as its command line gives them.
@@ -78,7 +79,7 @@ type Options struct {
 	ExecAllowFile string
 	// ExecWorkers is as in Config.
 	ExecWorkers int
-	// MetricsBindAddress is where /metrics and /healthz are served.
+	// MetricsBindAddress is where /metrics and the health checks are served.
 	MetricsBindAddress string
 	// FlowCheckPeriod, ReconcilePeriod and ExecTimeout are as in Config.
 	FlowCheckPeriod time.Duration
@@ -149,7 +150,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.DurationVar(&o.CNIWait, "cni-wait", o.CNIWait, "How long a CNI ADD waits for the pod's NetworkAttachment to exist, get its address and be ready on this node before it fails.")
 
 	fs = fss.FlagSet("metrics")
-	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Where to serve /metrics and /healthz over HTTP.")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Where to serve /metrics and the health checks (/livez, /readyz, /healthz) over HTTP.")
 
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logs"))
 	return fss

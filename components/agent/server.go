@@ -35,7 +35,8 @@ type ServerConfig struct {
 	// Workers is how many attachments the agent syncs at once; Complete
 	// makes 0 into 1.
 	Workers int
-	// MetricsBindAddress is where /metrics and /healthz are served.
+	// MetricsBindAddress is where /metrics, /livez, /readyz and /healthz
+	// are served.
 	MetricsBindAddress string
 }
 
@@ -97,6 +98,11 @@ func (c CompletedServerConfig) New() (*Server, error) {
 		agent:   a,
 		workers: c.Workers,
 		handler: monitoring.Handler(reg,
+			// A startup and a liveness probe ask /livez, a readiness
+			// probe /readyz; /healthz is /readyz for the probes of
+			// 0.2.0's manifests.
+			monitoring.Check{Path: "/livez", Func: func(*http.Request) error { return a.Live() }},
+			monitoring.Check{Path: "/readyz", Func: func(*http.Request) error { return a.Healthy() }},
 			monitoring.Check{Path: "/healthz", Func: func(*http.Request) error { return a.Healthy() }}),
 		metricsBindAddress: c.MetricsBindAddress,
 		kube:               kube,
@@ -104,9 +110,9 @@ func (c CompletedServerConfig) New() (*Server, error) {
 	}, nil
 }
 
-// Run serves /metrics and /healthz, records Events and runs the agent until
-// ctx is done; it returns once the agent and the HTTP server have stopped.
-// A failure to serve stops the agent too.
+// Run serves /metrics and the health checks, records Events and runs the
+// agent until ctx is done; it returns once the agent and the HTTP server
+// have stopped. A failure to serve stops the agent too.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.broadcaster.Shutdown()
 	s.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.kube.CoreV1().Events("")})

@@ -339,8 +339,8 @@ func (s *state) stopNetworks() {
 	s.informers.Wait()
 }
 
-// health is what /healthz reports, behind a mutex of its own that its
-// methods take.
+// health is what /livez, /readyz and /healthz report, behind a mutex of
+// its own that its methods take.
 type health struct {
 	mu           sync.Mutex
 	ready        bool
@@ -367,9 +367,29 @@ func (h *health) checked(err error) {
 func (h *health) err(period time.Duration) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	switch {
-	case !h.ready:
+	if !h.ready {
 		return errors.New("the first reconcile of the fabric is not done")
+	}
+	return h.checkErrLocked(period)
+}
+
+// liveErr returns nil unless the first reconcile is done and the last check
+// of the fabric since failed or is overdue. Until the first reconcile the
+// agent waits for the KOS API and retries what fails, and a restart would
+// only start that wait over: a slow API must not fail a liveness probe.
+func (h *health) liveErr(period time.Duration) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.ready {
+		return nil
+	}
+	return h.checkErrLocked(period)
+}
+
+// checkErrLocked reports a last check of the fabric that failed or is
+// overdue. h.mu is held.
+func (h *health) checkErrLocked(period time.Duration) error {
+	switch {
 	case h.lastCheckErr != nil:
 		return fmt.Errorf("checking the fabric: %w", h.lastCheckErr)
 	case time.Since(h.lastCheck) > 3*period+time.Minute:
