@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -48,6 +49,7 @@ func TestIntegrationAPI(t *testing.T) {
 	t.Run("FieldSelectors", func(t *testing.T) { testFieldSelectors(t, clients) })
 	t.Run("DelegatedAuthorization", func(t *testing.T) { testDelegatedAuthorization(t, kos) })
 	t.Run("Kubectl", func(t *testing.T) { testKubectl(t, clients) })
+	t.Run("ReadyCondition", func(t *testing.T) { testReadyCondition(t, clients) })
 }
 
 // apiClients reach one kos-apiserver two ways.
@@ -439,7 +441,9 @@ func testStatusSpecSeparation(t *testing.T, clients apiClients) {
 	a := newAttachment(ns, "a1", "node-1", "s1")
 	a.Status = v1alpha1.NetworkAttachmentStatus{IPv4: "10.0.0.9", HostIP: "192.168.0.9"}
 	created := mustCreateAttachment(t, clients.direct, a)
-	if diff := cmp.Diff(created.Status, v1alpha1.NetworkAttachmentStatus{}); diff != "" {
+	// The server derives the conditions; testReadyCondition covers them.
+	noConditions := cmpopts.IgnoreFields(v1alpha1.NetworkAttachmentStatus{}, "Conditions")
+	if diff := cmp.Diff(created.Status, v1alpha1.NetworkAttachmentStatus{}, noConditions); diff != "" {
 		t.Errorf("status after a create that set one (-got +want):\n%s", diff)
 	}
 
@@ -451,7 +455,7 @@ func testStatusSpecSeparation(t *testing.T, clients apiClients) {
 	if err != nil {
 		t.Fatalf("updating through the main resource: %v", err)
 	}
-	if diff := cmp.Diff(afterMain.Status, v1alpha1.NetworkAttachmentStatus{}); diff != "" {
+	if diff := cmp.Diff(afterMain.Status, v1alpha1.NetworkAttachmentStatus{}, noConditions); diff != "" {
 		t.Errorf("status after an update of the main resource (-got +want):\n%s", diff)
 	}
 	if diff := cmp.Diff(afterMain.Spec.PostCreateExec, []string{"/bin/echo", "hi"}); diff != "" {
@@ -908,7 +912,9 @@ func testKubectl(t *testing.T, clients apiClients) {
 	}{
 		{[]string{"subnets"}, [][]string{{"NAME", "VNI", "CIDR", "VALIDATED"}, {"s1", "80", "10.80.0.0/16", "false"}}},
 		{[]string{"sn"}, [][]string{{"NAME", "VNI", "CIDR", "VALIDATED"}, {"s1", "80", "10.80.0.0/16", "false"}}},
-		{[]string{"na"}, [][]string{{"NAME", "SUBNET", "NODE", "IPV4", "MAC", "HOST", "IP"}, {"a1", "s1", "node-1", "10.80.0.5", "06:00:50:00:05:00", "192.168.3.4"}}},
+		// The MAC address is not the one of the address: no agent has set it up.
+		{[]string{"na"}, [][]string{{"NAME", "SUBNET", "NODE", "IPV4", "MAC", "HOST", "IP", "READY"}, {"a1", "s1", "node-1", "10.80.0.5", "06:00:50:00:05:00", "192.168.3.4", "False"}}},
+		{[]string{"na", "-o", "wide"}, [][]string{{"NAME", "SUBNET", "NODE", "IPV4", "MAC", "HOST", "IP", "READY", "REASON"}, {"a1", "s1", "node-1", "10.80.0.5", "06:00:50:00:05:00", "192.168.3.4", "False", "NotImplemented"}}},
 		{[]string{"ipl"}, [][]string{{"NAME", "SUBNET", "OWNER"}, {"v1-80-10-80-0-5", "s1", "<none>"}}},
 	}
 	for _, tc := range tests {

@@ -135,6 +135,8 @@ type NetworkAttachmentStatus struct {
 	MTU int32
 	// PostCreateExecReport reports on the run of spec.postCreateExec.
 	PostCreateExecReport *ExecReport
+	// Conditions summarise the fields above; the server derives them.
+	Conditions []metav1.Condition
 }
 
 // NetworkAttachmentErrors groups error messages by the component that met them.

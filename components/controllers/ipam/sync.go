@@ -30,7 +30,7 @@ const (
 	// ErrSubnetMissing says the subnet the attachment names does not exist.
 	ErrSubnetMissing = "Referenced subnet does not exist"
 	// ErrSubnetNotValidated says the subnet was not validated (yet).
-	ErrSubnetNotValidated = "Referenced subnet is not validated"
+	ErrSubnetNotValidated = v1alpha1.IPAMErrorSubnetNotValidated
 )
 
 // Reasons of the Events the controller records on attachments.

@@ -630,11 +630,32 @@ func schema_components_apis_network_v1alpha1_NetworkAttachmentStatus(ref common.
 							Ref:         ref(v1alpha1.ExecReport{}.OpenAPIModelName()),
 						},
 					},
+					"conditions": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"type",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Conditions summarise the status. The Ready condition is True once the interface has its address, the agent of its node has set it up, and its postCreateExec, if any, exited with status 0; when False, its reason says what is missing (SubnetNotValidated, NoAddress, NotImplemented, ExecPending, ExecFailed). The server derives the conditions from the fields above whenever they change, and ignores what clients write into them.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1.Condition{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.ExecReport{}.OpenAPIModelName(), v1alpha1.NetworkAttachmentErrors{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
+			v1alpha1.ExecReport{}.OpenAPIModelName(), v1alpha1.NetworkAttachmentErrors{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
 	}
 }
 

@@ -216,6 +216,18 @@ type NetworkAttachmentStatus struct {
 	// PostCreateExecReport reports the run of spec.postCreateExec.
 	// +optional
 	PostCreateExecReport *ExecReport `json:"postCreateExecReport,omitempty"`
+
+	// Conditions summarise the status. The Ready condition is True once the
+	// interface has its address, the agent of its node has set it up, and
+	// its postCreateExec, if any, exited with status 0; when False, its
+	// reason says what is missing (SubnetNotValidated, NoAddress,
+	// NotImplemented, ExecPending, ExecFailed). The server derives the
+	// conditions from the fields above whenever they change, and ignores
+	// what clients write into them.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
 // NetworkAttachmentErrors holds error messages, by the component that met them.

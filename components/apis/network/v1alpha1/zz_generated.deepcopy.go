@@ -6,6 +6,7 @@
 package v1alpha1
 
 import (
+	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -258,6 +259,13 @@ func (in *NetworkAttachmentStatus) DeepCopyInto(out *NetworkAttachmentStatus) {
 		in, out := &in.PostCreateExecReport, &out.PostCreateExecReport
 		*out = new(ExecReport)
 		(*in).DeepCopyInto(*out)
+	}
+	if in.Conditions != nil {
+		in, out := &in.Conditions, &out.Conditions
+		*out = make([]v1.Condition, len(*in))
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
 	}
 	return
 }

@@ -3,6 +3,7 @@ package networkattachment
 import (
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/registry/generic"
@@ -66,7 +67,7 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (*
 }
 
 // table renders NetworkAttachments for kubectl get: NAME, SUBNET, NODE, IPV4,
-// MAC, HOST IP, AGE.
+// MAC, HOST IP, READY, AGE, and with -o wide REASON.
 var table = registry.Table[*network.NetworkAttachment]{
 	Columns: []metav1.TableColumnDefinition{
 		{Name: "Subnet", Type: "string", Description: "The Subnet the address comes from."},
@@ -74,8 +75,14 @@ var table = registry.Table[*network.NetworkAttachment]{
 		{Name: "IPv4", Type: "string", Description: "The address of the interface."},
 		{Name: "MAC", Type: "string", Description: "The MAC address of the interface."},
 		{Name: "Host IP", Type: "string", Description: "The IP address of the node."},
+		{Name: "Ready", Type: "string", Description: "The status of the Ready condition: True once the interface is ready for use."},
+		{Name: "Reason", Type: "string", Priority: 1, Description: "The reason of the Ready condition: what the interface waits for."},
 	},
 	Cells: func(a *network.NetworkAttachment) []any {
-		return []any{a.Spec.Subnet, a.Spec.Node, a.Status.IPv4, a.Status.MACAddress, a.Status.HostIP}
+		var ready, reason string
+		if c := meta.FindStatusCondition(a.Status.Conditions, v1alpha1.NetworkAttachmentReady); c != nil {
+			ready, reason = string(c.Status), c.Reason
+		}
+		return []any{a.Spec.Subnet, a.Spec.Node, a.Status.IPv4, a.Status.MACAddress, a.Status.HostIP, ready, reason}
 	},
 }

@@ -36,22 +36,30 @@ func newStrategy(typer runtime.ObjectTyper, clk clock.PassiveClock) *strategy {
 	return &strategy{Strategy: registry.NewStrategy(typer, clk, registry.MainResetFields)}
 }
 
-// PrepareForCreate drops any status the client sent and starts the write
-// sections with the spec.
+// PrepareForCreate drops any status the client sent, starts the write
+// sections with the spec and the generation at 1, and sets the conditions of
+// an attachment without an address.
 func (s *strategy) PrepareForCreate(_ context.Context, obj runtime.Object) {
 	att := obj.(*network.NetworkAttachment)
+	now := s.Clock.Now()
+	att.Generation = 1
 	att.Status = network.NetworkAttachmentStatus{}
-	att.ExtendedMetadata = network.ExtendedObjectMeta{Writes: network.WriteSet{}.Stamp(network.SectionSpec, s.Clock.Now())}
+	att.ExtendedMetadata = network.ExtendedObjectMeta{Writes: network.WriteSet{}.Stamp(network.SectionSpec, now)}
+	setConditions(att, nil, now)
 }
 
-// PrepareForUpdate keeps the stored status and write sections, and stamps the
-// spec section when the spec changes.
+// PrepareForUpdate keeps the stored status and write sections; when the
+// spec changes, it stamps the spec section, counts a new generation and
+// derives the conditions again (a new postCreateExec may be pending).
 func (s *strategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
 	att, oldAtt := obj.(*network.NetworkAttachment), old.(*network.NetworkAttachment)
 	att.Status = oldAtt.Status
 	att.ExtendedMetadata = oldAtt.ExtendedMetadata
 	if !equality.Semantic.DeepEqual(att.Spec, oldAtt.Spec) {
-		att.ExtendedMetadata.Writes = oldAtt.ExtendedMetadata.Writes.Stamp(network.SectionSpec, s.Clock.Now())
+		now := s.Clock.Now()
+		att.Generation = oldAtt.Generation + 1
+		att.ExtendedMetadata.Writes = oldAtt.ExtendedMetadata.Writes.Stamp(network.SectionSpec, now)
+		setConditions(att, oldAtt.Status.Conditions, now)
 	}
 }
 
@@ -77,7 +85,8 @@ func (statusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
 }
 
 // PrepareForUpdate keeps everything of the stored attachment but its status,
-// and stamps the sections of the status that changed.
+// stamps the sections of the status that changed, and derives the
+// conditions from the new status, whatever the client wrote into them.
 func (s statusStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
 	att, oldAtt := obj.(*network.NetworkAttachment), old.(*network.NetworkAttachment)
 	att.Spec = oldAtt.Spec
@@ -87,6 +96,7 @@ func (s statusStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Obj
 	for _, sec := range ChangedStatusSections(&att.Status, &oldAtt.Status) {
 		att.ExtendedMetadata.Writes = att.ExtendedMetadata.Writes.Stamp(sec, now)
 	}
+	setConditions(att, oldAtt.Status.Conditions, now)
 }
 
 // ChangedStatusSections returns the write sections (network.SectionAddress,

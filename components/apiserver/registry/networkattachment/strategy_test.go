@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -38,8 +39,13 @@ func TestPrepareForCreate(t *testing.T) {
 	}
 	s.PrepareForCreate(context.Background(), att)
 	want := &network.NetworkAttachment{
+		ObjectMeta:       metav1.ObjectMeta{Generation: 1},
 		ExtendedMetadata: network.ExtendedObjectMeta{Writes: writes(map[string]time.Time{network.SectionSpec: t0})},
 		Spec:             network.NetworkAttachmentSpec{Node: "n1", Subnet: "s1"},
+		Status: network.NetworkAttachmentStatus{Conditions: []metav1.Condition{{
+			Type: "Ready", Status: metav1.ConditionFalse, ObservedGeneration: 1, LastTransitionTime: metav1.NewTime(t0),
+			Reason: "NoAddress", Message: "IPAM has not assigned an address yet",
+		}}},
 	}
 	if diff := cmp.Diff(att, want); diff != "" {
 		t.Errorf("PrepareForCreate (-got +want):\n%s", diff)
@@ -48,7 +54,7 @@ func TestPrepareForCreate(t *testing.T) {
 
 func TestPrepareForUpdate(t *testing.T) {
 	old := &network.NetworkAttachment{
-		ObjectMeta:       metav1.ObjectMeta{Labels: map[string]string{"a": "1"}},
+		ObjectMeta:       metav1.ObjectMeta{Labels: map[string]string{"a": "1"}, Generation: 1},
 		ExtendedMetadata: network.ExtendedObjectMeta{Writes: writes(map[string]time.Time{network.SectionSpec: t0, network.SectionAddress: t0})},
 		Spec:             network.NetworkAttachmentSpec{Node: "n1", Subnet: "s1"},
 		Status:           network.NetworkAttachmentStatus{IPv4: "10.0.0.1", AddressVNI: 1},
@@ -68,10 +74,11 @@ func TestPrepareForUpdate(t *testing.T) {
 				a.ExtendedMetadata = network.ExtendedObjectMeta{}
 			},
 			func(*network.NetworkAttachment) {}},
-		{"main: spec change stamps spec", false,
+		{"main: spec change stamps spec and counts a generation", false,
 			func(a *network.NetworkAttachment) { a.Spec.PostCreateExec = []string{"true"} },
 			func(a *network.NetworkAttachment) {
 				a.Spec.PostCreateExec = []string{"true"}
+				a.Generation = 2
 				a.ExtendedMetadata.Writes = writes(map[string]time.Time{network.SectionSpec: t1, network.SectionAddress: t0})
 			}},
 		{"status: spec, labels and writes are kept", true,
@@ -126,7 +133,8 @@ func TestPrepareForUpdate(t *testing.T) {
 			}
 			want := old.DeepCopy()
 			tc.want(want)
-			if diff := cmp.Diff(got, want); diff != "" {
+			// TestConditions covers the conditions.
+			if diff := cmp.Diff(got, want, cmpopts.IgnoreFields(network.NetworkAttachmentStatus{}, "Conditions")); diff != "" {
 				t.Errorf("PrepareForUpdate (-got +want):\n%s", diff)
 			}
 			if diff := cmp.Diff(oldCopy, old); diff != "" {
@@ -231,8 +239,11 @@ func TestTable(t *testing.T) {
 		ListMeta: metav1.ListMeta{ResourceVersion: "7"},
 		Items: []network.NetworkAttachment{
 			{ObjectMeta: metav1.ObjectMeta{Name: "a1"}, Spec: network.NetworkAttachmentSpec{Node: "n1", Subnet: "s1"},
-				Status: network.NetworkAttachmentStatus{IPv4: "10.0.0.1", MACAddress: "06:00:00:00:00:01", HostIP: "192.168.0.1"}},
-			{ObjectMeta: metav1.ObjectMeta{Name: "a2"}, Spec: network.NetworkAttachmentSpec{Node: "n2", Subnet: "s1"}},
+				Status: network.NetworkAttachmentStatus{IPv4: "10.0.0.1", MACAddress: "06:00:00:00:00:01", HostIP: "192.168.0.1",
+					Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ready"}}}},
+			{ObjectMeta: metav1.ObjectMeta{Name: "a2"}, Spec: network.NetworkAttachmentSpec{Node: "n2", Subnet: "s1"},
+				Status: network.NetworkAttachmentStatus{Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "NoAddress"}}}},
+			{ObjectMeta: metav1.ObjectMeta{Name: "a3"}, Spec: network.NetworkAttachmentSpec{Node: "n2", Subnet: "s1"}},
 		},
 	}
 	got, err := table.ConvertToTable(context.Background(), list, nil)
@@ -243,7 +254,7 @@ func TestTable(t *testing.T) {
 	for _, c := range got.ColumnDefinitions {
 		columns = append(columns, c.Name)
 	}
-	if diff := cmp.Diff(columns, []string{"Name", "Subnet", "Node", "IPv4", "MAC", "Host IP", "Age"}); diff != "" {
+	if diff := cmp.Diff(columns, []string{"Name", "Subnet", "Node", "IPv4", "MAC", "Host IP", "Ready", "Reason", "Age"}); diff != "" {
 		t.Errorf("columns (-got +want):\n%s", diff)
 	}
 	var rows [][]any
@@ -251,8 +262,10 @@ func TestTable(t *testing.T) {
 		rows = append(rows, r.Cells[:len(r.Cells)-1]) // the age depends on the clock
 	}
 	want := [][]any{
-		{"a1", "s1", "n1", "10.0.0.1", "06:00:00:00:00:01", "192.168.0.1"},
-		{"a2", "s1", "n2", "<none>", "<none>", "<none>"},
+		{"a1", "s1", "n1", "10.0.0.1", "06:00:00:00:00:01", "192.168.0.1", "True", "Ready"},
+		{"a2", "s1", "n2", "<none>", "<none>", "<none>", "False", "NoAddress"},
+		// Stored before the server derived conditions.
+		{"a3", "s1", "n2", "<none>", "<none>", "<none>", "<none>", "<none>"},
 	}
 	if diff := cmp.Diff(rows, want); diff != "" {
 		t.Errorf("rows (-got +want):\n%s", diff)
