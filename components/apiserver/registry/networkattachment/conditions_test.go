@@ -184,3 +184,24 @@ func TestConditionTransitions(t *testing.T) {
 		att = next
 	}
 }
+
+// TestConditionsBackfill: an attachment stored before the server derived
+// conditions gets them on its next write, even one of its labels only.
+func TestConditionsBackfill(t *testing.T) {
+	s := newStrategy(runtime.NewScheme(), clocktesting.NewFakePassiveClock(t1))
+	old := &network.NetworkAttachment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a1"},
+		Spec:       network.NetworkAttachmentSpec{Node: "n1", Subnet: "s1"},
+		Status:     implementedStatus(7, "10.0.0.5"),
+	}
+	att := old.DeepCopy()
+	att.Labels = map[string]string{"a": "b"}
+	s.PrepareForUpdate(context.Background(), att, old)
+	want := []metav1.Condition{{
+		Type: "Ready", Status: metav1.ConditionTrue, LastTransitionTime: metav1.NewTime(t1),
+		Reason: "Ready", Message: "Interface kos060000050007 with address 10.0.0.5 is ready on node n1",
+	}}
+	if diff := cmp.Diff(att.Status.Conditions, want); diff != "" {
+		t.Errorf("conditions (-got +want):\n%s", diff)
+	}
+}

@@ -49,18 +49,20 @@ func (s *strategy) PrepareForCreate(_ context.Context, obj runtime.Object) {
 }
 
 // PrepareForUpdate keeps the stored status and write sections; when the
-// spec changes, it stamps the spec section, counts a new generation and
-// derives the conditions again (a new postCreateExec may be pending).
+// spec changes, it stamps the spec section and counts a new generation. It
+// derives the conditions again: a new postCreateExec may be pending, and
+// an attachment stored before the server derived conditions gets them on
+// any write.
 func (s *strategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
 	att, oldAtt := obj.(*network.NetworkAttachment), old.(*network.NetworkAttachment)
 	att.Status = oldAtt.Status
 	att.ExtendedMetadata = oldAtt.ExtendedMetadata
+	now := s.Clock.Now()
 	if !equality.Semantic.DeepEqual(att.Spec, oldAtt.Spec) {
-		now := s.Clock.Now()
 		att.Generation = oldAtt.Generation + 1
 		att.ExtendedMetadata.Writes = oldAtt.ExtendedMetadata.Writes.Stamp(network.SectionSpec, now)
-		setConditions(att, oldAtt.Status.Conditions, now)
 	}
+	setConditions(att, oldAtt.Status.Conditions, now)
 }
 
 // Validate checks a new attachment.
