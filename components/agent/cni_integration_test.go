@@ -125,7 +125,7 @@ func (a *api) podAttachment(pod cni.Pod, node, subnet, ip string, vni uint32) st
 
 // shortDir returns a folder for Unix sockets, whose paths must be short,
 // removed when the test ends.
-func shortDir(t *testing.T) string {
+func shortDir(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "kos-cni")
 	if err != nil {

@@ -332,7 +332,7 @@ func multusBinary(t *testing.T) string {
 
 // installNADCRD creates the NetworkAttachmentDefinition CRD of
 // tools/multus/testdata, unless it exists, and waits until it is served.
-func installNADCRD(t *testing.T, dyn dynamic.Interface) {
+func installNADCRD(t testing.TB, dyn dynamic.Interface) {
 	t.Helper()
 	root, err := testenv.RepoRoot()
 	if err != nil {
@@ -356,7 +356,7 @@ func installNADCRD(t *testing.T, dyn dynamic.Interface) {
 	})
 }
 
-func createNAD(t *testing.T, nads dynamic.ResourceInterface, name, config string) {
+func createNAD(t testing.TB, nads dynamic.ResourceInterface, name, config string) {
 	t.Helper()
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "k8s.cni.cncf.io/v1",
@@ -373,7 +373,7 @@ func createNAD(t *testing.T, nads dynamic.ResourceInterface, name, config string
 // IPAM and pod-network controllers in the test process, as admin, until the
 // test ends. They see every namespace: tests that play IPAM themselves must
 // not run beside it.
-func startControllerManager(t *testing.T) {
+func startControllerManager(t testing.TB) {
 	t.Helper()
 	m, err := controllermanager.Config{
 		Kube: testenv.Shared(t).RESTConfig, KOS: directConfig(t),
@@ -383,6 +383,9 @@ func startControllerManager(t *testing.T) {
 		t.Fatalf("creating kos-controller-manager: %v", err)
 	}
 	logger := klog.LoggerWithValues(ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2))), "component", "kos-controller-manager")
+	if _, bench := t.(*testing.B); bench {
+		logger = klog.Logger{} // a benchmark's log is always printed
+	}
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()

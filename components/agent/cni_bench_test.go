@@ -1,0 +1,230 @@
+package agent_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kos-sdn/kos/components/agent"
+	"github.com/kos-sdn/kos/components/controllers/podnetwork"
+	"github.com/kos-sdn/kos/components/fabric/ovs"
+	"github.com/kos-sdn/kos/tools/ovsenv"
+	"github.com/kos-sdn/kos/tools/poll"
+	"github.com/kos-sdn/kos/tools/testenv"
+)
+
+var cniRate = flag.Float64("cni.rate", 10, "pods BenchmarkCNIAdd's second sub-benchmark creates per second")
+
+// BenchmarkCNIAdd times a pod's CNI ADD from the moment kos-cni is run
+// until it prints its result, with the whole pipeline behind it real:
+// kube-apiserver with the NetworkAttachmentDefinition CRD, kos-apiserver,
+// kos-controller-manager's IPAM and pod-network controllers, and an agent
+// with its CNI server on Open vSwitch. Each pod is created, bound to the
+// agent's node, and its ADD is run as soon as the create returns, so that
+// the ADD waits for the controller to create the pod's attachment, for
+// IPAM to address it and for the agent to make it ready: a worst case, as
+// kubelet runs the plugin only after it has made the pod's sandbox.
+//
+// Sub-benchmarks:
+//
+//   - idle: one pod at a time, each ADD alone in the pipeline;
+//   - 10pods/s: pods created at 10 a second (-cni.rate), each ADD run
+//     beside the others.
+//
+// Each reports the p50, p99 and longest ADD (p50-ms, p99-ms, max-ms), the
+// ADDs done per second from the first pod's creation to the last result
+// (adds/s), and the agent's mean time per fabric operation of a pod
+// (create_local-ms: the attachment's internal port and flows;
+// delete_local-ms and plug_local-ms: the ADD's swap of that port for the
+// veth), and logs them with the machine's load average. Run it as
+//
+//	go test ./components/agent/ -run '^$' -bench CNIAdd -benchtime 100x
+func BenchmarkCNIAdd(b *testing.B) {
+	env := testenv.Shared(b)
+	kube, err := kubernetes.NewForConfig(env.RESTConfig)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(env.RESTConfig)
+	if err != nil {
+		b.Fatal(err)
+	}
+	installNADCRD(b, dyn)
+	k := newAPI(b)
+	startControllerManager(b)
+	const vni = 234
+	// Room for every pod of a long run: the benchmark deletes none.
+	k.subnet("blue", "10.234.0.0/16", vni)
+
+	inst := ovsenv.StartT(b, ovsenv.Options{})
+	cfg := agentConfig(b, k.node("a"), hostA, ovs.New(ovs.Config{RunDir: inst.RunDir, DatapathType: "netdev", MTU: podMTU}))
+	// The agent checks its flows as often as by default, not as often as
+	// the tests need.
+	cfg.FlowCheckPeriod, cfg.ReconcilePeriod = 0, 0
+	cfg.CNI = agent.CNIConfig{
+		Socket:            filepath.Join(shortDir(b), "cni.sock"),
+		Wait:              time.Minute,
+		HostNetns:         "/run/netns/" + inst.Netns.Name,
+		NoChecksumOffload: true,
+	}
+	agt := startAgent(b, cfg)
+	conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"blue","type":"kos","subnet":"blue","socket":%q}`, cfg.CNI.Socket)
+	createNAD(b, dyn.Resource(podnetwork.NetworkAttachmentDefinitions).Namespace(k.ns), "blue", conf)
+	if _, err := kube.CoreV1().ServiceAccounts(k.ns).Create(b.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		b.Fatal(err)
+	}
+	plugin := testenv.Build(b, "cmd/kos-cni")
+	rt := &runtime{binDir: filepath.Dir(plugin)}
+	poll.Until(b, settle, "the CNI server answers STATUS", func(ctx context.Context) error {
+		// STATUS came with CNI 1.1.0.
+		status := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"blue","type":"kos","subnet":"blue","socket":%q}`, cfg.CNI.Socket)
+		out, err := rt.runPlugin(ctx, "STATUS", &podSandbox{pod: &corev1.Pod{}, netns: &ovsenv.Netns{}}, filepath.Base(plugin), "", status)
+		if err != nil {
+			return fmt.Errorf("%w: %s", err, out)
+		}
+		return nil
+	})
+	var pods atomic.Int64
+	add := func(ctx context.Context, tb testing.TB, p *podSandbox) time.Duration {
+		name := fmt.Sprintf("pod-%d", pods.Add(1))
+		pod, err := kube.CoreV1().Pods(k.ns).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{podnetwork.NetworksAnnotation: "blue"}},
+			Spec: corev1.PodSpec{
+				NodeName:   k.node("a"),
+				Containers: []corev1.Container{{Name: "main", Image: "kos.example.com/pause:never-pulled"}},
+			},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			tb.Errorf("creating pod %s: %v", name, err)
+			return 0
+		}
+		p.pod, p.containerID = pod, "sandbox-"+name
+		began := time.Now()
+		out, err := rt.runPlugin(ctx, "ADD", p, filepath.Base(plugin), "net1", conf)
+		took := time.Since(began)
+		if err != nil {
+			tb.Errorf("ADD of pod %s: %v\n%s", name, err, out)
+		}
+		return took
+	}
+	netnses := func(tb testing.TB, n int) []*podSandbox {
+		s := make([]*podSandbox, n)
+		for i := range s {
+			s[i] = &podSandbox{netns: ovsenv.NetnsT(tb)}
+		}
+		return s
+	}
+	// One pod through the whole chain, untimed, makes sure that everything
+	// is up (the subnet validated, the caches synced).
+	add(b.Context(), b, netnses(b, 1)[0])
+	if b.Failed() {
+		return
+	}
+
+	b.Run("idle", func(b *testing.B) {
+		sandboxes := netnses(b, b.N)
+		took := make([]time.Duration, b.N)
+		ops := fabricTimes(b, agt.registry)
+		began := time.Now()
+		b.ResetTimer()
+		for i := range b.N {
+			took[i] = add(b.Context(), b, sandboxes[i])
+		}
+		reportLatencies(b, took, time.Since(began), ops, fabricTimes(b, agt.registry))
+	})
+	b.Run(fmt.Sprintf("%gpods/s", *cniRate), func(b *testing.B) {
+		sandboxes := netnses(b, b.N)
+		took := make([]time.Duration, b.N)
+		var wg sync.WaitGroup
+		tick := time.NewTicker(time.Duration(float64(time.Second) / *cniRate))
+		defer tick.Stop()
+		ops := fabricTimes(b, agt.registry)
+		began := time.Now()
+		b.ResetTimer()
+		for i := range b.N {
+			if i > 0 {
+				<-tick.C
+			}
+			wg.Go(func() { took[i] = add(b.Context(), b, sandboxes[i]) })
+		}
+		wg.Wait()
+		reportLatencies(b, took, time.Since(began), ops, fabricTimes(b, agt.registry))
+	})
+}
+
+// reportLatencies reports the p50, p99 and longest of a sub-benchmark's ADD
+// latencies, the ADDs done per second over elapsed, the mean time of each
+// fabric operation of a pod between the agent's fabric times before and
+// after, and the load average.
+func reportLatencies(b *testing.B, took []time.Duration, elapsed time.Duration, before, after map[string]opTime) {
+	b.StopTimer()
+	slices.Sort(took)
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(msec(percentile(took, 0.50)), "p50-ms")
+	b.ReportMetric(msec(percentile(took, 0.99)), "p99-ms")
+	b.ReportMetric(msec(took[len(took)-1]), "max-ms")
+	b.ReportMetric(float64(len(took))/elapsed.Seconds(), "adds/s")
+	means := ""
+	for _, op := range []string{"create_local", "delete_local", "plug_local"} {
+		d := after[op].minus(before[op])
+		b.ReportMetric(msec(d.mean()), op+"-ms")
+		means += fmt.Sprintf(", %s %s (%d)", op, d.mean().Round(time.Millisecond), d.count)
+	}
+	b.Logf("%d ADDs in %s: p50 %s, p99 %s, max %s; mean fabric operations%s; load average %s", len(took), elapsed.Round(time.Millisecond),
+		percentile(took, 0.50).Round(time.Millisecond), percentile(took, 0.99).Round(time.Millisecond),
+		took[len(took)-1].Round(time.Millisecond), means, loadAverage())
+}
+
+// opTime is the time an agent spent in one kind of fabric operation, and
+// how many it did.
+type opTime struct {
+	seconds float64
+	count   uint64
+}
+
+func (o opTime) minus(p opTime) opTime { return opTime{o.seconds - p.seconds, o.count - p.count} }
+
+func (o opTime) mean() time.Duration {
+	if o.count == 0 {
+		return 0
+	}
+	return time.Duration(o.seconds / float64(o.count) * float64(time.Second))
+}
+
+// fabricTimes returns an agent's fabric operation times so far, by
+// operation.
+func fabricTimes(b *testing.B, reg prometheus.Gatherer) map[string]opTime {
+	b.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	times := map[string]opTime{}
+	for _, f := range families {
+		if f.GetName() != "kos_agent_fabric_operation_duration_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "operation" {
+					times[l.GetValue()] = opTime{m.GetHistogram().GetSampleSum(), m.GetHistogram().GetSampleCount()}
+				}
+			}
+		}
+	}
+	return times
+}
