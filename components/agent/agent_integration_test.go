@@ -69,6 +69,12 @@ func TestIntegrationRelevance(t *testing.T) {
 	}))
 	poll.Until(t, settle, "a1 is ready", k.ready("a1", hostA))
 	poll.Until(t, settle, "b1 is ready", k.ready("b1", hostB))
+	// The server's Ready condition agrees with what the agents wrote.
+	poll.Until(t, settle, "a1's Ready condition", k.readyCondition("a1", metav1.ConditionTrue, v1alpha1.ReasonReady))
+	poll.Until(t, settle, "a0's Ready condition", k.readyCondition("a0", metav1.ConditionFalse, v1alpha1.ReasonNoAddress))
+	// c1's host IP, written by hand without the MAC address an agent
+	// writes, is not an agent's report of its interface.
+	poll.Until(t, settle, "c1's Ready condition", k.readyCondition("c1", metav1.ConditionFalse, v1alpha1.ReasonNotImplemented))
 
 	// Network 2 becomes relevant to node A alone.
 	k.attachment("a2", k.node("a"), "s2")

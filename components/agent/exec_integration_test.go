@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/kos-sdn/kos/components/agent"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/tools/poll"
@@ -77,7 +79,9 @@ func TestIntegrationExecAllowList(t *testing.T) {
 		if r := k.get(name).Status.PostCreateExecReport; r != nil {
 			t.Errorf("%s has a report while both exec slots hang: %+v", name, r)
 		}
+		poll.Until(t, settle, name+" waits for its postCreateExec", k.readyCondition(name, metav1.ConditionFalse, v1alpha1.ReasonExecPending))
 	}
+	poll.Until(t, settle, "denied's postCreateExec failed", k.readyCondition("denied", metav1.ConditionFalse, v1alpha1.ReasonExecFailed))
 
 	// Release the hanging hooks: they finish, and fast's runs.
 	if err := os.WriteFile(release, nil, 0o600); err != nil {
@@ -88,6 +92,7 @@ func TestIntegrationExecAllowList(t *testing.T) {
 		if r := k.get(name).Status.PostCreateExecReport; r.ExitStatus != 0 {
 			t.Errorf("%s's report = %+v, want exit status 0", name, r)
 		}
+		poll.Until(t, settle, name+" is Ready", k.readyCondition(name, metav1.ConditionTrue, v1alpha1.ReasonReady))
 	}
 	if _, err := os.Stat(filepath.Join(dir, "allowed-"+k.get("fast").Status.IfcName)); err != nil {
 		t.Errorf("fast's postCreateExec did not run: %v", err)
