@@ -165,6 +165,15 @@ func (a *Agent) reconcileLocked(ctx context.Context, reason string) (int, error)
 		}
 	}
 	programmed := time.Now()
+	// A switch restarted to wait for its flows (flow-restore-wait) forwards
+	// nothing new until told they are back, which they are now, as far as
+	// this reconcile could: a batch that failed is retried by the next
+	// reconcile, which the rest of the node's traffic need not wait for.
+	if r, ok := a.fabric.(flowsRestorer); ok {
+		if err := r.FlowsRestored(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
 
 	old := a.state.replaceInstalled(plan.after)
 	if remoteCreated {
@@ -196,6 +205,13 @@ func (a *Agent) reconcileLocked(ctx context.Context, reason string) (int, error)
 		"createdLocal", len(plan.createLocal), "createdRemote", len(plan.createRemote),
 		"deferred", plan.deferred, "duration", time.Since(began))
 	return plan.deferred, errors.Join(errs...)
+}
+
+// flowsRestorer is a fabric whose switch may wait, after a restart, until
+// told that its flows are back before it forwards again (the OVS fabric:
+// Open vSwitch's flow-restore-wait).
+type flowsRestorer interface {
+	FlowsRestored(ctx context.Context) error
 }
 
 func localAddresses(atts []fabric.LocalAttachment) []address {

@@ -50,6 +50,11 @@ type Options struct {
 	StartTimeout time.Duration
 	// StopTimeout bounds how long each daemon may take to exit when asked.
 	StopTimeout time.Duration
+	// FlowRestoreWait is how long a restarted ovs-vswitchd waits for the
+	// agent to put its flows back before it forwards anyway (see
+	// Config.FlowRestoreWait); 0 does not wait. With UnderlayAddress it
+	// never waits.
+	FlowRestoreWait time.Duration
 	// HealthBindAddress is where /healthz and /readyz are served.
 	HealthBindAddress string
 
@@ -67,6 +72,7 @@ func NewOptions() *Options {
 		UnderlayCheckPeriod: 10 * time.Second,
 		StartTimeout:        30 * time.Second,
 		StopTimeout:         10 * time.Second,
+		FlowRestoreWait:     time.Minute,
 		HealthBindAddress:   DefaultHealthBindAddress,
 		Logs:                logsapi.NewLoggingConfiguration(),
 	}
@@ -82,6 +88,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.Schema, "schema", o.Schema, "The vswitch database schema to create the database from, and to convert it to when it changed.")
 	fs.DurationVar(&o.StartTimeout, "start-timeout", o.StartTimeout, "How long each daemon may take to answer after it starts.")
 	fs.DurationVar(&o.StopTimeout, "stop-timeout", o.StopTimeout, "How long each daemon may take to exit when asked, before it is killed.")
+	fs.DurationVar(&o.FlowRestoreWait, "flow-restore-wait", o.FlowRestoreWait, "How long a restarted ovs-vswitchd keeps the kernel datapath's flows and forwards on them alone, waiting for the agent to put its OpenFlow flows back (Open vSwitch's other_config:flow-restore-wait), before it forwards anyway. 0: no wait. With --underlay-address there is none: the userspace datapath keeps nothing across a restart, and the node's own traffic crosses the underlay bridge.")
 
 	fs = fss.FlagSet("underlay")
 	fs.StringVar(&o.UnderlayAddress, "underlay-address", o.UnderlayAddress, "For the userspace datapath: this node's IPv4 address on the underlay (the pod's status.hostIP). The interface holding it becomes a port of --underlay-bridge, which takes over its IPv4 addresses and routes. Empty for the kernel datapath.")
@@ -138,6 +145,9 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("%s %s: want a positive duration", name, d))
 		}
 	}
+	if o.FlowRestoreWait < 0 {
+		errs = append(errs, fmt.Errorf("--flow-restore-wait %s: want a duration of at least 0", o.FlowRestoreWait))
+	}
 	if o.HealthBindAddress == "" {
 		errs = append(errs, errors.New("--health-bind-address: required"))
 	}
@@ -159,9 +169,11 @@ func (o *Options) Config() (*Config, error) {
 		Programs:          progs,
 		StartTimeout:      o.StartTimeout,
 		StopTimeout:       o.StopTimeout,
+		FlowRestoreWait:   o.FlowRestoreWait,
 		HealthBindAddress: o.HealthBindAddress,
 	}
 	if o.UnderlayAddress != "" {
+		c.FlowRestoreWait = 0
 		c.Underlay = &UnderlayConfig{
 			Address:      netip.MustParseAddr(o.UnderlayAddress),
 			Bridge:       o.UnderlayBridge,

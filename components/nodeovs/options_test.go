@@ -19,6 +19,9 @@ func TestValidate(t *testing.T) {
 		{name: "underlay on the kernel datapath", modify: func(o *Options) {
 			o.UnderlayAddress = "192.168.1.2"
 		}, want: []string{"--underlay-address needs --datapath-type=netdev"}},
+		{name: "no flow-restore-wait", modify: func(o *Options) { o.FlowRestoreWait = 0 }},
+		{name: "negative flow-restore-wait", modify: func(o *Options) { o.FlowRestoreWait = -time.Second },
+			want: []string{"--flow-restore-wait -1s"}},
 		{name: "every problem at once", modify: func(o *Options) {
 			o.UnderlayAddress, o.DatapathType, o.UnderlayBridge = "fd00::1", "netdev", ""
 			o.RunDir, o.StopTimeout = "", -time.Second

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -44,6 +45,13 @@ type Config struct {
 	// StartTimeout and StopTimeout bound each daemon's start and stop.
 	StartTimeout time.Duration
 	StopTimeout  time.Duration
+	// FlowRestoreWait, when not zero, has ovs-vswitchd, started on an
+	// existing database, keep the datapath's flows and forward on them
+	// alone until the agent has put the OpenFlow flows back and removes
+	// other_config:flow-restore-wait, or until FlowRestoreWait has passed
+	// and kos-ovs removes it, so that an agent that never comes leaves no
+	// node without forwarding.
+	FlowRestoreWait time.Duration
 	// HealthBindAddress is where /healthz and /readyz are served.
 	HealthBindAddress string
 }
@@ -137,7 +145,8 @@ func (s *Server) run(ctx context.Context) (err error) {
 		}
 	}
 	db := filepath.Join(s.cfg.DBDir, dbFile)
-	if _, err := ensureDatabase(ctx, s.cfg.Programs.DBTool, db, s.cfg.Schema); err != nil {
+	dbState, err := ensureDatabase(ctx, s.cfg.Programs.DBTool, db, s.cfg.Schema)
+	if err != nil {
 		return err
 	}
 
@@ -171,6 +180,13 @@ func (s *Server) run(ctx context.Context) (err error) {
 	}); err != nil {
 		return err
 	}
+	// A new database has no bridge whose flows the datapath could keep.
+	waitFlows := s.cfg.FlowRestoreWait > 0 && dbState != "created"
+	if waitFlows {
+		if _, err := s.vsctl(ctx, "--no-wait", "--timeout=5", "set", "Open_vSwitch", ".", "other_config:"+ovs.FlowRestoreWait+"=true"); err != nil {
+			return fmt.Errorf("setting %s: %w", ovs.FlowRestoreWait, err)
+		}
+	}
 
 	vsd, err := startDaemon(vswitchd, s.cfg.Programs.VSwitchd, append([]string{
 		"unix:" + filepath.Join(s.cfg.RunDir, dbSocket),
@@ -182,7 +198,13 @@ func (s *Server) run(ctx context.Context) (err error) {
 	if err := s.waitAnswer(ctx, vsd, func(ctx context.Context) error { return s.appctl(ctx, vswitchd, "version") }); err != nil {
 		return err
 	}
-	klog.InfoS("Open vSwitch answers", "runDir", s.cfg.RunDir, "db", db)
+	klog.InfoS("Open vSwitch answers", "runDir", s.cfg.RunDir, "db", db, "flowRestoreWait", waitFlows)
+	var flowsDue <-chan time.Time
+	if waitFlows {
+		timer := time.NewTimer(s.cfg.FlowRestoreWait)
+		defer timer.Stop()
+		flowsDue = timer.C
+	}
 
 	var check <-chan time.Time
 	if s.underlay != nil {
@@ -202,6 +224,8 @@ func (s *Server) run(ctx context.Context) (err error) {
 			return dbd.exitError()
 		case <-vsd.done:
 			return vsd.exitError()
+		case <-flowsDue:
+			s.endFlowRestoreWait(ctx)
 		case <-check:
 			if s.underlay.Holds() == nil {
 				continue
@@ -233,6 +257,22 @@ func (s *Server) adopt(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// endFlowRestoreWait removes other_config:flow-restore-wait unless the
+// agent has: ovs-vswitchd then forwards on whatever flows it has. A failure
+// is logged, not returned: the switch answers, and the agent removes the
+// key after its next reconcile.
+func (s *Server) endFlowRestoreWait(ctx context.Context) {
+	key := "other_config:" + ovs.FlowRestoreWait
+	if v, err := s.vsctl(ctx, "--timeout=5", "--if-exists", "get", "Open_vSwitch", ".", key); err != nil || strings.Trim(v, `"`) != "true" {
+		return
+	}
+	if _, err := s.vsctl(ctx, "--timeout=10", "remove", "Open_vSwitch", ".", "other_config", ovs.FlowRestoreWait); err != nil {
+		klog.ErrorS(err, "Ending the wait for the agent's flows failed", "key", key)
+		return
+	}
+	klog.InfoS("The agent did not put the flows back in time: forwarding on what there is", "waited", s.cfg.FlowRestoreWait)
 }
 
 // daemonArgs are the arguments every daemon gets: its pid file in the run
