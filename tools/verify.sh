@@ -55,6 +55,21 @@ if [ -x tools/codegen/verify.sh ]; then
   go mod verify >/dev/null || { echo "a dependency in the module cache was changed (go mod verify; go clean -modcache fixes it)"; fail=1; }
 fi
 
+echo "verify: commit messages"
+# A subject is `area: what changed` in at most 72 characters, and a body is
+# set off by a blank line (STYLE.md). Checked from the commit that brought
+# this check on; history before it is not rewritten.
+history_base=87f9125d441d596fcb32261072653fb6461b93aa
+if git rev-parse -q --verify "$history_base^{commit}" >/dev/null 2>&1; then
+  while read -r c; do
+    subject=$(git log -1 --format=%s "$c")
+    second=$(git log -1 --format=%B "$c" | sed -n 2p)
+    if [ "${#subject}" -gt 72 ] || [[ "$subject" != *": "* ]] || [ -n "$second" ]; then
+      echo "commit ${c:0:12}: want a subject 'area: what changed' of at most 72 characters, then a blank line: $subject"; fail=1
+    fi
+  done < <(git rev-list --no-merges "$history_base..HEAD")
+fi
+
 if [ $fail -ne 0 ]; then
   echo "verify: FAILED"; exit 1
 fi
