@@ -413,7 +413,9 @@ func (a *Agent) plug(ctx context.Context, p *podPlug) (err error) {
 		return fmt.Errorf("the switch no longer holds the attachment for it (it holds %v for %q); try again", pl.kind, pl.owner)
 	}
 	att := fabric.LocalAttachment{VNI: p.addr.vni, IP: p.addr.ip}
-	if err := a.timed(opDeleteLocal.String(), func() error { return a.fabric.DeleteLocal(ctx, att) }); err != nil {
+	// Only the port goes: PlugLocal replaces the flows it leaves, and on
+	// failure restorePort's CreateLocal does.
+	if err := a.timed(opDeletePorts, func() error { return a.fabric.DeletePorts(ctx, att) }); err != nil {
 		a.lostPort(p)
 		return fmt.Errorf("taking the internal port off the switch: %w", err)
 	}
@@ -436,8 +438,12 @@ func (a *Agent) plug(ctx context.Context, p *podPlug) (err error) {
 	return nil
 }
 
-// opPlugLocal names PlugLocal in the fabric metrics.
-const opPlugLocal = "plug_local"
+// opPlugLocal and opDeletePorts name PlugLocal and DeletePorts in the
+// fabric metrics.
+const (
+	opPlugLocal   = "plug_local"
+	opDeletePorts = "delete_ports"
+)
 
 // restorePort deletes the pod's veth pair and gives the attachment back an
 // internal port, as the agent makes for every local attachment; when that

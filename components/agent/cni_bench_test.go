@@ -49,7 +49,7 @@ var cniRate = flag.Float64("cni.rate", 10, "pods BenchmarkCNIAdd's second sub-be
 // ADDs done per second from the first pod's creation to the last result
 // (adds/s), and the agent's mean time per fabric operation of a pod
 // (create_local-ms: the attachment's internal port and flows;
-// delete_local-ms and plug_local-ms: the ADD's swap of that port for the
+// delete_ports-ms and plug_local-ms: the ADD's swap of that port for the
 // veth), and logs them with the machine's load average. Run it as
 //
 //	go test ./components/agent/ -run '^$' -bench CNIAdd -benchtime 100x
@@ -179,7 +179,7 @@ func reportLatencies(b *testing.B, took []time.Duration, elapsed time.Duration, 
 	b.ReportMetric(msec(took[len(took)-1]), "max-ms")
 	b.ReportMetric(float64(len(took))/elapsed.Seconds(), "adds/s")
 	means := ""
-	for _, op := range []string{"create_local", "delete_local", "plug_local"} {
+	for _, op := range []string{"create_local", "delete_ports", "plug_local"} {
 		d := after[op].minus(before[op])
 		b.ReportMetric(msec(d.mean()), op+"-ms")
 		means += fmt.Sprintf(", %s %s (%d)", op, d.mean().Round(time.Millisecond), d.count)

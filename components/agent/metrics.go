@@ -47,7 +47,7 @@ func newMetrics(reg prometheus.Registerer, fab fabric.Interface) (*metrics, erro
 	m := &metrics{
 		fabricOps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Subsystem: sub, Name: "fabric_operation_duration_seconds",
-			Help:    "How long fabric operations took, by operation (ensure, list, create_local, delete_local, create_remote, delete_remote).",
+			Help:    "How long fabric operations took, by operation (ensure, list, create_local, delete_local, create_remote, delete_remote, plug_local, delete_ports).",
 			Buckets: latencyBuckets,
 		}, []string{"operation"}),
 		fabricErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -110,7 +110,7 @@ func newMetrics(reg prometheus.Registerer, fab fabric.Interface) (*metrics, erro
 	}
 	// Every series a dashboard shows exists from the start, at zero, so
 	// that a panel of errors shows none rather than nothing.
-	for _, o := range []string{"ensure", "list", opDeleteLocal.String(), opDeleteRemote.String(), opCreateLocal.String(), opCreateRemote.String(), opPlugLocal} {
+	for _, o := range []string{"ensure", "list", opDeleteLocal.String(), opDeleteRemote.String(), opCreateLocal.String(), opCreateRemote.String(), opPlugLocal, opDeletePorts} {
 		m.fabricErrors.WithLabelValues(o)
 	}
 	for _, which := range []string{"create", "delete"} {

@@ -59,6 +59,15 @@ type Interface interface {
 	// CreateLocal makes an internal port in its place), and List reports
 	// it whole like any other.
 	PlugLocal(ctx context.Context, plugs ...Plug) error
+	// DeletePorts takes the ports of local attachments off the switch and
+	// leaves their flows, which then name port numbers that no port has
+	// (a switch gives a freed number to no other port soon after), until
+	// PlugLocal or CreateLocal replaces them or DeleteLocal deletes them;
+	// meanwhile List reports such an attachment partial. It frees an
+	// interface's name for a plug at the cost of a port change alone,
+	// where DeleteLocal also changes flows. A plugged interface only
+	// leaves the switch, as with DeleteLocal.
+	DeletePorts(ctx context.Context, atts ...LocalAttachment) error
 	// Plugs returns those of atts whose ports are plugged interfaces,
 	// with the owners recorded on them.
 	Plugs(ctx context.Context, atts ...LocalAttachment) ([]Plug, error)

@@ -124,6 +124,26 @@ func (f *Fabric) PlugLocal(ctx context.Context, plugs ...fabric.Plug) error {
 	return nil
 }
 
+// DeletePorts records local attachments as partial, without a plugged
+// interface: their flows remain, as on a switch, but no port.
+func (f *Fabric) DeletePorts(ctx context.Context, atts ...fabric.LocalAttachment) error {
+	if err := validateAll(atts); err != nil {
+		return err
+	}
+	logger := klog.FromContext(ctx)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, a := range atts {
+		k := key{a.VNI, a.IP}
+		if l, ok := f.local[k]; ok {
+			l.owner, l.flowsWhole = "", false
+			f.local[k] = l
+		}
+		logger.V(2).Info("Deleted the port of local attachment", "vni", a.VNI, "ip", a.IP, "interface", a.InterfaceName())
+	}
+	return nil
+}
+
 // Plugs returns those of atts with plugged interfaces.
 func (f *Fabric) Plugs(ctx context.Context, atts ...fabric.LocalAttachment) ([]fabric.Plug, error) {
 	if err := validateAll(atts); err != nil {

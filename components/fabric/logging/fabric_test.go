@@ -198,13 +198,12 @@ func TestFabricPlugs(t *testing.T) {
 		do:   func() error { return f.CreateLocal(ctx, l1, l2) },
 		want: &fabric.Inventory{Local: []fabric.LocalAttachment{l1, l2}},
 	}, {
-		name: "plugged",
-		do: func() error {
-			if err := f.DeleteLocal(ctx, l1); err != nil {
-				return err
-			}
-			return f.PlugLocal(ctx, p1)
-		},
+		name: "internal port deleted",
+		do:   func() error { return f.DeletePorts(ctx, l1) },
+		want: &fabric.Inventory{Local: []fabric.LocalAttachment{l2}, PartialLocal: []fabric.LocalAttachment{l1}},
+	}, {
+		name:      "plugged",
+		do:        func() error { return f.PlugLocal(ctx, p1) },
 		want:      &fabric.Inventory{Local: []fabric.LocalAttachment{l1, l2}},
 		wantPlugs: []fabric.Plug{p1},
 	}, {
@@ -220,6 +219,14 @@ func TestFabricPlugs(t *testing.T) {
 		do:        func() error { f.SetMTU(1400); return f.CreateLocal(ctx, l1, l2) },
 		want:      &fabric.Inventory{Local: []fabric.LocalAttachment{l1, l2}},
 		wantPlugs: []fabric.Plug{p1},
+	}, {
+		name: "plugged port deleted",
+		do:   func() error { return f.DeletePorts(ctx, l1) },
+		want: &fabric.Inventory{Local: []fabric.LocalAttachment{l2}, PartialLocal: []fabric.LocalAttachment{l1}},
+	}, {
+		name: "internal port again",
+		do:   func() error { return f.CreateLocal(ctx, l1) },
+		want: &fabric.Inventory{Local: []fabric.LocalAttachment{l1, l2}},
 	}, {
 		name: "deleted",
 		do:   func() error { return f.DeleteLocal(ctx, l1) },

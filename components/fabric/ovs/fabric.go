@@ -240,6 +240,29 @@ func (f *Fabric) PlugLocal(ctx context.Context, plugs ...fabric.Plug) error {
 	return nil
 }
 
+// DeletePorts deletes the ports of local attachments in one ovs-vsctl
+// transaction and leaves their flows. OVS does not give a freed OpenFlow
+// port number to a new port while others are free (ofproto allocates the
+// least recently used), so the flows left behind match no port until
+// PlugLocal or CreateLocal replaces them.
+func (f *Fabric) DeletePorts(ctx context.Context, atts ...fabric.LocalAttachment) error {
+	if err := validateAll(atts); err != nil {
+		return err
+	}
+	if len(atts) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(atts))
+	for _, a := range atts {
+		names = append(names, a.InterfaceName())
+	}
+	if err := f.ovs.deletePorts(ctx, f.bridge, names); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).V(4).Info("Deleted the ports of local attachments", "bridge", f.bridge, "count", len(atts))
+	return nil
+}
+
 // Plugs reads the Interface rows of atts and returns those that are
 // plugged.
 func (f *Fabric) Plugs(ctx context.Context, atts ...fabric.LocalAttachment) ([]fabric.Plug, error) {

@@ -3,6 +3,7 @@ package ovs
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -16,10 +17,29 @@ import (
 // plugGuest replaces att's port by a veth pair into a guest namespace of
 // its own, as the agent's CNI server does for a pod: the host end named as
 // the attachment's interface, the guest end net1 with its MAC and address.
+// Like the agent, it takes only the port off the switch first (DeletePorts)
+// and checks that the flows of an attachment that has them stay, and that
+// List reports it partial.
 func plugGuest(t *testing.T, ctx context.Context, f *Fabric, inst *ovsenv.Instance, att fabric.LocalAttachment, owner string) *ovsenv.Netns {
 	t.Helper()
-	if err := f.DeleteLocal(ctx, att); err != nil {
-		t.Fatalf("DeleteLocal: %v", err)
+	localFlows := func() int {
+		flows, err := f.ovs.dumpFlows(ctx, f.bridge, flowsWithCookie(cookie(kindLocal, att.VNI, att.IP)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(flows)
+	}
+	had := localFlows()
+	if err := f.DeletePorts(ctx, att); err != nil {
+		t.Fatalf("DeletePorts: %v", err)
+	}
+	if had > 0 {
+		if got := localFlows(); got != had {
+			t.Errorf("after DeletePorts: %d flows of %v, want the %d it had", got, att, had)
+		}
+		if inv := list(t, f); !slices.Contains(inv.PartialLocal, att) {
+			t.Errorf("after DeletePorts: List = %+v, want %v partial", inv, att)
+		}
 	}
 	guest := ovsenv.NetnsT(t)
 	if err := ovsenv.AddVethPair(ctx, inst.Netns, att.InterfaceName(), guest, "net1"); err != nil {
