@@ -517,14 +517,22 @@ func (a *Agent) unplug(ctx context.Context, p *podPlug) error {
 		klog.FromContext(ctx).V(2).Info("The port is not the sandbox's; leaving it", "attachment", p.key, "plugs", plugs)
 		return nil
 	}
-	if err := a.timed(opDeleteLocal.String(), func() error { return a.fabric.DeleteLocal(ctx, att) }); err != nil {
-		a.lostPort(p)
-		return fmt.Errorf("taking the pod's port off the switch: %w", err)
-	}
+	// An attachment the agent still holds gets an internal port back,
+	// whose CreateLocal replaces the flows: only the port goes first.
 	if pl := a.state.installedAt(p.addr); pl.kind == local && pl.owner == p.key {
+		if err := a.timed(opDeletePorts, func() error { return a.fabric.DeletePorts(ctx, att) }); err != nil {
+			a.lostPort(p)
+			return fmt.Errorf("taking the pod's port off the switch: %w", err)
+		}
 		a.restorePort(ctx, p)
-	} else if _, err := deleteHostEnd(p.veth.hostNetns, p.veth.hostName); err != nil {
-		return fmt.Errorf("deleting the pod's veth: %w", err)
+	} else {
+		if err := a.timed(opDeleteLocal.String(), func() error { return a.fabric.DeleteLocal(ctx, att) }); err != nil {
+			a.lostPort(p)
+			return fmt.Errorf("taking the pod's port off the switch: %w", err)
+		}
+		if _, err := deleteHostEnd(p.veth.hostNetns, p.veth.hostName); err != nil {
+			return fmt.Errorf("deleting the pod's veth: %w", err)
+		}
 	}
 	klog.FromContext(ctx).V(2).Info("Unplugged a pod's interface", "attachment", p.key, "address", p.addr)
 	return nil
