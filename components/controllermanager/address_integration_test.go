@@ -52,7 +52,9 @@ func TestIntegrationRequestedAddresses(t *testing.T) {
 	}
 	waitValidated(t, c, createSubnet(t, c, newSubnet(ns, "net", "10.172.0.0/24", 172)))
 	// VNI 172 is free again for a run with -count.
-	t.Cleanup(func() { _ = c.NetworkV1alpha1().Subnets(ns).Delete(context.Background(), "net", metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = c.NetworkV1alpha1().Subnets(ns).Delete(context.Background(), "net", metav1.DeleteOptions{})
+	})
 	createDefinition(t, dyn.Resource(podnetwork.NetworkAttachmentDefinitions).Namespace(ns), "net", `{"cniVersion":"1.0.0","type":"kos","subnet":"net"}`)
 	pods := kube.CoreV1().Pods(ns)
 	asking := func(addr string) string { return fmt.Sprintf(`[{"name":"net","ips":[%q]}]`, addr) }
