@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
+	"github.com/kos-sdn/kos/components/fabric"
 	kosclient "github.com/kos-sdn/kos/components/generated/clientset/versioned"
 	"github.com/kos-sdn/kos/tools/ovsenv"
 	"github.com/kos-sdn/kos/tools/testenv"
@@ -71,6 +72,11 @@ func (d *demo) runSDN(ctx context.Context) error {
 			"--kubeconfig", env.Kubeconfig,
 			"--kos-api-server", kos.URL, "--kos-api-ca-file", kos.CACertFile,
 			"--node-name", n.name, "--host-ip", n.hostIP,
+			// The agent runs in the host's network namespace, where no
+			// interface holds the simulated node's address, so it cannot
+			// read the underlay's MTU: it is told it (a 1500-byte veth,
+			// less VXLAN's 50 bytes).
+			"--mtu", strconv.Itoa(1500-fabric.VXLANOverhead),
 			"--ovs-run-dir", n.ovs.RunDir, "--datapath-type", "netdev"); err != nil {
 			return err
 		}
@@ -275,8 +281,8 @@ func moveToGuest(ctx context.Context, n *simNode, att *v1alpha1.NetworkAttachmen
 	}
 	for _, cmd := range [][]string{
 		{"ip", "addr", "add", att.Status.IPv4 + "/24", "dev", ifc},
-		// Room for the VXLAN header within the underlay's 1500 bytes.
-		{"ip", "link", "set", ifc, "mtu", "1450", "up"},
+		// The agent gave the interface room for VXLAN's header already.
+		{"ip", "link", "set", ifc, "up"},
 		{"ip", "link", "set", "lo", "up"},
 	} {
 		if _, err := g.Run(ctx, cmd[0], cmd[1:]...); err != nil {
