@@ -327,12 +327,18 @@ func (c *Client) previewPKI(ctx context.Context, a *Addon) ([]ObjectChange, erro
 // Diff returns the unified diff of the change, from the live object to the
 // object as it would be, in YAML, with managed fields and server-set fields
 // left out (as kubectl diff shows it); "" when nothing changes.
+// A Secret's values are masked: each key of data and stringData shows
+// only whether it is added, removed, changed or unchanged.
 func (o ObjectChange) Diff() (string, error) {
-	before, err := yamlLines(o.Live)
+	live, merged := o.Live, o.Merged
+	if isSecret(o.Kind) {
+		live, merged = maskSecrets(live, merged)
+	}
+	before, err := yamlLines(live)
 	if err != nil {
 		return "", err
 	}
-	after, err := yamlLines(o.Merged)
+	after, err := yamlLines(merged)
 	if err != nil {
 		return "", err
 	}

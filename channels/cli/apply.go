@@ -61,7 +61,8 @@ each object is dry-run with server-side apply, and the plan lists per object
 whether it would be created, updated, left unchanged or pruned; a manifest
 that would fail fails here, with the same error. --diff adds a unified diff
 of each object that would change, without managed fields and the fields the
-server sets, as kubectl diff shows it. With --yes, each
+server sets, as kubectl diff shows it; a Secret's values are masked (each key
+says only added, removed, changed or unchanged). With --yes, each
 addon is applied with server-side apply (field manager "channels"), in
 phases: namespaces and CRDs, RBAC, configuration, services, workloads, the
 rest, then APIServices and webhooks. Every object is labelled

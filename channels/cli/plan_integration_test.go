@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/base64"
 	"fmt"
 	"strings"
 	"testing"
@@ -34,13 +35,28 @@ func configMapDoc(name, version string) string {
 	return fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: %s, namespace: default}\ndata: {version: %s}\n", name, version)
 }
 
+// secretDoc is a Secret whose field (data or stringData) holds the pairs kv.
+func secretDoc(name, field string, kv ...string) string {
+	var pairs []string
+	for i := 0; i < len(kv); i += 2 {
+		pairs = append(pairs, kv[i]+": "+kv[i+1])
+	}
+	return fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata: {name: %s, namespace: default}\n%s: {%s}\n", name, field, strings.Join(pairs, ", "))
+}
+
 func TestIntegrationPlan(t *testing.T) {
 	d := channelDir{t: t, dir: t.TempDir()}
-	v1 := d.planChannel("1.0.0", "", configMapDoc("plan-same", "v1"), configMapDoc("plan-keep", "v1"), configMapDoc("plan-drop", "v1"))
+	b64 := base64.StdEncoding.EncodeToString
+	// The values the --diff must not show, in clear or base64.
+	secrets := []string{"pw-one-9f3a", "pw-two-4b8d", "admin-7c1e", "tok-61aa", "key-new-52d0"}
+	v1 := d.planChannel("1.0.0", "", configMapDoc("plan-same", "v1"), configMapDoc("plan-keep", "v1"), configMapDoc("plan-drop", "v1"),
+		secretDoc("plan-secret", "data", "password", b64([]byte("pw-one-9f3a")), "user", b64([]byte("admin-7c1e"))))
 	if code, _, errOut := runCLI(t, "apply", "channel", v1, "--yes"); code != 0 {
 		t.Fatalf("installing: exit %d, %s", code, errOut)
 	}
-	v2 := d.planChannel("2.0.0", "", configMapDoc("plan-same", "v1"), configMapDoc("plan-keep", "v2"), configMapDoc("plan-new", "v2"))
+	v2 := d.planChannel("2.0.0", "", configMapDoc("plan-same", "v1"), configMapDoc("plan-keep", "v2"), configMapDoc("plan-new", "v2"),
+		secretDoc("plan-secret", "data", "password", b64([]byte("pw-two-4b8d")), "user", b64([]byte("admin-7c1e")), "token", b64([]byte("tok-61aa"))),
+		secretDoc("plan-secret-new", "stringData", "api-key", "key-new-52d0"))
 
 	t.Run("create, update, unchanged and prune", func(t *testing.T) {
 		code, out, errOut := runCLI(t, "apply", "channel", v2)
@@ -54,6 +70,8 @@ func TestIntegrationPlan(t *testing.T) {
 			"plan-a: unchanged ConfigMap default/plan-same\n" +
 			"plan-a: update ConfigMap default/plan-keep\n" +
 			"plan-a: create ConfigMap default/plan-new\n" +
+			"plan-a: update Secret default/plan-secret\n" +
+			"plan-a: create Secret default/plan-secret-new\n" +
 			"plan-a: prune ConfigMap default/plan-drop\n" +
 			"\n" +
 			"Must specify --yes to apply changes\n"
@@ -78,6 +96,12 @@ func TestIntegrationPlan(t *testing.T) {
 			"+  name: plan-new\n",
 			"plan-a: prune ConfigMap default/plan-drop\n--- live/ConfigMap default/plan-drop\n+++ applied/ConfigMap default/plan-drop\n@@ -1,",
 			"plan-a: unchanged ConfigMap default/plan-same\nplan-a: update",
+			"plan-a: update Secret default/plan-secret\n--- live/Secret default/plan-secret\n+++ applied/Secret default/plan-secret\n@@ ",
+			"\n-  password: '(sensitive: changed, before)'\n+  password: '(sensitive: changed, after)'\n",
+			"\n+  token: '(sensitive: added)'\n",
+			"\n   user: '(sensitive: unchanged)'\n",
+			"plan-a: create Secret default/plan-secret-new\n--- live/Secret default/plan-secret-new\n+++ applied/Secret default/plan-secret-new\n@@ -0,0 +1,",
+			"\n+  api-key: '(sensitive: added)'\n",
 		} {
 			if !strings.Contains(out, want) {
 				t.Errorf("stdout does not contain %q", want)
@@ -88,6 +112,11 @@ func TestIntegrationPlan(t *testing.T) {
 				t.Errorf("the diff shows %s", server)
 			}
 		}
+		for _, secret := range secrets {
+			if strings.Contains(out, secret) || strings.Contains(out, b64([]byte(secret))) {
+				t.Errorf("the diff shows the secret value %q", secret)
+			}
+		}
 	})
 
 	t.Run("-o json lists the objects", func(t *testing.T) {
@@ -95,7 +124,8 @@ func TestIntegrationPlan(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("exit %d, stderr %q", code, errOut)
 		}
-		want := "unchanged ConfigMap plan-same\nupdate ConfigMap plan-keep\ncreate ConfigMap plan-new\nprune ConfigMap plan-drop\n"
+		want := "unchanged ConfigMap plan-same\nupdate ConfigMap plan-keep\ncreate ConfigMap plan-new\n" +
+			"update Secret plan-secret\ncreate Secret plan-secret-new\nprune ConfigMap plan-drop\n"
 		if diff := cmp.Diff(out, want); diff != "" {
 			t.Errorf("stdout (-got +want):\n%s", diff)
 		}
