@@ -18,12 +18,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
-	"sigs.k8s.io/yaml"
 
 	"github.com/kos-sdn/kos/components/agent"
 	"github.com/kos-sdn/kos/components/controllermanager"
@@ -330,30 +328,13 @@ func multusBinary(t *testing.T) string {
 	return multusPath
 }
 
-// installNADCRD creates the NetworkAttachmentDefinition CRD of
-// tools/multus/testdata, unless it exists, and waits until it is served.
+// installNADCRD creates the NetworkAttachmentDefinition CRD the test
+// cluster's Multus reads, unless it exists, and waits until it is served.
 func installNADCRD(t testing.TB, dyn dynamic.Interface) {
 	t.Helper()
-	root, err := testenv.RepoRoot()
-	if err != nil {
+	if err := testenv.InstallCRD(context.Background(), dyn, "tools/multus/testdata/network-attachment-definitions.yaml", podnetwork.NetworkAttachmentDefinitions); err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(filepath.Join(root, "tools", "multus", "testdata", "network-attachment-definitions.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	crd := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal(data, &crd.Object); err != nil {
-		t.Fatalf("reading the CRD: %v", err)
-	}
-	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
-	if _, err := crds.Create(context.Background(), crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatalf("creating the CRD: %v", err)
-	}
-	poll.Until(t, time.Minute, "NetworkAttachmentDefinitions served", func(ctx context.Context) error {
-		_, err := dyn.Resource(podnetwork.NetworkAttachmentDefinitions).List(ctx, metav1.ListOptions{Limit: 1})
-		return err
-	})
 }
 
 func createNAD(t testing.TB, nads dynamic.ResourceInterface, name, config string) {

@@ -17,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -215,26 +214,13 @@ func managerToken(t *testing.T, kube kubernetes.Interface, ns string) string {
 	return tr.Status.Token
 }
 
-// installDefinitionCRD creates the NetworkAttachmentDefinition CRD of
-// testdata, unless it exists, and waits until it is served.
+// installDefinitionCRD creates the NetworkAttachmentDefinition CRD the
+// test cluster's Multus reads, unless it exists, and waits until it is served.
 func installDefinitionCRD(t *testing.T, dyn dynamic.Interface) {
 	t.Helper()
-	data, err := os.ReadFile("testdata/network-attachment-definitions.yaml")
-	if err != nil {
+	if err := testenv.InstallCRD(context.Background(), dyn, "tools/multus/testdata/network-attachment-definitions.yaml", podnetwork.NetworkAttachmentDefinitions); err != nil {
 		t.Fatal(err)
 	}
-	crd := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal(data, &crd.Object); err != nil {
-		t.Fatalf("reading the CRD: %v", err)
-	}
-	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
-	if _, err := crds.Create(context.Background(), crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatalf("creating the CRD: %v", err)
-	}
-	poll.Until(t, time.Minute, "NetworkAttachmentDefinitions served", func(ctx context.Context) error {
-		_, err := dyn.Resource(podnetwork.NetworkAttachmentDefinitions).List(ctx, metav1.ListOptions{Limit: 1})
-		return err
-	})
 }
 
 func createDefinition(t *testing.T, nads dynamic.ResourceInterface, name, config string) {
