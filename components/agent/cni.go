@@ -78,8 +78,10 @@ func (a *Agent) serveCNI(ctx context.Context) {
 		}
 	}
 	srv := &http.Server{
-		Handler:           http.HandlerFunc(a.handleCNI),
-		BaseContext:       func(net.Listener) context.Context { return ctx },
+		Handler:     http.HandlerFunc(a.handleCNI),
+		BaseContext: func(net.Listener) context.Context { return ctx },
+		// kos-cni passes the pod's network namespace as a descriptor.
+		ConnContext:       cni.NetnsConnContext,
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	done := make(chan struct{})
@@ -90,7 +92,7 @@ func (a *Agent) serveCNI(ctx context.Context) {
 		_ = srv.Shutdown(context.Background())
 	}()
 	logger.Info("Serving CNI requests")
-	if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+	if err := srv.Serve(cni.NetnsListener(l)); !errors.Is(err, http.ErrServerClosed) {
 		logger.Error(err, "Serving CNI requests stopped")
 	}
 	<-done
@@ -234,7 +236,7 @@ func (a *Agent) cniAdd(ctx context.Context, req *cni.Request) (*types100.Result,
 	if err := checkRequestedIPs(req.IPs, addr.ip); err != nil {
 		return nil, cniError(types.ErrInvalidNetworkConfig, "NetworkAttachment %s has address %s: %v", keyOf(att), addr.ip, err)
 	}
-	p := a.podPlugOf(req, keyOf(att), addr, prefix)
+	p := a.podPlugOf(ctx, req, keyOf(att), addr, prefix)
 	if err := a.plug(ctx, p); err != nil {
 		return nil, cniError(types.ErrInternal, "plugging interface %s of pod %s (NetworkAttachment %s, address %s): %v", req.IfName, req.Pod, p.key, addr.ip, err)
 	}
@@ -260,7 +262,7 @@ func (a *Agent) subnetPrefix(ctx context.Context, ns, name string) (int, *types.
 
 // podPlugOf returns what a request plugs for the attachment key at addr,
 // in a subnet with prefix length bits.
-func (a *Agent) podPlugOf(req *cni.Request, key string, addr address, bits int) *podPlug {
+func (a *Agent) podPlugOf(ctx context.Context, req *cni.Request, key string, addr address, bits int) *podPlug {
 	mac := fabric.MACAddress(addr.vni, addr.ip)
 	return &podPlug{
 		key:   key,
@@ -269,7 +271,8 @@ func (a *Agent) podPlugOf(req *cni.Request, key string, addr address, bits int) 
 		veth: &veth{
 			hostNetns:         a.cni.HostNetns,
 			hostName:          fabric.InterfaceName(mac),
-			podNetns:          req.Netns,
+			podNetns:          cni.NetnsPath(ctx, req.Netns),
+			sandbox:           req.Netns,
 			podName:           req.IfName,
 			mac:               mac,
 			addr:              netip.PrefixFrom(addr.ip, bits),
@@ -287,7 +290,7 @@ func (p *podPlug) result() *types100.Result {
 	zero := 0
 	return &types100.Result{
 		CNIVersion: types100.ImplementedSpecVersion,
-		Interfaces: []*types100.Interface{{Name: v.podName, Mac: v.mac.String(), Mtu: v.mtu, Sandbox: v.podNetns}},
+		Interfaces: []*types100.Interface{{Name: v.podName, Mac: v.mac.String(), Mtu: v.mtu, Sandbox: v.sandbox}},
 		IPs: []*types100.IPConfig{{
 			Interface: &zero,
 			Address:   net.IPNet{IP: v.addr.Addr().AsSlice(), Mask: net.CIDRMask(v.addr.Bits(), 32)},
@@ -478,7 +481,7 @@ func (a *Agent) cniDel(ctx context.Context, req *cni.Request) {
 	if req.IfName == "" {
 		return
 	}
-	if _, err := deletePodEnd(req.Netns, req.IfName); err != nil {
+	if _, err := deletePodEnd(cni.NetnsPath(ctx, req.Netns), req.IfName); err != nil {
 		logger.Error(err, "Deleting the pod's interface failed; it goes with the sandbox")
 	}
 	if req.Pod.Namespace == "" || req.Pod.Name == "" || req.ContainerID == "" {
@@ -560,7 +563,7 @@ func (a *Agent) cniCheck(ctx context.Context, req *cni.Request) *types.Error {
 	if cniErr != nil {
 		return cniErr
 	}
-	p := a.podPlugOf(req, keyOf(att), addr, prefix)
+	p := a.podPlugOf(ctx, req, keyOf(att), addr, prefix)
 	plugs, err := a.fabric.Plugs(ctx, fabric.LocalAttachment{VNI: addr.vni, IP: addr.ip})
 	if err != nil {
 		return cniError(types.ErrTryAgainLater, "reading the port of NetworkAttachment %s: %v", p.key, err)

@@ -28,10 +28,15 @@ type veth struct {
 	// ports; the agent's own when empty.
 	hostNetns string
 	hostName  string
-	// podNetns is the path of the pod's network namespace.
+	// podNetns is the path through which the agent opens the pod's
+	// network namespace: the descriptor kos-cni passed, or the path the
+	// request named.
 	podNetns string
-	podName  string
-	mac      net.HardwareAddr
+	// sandbox is the path of the pod's network namespace as the runtime
+	// named it (CNI_NETNS), for the result.
+	sandbox string
+	podName string
+	mac     net.HardwareAddr
 	// addr is the pod's address with the subnet's prefix length; the
 	// kernel adds the route to the subnet with it.
 	addr netip.Prefix

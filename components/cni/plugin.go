@@ -213,6 +213,18 @@ func (e *agentDownError) As(target any) bool {
 // timeout gives an agentDownError; an error the agent answers is returned as the CNI error it
 // sent.
 func send(socket string, req *Request, timeout time.Duration) ([]byte, error) {
+	netns, err := openNetns(req.Netns)
+	switch {
+	case err == nil:
+		defer netns.Close()
+	case req.Command == CommandDel:
+		// The namespace went first: the agent removes the rest.
+		netns = nil
+	case errors.Is(err, os.ErrNotExist):
+		return nil, types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_NETNS %s: the network namespace does not exist", req.Netns), "")
+	default:
+		return nil, types.NewError(types.ErrInternal, fmt.Sprintf("opening the network namespace %s: %v", req.Netns, err), "")
+	}
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, types.NewError(types.ErrInternal, fmt.Sprintf("encoding the request to kos-agent: %v", err), "")
@@ -221,8 +233,7 @@ func send(socket string, req *Request, timeout time.Duration) ([]byte, error) {
 	defer cancel()
 	client := &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", socket)
+			return dialPassing(ctx, socket, netns)
 		},
 		DisableKeepAlives: true,
 	}}

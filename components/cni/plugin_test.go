@@ -25,12 +25,26 @@ import (
 // stdout and exit status.
 const pluginEnv = "KOS_CNI_TEST_PLUGIN"
 
+// sandboxPath stands for a sandbox's network namespace (CNI_NETNS): the
+// plugin opens it and passes the descriptor, and any file will do for that.
+var sandboxPath string
+
 func TestMain(m *testing.M) {
 	if os.Getenv(pluginEnv) == "1" {
 		cni.Main()
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	dir, err := os.MkdirTemp("", "kos-cni-test-")
+	if err != nil {
+		panic(err)
+	}
+	sandboxPath = filepath.Join(dir, "c1")
+	if err := os.WriteFile(sandboxPath, nil, 0o600); err != nil {
+		panic(err)
+	}
+	status := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(status)
 }
 
 // fakeAgent serves the agent's side of the protocol on a Unix socket of
@@ -41,6 +55,9 @@ type fakeAgent struct {
 
 	mu       sync.Mutex
 	requests []cni.Request
+	// passed says, per request, whether it came with sandboxPath's file
+	// as a descriptor.
+	passed []bool
 }
 
 func startFakeAgent(t *testing.T, answer func(*cni.Request) (int, any)) *fakeAgent {
@@ -50,14 +67,21 @@ func startFakeAgent(t *testing.T, answer func(*cni.Request) (int, any)) *fakeAge
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := &http.Server{ConnContext: cni.NetnsConnContext, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req cni.Request
 		if r.URL.Path != cni.RequestPath || json.NewDecoder(r.Body).Decode(&req) != nil {
 			http.Error(w, "bad request", http.StatusBadRequest)
 			return
 		}
+		passed := false
+		if f := cni.NetnsFile(r.Context()); f != nil {
+			got, err1 := f.Stat()
+			want, err2 := os.Stat(sandboxPath)
+			passed = err1 == nil && err2 == nil && os.SameFile(got, want)
+		}
 		a.mu.Lock()
 		a.requests = append(a.requests, req)
+		a.passed = append(a.passed, passed)
 		a.mu.Unlock()
 		status, body := a.answer(&req)
 		w.WriteHeader(status)
@@ -69,7 +93,7 @@ func startFakeAgent(t *testing.T, answer func(*cni.Request) (int, any)) *fakeAge
 			_ = json.NewEncoder(w).Encode(b)
 		}
 	})}
-	go func() { _ = srv.Serve(l) }()
+	go func() { _ = srv.Serve(cni.NetnsListener(l)) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return a
 }
@@ -135,7 +159,7 @@ const podArgs = "IgnoreUnknown=1;K8S_POD_NAMESPACE=tenant-a;K8S_POD_NAME=web-0;K
 var pod = cni.Pod{Namespace: "tenant-a", Name: "web-0", UID: "0d7c6f0e-8d2f-4a4b-9c1e-3d5f6a7b8c9d"}
 
 func addOf(socket string, mods ...func(map[string]any)) invocation {
-	return invocation{command: "ADD", containerID: "c1", netns: "/var/run/netns/c1", ifname: "net1", args: podArgs, config: netConf(socket, mods...)}
+	return invocation{command: "ADD", containerID: "c1", netns: sandboxPath, ifname: "net1", args: podArgs, config: netConf(socket, mods...)}
 }
 
 // result is what the fake agent answers to ADD.
@@ -187,7 +211,7 @@ func TestVersion(t *testing.T) {
 func TestCommands(t *testing.T) {
 	ok := func(*cni.Request) (int, any) { return http.StatusOK, nil }
 	okResult := func(*cni.Request) (int, any) { return http.StatusOK, result() }
-	wantAdd := cni.Request{Command: "ADD", ContainerID: "c1", Netns: "/var/run/netns/c1", IfName: "net1", Pod: pod, Network: "blue-net", Subnet: "blue"}
+	wantAdd := cni.Request{Command: "ADD", ContainerID: "c1", Netns: sandboxPath, IfName: "net1", Pod: pod, Network: "blue-net", Subnet: "blue"}
 	downSocket := func(t *testing.T) string { return filepath.Join(t.TempDir(), "absent.sock") }
 
 	tests := []struct {
@@ -287,6 +311,23 @@ func TestCommands(t *testing.T) {
 		},
 		wantRequests: []cni.Request{{Command: "DEL", ContainerID: "unknown", IfName: "net1", Network: "blue-net", Subnet: "blue"}},
 	}, {
+		name:   "ADD of a network namespace that does not exist",
+		answer: okResult,
+		invoke: func(s string) []invocation {
+			inv := addOf(s)
+			inv.netns = "/var/run/netns/gone"
+			return []invocation{inv}
+		},
+		wantStatus: 1,
+		wantOut:    types.NewError(types.ErrInvalidEnvironmentVariables, "CNI_NETNS /var/run/netns/gone: the network namespace does not exist", ""),
+	}, {
+		name:   "DEL of a network namespace that went first",
+		answer: ok,
+		invoke: func(s string) []invocation {
+			return []invocation{{command: "DEL", containerID: "c1", netns: "/var/run/netns/gone", ifname: "net1", args: podArgs, config: netConf(s)}}
+		},
+		wantRequests: []cni.Request{{Command: "DEL", ContainerID: "c1", Netns: "/var/run/netns/gone", IfName: "net1", Pod: pod, Network: "blue-net", Subnet: "blue"}},
+	}, {
 		name:      "DEL without the agent succeeds",
 		agentDown: true,
 		invoke: func(s string) []invocation {
@@ -374,6 +415,13 @@ func TestCommands(t *testing.T) {
 					return bytes.Equal(compact(a), compact(b))
 				})); diff != "" {
 					t.Errorf("requests to the agent (-got +want):\n%s", diff)
+				}
+				// The namespace travels as a descriptor whenever it
+				// exists.
+				for i, r := range agent.received() {
+					if want := r.Netns == sandboxPath; agent.passed[i] != want {
+						t.Errorf("request %d (%s of %q) came with the namespace's descriptor: %t, want %t", i, r.Command, r.Netns, agent.passed[i], want)
+					}
 				}
 			}
 		})
