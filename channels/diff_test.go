@@ -1,9 +1,12 @@
 package channels
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -228,4 +231,100 @@ func diffConfigMap(fields map[string]any) *unstructured.Unstructured {
 		u.Object[k] = v
 	}
 	return u
+}
+
+// TestDiffLinesMinimal checks the edit scripts of diffLines against a
+// quadratic longest common subsequence on random inputs over few distinct
+// lines, where the search meets the edges of the edit graph most often:
+// each script must turn a into b and be as short as can be.
+func TestDiffLinesMinimal(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	random := func(n, alphabet int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = string(rune('a'+rng.IntN(alphabet))) + "\n"
+		}
+		return out
+	}
+	for i := range 3000 {
+		a, b := random(rng.IntN(25), 1+rng.IntN(4)), random(rng.IntN(25), 1+rng.IntN(4))
+		ops := diffLines(a, b)
+		var gotA, gotB []string
+		edits := 0
+		for _, op := range ops {
+			if op.kind != '+' {
+				gotA = append(gotA, op.line)
+			}
+			if op.kind != '-' {
+				gotB = append(gotB, op.line)
+			}
+			if op.kind != ' ' {
+				edits++
+			}
+		}
+		if !slices.Equal(gotA, a) || !slices.Equal(gotB, b) {
+			t.Fatalf("case %d: the script from %q to %q does not rebuild them: %+v", i, a, b, ops)
+		}
+		if want := len(a) + len(b) - 2*lcsLength(a, b); edits != want {
+			t.Fatalf("case %d: %d edits from %q to %q, want %d", i, edits, a, b, want)
+		}
+	}
+}
+
+// lcsLength is the length of a longest common subsequence, by the table.
+func lcsLength(a, b []string) int {
+	prev, cur := make([]int, len(b)+1), make([]int, len(b)+1)
+	for i := range a {
+		for j := range b {
+			if a[i] == b[j] {
+				cur[j+1] = prev[j] + 1
+			} else {
+				cur[j+1] = max(prev[j+1], cur[j])
+			}
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// BenchmarkUnifiedDiff diffs two 100,000-line inputs that differ in one
+// line in a hundred (changed, dropped or added), and two that share no
+// line, where the cost limit bounds the search. B/op is the memory of the
+// whole diff, its text included; the table of common subsequences the diff
+// used before would need 8·10^10 bytes for the first.
+func BenchmarkUnifiedDiff(b *testing.B) {
+	const n = 100_000
+	a := make([]string, n)
+	for i := range a {
+		a[i] = fmt.Sprintf("  line-%d: value-%d\n", i, i)
+	}
+	var near []string
+	for i, line := range a {
+		switch i % 300 {
+		case 0:
+			near = append(near, "  changed\n")
+		case 100:
+		case 200:
+			near = append(near, line, "  added\n")
+		default:
+			near = append(near, line)
+		}
+	}
+	other := make([]string, n)
+	for i := range other {
+		other[i] = fmt.Sprintf("  other-%d\n", i)
+	}
+	for _, bb := range []struct {
+		name string
+		b    []string
+	}{{"one line in 100 differs", near}, {"no line in common", other}} {
+		b.Run(bb.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if UnifiedDiff("a", "b", a, bb.b) == "" {
+					b.Fatal("no diff")
+				}
+			}
+		})
+	}
 }
