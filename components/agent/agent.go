@@ -134,6 +134,9 @@ type Agent struct {
 	state *state
 	// health is what /healthz reports.
 	health health
+	// lastReconcile is what /debug/status reports of the last full
+	// reconcile (status.go).
+	lastReconcile reconcileRecord
 }
 
 // localRecord is what the agent remembers of a local attachment whose

@@ -111,6 +111,7 @@ func (a *Agent) reconcileFabric(ctx context.Context, reason string) (ok, deferre
 		klog.FromContext(ctx).Error(err, "Reconciling the fabric failed", "reason", reason)
 	}
 	a.metrics.reconciles.WithLabelValues(reason, result).Inc()
+	a.lastReconcile.set(reason, err)
 	return err == nil, kept > 0
 }
 

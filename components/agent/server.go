@@ -97,13 +97,13 @@ func (c CompletedServerConfig) New() (*Server, error) {
 	return &Server{
 		agent:   a,
 		workers: c.Workers,
-		handler: monitoring.Handler(reg,
+		handler: withDebug(a, monitoring.Handler(reg,
 			// A startup and a liveness probe ask /livez, a readiness
 			// probe /readyz; /healthz is /readyz for the probes of
 			// 0.2.0's manifests.
 			monitoring.Check{Path: "/livez", Func: func(*http.Request) error { return a.Live() }},
 			monitoring.Check{Path: "/readyz", Func: func(*http.Request) error { return a.Healthy() }},
-			monitoring.Check{Path: "/healthz", Func: func(*http.Request) error { return a.Healthy() }}),
+			monitoring.Check{Path: "/healthz", Func: func(*http.Request) error { return a.Healthy() }})),
 		metricsBindAddress: c.MetricsBindAddress,
 		kube:               kube,
 		broadcaster:        broadcaster,
