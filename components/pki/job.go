@@ -32,6 +32,12 @@ type EnsureConfig struct {
 	APIService string
 	// OutDir, when set, receives the data of each ensured Secret.
 	OutDir string
+	// CAConfigMaps are the namespaces to publish the CA's certificate into
+	// (EnsureCAConfigMap).
+	CAConfigMaps []string
+	// Passwords are the Secrets to make with a random password
+	// (EnsurePasswordSecret).
+	Passwords []SecretRef
 	// LeafValidity and RenewBefore are the leaves' lifetime and renewal
 	// margin; 0 means the package's LeafValidity and RenewBefore.
 	LeafValidity, RenewBefore time.Duration
@@ -87,8 +93,9 @@ func (c CompletedEnsureConfig) New() (*EnsureRun, error) {
 }
 
 // Run ensures the CA and the leaf Secrets, writes their files when OutDir
-// is set and the APIService's CA bundle when APIService is, and prints one
-// line per object to out. It starts no goroutine.
+// is set and the APIService's CA bundle when APIService is, publishes the
+// CA and makes the password Secrets, and prints one line per object to out.
+// It starts no goroutine.
 func (r *EnsureRun) Run(ctx context.Context, out io.Writer) error {
 	began := time.Now()
 	ca, results, err := r.ensurer.Ensure(ctx, r.cfg.Leaves)
@@ -111,6 +118,13 @@ func (r *EnsureRun) Run(ctx context.Context, out io.Writer) error {
 			return err
 		}
 		fmt.Fprintln(out, res)
+	}
+	published, _, err := r.publish(ctx, ca)
+	for _, res := range published {
+		fmt.Fprintln(out, res)
+	}
+	if err != nil {
+		return err
 	}
 	klog.FromContext(ctx).V(1).Info("Ensured the KOS PKI", "namespace", r.cfg.Namespace, "secrets", r.cfg.set, "duration", time.Since(began))
 	return nil

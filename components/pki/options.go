@@ -26,6 +26,12 @@ type EnsureOptions struct {
 	Kubeconfig string
 	// OutDir, when set, receives the data of each ensured Secret.
 	OutDir string
+	// CAConfigMaps are the namespaces to publish the CA's certificate
+	// into, in the ConfigMap CAConfigMap.
+	CAConfigMaps []string
+	// PasswordSecrets name the Secrets (namespace/name) to make with a
+	// random password.
+	PasswordSecrets []string
 	// LeafValidity is how long a new leaf certificate is valid.
 	LeafValidity time.Duration
 	// RenewBefore is how long before it expires a leaf is re-issued.
@@ -58,6 +64,8 @@ func (o *EnsureOptions) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.APIService, "apiservice", o.APIService, "APIService whose CA bundle to set to the CA, such as v1alpha1.network.example.com; empty sets none.")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the cluster; empty means the in-cluster configuration.")
 	fs.StringVar(&o.OutDir, "out-dir", o.OutDir, "Also write each ensured Secret's data (never the CA key) into DIR/<secret>/<key>, for the pod's containers; empty writes none.")
+	fs.StringSliceVar(&o.CAConfigMaps, "ca-configmap-namespaces", o.CAConfigMaps, "Namespaces to publish the CA's certificate (never its key) into, as ConfigMap "+CAConfigMap+" (key "+CACertKey+"), for clients that verify KOS servers; a namespace that does not exist is skipped and tried again. Each needs pki.PublishRules granted.")
+	fs.StringSliceVar(&o.PasswordSecrets, "password-secrets", o.PasswordSecrets, "Secrets (namespace/name) to make, when missing, with a random password under the key "+PasswordKey+", such as kos-monitoring/grafana-admin; an existing one is kept.")
 	fs.DurationVar(&o.LeafValidity, "leaf-validity", o.LeafValidity, "How long a new leaf certificate is valid (at most until the CA expires).")
 	fs.DurationVar(&o.RenewBefore, "renew-before", o.RenewBefore, "How long before it expires a leaf certificate is re-issued; less than --leaf-validity.")
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logs"))
@@ -76,6 +84,16 @@ func (o *EnsureOptions) Validate() error {
 	} else if _, err := Set(o.Secrets).Leaves(o.Namespace); err != nil {
 		errs = append(errs, fmt.Errorf("--secrets: %w", err))
 	}
+	for _, ns := range o.CAConfigMaps {
+		if ns == "" {
+			errs = append(errs, errors.New("--ca-configmap-namespaces holds an empty namespace"))
+		}
+	}
+	for _, s := range o.PasswordSecrets {
+		if _, err := ParseSecretRef(s); err != nil {
+			errs = append(errs, fmt.Errorf("--password-secrets: %w", err))
+		}
+	}
 	switch {
 	case o.LeafValidity <= 0:
 		errs = append(errs, fmt.Errorf("--leaf-validity is %s, want more than 0", o.LeafValidity))
@@ -92,6 +110,14 @@ func (o *EnsureOptions) Config() (*EnsureConfig, error) {
 	leaves, err := Set(o.Secrets).Leaves(o.Namespace)
 	if err != nil {
 		return nil, fmt.Errorf("--secrets: %w", err)
+	}
+	var passwords []SecretRef
+	for _, s := range o.PasswordSecrets {
+		ref, err := ParseSecretRef(s)
+		if err != nil {
+			return nil, fmt.Errorf("--password-secrets: %w", err)
+		}
+		passwords = append(passwords, ref)
 	}
 	var cfg *rest.Config
 	if o.Kubeconfig == "" {
@@ -111,6 +137,8 @@ func (o *EnsureOptions) Config() (*EnsureConfig, error) {
 		Leaves:       leaves,
 		APIService:   o.APIService,
 		OutDir:       o.OutDir,
+		CAConfigMaps: o.CAConfigMaps,
+		Passwords:    passwords,
 		LeafValidity: o.LeafValidity,
 		RenewBefore:  o.RenewBefore,
 		set:          o.Secrets,

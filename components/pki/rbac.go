@@ -37,3 +37,25 @@ func Rules(set Set, apiService string) (namespaced, cluster []rbacv1.PolicyRule,
 	}
 	return namespaced, cluster, nil
 }
+
+// PublishRules returns the rules of a Role, in one namespace the signer
+// publishes into, that let it publish there: the CA's ConfigMap when
+// caConfigMap is set, and the password Secrets named. As in Rules, creating
+// covers the namespace's every object of the kind; reading and updating are
+// limited to the names, and a password Secret is never updated.
+func PublishRules(caConfigMap bool, passwordSecrets ...string) []rbacv1.PolicyRule {
+	var rules []rbacv1.PolicyRule
+	if caConfigMap {
+		rules = append(rules,
+			rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}},
+			rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "update"}, ResourceNames: []string{CAConfigMap}},
+		)
+	}
+	if len(passwordSecrets) > 0 {
+		rules = append(rules,
+			rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
+			rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: passwordSecrets},
+		)
+	}
+	return rules
+}

@@ -70,7 +70,8 @@ func NewSignerMetrics() *SignerMetrics {
 // Signer keeps the KOS PKI current in a running cluster: it is the one
 // holder of the CA's private key. Each pass ensures the CA and the leaves
 // (making what is missing, re-issuing what expires within the renewal
-// margin) and the APIService's CA bundle, records every certificate's
+// margin), the APIService's CA bundle, the CA's published ConfigMaps and
+// the password Secrets, records every certificate's
 // expiry, and sleeps until the next leaf is due for renewal or Interval
 // passes, whichever is sooner. The kubelet then updates the Secret volumes
 // of the pods in place, and etcd and kos-apiserver read the new files
@@ -161,6 +162,23 @@ func (s *Signer) Pass(ctx context.Context) (time.Duration, error) {
 		if res.Action != Kept && s.Out != nil {
 			fmt.Fprintln(s.Out, res)
 		}
+	}
+	published, skipped, err := r.publish(ctx, ca)
+	for _, res := range published {
+		switch {
+		case res.Action == Skipped:
+			// Until its consumer is installed, every pass skips it:
+			// not worth a line each time.
+			klog.FromContext(ctx).V(2).Info("Skipped publishing", "object", res.Object, "reason", res.Reason)
+		case res.Action != Kept && s.Out != nil:
+			fmt.Fprintln(s.Out, res)
+		}
+	}
+	if err != nil {
+		return 0, err
+	}
+	if skipped {
+		wait = min(wait, PublishRetry)
 	}
 	s.Metrics.LastSuccess.Set(float64(time.Now().Unix()))
 	s.mu.Lock()
