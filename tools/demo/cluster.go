@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"time"
 
@@ -73,12 +72,10 @@ func (d *demo) runCluster(ctx context.Context) error {
 	}
 
 	repo := env.Registry + "/kos"
-	if err := pushOldImages(ctx, root, repo); err != nil {
-		return err
-	}
-	say("Build today's KOS images, those of %s (no container engine), and push them to the registry, for this machine's platform (without --platform, also linux/arm64):", newRelease)
-	if err := d.run("go", "run", "./tools/kosimages", "--root", root, "--push", repo, "--platform", "linux/"+runtime.GOARCH); err != nil {
-		return err
+	for _, v := range []string{oldRelease, newRelease} {
+		if err := pushReleasedImages(ctx, root, repo, v); err != nil {
+			return err
+		}
 	}
 
 	tree := filepath.Join(d.envDir, "release")

@@ -63,20 +63,20 @@ func (d *demo) nodeUnderlays(ctx context.Context, env *cluster.Cluster) error {
 	return nil
 }
 
-// pushOldImages pushes the images of oldRelease to the registry at repo,
-// as the commit that made the release built them with its own tooling
-// (catalog.BuildReleased, which keeps them in the repository's
-// .cache/released). They go first: where today's images have the same tag
-// (etcd, when both name one version), today's replace them.
-func pushOldImages(ctx context.Context, root, repo string) error {
-	say("KOS %[1]s's images are what the commit that made release %[1]s built, with its own tools: build them there (minutes the first time, while Go compiles that commit's libraries; kept in .cache/released after) and push them:", oldRelease)
-	archive, err := catalog.BuildReleased(ctx, catalog.ReleasedOptions{Root: root, Version: oldRelease, Progress: os.Stdout})
+// pushReleasedImages pushes the images of the released version to the
+// registry at repo, as the commit that made the release built them with its
+// own tooling (catalog.BuildReleased, which keeps them in the repository's
+// .cache/released). Where two releases' images have the same tag (etcd,
+// when both name one version), the later push replaces the earlier.
+func pushReleasedImages(ctx context.Context, root, repo, version string) error {
+	say("KOS %[1]s's images are what the commit that made release %[1]s built, with its own tools: build them there (minutes the first time, while Go compiles that commit's libraries; kept in .cache/released after) and push them:", version)
+	archive, err := catalog.BuildReleased(ctx, catalog.ReleasedOptions{Root: root, Version: version, Progress: os.Stdout})
 	if err != nil {
 		return err
 	}
 	pushed, err := catalog.PushArchive(ctx, archive, repo, false, append(slices.Clone(catalog.Components), catalog.Etcd)...)
 	if err != nil {
-		return fmt.Errorf("pushing the images of release %s to %s: %w", oldRelease, repo, err)
+		return fmt.Errorf("pushing the images of release %s to %s: %w", version, repo, err)
 	}
 	for _, tag := range slices.Sorted(maps.Keys(pushed)) {
 		fmt.Printf("pushed %s\n", pushed[tag])

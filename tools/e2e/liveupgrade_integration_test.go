@@ -135,11 +135,11 @@ type liveUpgrade struct {
 	kopsBin string
 }
 
-// testPublish pushes to the cluster's registry release 0.1.0's images,
-// built from the commit that made that release with its own tooling
-// (catalog.BuildReleased, cached by commit in .cache/released), then
-// today's images, which replace the tags both have (etcd, when both name
-// the same version: the pinned references stay valid). It writes the
+// testPublish pushes to the cluster's registry the images of liveOld, then
+// those of liveNew, each built from the commit that made the release with
+// its own tooling (pushReleased), or today's for a release not made yet;
+// the second replace the tags both have (etcd, when both name the same
+// version: the pinned references stay valid). It writes the
 // release tree for that registry with every image pinned, and the
 // channels of both releases with the userspace agent, and serves it over
 // HTTPS. It also gives every node its local volume for etcd.
@@ -147,23 +147,15 @@ func (lu *liveUpgrade) testPublish(t *testing.T) {
 	ctx := t.Context()
 	began := time.Now()
 	repo := lu.env.Registry + "/" + registryPrefix
-	archive, err := catalog.BuildReleased(ctx, catalog.ReleasedOptions{Root: lu.root, Version: liveOld, Progress: testWriter{t}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	digests, err := catalog.PushArchive(ctx, archive, repo, false, append(slices.Clone(catalog.Components), catalog.Etcd)...)
-	if err != nil {
-		t.Fatalf("pushing the images of release %s to %s: %v", liveOld, repo, err)
-	}
-	for tag := range digests {
-		if image, version, _ := strings.Cut(tag, ":"); version != liveOld && image != catalog.Registry+"/"+catalog.Etcd {
-			t.Fatalf("release %s's tooling built %s", liveOld, tag)
-		}
-	}
+	digests := lu.pushReleased(t, repo, liveOld)
 	figure(t, "live-images-"+liveOld+"-built-and-pushed", time.Since(began))
 
 	newBegan := time.Now()
-	maps.Copy(digests, lu.pushImages(t, repo))
+	if _, released := catalog.Releases[liveNew]; released {
+		maps.Copy(digests, lu.pushReleased(t, repo, liveNew))
+	} else {
+		maps.Copy(digests, lu.pushImages(t, repo))
+	}
 	figure(t, "live-images-"+liveNew+"-built-and-pushed", time.Since(newBegan))
 
 	lu.tree = filepath.Join(lu.t.TempDir(), "release")
@@ -247,6 +239,27 @@ func (lu *liveUpgrade) testHostUnderlay(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// pushReleased pushes the images of the released version to repo, as the
+// commit that made it built them (catalog.BuildReleased, cached by commit in
+// .cache/released), and returns their digests by tag.
+func (lu *liveUpgrade) pushReleased(t *testing.T, repo, version string) map[string]string {
+	ctx := t.Context()
+	archive, err := catalog.BuildReleased(ctx, catalog.ReleasedOptions{Root: lu.root, Version: version, Progress: testWriter{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	digests, err := catalog.PushArchive(ctx, archive, repo, false, append(slices.Clone(catalog.Components), catalog.Etcd)...)
+	if err != nil {
+		t.Fatalf("pushing the images of release %s to %s: %v", version, repo, err)
+	}
+	for tag := range digests {
+		if image, v, _ := strings.Cut(tag, ":"); v != version && image != catalog.Registry+"/"+catalog.Etcd {
+			t.Fatalf("release %s's tooling built %s", version, tag)
+		}
+	}
+	return digests
 }
 
 // pass installs liveOld with the driver, uses it, upgrades to liveNew under

@@ -134,8 +134,18 @@ var accesses = []access{
 	{sa: managerSA, verb: "update", resource: "networkattachments/status" + kos, namespace: "tenant-a", name: "a1", allowed: true},
 	{sa: managerSA, verb: "patch", resource: "networkattachments/status" + kos, namespace: "tenant-a", name: "a1"},
 	{sa: managerSA, verb: "update", resource: "networkattachments" + kos, namespace: "tenant-a", name: "a1"},
-	{sa: managerSA, verb: "create", resource: "networkattachments" + kos, namespace: "tenant-a"},
-	{sa: managerSA, verb: "delete", resource: "networkattachments" + kos, namespace: "tenant-a", name: "a1"},
+	// kos-controller-manager: the pod-network controller (0.3.0) makes
+	// and removes the attachments of pods' interfaces, reading pods and
+	// NetworkAttachmentDefinitions.
+	{sa: managerSA, verb: "create", resource: "networkattachments" + kos, namespace: "tenant-a", allowed: true},
+	{sa: managerSA, verb: "delete", resource: "networkattachments" + kos, namespace: "tenant-a", name: "a1", allowed: true},
+	{sa: managerSA, verb: "list", resource: "pods", allowed: true},
+	{sa: managerSA, verb: "watch", resource: "pods", allowed: true},
+	{sa: managerSA, verb: "get", resource: "pods", namespace: "tenant-a", name: "web-0", allowed: true},
+	{sa: managerSA, verb: "update", resource: "pods", namespace: "tenant-a", name: "web-0"},
+	{sa: managerSA, verb: "list", resource: "network-attachment-definitions.k8s.cni.cncf.io", allowed: true},
+	{sa: managerSA, verb: "watch", resource: "network-attachment-definitions.k8s.cni.cncf.io", allowed: true},
+	{sa: managerSA, verb: "create", resource: "network-attachment-definitions.k8s.cni.cncf.io", namespace: "tenant-a"},
 	{sa: managerSA, verb: "get", resource: "iplocks" + kos, namespace: "tenant-a", name: "v1-1-10-0-0-5", allowed: true},
 	{sa: managerSA, verb: "list", resource: "iplocks" + kos, allowed: true},
 	{sa: managerSA, verb: "watch", resource: "iplocks" + kos, allowed: true},
@@ -163,7 +173,11 @@ var accesses = []access{
 	{sa: agentSA, verb: "update", resource: "networkattachments/status" + kos, namespace: "tenant-a", name: "a1", allowed: true},
 	{sa: agentSA, verb: "update", resource: "networkattachments" + kos, namespace: "tenant-a", name: "a1"},
 	{sa: agentSA, verb: "delete", resource: "networkattachments" + kos, namespace: "tenant-a", name: "a1"},
+	// kos-agent: the subnet of a pod's interface (0.3.0), by name.
+	{sa: agentSA, verb: "get", resource: "subnets" + kos, namespace: "tenant-a", name: "net1", allowed: true},
 	{sa: agentSA, verb: "list", resource: "subnets" + kos},
+	{sa: agentSA, verb: "create", resource: "networkattachments" + kos, namespace: "tenant-a"},
+	{sa: agentSA, verb: "list", resource: "pods"},
 	{sa: agentSA, verb: "update", resource: "subnets/status" + kos, namespace: "tenant-a", name: "net1"},
 	{sa: agentSA, verb: "create", resource: "iplocks" + kos, namespace: "tenant-a"},
 	{sa: agentSA, verb: "create", resource: "events", namespace: "tenant-a", allowed: true},

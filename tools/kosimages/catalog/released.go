@@ -28,6 +28,11 @@ var Releases = map[string]string{
 	// changed in 206efe1; nothing the images hold (cmd/, components/,
 	// tools/images, tools/kosimages, go.mod) changed after it.
 	"0.1.0": "2212c21c52e6864de2b2303dbe9852d05453f155",
+	// The last commit of the second wave (cf83361): 0.2.0 as users got
+	// it, before the third wave's agent (MTU from the underlay, the
+	// tunnel filter, the CNI server) went into the tree that builds
+	// 0.3.0.
+	"0.2.0": "cf83361052d6aaf75f9b1a8f313d6cae607ce4f5",
 }
 
 // ReleasedOptions say which release's images to build.
