@@ -37,9 +37,9 @@ func TestCommandFlags(t *testing.T) {
 	if got, want := cmd.Flags().Lookup("agent-identities").DefValue, "[system:serviceaccount:example-com:kos-agent]"; got != want {
 		t.Errorf("--agent-identities defaults to %q, want %q", got, want)
 	}
-	// NodeRestriction is among the plugins on by default.
-	if usage := cmd.Flags().Lookup("enable-admission-plugins").Usage; !strings.Contains(usage, "ValidatingAdmissionWebhook, NodeRestriction).") {
-		t.Errorf("--enable-admission-plugins does not list NodeRestriction as on by default: %q", usage)
+	// NodeRestriction and ResourceQuota are among the plugins on by default.
+	if usage := cmd.Flags().Lookup("enable-admission-plugins").Usage; !strings.Contains(usage, "ValidatingAdmissionWebhook, NodeRestriction, ResourceQuota).") {
+		t.Errorf("--enable-admission-plugins does not list NodeRestriction and ResourceQuota as on by default: %q", usage)
 	}
 
 	if err := cmd.Help(); err != nil {

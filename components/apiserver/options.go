@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apiserver/pkg/admission"
 	mutatingadmissionpolicy "k8s.io/apiserver/pkg/admission/plugin/policy/mutating"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/apiserver/admission/noderestriction"
+	"github.com/kos-sdn/kos/components/apiserver/admission/quota"
 	generatedopenapi "github.com/kos-sdn/kos/components/generated/openapi"
 )
 
@@ -60,6 +62,15 @@ func NewOptions() *Options {
 	// made after the flags are parsed, so it sees --agent-identities.
 	noderestriction.Register(o.Recommended.Admission.Plugins, func() []string { return o.AgentIdentities })
 	o.Recommended.Admission.RecommendedPluginOrder = append(o.Recommended.Admission.RecommendedPluginOrder, noderestriction.PluginName)
+	// ResourceQuota, on by default and last, so that only a request every
+	// other plugin admitted is charged: the main cluster's quota admission
+	// never sees a KOS object. It reads the main cluster's ResourceQuotas
+	// and writes their status.
+	quota.Register(o.Recommended.Admission.Plugins)
+	o.Recommended.Admission.RecommendedPluginOrder = append(o.Recommended.Admission.RecommendedPluginOrder, quota.PluginName)
+	o.Recommended.ExtraAdmissionInitializers = func(*genericapiserver.RecommendedConfig) ([]admission.PluginInitializer, error) {
+		return []admission.PluginInitializer{quota.Initializer{}}, nil
+	}
 	// MutatingAdmissionPolicy, on by default since k8s.io/apiserver 0.36,
 	// watches admissionregistration.k8s.io/v1 mutating policies of the main
 	// cluster, which Kubernetes serves only from 1.36 on: on older clusters
