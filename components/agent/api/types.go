@@ -52,7 +52,7 @@ type Status struct {
 	// GoVersion is the Go release the agent was built with.
 	GoVersion string `json:"goVersion,omitempty"`
 	// Started is when the agent's process started.
-	Started time.Time `json:"started"`
+	Started time.Time `json:"started,omitzero"`
 
 	// Ready says whether the agent is ready: its first reconcile is done
 	// and its last check of the switch succeeded recently.

@@ -1,0 +1,190 @@
+// Package kubectlkos is the kubectl plugin `kubectl kos`, which helps an
+// operator troubleshoot KOS: per-node agent status, a packet trace through a
+// node's switch, and a support bundle. It follows kubectl's conventions
+// (cli-runtime's kubeconfig flags, IO streams and printers) and reaches the
+// node agents only through the kube-apiserver's pod proxy, so that the
+// user's own credentials and RBAC decide what they may see; it never
+// connects to a node itself.
+package kubectlkos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	kosclient "github.com/kos-sdn/kos/components/generated/clientset/versioned"
+)
+
+// Exit codes of Main.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+// Defaults of the agent flags: where the releases since 0.2.0 run the node
+// agent.
+const (
+	DefaultAgentNamespace = "kos-node"
+	DefaultAgentSelector  = "app.kubernetes.io/name=kos-agent"
+)
+
+// Main runs the plugin with args (without the program name) and returns its
+// exit code: 0 on success, 1 when the command failed, 2 when it was used
+// wrongly. An error is written to streams.ErrOut as one line.
+func Main(ctx context.Context, args []string, streams genericiooptions.IOStreams) int {
+	cmd := NewCommand(streams)
+	if args == nil {
+		args = []string{} // cobra takes nil for os.Args
+	}
+	cmd.SetArgs(args)
+	err := cmd.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintln(streams.ErrOut, "error: "+strings.Join(strings.Fields(err.Error()), " "))
+	var usage *usageError
+	if errors.As(err, &usage) {
+		return exitUsage
+	}
+	return exitError
+}
+
+// NewCommand returns the root command, kubectl-kos, which kubectl runs as
+// `kubectl kos`.
+func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	o := &options{
+		config:  genericclioptions.NewConfigFlags(true),
+		streams: streams,
+	}
+	cmd := &cobra.Command{
+		Use:   "kubectl-kos",
+		Short: "Troubleshoot KOS: node agents' status, packet traces, support bundles",
+		Long: `kubectl kos helps troubleshoot KOS, the SDN of network attachments.
+
+It reads the KOS API with your credentials and reaches the node agents (the
+kos-agent pods) through the kube-apiserver's pod proxy, never directly: what
+you may see is what your RBAC allows (pods/proxy and pods/log on the agent
+pods; see docs/kubectl-kos.md).`,
+		Example: `  # Every node's agent: version, attachments on its switch, flows, last reconcile, errors.
+  kubectl kos status
+
+  # What the switch of attachment a1's node does with a ping from a1 to 10.1.0.7.
+  kubectl kos trace a1 --to 10.1.0.7 -n tenant-a
+
+  # Logs, flows, tunnels, routes and the KOS objects of a namespace, in one archive.
+  kubectl kos support-bundle -n tenant-a -o bundle.tar.gz`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Args:          noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return cmd.Help()
+		},
+		// kubectl runs the binary kubectl-kos as `kubectl kos`: help says so.
+		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl kos"},
+	}
+	// kubectl completes a plugin's arguments through a script of its own
+	// (kubectl_complete-kos), not this command.
+	cmd.CompletionOptions.DisableDefaultCmd = true
+	cmd.SetIn(streams.In)
+	cmd.SetOut(streams.Out)
+	cmd.SetErr(streams.ErrOut)
+	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usageErrorf(c, "%v", err)
+	})
+	o.config.AddFlags(cmd.PersistentFlags())
+	cmd.PersistentFlags().StringVar(&o.agentNamespace, "agent-namespace", DefaultAgentNamespace, "The namespace of the kos-agent pods")
+	cmd.PersistentFlags().StringVar(&o.agentSelector, "agent-selector", DefaultAgentSelector, "The label selector of the kos-agent pods")
+	cmd.AddCommand(newStatusCommand(o), newTraceCommand(o), newSupportBundleCommand(o))
+	return cmd
+}
+
+// options holds what every command shares.
+type options struct {
+	config         *genericclioptions.ConfigFlags
+	streams        genericiooptions.IOStreams
+	agentNamespace string
+	agentSelector  string
+}
+
+// clients are the clients of one command run.
+type clients struct {
+	kube    kubernetes.Interface
+	kos     kosclient.Interface
+	dynamic dynamic.Interface
+}
+
+// clients connects to the cluster the kubeconfig flags select.
+func (o *options) clients() (*clients, error) {
+	cfg, err := o.config.ToRESTConfig()
+	if err != nil {
+		if clientcmd.IsEmptyConfig(err) {
+			return nil, errors.New("no cluster configured: pass --kubeconfig or set KUBECONFIG")
+		}
+		return nil, fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.WarningHandler = rest.NewWarningWriter(o.streams.ErrOut, rest.WarningWriterOptions{Deduplicate: true})
+	cfg.UserAgent = "kubectl-kos"
+	c := &clients{}
+	if c.kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	if c.kos, err = kosclient.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	if c.dynamic, err = dynamic.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// namespace returns the namespace of -n, or of the kubeconfig's context.
+func (o *options) namespace() (string, error) {
+	ns, _, err := o.config.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return "", fmt.Errorf("finding the namespace: %w", err)
+	}
+	return ns, nil
+}
+
+// agents returns the agents the flags select, reached through the pod
+// proxy of kube.
+func (o *options) agents(kube kubernetes.Interface) *agents {
+	return &agents{kube: kube, namespace: o.agentNamespace, selector: o.agentSelector, proxy: podProxy{kube: kube}}
+}
+
+// usageError is a command used wrongly; Main exits 2 on it.
+type usageError struct {
+	msg  string
+	path string
+}
+
+func (e *usageError) Error() string {
+	return fmt.Sprintf("%s (see '%s --help')", e.msg, e.path)
+}
+
+func usageErrorf(cmd *cobra.Command, format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...), path: cmd.CommandPath()}
+}
+
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageErrorf(cmd, "unexpected arguments %q", args)
+	}
+	return nil
+}
+
+// warnf writes a warning to the error stream, as kubectl does.
+func (o *options) warnf(format string, args ...any) {
+	fmt.Fprintf(o.streams.ErrOut, "Warning: "+format+"\n", args...)
+}
