@@ -68,6 +68,14 @@ type KOS struct {
 	URL string
 	// EtcdURL is the client URL of its etcd.
 	EtcdURL string
+	// EtcdMember, EtcdPeerURL and EtcdDataDir are its etcd's --name,
+	// peer URL and --data-dir, which a restore of that etcd needs.
+	EtcdMember  string
+	EtcdPeerURL string
+	EtcdDataDir string
+	// EtcdCAFile, EtcdCertFile and EtcdKeyFile are the CA and the client
+	// key pair for its etcd when KOSOptions.EtcdTLS is set, else "".
+	EtcdCAFile, EtcdCertFile, EtcdKeyFile string
 	// CACertFile is its self-signed serving certificate, which is also the
 	// CA a direct client trusts.
 	CACertFile string
@@ -135,6 +143,7 @@ func (e *Env) StartKOS(ctx context.Context, opts KOSOptions) (*KOS, error) {
 		if k.etcdTLS, err = newEtcdTLS(filepath.Join(dir, "etcd-certs")); err != nil {
 			return nil, err
 		}
+		k.EtcdCAFile, k.EtcdCertFile, k.EtcdKeyFile = k.etcdTLS.caFile, k.etcdTLS.clientCertFile, k.etcdTLS.clientKeyFile
 	}
 	if err := k.startEtcd(ctx); err != nil {
 		return nil, err
@@ -382,10 +391,19 @@ func (k *KOS) Restart(ctx context.Context) error {
 	return k.waitAggregated(ctx, kube, agg)
 }
 
-// RestartEtcd stops the etcd of kos-apiserver and starts it again on the
-// same ports, data and certificates, and returns once it is healthy.
-// kos-apiserver keeps running and reconnects on its own; until it has, its
-// requests fail.
+// StopEtcd stops the etcd of kos-apiserver, so that a test can change its
+// data folder; RestartEtcd starts it again. kos-apiserver keeps running.
+func (k *KOS) StopEtcd() error {
+	k.mu.Lock()
+	p := k.etcd
+	k.mu.Unlock()
+	return p.Stop(stopGrace)
+}
+
+// RestartEtcd stops the etcd of kos-apiserver when it runs and starts it
+// again on the same ports, data folder and certificates, and returns once it
+// is healthy. kos-apiserver keeps running and reconnects on its own; until it
+// has, its requests fail.
 func (k *KOS) RestartEtcd(ctx context.Context) error {
 	k.mu.Lock()
 	old := k.etcd
@@ -415,7 +433,8 @@ func (k *KOS) startEtcd(ctx context.Context) error {
 	k.mu.Lock()
 	k.etcd = p
 	k.mu.Unlock()
-	k.EtcdURL = p.URL
+	k.EtcdURL, k.EtcdPeerURL = p.URL, p.PeerURL
+	k.EtcdMember, k.EtcdDataDir = p.Name, filepath.Join(k.env.Dir, p.Name)
 	return nil
 }
 
