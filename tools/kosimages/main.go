@@ -108,10 +108,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	flags.Usage = func() {
 		fmt.Fprint(flags.Output(), `Usage: kosimages [flags]
 
-Builds the KOS images (kos-apiserver with kos-pki, kos-controller-manager,
-kos-agent with the Open vSwitch clients, etcd, and the pause image) without a
-container engine, into one docker-format tarball that ctr, docker and podman
-load.
+Builds the KOS images (kos-apiserver with kos-pki and kos-etcd-backup,
+kos-controller-manager, kos-agent with the Open vSwitch clients, etcd, and the
+pause image) without a container engine, into one docker-format tarball that
+ctr, docker and podman load.
 
 With --push REGISTRY[/PREFIX] it writes no tarball: it pushes every image to
 REGISTRY/PREFIX/NAME:TAG instead, each as an image index (a multi-platform

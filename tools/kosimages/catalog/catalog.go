@@ -56,8 +56,9 @@ func Spec(name string) (Image, error) {
 	switch name {
 	case APIServer:
 		// kos-pki is the init container of the etcd and kos-apiserver
-		// pods; one image serves both.
-		return Image{Name: name, Packages: []string{module + "/cmd/kos-apiserver", module + "/cmd/kos-pki"}}, nil
+		// pods, and kos-etcd-backup the backup CronJob of kos-etcd (from
+		// 0.3.0); one image serves them all.
+		return Image{Name: name, Packages: []string{module + "/cmd/kos-apiserver", module + "/cmd/kos-pki", module + "/cmd/kos-etcd-backup"}}, nil
 	case ControllerManager:
 		return Image{Name: name, Packages: []string{module + "/cmd/kos-controller-manager"}}, nil
 	case Agent:

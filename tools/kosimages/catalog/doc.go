@@ -1,8 +1,9 @@
 // Package catalog says which container images KOS ships, what each one
 // holds, and builds them with tools/images, without a container engine:
 //
-//   - kos.example.com/kos-apiserver:<v>: kos-apiserver and kos-pki (the init
-//     container of the etcd and kos-apiserver pods), in /usr/local/bin;
+//   - kos.example.com/kos-apiserver:<v>: kos-apiserver, kos-pki (the init
+//     container of the etcd and kos-apiserver pods) and kos-etcd-backup
+//     (the backup CronJob of kos-etcd), in /usr/local/bin;
 //   - kos.example.com/kos-controller-manager:<v>;
 //   - kos.example.com/kos-agent:<v>: kos-agent, kos-ovs with the host's Open
 //     vSwitch daemons and clients (ovs-vsctl, ovs-ofctl, ovs-appctl) and
