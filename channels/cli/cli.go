@@ -57,6 +57,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if errors.As(err, &usage) {
 		return exitUsage
 	}
+	if code, ok := exitCode(err); ok {
+		return code
+	}
 	return exitError
 }
 
@@ -108,7 +111,7 @@ Channels are read from a path, an https:// URL or an s3:// URL.`,
 	o.config.AddFlags(cmd.PersistentFlags())
 	cmd.PersistentFlags().IntVarP(&o.verbosity, "v", "v", 0, "Log verbosity: 0 logs nothing, 1 and more log to stderr, 2 and more log each step")
 
-	cmd.AddCommand(newApplyCommand(o), newGetCommand(o), newDeleteCommand(o), newVersionCommand(o))
+	cmd.AddCommand(newApplyCommand(o), newGetCommand(o), newDeleteCommand(o), newLintCommand(o), newVersionCommand(o))
 	return cmd
 }
 

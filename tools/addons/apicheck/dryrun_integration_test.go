@@ -70,9 +70,9 @@ func TestIntegrationDryRun(t *testing.T) {
 
 // endMinors returns the oldest and the newest minor of Kubernetes 1 that a
 // release's kubernetesVersion range claims, the two its checks must run on;
-// only the oldest for a range without an upper bound (the released 0.1.0
-// entries: a newer minor than any server is claimed untested, which the
-// 0.2.0 ranges no longer do).
+// only the oldest for a range without an upper bound (the bundle has none
+// since the 0.1.0 entries were capped; channels lint refuses an old
+// open-ended range beside a newer capped one).
 func endMinors(t *testing.T, a *channels.Addon) []uint64 {
 	t.Helper()
 	r, err := semver.ParseRange(a.KubernetesVersion)

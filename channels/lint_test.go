@@ -1,0 +1,204 @@
+package channels
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// lintEntry is one entry of a channel a lint test parses.
+type lintEntry struct {
+	name, version, id, kubernetesVersion string
+}
+
+// lintChannel parses a channel of entries at location, each with its own
+// manifest.
+func lintChannel(t *testing.T, location string, entries ...lintEntry) []*Addon {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("kind: Addons\nmetadata: {name: test}\nspec:\n  addons:\n")
+	for _, e := range entries {
+		fmt.Fprintf(&b, "  - name: %s\n    manifest: %s-%s-%s.yaml\n    manifestHash: \"%s\"\n    selector: {k8s-addon: %s}\n", e.name, e.name, e.version, e.id, strings.Repeat("0", 64), e.name)
+		if e.version != "" {
+			fmt.Fprintf(&b, "    version: %s\n", e.version)
+		}
+		if e.id != "" {
+			fmt.Fprintf(&b, "    id: %s\n", e.id)
+		}
+		if e.kubernetesVersion != "" {
+			fmt.Fprintf(&b, "    kubernetesVersion: %q\n", e.kubernetesVersion)
+		}
+	}
+	addons, err := Parse(location, []byte(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addons
+}
+
+func TestLint(t *testing.T) {
+	type found struct{ Addon, Rule string }
+	tests := []struct {
+		name     string
+		channels [][]lintEntry
+		want     []found
+		// message is a problem's whole message, when the case checks one.
+		message string
+	}{{
+		name: "the time bomb: an open-ended old release outlives a capped new one",
+		channels: [][]lintEntry{{
+			{"dns", "0.1.0", "k8s-1.29", ">=1.29.0"},
+			{"dns", "0.2.0", "k8s-1.29", ">=1.29.0 <1.38.0"},
+		}},
+		want: []found{{"dns", LintDowngrade}},
+		message: "on Kubernetes 1.38.0 channels and kOps's channels choose 0.1.0 (k8s-1.29, >=1.29.0) of /c/0.yaml, " +
+			"older than 0.2.0 (k8s-1.29, >=1.29.0 <1.38.0) of /c/0.yaml, which they choose on Kubernetes 1.37.99: " +
+			"a cluster upgraded to 1.38.0 would go back to the older release (and a new one would get it); " +
+			"end the older release's kubernetesVersion range where the newer one's ends",
+	}, {
+		name: "capped ranges",
+		channels: [][]lintEntry{{
+			{"dns", "0.1.0", "k8s-1.29", ">=1.29.0 <1.38.0"},
+			{"dns", "0.2.0", "k8s-1.29", ">=1.29.0 <1.38.0"},
+			{"dns", "0.3.0", "k8s-1.30", ">=1.30.0 <1.40.0"},
+		}},
+	}, {
+		name: "one release per range of one version",
+		channels: [][]lintEntry{{
+			{"api", "0.1.0", "k8s-1.29", ">=1.29.0 <1.30.0"},
+			{"api", "0.1.0", "k8s-1.30", ">=1.30.0 <1.38.0"},
+			{"api", "0.2.0", "k8s-1.29", ">=1.29.0 <1.30.0"},
+			{"api", "0.2.0", "k8s-1.30", ">=1.30.0 <1.38.0"},
+		}},
+	}, {
+		name: "a newer release dropping an old Kubernetes is no downgrade",
+		channels: [][]lintEntry{{
+			{"dns", "0.1.0", "k8s-1.20", ">=1.20.0 <1.30.0"},
+			{"dns", "0.2.0", "k8s-1.25", ">=1.25.0 <1.40.0"},
+		}},
+	}, {
+		name: "a downgrade by range alone, kOps's pick the same",
+		channels: [][]lintEntry{{
+			{"dns", "0.2.0", "k8s-1.20", ">=1.20.0 <1.30.0"},
+			{"dns", "0.1.0", "k8s-1.30", ">=1.30.0"},
+		}},
+		want: []found{{"dns", LintDowngrade}},
+	}, {
+		name: "a tie",
+		channels: [][]lintEntry{{
+			{"dns", "0.2.0", "a", ">=1.29.0 <1.31.0"},
+			{"dns", "0.2.0", "b", ">=1.30.0 <1.38.0"},
+		}},
+		want: []found{{"dns", LintTie}},
+	}, {
+		name: "newest first: kOps's channels takes the last",
+		channels: [][]lintEntry{{
+			{"dns", "0.2.0", "k8s-1.29", ">=1.29.0"},
+			{"dns", "0.1.0", "k8s-1.29", ">=1.29.0"},
+		}},
+		want: []found{{"dns", LintKOps}},
+	}, {
+		name: "variants split across channels",
+		channels: [][]lintEntry{{
+			{"agent", "0.2.0", "k8s-1.29-userspace", ">=1.29.0 <1.38.0"},
+		}, {
+			{"agent", "0.2.0", "k8s-1.29", ">=1.29.0 <1.38.0"},
+			{"dns", "0.2.0", "k8s-1.29", ">=1.29.0 <1.38.0"},
+		}},
+		want: []found{{"agent", LintSplit}},
+	}, {
+		name: "addons of their own in two channels",
+		channels: [][]lintEntry{{
+			{"dns", "0.2.0", "k8s-1.29", ">=1.29.0 <1.38.0"},
+		}, {
+			{"monitoring", "0.2.0", "k8s-1.29", ">=1.29.0 <1.38.0"},
+		}},
+	}, {
+		name:     "no version, no range",
+		channels: [][]lintEntry{{{"manifest", "", "", ""}}},
+	}, {
+		name: "an unversioned entry after a versioned one",
+		channels: [][]lintEntry{{
+			{"dns", "1.0.0", "a", ">=1.29.0 <1.30.0"},
+			{"dns", "", "b", ">=1.29.0"},
+		}},
+		want: []found{{"dns", LintKOps}, {"dns", LintDowngrade}},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var releases []*Addon
+			for i, entries := range tt.channels {
+				releases = append(releases, lintChannel(t, fmt.Sprintf("/c/%d.yaml", i), entries...)...)
+			}
+			problems := Lint(releases)
+			var got []found
+			for _, p := range problems {
+				got = append(got, found{p.Addon, p.Rule})
+			}
+			if diff := cmp.Diff(got, tt.want); diff != "" {
+				t.Errorf("Lint (-got +want):\n%s\nproblems: %q", diff, problems)
+			}
+			if tt.message != "" && len(problems) > 0 {
+				if diff := cmp.Diff(problems[0].Message, tt.message); diff != "" {
+					t.Errorf("message (-got +want):\n%s", diff)
+				}
+			}
+		})
+	}
+}
+
+// TestLintBundle lints the repository's channels as they are applied: each
+// alone, and the optional monitoring channel with the bootstrap channel.
+// The local channel given before the bootstrap channel splits kos-etcd and
+// kos-agent, which is why `make release FLAVOR=local` writes one channel.
+func TestLintBundle(t *testing.T) {
+	root := ".."
+	load := func(paths ...string) []*Addon {
+		var out []*Addon
+		for _, p := range paths {
+			addons, err := Load(context.Background(), NewFetcher(), filepath.Join(root, p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, addons...)
+		}
+		return out
+	}
+	for _, set := range [][]string{
+		{"bootstrap-channel.yaml"},
+		{"addons/local-channel.yaml"},
+		{"addons/monitoring-channel.yaml"},
+		{"bootstrap-channel.yaml", "addons/monitoring-channel.yaml"},
+	} {
+		t.Run(strings.Join(set, " "), func(t *testing.T) {
+			if problems := Lint(load(set...)); len(problems) > 0 {
+				t.Errorf("Lint found problems:\n%s", lintLines(problems))
+			}
+		})
+	}
+	t.Run("local and bootstrap together", func(t *testing.T) {
+		got := map[string]bool{}
+		for _, p := range Lint(load("addons/local-channel.yaml", "bootstrap-channel.yaml")) {
+			if p.Rule != LintSplit {
+				t.Errorf("unexpected problem: %s", p)
+				continue
+			}
+			got[p.Addon] = true
+		}
+		if diff := cmp.Diff(got, map[string]bool{"kos-agent": true, "kos-etcd": true}); diff != "" {
+			t.Errorf("addons split (-got +want):\n%s", diff)
+		}
+	})
+}
+
+func lintLines(problems []LintProblem) string {
+	var b strings.Builder
+	for _, p := range problems {
+		b.WriteString(p.String() + "\n")
+	}
+	return b.String()
+}
