@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -112,16 +113,20 @@ func (e *ApplyError) Unwrap() []error {
 // applied meanwhile.
 //
 // For each addon it fetches and verifies the manifest, stamps its selector
-// and IdentityLabel on every object, writes the pending inventory (the kinds
-// and namespaces it is about to apply) unless the record already covers
-// them, and applies its objects with server-side apply in phases (see
-// Phase), taking over fields kOps or kubectl's client-side apply own. Once
-// every addon is applied it waits, for all of them at once, until their
-// objects are ready (when opts.Wait is set); then, addon by addon, it prunes
-// what the release no longer has, marks nodes for a rolling update when the
-// release asks, and writes the install record. An addon that fails anywhere keeps its old
-// record, and nothing of it is pruned; the other addons go on. The returned
-// error is an *ApplyError when addons failed.
+// and IdentityLabel on every object, refuses objects another addon owns
+// (see AdoptAnnotation), writes the pending inventory (the kinds and
+// namespaces it is about to apply) unless the record already covers them,
+// and applies its objects with server-side apply in phases (see Phase),
+// taking over fields kOps or kubectl's client-side apply own; each phase is
+// applied for every addon before the next, so that the Namespaces and CRDs
+// of all come first (see applyRun). Once every addon is applied it waits,
+// for all of them at once, until their objects are ready (when opts.Wait is
+// set); then, addon by addon, it prunes what the release no longer has
+// (keeping what any addon of the channels declares), marks nodes for a
+// rolling update when the release asks, and writes the install record. An
+// addon that fails anywhere keeps its old record, and nothing of it is
+// pruned; the other addons go on. The returned error is an *ApplyError when
+// addons failed.
 func (c *Client) Apply(ctx context.Context, plan *Plan, opts ApplyOptions) error {
 	pending := plan.Pending()
 	if len(pending) == 0 {
@@ -154,19 +159,7 @@ func (c *Client) Apply(ctx context.Context, plan *Plan, opts ApplyOptions) error
 			r.report(EventFailed, addon, "Failed: %v", err)
 			failed = append(failed, AddonError{Addon: addon, Err: err})
 		}
-		var rollouts []*rollout
-		for _, it := range items {
-			if !it.Decision.Apply {
-				r.report(EventNote, it.Addon.Name, "Skipped: another run applied it meanwhile (%s)", it.Decision.Reason)
-				continue
-			}
-			ro, err := c.applyAddon(ctx, it, opts)
-			if err != nil {
-				fail(it.Addon.Name, err)
-				continue
-			}
-			rollouts = append(rollouts, ro)
-		}
+		rollouts := c.applyRun(ctx, plan, items, opts, r, fail)
 		if opts.Wait {
 			waitErrs := make([]error, len(rollouts))
 			var wg sync.WaitGroup
@@ -226,6 +219,11 @@ func releaseObjects(ctx context.Context, f *Fetcher, a *Addon) ([]*unstructured.
 type rollout struct {
 	item   PlanItem
 	writer *addonWriter
+	// objs are the release's objects, rel them mapped and placed, and
+	// adopt the keys of those the manifest adopts (AdoptAnnotation).
+	objs  []*unstructured.Unstructured
+	rel   *release
+	adopt map[objectKey]bool
 	// done is what the release applied, and inv its inventory to record.
 	done *applied
 	inv  *Inventory
@@ -234,48 +232,118 @@ type rollout struct {
 	objects []*unstructured.Unstructured
 }
 
-// applyAddon applies the release of one addon: its pending inventory, its
-// PKI and its objects. finishAddon prunes and records it once it is ready.
-func (c *Client) applyAddon(ctx context.Context, it PlanItem, opts ApplyOptions) (*rollout, error) {
-	a := it.Addon
-	logger := klog.FromContext(ctx).WithValues("addon", a.Name)
-	objs, err := releaseObjects(ctx, opts.Fetcher, a)
-	if err != nil {
-		return nil, err
-	}
-	logger.V(2).Info("Applying addon", "objects", len(objs), "reason", it.Decision.Reason)
-
-	w := &addonWriter{client: c, parallelism: opts.Parallelism, shared: it.shared}
-	rel, err := w.prepare(ctx, objs)
-	if err != nil {
-		return nil, err
-	}
-	// As kubectl's ApplySet does, record which release is being applied
-	// and where its objects will be before creating any, unless an earlier
-	// pending annotation of this very release already says so: a run that
-	// dies while applying, or whose objects never become ready, leaves the
-	// next run every kind and namespace to prune and a reason to apply
-	// (Decide), even when it re-applies the recorded release.
-	inv := rel.done.record(a.Name)
-	known := it.Pending.inventory()
-	if it.Current != nil && it.Current.Inventory != nil && it.Current.Inventory.Identity != "" {
-		known = it.Current.Inventory.union(known)
-	}
-	if !it.Pending.is(a) || !known.covers(inv) {
-		if err := c.writePending(ctx, a.Namespace, a.Name, newPending(a, inv.union(known))); err != nil {
-			return nil, err
+// applyRun applies the releases of the items to apply as one run, and
+// returns those it applied; fail is called for each addon that fails, which
+// the run then leaves. It goes:
+//
+//   - fetch, verify, decode and stamp every release;
+//   - map and place every object, the kinds any release's CRDs define
+//     included (an addon may need another's CRD);
+//   - settle ownership: an object two addons of the run declare, or that
+//     carries the IdentityLabel of another addon that still declares it,
+//     fails the addon unless its manifest adopts it (AdoptAnnotation);
+//   - write each addon's pending release;
+//   - apply the Namespaces and CRDs of every addon, and wait until the CRDs
+//     are Established, before any other object of the run;
+//   - give the addons that need PKI their CA and Issuer (cert-manager's
+//     Issuer CRD may be one the run just applied);
+//   - apply the other phases (see Phase), each for every addon before the
+//     next: webhooks and APIServices of all addons come last, so that no
+//     addon's objects pass through another's webhook before its server
+//     runs.
+func (c *Client) applyRun(ctx context.Context, plan *Plan, items []PlanItem, opts ApplyOptions, r *reporter, fail func(string, error)) []*rollout {
+	logger := klog.FromContext(ctx)
+	var ros []*rollout
+	for _, it := range items {
+		if !it.Decision.Apply {
+			r.report(EventNote, it.Addon.Name, "Skipped: another run applied it meanwhile (%s)", it.Decision.Reason)
+			continue
 		}
-	}
-	if a.NeedsPKI {
-		if err := c.installPKI(ctx, a); err != nil {
-			return nil, err
+		objs, err := releaseObjects(ctx, opts.Fetcher, it.Addon)
+		if err != nil {
+			fail(it.Addon.Name, err)
+			continue
 		}
+		adopt := map[objectKey]bool{}
+		ros = append(ros, &rollout{item: it, objs: objs, adopt: adopt})
 	}
-	out, err := w.apply(ctx, rel)
-	if err != nil {
-		return nil, err
+	defined := map[schema.GroupKind]bool{}
+	for _, ro := range ros {
+		maps.Copy(defined, definedKinds(ro.objs))
 	}
-	return &rollout{item: it, writer: w, done: rel.done, inv: inv, objects: out}, nil
+	decl := newDeclarations(c, opts.Fetcher, plan, defined)
+	// keep drops the addons that failed.
+	keep := func(ros []*rollout, step func(*rollout) error) []*rollout {
+		out := ros[:0]
+		for _, ro := range ros {
+			if err := step(ro); err != nil {
+				fail(ro.item.Addon.Name, err)
+				continue
+			}
+			out = append(out, ro)
+		}
+		return out
+	}
+	ros = keep(ros, func(ro *rollout) error {
+		ro.writer = &addonWriter{client: c, parallelism: opts.Parallelism, shared: ro.item.shared, defined: defined, decl: decl}
+		rel, err := ro.writer.prepare(ctx, ro.objs)
+		decl.set(ro.item.Addon.Name, rel, ro.objs, err)
+		if err != nil {
+			return err
+		}
+		ro.rel, ro.done = rel, rel.done
+		for _, u := range ro.objs {
+			if adopts(u) {
+				ro.adopt[keyOf(u)] = true
+			}
+		}
+		return nil
+	})
+	dups := checkDuplicates(ros)
+	ros = keep(ros, func(ro *rollout) error {
+		if err := dups[ro.item.Addon.Name]; err != nil {
+			return err
+		}
+		return ro.writer.checkOwnership(ctx, ro, r)
+	})
+	ros = keep(ros, func(ro *rollout) error {
+		it, a := ro.item, ro.item.Addon
+		logger.V(2).Info("Applying addon", "addon", a.Name, "objects", len(ro.objs), "reason", it.Decision.Reason)
+		// As kubectl's ApplySet does, record which release is being
+		// applied and where its objects will be before creating any,
+		// unless an earlier pending annotation of this very release
+		// already says so: a run that dies while applying, or whose
+		// objects never become ready, leaves the next run every kind and
+		// namespace to prune and a reason to apply (Decide), even when it
+		// re-applies the recorded release.
+		ro.inv = ro.done.record(a.Name)
+		known := it.Pending.inventory()
+		if it.Current != nil && it.Current.Inventory != nil && it.Current.Inventory.Identity != "" {
+			known = it.Current.Inventory.union(known)
+		}
+		if !it.Pending.is(a) || !known.covers(ro.inv) {
+			return c.writePending(ctx, a.Namespace, a.Name, newPending(a, ro.inv.union(known)))
+		}
+		return nil
+	})
+	applyPhase := func(p Phase) {
+		ros = keep(ros, func(ro *rollout) error {
+			out, err := ro.writer.applyPhase(ctx, ro.rel, p)
+			ro.objects = append(ro.objects, out...)
+			return err
+		})
+	}
+	applyPhase(PhaseDefinitions)
+	ros = keep(ros, func(ro *rollout) error {
+		if !ro.item.Addon.NeedsPKI {
+			return nil
+		}
+		return c.installPKI(ctx, ro.item.Addon, defined[issuerKind.GroupKind()])
+	})
+	for p := PhaseDefinitions + 1; p < phaseCount; p++ {
+		applyPhase(p)
+	}
+	return ros
 }
 
 // finishAddon prunes what the release no longer has, marks nodes for a
@@ -317,6 +385,12 @@ type addonWriter struct {
 	parallelism int
 	// shared names the other addons of the channels with the same selector.
 	shared []string
+	// defined holds the kinds the CRDs of every release of the run define,
+	// which prepare places by the CRD's scope; nil means the release's own.
+	defined map[schema.GroupKind]bool
+	// decl knows what the addons of the run declare, for prune's keep-set
+	// and for ownership; nil outside a run (preview, drift, delete).
+	decl *declarations
 }
 
 // applied is what a release applies: the objects to keep when pruning, and
@@ -363,6 +437,11 @@ type release struct {
 // anything is applied.
 func (w *addonWriter) prepare(ctx context.Context, objs []*unstructured.Unstructured) (*release, error) {
 	defined := definedKinds(objs)
+	for gk, namespaced := range w.defined {
+		if _, ok := defined[gk]; !ok {
+			defined[gk] = namespaced
+		}
+	}
 	rel := &release{
 		ready: map[*unstructured.Unstructured]*target{},
 		done:  &applied{keep: map[objectKey]bool{}, kinds: map[schema.GroupKind]bool{}, namespaces: map[string]bool{}},
@@ -427,40 +506,73 @@ func (in *applied) claim(u *unstructured.Unstructured) error {
 func (w *addonWriter) apply(ctx context.Context, rel *release) ([]*unstructured.Unstructured, error) {
 	var out []*unstructured.Unstructured
 	for p := Phase(0); p < phaseCount; p++ {
-		var targets []*target
-		var errs []error
-		for _, u := range rel.byPhase[p] {
-			t := rel.ready[u]
-			if t == nil {
-				mapping, err := w.client.mapping(ctx, u.GroupVersionKind(), true)
-				if err != nil {
-					errs = append(errs, fmt.Errorf("%s: %w", keyOf(u), err))
-					continue
-				}
-				t = &target{obj: u, key: keyOf(u), mapping: mapping}
-			}
-			targets = append(targets, t)
-		}
-		if len(errs) > 0 {
-			return nil, errors.Join(errs...)
-		}
-		results := make([]*unstructured.Unstructured, len(targets))
-		err := w.each(ctx, len(targets), func(ctx context.Context, i int) error {
-			res, err := w.applyOne(ctx, targets[i])
-			results[i] = res
-			return err
-		})
+		got, err := w.applyPhase(ctx, rel, p)
 		if err != nil {
 			return nil, err
 		}
-		if p == PhaseDefinitions {
-			if err := w.waitEstablished(ctx, targets, results); err != nil {
-				return nil, err
-			}
-		}
-		out = append(out, results...)
+		out = append(out, got...)
 	}
 	return out, nil
+}
+
+// applyPhase applies the objects of one phase of a prepared release and
+// returns them as the server answered; after PhaseDefinitions it waits
+// until the CRDs are Established. An object that asks to be created only
+// (CreateOnlyAnnotation) and exists is left as it is.
+func (w *addonWriter) applyPhase(ctx context.Context, rel *release, p Phase) ([]*unstructured.Unstructured, error) {
+	var targets []*target
+	var errs []error
+	for _, u := range rel.byPhase[p] {
+		t := rel.ready[u]
+		if t == nil {
+			mapping, err := w.client.mapping(ctx, u.GroupVersionKind(), true)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", keyOf(u), err))
+				continue
+			}
+			t = &target{obj: u, key: keyOf(u), mapping: mapping}
+		}
+		targets = append(targets, t)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	results := make([]*unstructured.Unstructured, len(targets))
+	err := w.each(ctx, len(targets), func(ctx context.Context, i int) error {
+		var res *unstructured.Unstructured
+		var err error
+		if createOnly(targets[i].obj) {
+			res, err = w.createOnce(ctx, targets[i])
+		} else {
+			res, err = w.applyOne(ctx, targets[i])
+		}
+		results[i] = res
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if p == PhaseDefinitions {
+		if err := w.waitEstablished(ctx, targets, results); err != nil {
+			return nil, err
+		}
+	}
+	return results, nil
+}
+
+// createOnce applies an object that is to be created only: it is applied
+// when it does not exist, and left as it is (and returned as it is) when it
+// does.
+func (w *addonWriter) createOnce(ctx context.Context, t *target) (*unstructured.Unstructured, error) {
+	live, err := resourceFor(w.client.Dynamic, t.mapping.Resource, t.key.Namespace).Get(ctx, t.key.Name, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		klog.FromContext(ctx).V(3).Info("Left create-only object as it is", "object", t.key.String())
+		return live, nil
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("reading %s: %w", t.key, err)
+	}
+	return w.applyOne(ctx, t)
 }
 
 // mapping finds the resource of a kind. A kind not found makes the mapper

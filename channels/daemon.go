@@ -55,6 +55,10 @@ type DaemonOptions struct {
 	// installed addons; 0 means DefaultFullCheckEvery. The passes between
 	// only list the objects' metadata and re-apply what changed (see Drift).
 	FullCheckEvery int
+	// Drift says what a pass does with objects of the installed addons
+	// that someone changed or deleted; empty means DefaultDrift (report).
+	// Objects may say otherwise (DriftAnnotation).
+	Drift DriftMode
 	// OnPass, when set, is called after each pass with its result.
 	OnPass func(PassResult)
 }
@@ -108,7 +112,14 @@ func NewDaemon(config *rest.Config, opts DaemonOptions) (*Daemon, error) {
 	if opts.FullCheckEvery <= 0 {
 		opts.FullCheckEvery = DefaultFullCheckEvery
 	}
-	d := &Daemon{config: config, opts: opts, metrics: NewMetrics(), drift: newDriftState()}
+	if opts.Drift == "" {
+		opts.Drift = DefaultDrift
+	}
+	if _, err := ParseDriftMode(string(opts.Drift)); err != nil {
+		return nil, err
+	}
+	metrics := NewMetrics()
+	d := &Daemon{config: config, opts: opts, metrics: metrics, drift: newDriftState(metrics)}
 	// Refuse a configuration no client can be built from now, not at the
 	// first pass.
 	if err := d.connect(config); err != nil {
@@ -174,7 +185,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 // Pass runs one pass: it reads discovery afresh, loads the channels,
 // plans, applies what is pending, labels the node, and checks the
-// installed addons for drift, repairing it.
+// installed addons for drift, reporting or repairing it (DaemonOptions.Drift).
 func (d *Daemon) Pass(ctx context.Context) PassResult {
 	d.passes++
 	res := PassResult{Number: d.passes}

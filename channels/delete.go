@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -79,7 +80,9 @@ var protectedNamespaces = map[string]bool{
 // an interrupted run left), and the lists select the addon's IdentityLabel
 // and, when given, its selector. As when pruning, objects a controller
 // owns, objects of another addon and (unless asked) Namespaces and CRDs are
-// kept.
+// kept; a Namespace or CRD is kept even when asked while another addon's
+// install record or pending release uses it (holds objects or records in
+// the Namespace, or objects of the CRD's kind).
 func (c *Client) PlanUninstall(ctx context.Context, namespace, name string, opts DeleteOptions) (*Uninstall, error) {
 	rs, err := c.readRecords(ctx, []string{namespace})
 	if err != nil {
@@ -150,6 +153,13 @@ func (c *Client) PlanUninstall(ctx context.Context, namespace, name string, opts
 	if err != nil {
 		return nil, err
 	}
+	// A Namespace or CRD another addon's record uses is never deleted.
+	var installed []Installed
+	if opts.Namespaces || opts.CRDs {
+		if installed, err = c.Installed(ctx); err != nil {
+			return nil, err
+		}
+	}
 	seen := map[types.UID]bool{}
 	for _, cs := range found {
 		for _, cand := range cs {
@@ -159,6 +169,9 @@ func (c *Client) PlanUninstall(ctx context.Context, namespace, name string, opts
 			seen[cand.uid] = true
 			if cand.skip == "" {
 				cand.skip = keepReason(cand.key, namespace, opts)
+			}
+			if users := definitionUsers(installed, name, cand.key, cand.defines); cand.skip == "" && len(users) > 0 {
+				cand.skip = "the install record of addon " + strings.Join(users, ", ") + " uses it"
 			}
 			o := UninstallObject{Kind: cand.key.GroupKind, Namespace: cand.key.Namespace, Name: cand.key.Name, Reason: cand.skip}
 			if cand.skip != "" {
@@ -224,7 +237,7 @@ func listOwned(ctx context.Context, dyn dynamic.Interface, q pruneQuery, addon s
 			if obj.GetDeletionTimestamp() != nil {
 				continue
 			}
-			c := candidate{key: objectKey{GroupKind: gk, Namespace: obj.GetNamespace(), Name: obj.GetName()}, uid: obj.GetUID(), mapping: q.mapping}
+			c := candidate{key: objectKey{GroupKind: gk, Namespace: obj.GetNamespace(), Name: obj.GetName()}, uid: obj.GetUID(), mapping: q.mapping, defines: definedKindOf(obj)}
 			switch id, ok := obj.GetLabels()[IdentityLabel]; {
 			case ownedByController(obj):
 				c.skip = "a controller owns it"

@@ -9,11 +9,73 @@ import (
 	"strconv"
 	"sync"
 
+	"k8s.io/klog/v2"
+
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
+
+// DriftMode says what a daemon does with an object of an installed addon
+// that someone changed or deleted.
+type DriftMode string
+
+// The drift modes.
+const (
+	// DriftRepair re-applies the object.
+	DriftRepair DriftMode = "repair"
+	// DriftReport changes nothing: it posts a Kubernetes Event on the
+	// object (reason Drifted) and sets the metric channels_drifted_object
+	// for it, until a new release is applied or the edit is undone.
+	DriftReport DriftMode = "report"
+	// DriftOff does not check.
+	DriftOff DriftMode = "off"
+)
+
+// DefaultDrift is the drift mode of a daemon that names none: report, which
+// keeps kOps's promise that "a user can edit a deployed addon, and changes
+// will not be replaced, until a new version", and still tells who watches
+// events or metrics which objects differ from their release.
+const DefaultDrift = DriftReport
+
+// ParseDriftMode reads a drift mode, as --drift and DriftAnnotation give it.
+func ParseDriftMode(s string) (DriftMode, error) {
+	switch m := DriftMode(s); m {
+	case DriftRepair, DriftReport, DriftOff:
+		return m, nil
+	}
+	return "", fmt.Errorf("drift mode %q: want repair, report or off", s)
+}
+
+// DriftAnnotation, on an object of a manifest, sets the drift mode of that
+// object ("repair", "report" or "off"), whatever the daemon's: "off" opts
+// an object out of repair (and of reports), "repair" opts it in.
+const DriftAnnotation = "channels.kos.example.com/drift"
+
+// CreateOnlyAnnotation, set to "true" on an object of a manifest, applies
+// the object only when it does not exist: an install creates it, and
+// neither an update nor drift repair changes it once it is there (a
+// deleted one is drift, and created again in repair mode). It suits
+// objects an addon seeds for its users to edit, such as a default
+// configuration.
+const CreateOnlyAnnotation = "channels.kos.example.com/create-only"
+
+// createOnly reports whether the manifest's object is to be created only.
+func createOnly(u *unstructured.Unstructured) bool {
+	return u.GetAnnotations()[CreateOnlyAnnotation] == "true"
+}
+
+// driftMode is the drift mode of a manifest's object: its DriftAnnotation,
+// else the daemon's. An annotation that does not parse is ignored.
+func driftMode(u *unstructured.Unstructured, daemon DriftMode) DriftMode {
+	if m, err := ParseDriftMode(u.GetAnnotations()[DriftAnnotation]); err == nil {
+		return m
+	}
+	return daemon
+}
 
 // DriftResult is what one drift check did.
 type DriftResult struct {
@@ -25,6 +87,9 @@ type DriftResult struct {
 	// Changed and Deleted count the objects found changed or deleted by
 	// someone else, and re-applied.
 	Changed, Deleted int
+	// Reported counts the objects found changed or deleted, newly, and
+	// reported instead of repaired (DriftReport).
+	Reported int
 }
 
 // driftState remembers, per installed addon, the objects its release
@@ -32,7 +97,8 @@ type DriftResult struct {
 // one metadata list per kind and namespace, the objects someone changed or
 // deleted. It is only used from the daemon's goroutine.
 type driftState struct {
-	addons map[string]*addonDrift
+	addons  map[string]*addonDrift
+	metrics *Metrics
 }
 
 // addonDrift is what the drift check knows of one addon.
@@ -41,15 +107,29 @@ type addonDrift struct {
 	release string
 	// targets are the release's objects, ready to apply again.
 	targets []*target
-	// seen holds each object's fingerprint after the last apply.
+	// seen holds each object's fingerprint after the last apply, or, for
+	// an object whose drift is reported, after the last look at it.
 	seen map[objectKey]string
+	// reported holds the objects whose drift is reported and not undone,
+	// with how they drifted ("changed" or "deleted").
+	reported map[objectKey]string
 }
 
-func newDriftState() *driftState { return &driftState{addons: map[string]*addonDrift{}} }
+func newDriftState(m *Metrics) *driftState {
+	return &driftState{addons: map[string]*addonDrift{}, metrics: m}
+}
 
-// forget drops what is known of an addon, so that the next check re-applies
-// all its objects.
-func (s *driftState) forget(addon string) { delete(s.addons, addon) }
+// forget drops what is known of an addon, so that the next check looks at
+// all its objects again, and clears the metrics of its reported drift: a
+// new release was applied, or the release changed.
+func (s *driftState) forget(addon string) {
+	if st := s.addons[addon]; st != nil && s.metrics != nil {
+		for key, how := range st.reported {
+			s.metrics.setDrifted(addon, key, how, false)
+		}
+	}
+	delete(s.addons, addon)
+}
 
 // releaseOf identifies a release for the drift state.
 func releaseOf(a *Addon) string {
@@ -79,30 +159,37 @@ func fingerprint(m metav1.Object) string {
 	return string(m.GetUID()) + "/g" + strconv.FormatInt(m.GetGeneration(), 10) + "/" + strconv.FormatUint(h.Sum64(), 16)
 }
 
-// checkDrift checks the objects of every addon the plan finds up to date,
-// and re-applies those someone changed or deleted. An addon checked for the
-// first time (or again after an apply), and every addon when full is set,
-// has all its objects re-applied: server-side apply leaves an unchanged
-// object untouched, and its answer gives the fingerprints to compare next
-// time. Otherwise the check lists the addon's objects' metadata, one list
-// per kind and namespace, by its IdentityLabel, and re-applies only the
-// objects whose fingerprint changed or that are gone. Re-applies hold the
-// channels Lease, and skip addons another run updated meanwhile.
+// checkDrift checks the objects of every addon the plan finds up to date
+// for drift, and repairs or reports it as each object's drift mode says
+// (driftMode; DriftOff in the daemon's options checks nothing). An addon
+// checked for the first time (or again after an apply), and every addon
+// when full is set, has all its objects looked at: those to repair are
+// re-applied (server-side apply leaves an unchanged object untouched, and
+// its answer gives the fingerprints to compare next time), those to report
+// are read and dry-run. Otherwise the check lists the addon's objects'
+// metadata, one list per kind and namespace, by its IdentityLabel, and
+// looks again only at the objects whose fingerprint changed or that are
+// gone. An object created only (CreateOnlyAnnotation) drifts only by being
+// deleted. Repairs hold the channels Lease, and skip addons another run
+// updated meanwhile; reports change nothing but Events.
 func (d *Daemon) checkDrift(ctx context.Context, plan *Plan, full bool) (DriftResult, error) {
 	res := DriftResult{Full: full}
+	if d.opts.Drift == DriftOff {
+		return res, nil
+	}
 	var current []PlanItem
 	for _, it := range plan.Items {
 		if !it.Decision.Apply && it.Decision.Reason == ReasonUpToDate {
 			current = append(current, it)
 		}
 	}
-	// Work out, without the lease, what to re-apply.
+	// Work out, without the lease, what to look at again.
 	type repair struct {
 		item    PlanItem
 		state   *addonDrift
 		targets []*target
 		// listed holds what the lists found; nil when every object is
-		// re-applied.
+		// looked at.
 		listed map[objectKey]listedObject
 	}
 	var repairs []repair
@@ -116,7 +203,13 @@ func (d *Daemon) checkDrift(ctx context.Context, plan *Plan, full bool) (DriftRe
 				errs = append(errs, fmt.Errorf("addon %q: %w", a.Name, err))
 				continue
 			}
-			st = &addonDrift{release: releaseOf(a), targets: targets, seen: map[objectKey]string{}}
+			reported := map[objectKey]string{}
+			if st != nil && st.release == releaseOf(a) {
+				reported = st.reported
+			} else {
+				d.drift.forget(a.Name)
+			}
+			st = &addonDrift{release: releaseOf(a), targets: targets, seen: map[objectKey]string{}, reported: reported}
 			d.drift.addons[a.Name] = st
 			res.Checked += len(targets)
 			repairs = append(repairs, repair{item: it, state: st, targets: targets})
@@ -140,7 +233,7 @@ func (d *Daemon) checkDrift(ctx context.Context, plan *Plan, full bool) (DriftRe
 				if !ok {
 					changed = append(changed, t)
 				}
-			case got.fingerprint != st.seen[t.key]:
+			case !ok || got.fingerprint != st.seen[t.key]:
 				changed = append(changed, t)
 			}
 		}
@@ -148,6 +241,32 @@ func (d *Daemon) checkDrift(ctx context.Context, plan *Plan, full bool) (DriftRe
 			repairs = append(repairs, repair{item: it, state: st, targets: changed, listed: listed})
 		}
 	}
+	// Split what to look at by drift mode: reports need no lease.
+	var toRepair []repair
+	for _, rp := range repairs {
+		var fix []*target
+		for _, t := range rp.targets {
+			switch driftMode(t.obj, d.opts.Drift) {
+			case DriftRepair:
+				if _, present := rp.listed[t.key]; createOnly(t.obj) && present {
+					rp.state.seen[t.key] = rp.listed[t.key].fingerprint
+					continue
+				}
+				fix = append(fix, t)
+			case DriftReport:
+				reported, err := d.reportDrift(ctx, rp.item.Addon.Name, rp.state, t)
+				res.Reported += reported
+				if err != nil {
+					errs = append(errs, fmt.Errorf("addon %q: %w", rp.item.Addon.Name, err))
+				}
+			}
+		}
+		if len(fix) > 0 {
+			rp.targets = fix
+			toRepair = append(toRepair, rp)
+		}
+	}
+	repairs = toRepair
 	if len(repairs) == 0 {
 		return res, errors.Join(errs...)
 	}
@@ -175,7 +294,13 @@ func (d *Daemon) checkDrift(ctx context.Context, plan *Plan, full bool) (DriftRe
 			}
 			err := w.each(ctx, len(rp.targets), func(ctx context.Context, j int) error {
 				t := rp.targets[j]
-				out, err := w.applyOne(ctx, t)
+				var out *unstructured.Unstructured
+				var err error
+				if createOnly(t.obj) {
+					out, err = w.createOnce(ctx, t)
+				} else {
+					out, err = w.applyOne(ctx, t)
+				}
 				if err != nil {
 					return err
 				}
@@ -211,6 +336,98 @@ func (d *Daemon) checkDrift(ctx context.Context, plan *Plan, full bool) (DriftRe
 	}
 	return res, errors.Join(errs...)
 }
+
+// reportDrift looks at one object whose drift is to be reported: it reads
+// it and dry-runs its apply, and when it is gone, or the apply would change
+// it, and that was not reported yet, posts an Event on it and sets its
+// metric; when it is back as its release has it, it clears the metric. It
+// returns how many objects it newly reported (0 or 1).
+func (d *Daemon) reportDrift(ctx context.Context, addon string, st *addonDrift, t *target) (int, error) {
+	ri := resourceFor(d.client.Dynamic, t.mapping.Resource, t.key.Namespace)
+	live, err := ri.Get(ctx, t.key.Name, metav1.GetOptions{})
+	how := ""
+	switch {
+	case apierrors.IsNotFound(err):
+		how, live = "deleted", nil
+		st.seen[t.key] = ""
+	case err != nil:
+		return 0, fmt.Errorf("reading %s to check for drift: %w", t.key, err)
+	case live.GetDeletionTimestamp() != nil:
+		how = "deleted"
+		st.seen[t.key] = ""
+	default:
+		st.seen[t.key] = fingerprint(live)
+		if isNamespace(t.key) || createOnly(t.obj) {
+			break
+		}
+		merged, err := ri.Apply(ctx, t.key.Name, t.obj, metav1.ApplyOptions{FieldManager: FieldManager, Force: true, DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return 0, fmt.Errorf("applying %s (dry run) to check for drift: %w", t.key, err)
+		}
+		if !equalObjects(comparable(live), comparable(merged)) {
+			how = "changed"
+		}
+	}
+	before := st.reported[t.key]
+	switch {
+	case how == before:
+		return 0, nil
+	case how == "":
+		delete(st.reported, t.key)
+		d.metrics.setDrifted(addon, t.key, before, false)
+		return 0, nil
+	}
+	if before != "" {
+		d.metrics.setDrifted(addon, t.key, before, false)
+	}
+	st.reported[t.key] = how
+	d.metrics.setDrifted(addon, t.key, how, true)
+	klog.FromContext(ctx).Info("Object drifted from its release; not repaired", "addon", addon, "object", t.key.String(), "drift", how)
+	if err := d.client.postDriftEvent(ctx, d.opts.Apply.Identity, addon, t, live, how); err != nil {
+		return 1, err
+	}
+	return 1, nil
+}
+
+// postDriftEvent posts a Warning Event, reason Drifted, on an object that
+// drifted from its release; a deleted object's Event names it without its
+// UID. Events of cluster-scoped objects go to the default namespace, as
+// kubectl looks for them.
+func (c *Client) postDriftEvent(ctx context.Context, instance, addon string, t *target, live *unstructured.Unstructured, how string) error {
+	namespace := t.key.Namespace
+	if namespace == "" {
+		namespace = metav1.NamespaceDefault
+	}
+	ref := corev1.ObjectReference{
+		APIVersion: t.obj.GetAPIVersion(), Kind: t.obj.GetKind(),
+		Namespace: t.key.Namespace, Name: t.key.Name,
+	}
+	if live != nil {
+		ref.UID, ref.ResourceVersion = live.GetUID(), live.GetResourceVersion()
+	}
+	now := metav1.Now()
+	ev := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{GenerateName: t.key.Name + ".", Namespace: namespace},
+		InvolvedObject: ref,
+		Reason:         DriftEventReason,
+		Message: fmt.Sprintf("%s was %s by hand: it differs from the release of addon %s, which is not re-applied (drift mode report); the next release of the addon applies it",
+			t.key, how, addon),
+		Type:                corev1.EventTypeWarning,
+		Source:              corev1.EventSource{Component: FieldManager},
+		ReportingController: FieldManager,
+		ReportingInstance:   instance,
+		FirstTimestamp:      now,
+		LastTimestamp:       now,
+		Count:               1,
+	}
+	if _, err := c.Kube.CoreV1().Events(namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("posting the drift event of %s: %w", t.key, err)
+	}
+	return nil
+}
+
+// DriftEventReason is the reason of the Events reporting drift.
+const DriftEventReason = "Drifted"
 
 // targetsOf reads, decodes, stamps and maps the objects of an installed
 // release, as applyAddon does.

@@ -3,6 +3,7 @@ package channels
 import (
 	"context"
 	"fmt"
+	"maps"
 	"reflect"
 	"sort"
 	"strings"
@@ -90,9 +91,11 @@ func (c *Client) Preview(ctx context.Context, plan *Plan, opts PreviewOptions) (
 	var failed []AddonError
 	pending := plan.Pending()
 	objs := make([][]*unstructured.Unstructured, len(pending))
-	// The namespaces the pending addons create, by the first addon that
-	// does.
+	// The namespaces the pending addons create, and the kinds their CRDs
+	// define, by the first addon that does.
 	creates := map[string]string{}
+	defines := map[schema.GroupKind]string{}
+	scopes := map[schema.GroupKind]bool{}
 	for i, it := range pending {
 		var err error
 		if objs[i], err = releaseObjects(ctx, opts.Fetcher, it.Addon); err != nil {
@@ -103,14 +106,18 @@ func (c *Client) Preview(ctx context.Context, plan *Plan, opts PreviewOptions) (
 			if _, ok := creates[u.GetName()]; !ok && u.GroupVersionKind().GroupKind() == (schema.GroupKind{Kind: "Namespace"}) {
 				creates[u.GetName()] = it.Addon.Name
 			}
+			if gk := definedKindOf(u); !gk.Empty() && defines[gk] == "" {
+				defines[gk] = it.Addon.Name
+			}
 		}
+		maps.Copy(scopes, definedKinds(objs[i]))
 	}
 	for i, it := range pending {
 		if objs[i] == nil {
 			continue
 		}
 		it.shared = plan.sharingSelector(it.Addon)
-		changes, err := c.previewAddon(ctx, it, objs[i], creates, opts)
+		changes, err := c.previewAddon(ctx, it, objs[i], creates, defines, scopes, opts)
 		if err != nil {
 			failed = append(failed, AddonError{Addon: it.Addon.Name, Err: err})
 			continue
@@ -124,17 +131,19 @@ func (c *Client) Preview(ctx context.Context, plan *Plan, opts PreviewOptions) (
 }
 
 // previewAddon previews the objects objs of a pending addon; creates names
-// the namespaces the plan's pending addons create, by addon.
-func (c *Client) previewAddon(ctx context.Context, it PlanItem, objs []*unstructured.Unstructured, creates map[string]string, opts PreviewOptions) ([]ObjectChange, error) {
+// the namespaces the plan's pending addons create, and defines the kinds
+// their CRDs define, by addon, with scopes saying whether each is namespaced.
+func (c *Client) previewAddon(ctx context.Context, it PlanItem, objs []*unstructured.Unstructured, creates map[string]string, defines map[schema.GroupKind]string, scopes map[schema.GroupKind]bool, opts PreviewOptions) ([]ObjectChange, error) {
 	a := it.Addon
-	w := &addonWriter{client: c, parallelism: opts.Parallelism, shared: it.shared}
+	w := &addonWriter{client: c, parallelism: opts.Parallelism, shared: it.shared, defined: scopes}
+	own := definedKinds(objs)
 	rel, err := w.prepare(ctx, objs)
 	if err != nil {
 		return nil, err
 	}
 	var pki []ObjectChange
 	if a.NeedsPKI {
-		if pki, err = c.previewPKI(ctx, a); err != nil {
+		if pki, err = c.previewPKI(ctx, a, defines[issuerKind.GroupKind()]); err != nil {
 			return nil, err
 		}
 	}
@@ -149,6 +158,9 @@ func (c *Client) previewAddon(ctx context.Context, it PlanItem, objs []*unstruct
 		switch {
 		case t == nil:
 			ch.Action, ch.Note = ActionCreate, "its kind is defined by this release"
+			if _, ok := own[key.GroupKind]; !ok && defines[key.GroupKind] != "" {
+				ch.Note = "its kind is defined by addon " + defines[key.GroupKind]
+			}
 		case key.Namespace != "" && creates[key.Namespace] != "":
 			exists, err := missing.has(ctx, key.Namespace)
 			if err != nil {
@@ -299,15 +311,22 @@ func (nc *namespaceCache) has(ctx context.Context, name string) (bool, error) {
 }
 
 // previewPKI lists the PKI objects installPKI would create for an addon, and
-// fails as it would when cert-manager's Issuer is not served.
-func (c *Client) previewPKI(ctx context.Context, a *Addon) ([]ObjectChange, error) {
-	mapping, err := c.issuerMapping(ctx, a.Name)
-	if err != nil {
-		return nil, err
-	}
+// fails as it would when cert-manager's Issuer is not served and no addon
+// of the plan (definer) defines it.
+func (c *Client) previewPKI(ctx context.Context, a *Addon, definer string) ([]ObjectChange, error) {
 	changes := []ObjectChange{
 		{Kind: schema.GroupKind{Kind: "Secret"}, Namespace: PKINamespace, Name: PKISecretName(a.Name)},
 		{Kind: issuerKind.GroupKind(), Namespace: PKINamespace, Name: a.Name},
+	}
+	mapping, err := c.issuerMapping(ctx, a.Name, false)
+	if err != nil && definer != "" {
+		for i := range changes {
+			changes[i].Action, changes[i].Note = ActionCreate, "needsPKI; addon "+definer+" defines the Issuer kind"
+		}
+		return changes, nil
+	}
+	if err != nil {
+		return nil, err
 	}
 	resources := []schema.GroupVersionResource{corev1.SchemeGroupVersion.WithResource("secrets"), mapping.Resource}
 	for i := range changes {

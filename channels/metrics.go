@@ -21,6 +21,8 @@ type Metrics struct {
 	ready         prometheus.Gauge
 	driftChecked  prometheus.Counter
 	driftRepaired *prometheus.CounterVec
+	driftReported prometheus.Counter
+	drifted       *prometheus.GaugeVec
 }
 
 // NewMetrics creates and registers the metrics.
@@ -52,8 +54,14 @@ func NewMetrics() *Metrics {
 		driftRepaired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "channels_drift_objects_repaired_total", Help: "Applied objects re-applied because they were changed or deleted, by how (changed or deleted).",
 		}, []string{"drift"}),
+		driftReported: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "channels_drift_objects_reported_total", Help: "Applied objects found changed or deleted and reported, not repaired (drift mode report).",
+		}),
+		drifted: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "channels_drifted_object", Help: "1 for each applied object found changed or deleted and not repaired (drift mode report), until its addon is applied again or the edit undone.",
+		}, []string{"addon", "kind", "namespace", "name", "drift"}),
 	}
-	m.registry.MustRegister(m.passes, m.applied, m.failed, m.duration, m.lastSuccess, m.ready, m.driftChecked, m.driftRepaired,
+	m.registry.MustRegister(m.passes, m.applied, m.failed, m.duration, m.lastSuccess, m.ready, m.driftChecked, m.driftRepaired, m.driftReported, m.drifted,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Show both results from the start.
 	m.passes.WithLabelValues("success")
@@ -80,6 +88,7 @@ func (m *Metrics) observePass(res PassResult, began time.Time) {
 	m.driftChecked.Add(float64(res.Drift.Checked))
 	m.driftRepaired.WithLabelValues("changed").Add(float64(res.Drift.Changed))
 	m.driftRepaired.WithLabelValues("deleted").Add(float64(res.Drift.Deleted))
+	m.driftReported.Add(float64(res.Drift.Reported))
 	if res.Err != nil {
 		m.passes.WithLabelValues("failure").Inc()
 		m.ready.Set(0)
@@ -88,4 +97,15 @@ func (m *Metrics) observePass(res PassResult, began time.Time) {
 	m.passes.WithLabelValues("success").Inc()
 	m.ready.Set(1)
 	m.lastSuccess.Set(float64(began.UnixNano()) / 1e9)
+}
+
+// setDrifted sets (on) or removes the channels_drifted_object series of an
+// object whose drift is reported.
+func (m *Metrics) setDrifted(addon string, key objectKey, how string, on bool) {
+	values := []string{addon, key.GroupKind.String(), key.Namespace, key.Name, how}
+	if on {
+		m.drifted.WithLabelValues(values...).Set(1)
+		return
+	}
+	m.drifted.DeleteLabelValues(values...)
 }

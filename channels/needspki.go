@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // PKINamespace holds the CA Secret and the Issuer of addons that need PKI,
@@ -34,9 +35,10 @@ var issuerKind = schema.GroupVersionKind{Group: "cert-manager.io", Version: "v1"
 func PKISecretName(addon string) string { return addon + "-ca" }
 
 // issuerMapping maps cert-manager's Issuer, or says that cert-manager must
-// be installed first.
-func (c *Client) issuerMapping(ctx context.Context, addon string) (*meta.RESTMapping, error) {
-	m, err := c.mapping(ctx, issuerKind, false)
+// be installed first. With await (cert-manager's CRDs are applied in the
+// same run) it waits for discovery to serve the kind.
+func (c *Client) issuerMapping(ctx context.Context, addon string, await bool) (*meta.RESTMapping, error) {
+	m, err := c.mapping(ctx, issuerKind, await)
 	if meta.IsNoMatchError(err) {
 		return nil, fmt.Errorf("the addon needs PKI (needsPKI: true), which takes cert-manager's %s, and the server does not serve it: install cert-manager first", issuerKind.GroupKind())
 	}
@@ -52,9 +54,11 @@ func (c *Client) issuerMapping(ctx context.Context, addon string) (*meta.RESTMap
 // cert-manager Issuer kube-system/NAME that signs with it. Both are created
 // only when missing: a CA is never replaced, since what it signed would
 // stop being trusted. Neither carries the addon's labels, so pruning never
-// deletes them.
-func (c *Client) installPKI(ctx context.Context, a *Addon) error {
-	mapping, err := c.issuerMapping(ctx, a.Name)
+// deletes them. inRun says that the run applies cert-manager's Issuer CRD:
+// then the kind may take a moment to be served, and the Issuer's create is
+// retried while cert-manager's webhook, if it has one, cannot answer yet.
+func (c *Client) installPKI(ctx context.Context, a *Addon, inRun bool) error {
+	mapping, err := c.issuerMapping(ctx, a.Name, inRun)
 	if err != nil {
 		return err
 	}
@@ -88,8 +92,24 @@ func (c *Client) installPKI(ctx context.Context, a *Addon) error {
 		},
 		"spec": map[string]any{"ca": map[string]any{"secretName": name}},
 	}}
-	_, err = c.Dynamic.Resource(mapping.Resource).Namespace(PKINamespace).Create(ctx, issuer, metav1.CreateOptions{FieldManager: FieldManager})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
+	create := func(ctx context.Context) error {
+		_, err := c.Dynamic.Resource(mapping.Resource).Namespace(PKINamespace).Create(ctx, issuer, metav1.CreateOptions{FieldManager: FieldManager})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	}
+	err = create(ctx)
+	if err != nil && inRun && (apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsTimeout(err)) {
+		err = wait.PollUntilContextTimeout(ctx, pollInterval, crdTimeout, false, func(ctx context.Context) (bool, error) {
+			err := create(ctx)
+			if apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsTimeout(err) {
+				return false, nil
+			}
+			return err == nil, err
+		})
+	}
+	if err != nil {
 		return fmt.Errorf("creating the Issuer %s/%s: %w", PKINamespace, a.Name, err)
 	}
 	return nil

@@ -34,14 +34,28 @@ type candidate struct {
 	uid     types.UID
 	mapping *meta.RESTMapping
 	skip    string
+	// handover is the object as another addon of the run declares it,
+	// applied instead of deleting it so that it carries that addon's
+	// IdentityLabel; nil when there is none to apply.
+	handover   *target
+	handoverTo string
+	// defines is the kind a CRD defines; empty for other objects.
+	defines schema.GroupKind
 }
 
 // prune deletes the objects of an addon that its new release does not have.
-// It lists, by the addon's selector and its IdentityLabel, every kind the
-// addon had (the record's inventory, and the pending inventory of a run that
-// did not finish) or has now, in the namespaces it used, and the kinds of
-// its prune spec as the spec narrows them; Namespaces and CRDs only when the
-// prune spec names them. Objects a controller owns are left to their owner.
+// It lists, by the addon's IdentityLabel, every kind the addon had (the
+// record's inventory, and the pending inventory of a run that did not
+// finish) or has now, in the namespaces it used, and the kinds of its prune
+// spec as the spec narrows them; Namespaces and CRDs only when the prune
+// spec names them. Listing by the label alone, not the selector, finds
+// what a release applied under a selector the new release changed. Objects
+// a controller owns are left to their owner.
+//
+// Within a run (w.decl set), an object another addon of the channels
+// declares is kept, and applied as that addon's (handed over); a Namespace
+// or CRD that another addon's install record or pending release uses is
+// kept too.
 //
 // A record written before identity labels existed (by an older release of
 // this tool, or by kOps) means the addon's objects may lack the label: then
@@ -78,6 +92,7 @@ func (w *addonWriter) prune(ctx context.Context, it PlanItem, in *applied, r *re
 	// Delete in the reverse of apply order: webhooks before the servers they
 	// call, workloads before their config, namespaces last.
 	var byPhase [phaseCount][]candidate
+	var handovers []candidate
 	seen := map[types.UID]bool{}
 	for _, cs := range found {
 		for _, c := range cs {
@@ -89,9 +104,19 @@ func (w *addonWriter) prune(ctx context.Context, it PlanItem, in *applied, r *re
 				r.report(EventNote, a.Name, "Not pruning %s: %s", c.key, c.skip)
 				continue
 			}
+			if c.handover != nil {
+				handovers = append(handovers, c)
+				continue
+			}
 			p := PhaseOf(c.key.GroupKind)
 			byPhase[p] = append(byPhase[p], c)
 		}
+	}
+	for _, c := range handovers {
+		if _, err := w.applyOne(ctx, c.handover); err != nil {
+			return fmt.Errorf("handing %s over: %w", c.key, err)
+		}
+		r.report(EventNote, a.Name, "Not pruning %s: addon %s declares it, and now owns it", c.key, c.handoverTo)
 	}
 	for p := phaseCount - 1; p >= 0; p-- {
 		cs := byPhase[p]
@@ -113,12 +138,15 @@ func (w *addonWriter) prune(ctx context.Context, it PlanItem, in *applied, r *re
 // pruneQueries works out the lists prune makes.
 func (w *addonWriter) pruneQueries(ctx context.Context, it PlanItem, legacy bool, in *applied, r *reporter) ([]pruneQuery, error) {
 	a, current := it.Addon, it.Current
-	set := labels.Set{}
-	for k, v := range a.Selector {
-		set[k] = v
-	}
-	if !legacy {
-		set[IdentityLabel] = a.Name
+	// Objects this tool applied carry the addon's IdentityLabel, whatever
+	// selector their release had; those of a legacy record may carry the
+	// selector alone.
+	set := labels.Set{IdentityLabel: a.Name}
+	if legacy {
+		set = labels.Set{}
+		for k, v := range a.Selector {
+			set[k] = v
+		}
 	}
 	selector := labels.SelectorFromSet(set).String()
 
@@ -246,13 +274,18 @@ func (w *addonWriter) list(ctx context.Context, q pruneQuery, in *applied, addon
 			if in.keep[key] || u.GetDeletionTimestamp() != nil || ownedByController(u) {
 				continue
 			}
-			c := candidate{key: key, uid: u.GetUID(), mapping: q.mapping}
+			c := candidate{key: key, uid: u.GetUID(), mapping: q.mapping, defines: definedKindOf(u)}
 			identity, labeled := u.GetLabels()[IdentityLabel]
 			switch {
 			case labeled && identity != addon:
 				continue
 			case !labeled && len(shared) > 0:
 				c.skip = fmt.Sprintf("it carries no %s label and addon %s has the same selector; delete it by hand if it is this addon's", IdentityLabel, strings.Join(shared, ", "))
+			}
+			if c.skip == "" && w.decl != nil {
+				if err := w.keepForOthers(ctx, &c, addon); err != nil {
+					return nil, err
+				}
 			}
 			out = append(out, c)
 		}
@@ -282,4 +315,42 @@ func sortedKinds(set map[schema.GroupKind]bool) []schema.GroupKind {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
 	return out
+}
+
+// keepForOthers sets why a candidate is kept when other addons need it: an
+// addon of the channels declares it (the keep-set of a run is the union of
+// every addon's release), and it is handed over to the first that does, or
+// an addon's install record or pending release uses it as a Namespace or a
+// CRD. An addon whose manifest cannot be read keeps every candidate: what
+// it declares is unknown.
+func (w *addonWriter) keepForOthers(ctx context.Context, c *candidate, addon string) error {
+	by, unknown := w.decl.others(ctx, c.key, addon)
+	if len(by) > 0 {
+		names := make([]string, 0, len(by))
+		for name := range by {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		if t := by[names[0]]; t != nil && !isNamespace(c.key) && c.key.GroupKind != crdKind {
+			c.handover, c.handoverTo = t, names[0]
+			return nil
+		}
+		c.skip = "addon " + strings.Join(names, ", ") + " declares it"
+		return nil
+	}
+	if len(unknown) > 0 {
+		c.skip = "what addon " + strings.Join(unknown, ", ") + " declares is unknown"
+		return nil
+	}
+	if !isNamespace(c.key) && c.key.GroupKind != crdKind {
+		return nil
+	}
+	installed, err := w.decl.readInstalled(ctx)
+	if err != nil {
+		return err
+	}
+	if users := definitionUsers(installed, addon, c.key, c.defines); len(users) > 0 {
+		c.skip = "the install record of addon " + strings.Join(users, ", ") + " uses it"
+	}
+	return nil
 }

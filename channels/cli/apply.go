@@ -71,8 +71,8 @@ kOps ("kops") or kubectl's client-side apply own are taken over. With --wait
 (the default), channels then waits until the addon's objects are ready
 (Deployments, DaemonSets and StatefulSets rolled out, Jobs complete,
 APIServices Available), printing progress, for at most --timeout. Objects the
-new release no longer has are then deleted (found by the addon's selector and
-label), and the install record is written last. An addon that fails, or is not
+new release no longer has are then deleted (found by the label, whatever
+selector their release had), and the install record is written last. An addon that fails, or is not
 ready in time, keeps its old record, so a second run retries it. A Lease
 (kube-system/channels) keeps two runs from interleaving.
 
@@ -80,10 +80,30 @@ With --interval (and --yes), channels runs as kOps runs its channels on each
 control-plane node: a pass every interval until SIGTERM, each reading the
 kubeconfig again (so rotated credentials are used) and discovery afresh,
 retried every min(5s, interval) until one fully succeeds. Each pass also
-checks the objects of the installed addons for drift and re-applies what
-someone changed or deleted: cheaply, by listing their metadata, and by
-re-applying every object every --full-check-every passes (a Namespace, which
-several addons may declare, only when it is deleted). /healthz (the daemon
+checks the objects of the installed addons for drift (someone changed or
+deleted them): cheaply, by listing their metadata, and by looking at every
+object every --full-check-every passes (a Namespace, which several addons
+may declare, drifts only when it is deleted). --drift=report (the default)
+changes nothing, as kOps leaves a user's edits in place until a new
+version: it posts a Warning Event (reason Drifted) on the object and sets
+the metric channels_drifted_object; --drift=repair re-applies the object;
+--drift=off checks nothing. An object's annotation
+channels.kos.example.com/drift (repair, report or off) overrides --drift for
+it, and one annotated channels.kos.example.com/create-only: "true" is
+applied only when it does not exist, by installs, updates and repairs
+alike.
+
+An object that two addons of the channels declare, or that carries the
+channels.kos.example.com/addon label of another addon that still declares
+it (or is installed and not in the channels), fails the addon with both
+names and nothing of it is applied, unless the manifest annotates it
+channels.kos.example.com/adopt: "true" (then the addon takes it over). An
+object another addon stopped declaring moves without it. Pruning keeps
+every object some addon of the channels declares, and a Namespace or CRD
+another addon's install record uses. The Namespaces and CRDs of every addon
+to apply are applied, and the CRDs Established, before any other object of
+the run, so that an addon may use another's CRD (cert-manager's Issuer for
+needsPKI too) in the same run. /healthz (the daemon
 runs) and /readyz (200 while the last pass fully succeeded, else 503 with
 its error) are served on --health-bind-address, 127.0.0.1:3986 as for kOps's
 kops-channels pod; --metrics-bind-address serves them with Prometheus
@@ -188,10 +208,13 @@ func (o *options) applyChannels(cmd *cobra.Command, locations []string, yes, dif
 		msgs = o.stderr
 	}
 	// The dry-run: what each pending addon does to its objects.
+	// An addon that fails its dry-run still has its row; the errors come
+	// after the plan.
 	var previews map[string]channels.AddonPreview
+	var failed *channels.ApplyError
 	if len(plan.Pending()) > 0 && (!yes || diff) {
 		got, err := client.Preview(ctx, plan, channels.PreviewOptions{Fetcher: fetcher})
-		if err != nil {
+		if err != nil && !errors.As(err, &failed) {
 			return withHint(err, "nothing was changed: fix the release and run again")
 		}
 		previews = map[string]channels.AddonPreview{}
@@ -212,6 +235,14 @@ func (o *options) applyChannels(cmd *cobra.Command, locations []string, yes, dif
 		if err := writeObjectPlan(o.stdout, plan, previews, diff); err != nil {
 			return err
 		}
+		if failed != nil {
+			for _, f := range failed.Failed {
+				fmt.Fprintf(o.stdout, "%s: error: %s\n", f.Addon, oneLine(f.Err.Error()))
+			}
+		}
+	}
+	if failed != nil {
+		return withHint(failed, "nothing was changed: fix the release and run again")
 	}
 	if len(plan.Pending()) == 0 {
 		fmt.Fprintln(msgs, "No update required")
@@ -230,7 +261,6 @@ func (o *options) applyChannels(cmd *cobra.Command, locations []string, yes, dif
 		}
 	}
 	err = client.Apply(ctx, plan, opts)
-	var failed *channels.ApplyError
 	if errors.As(err, &failed) {
 		return withHint(err, "addons that failed keep their install records: fix the cause and run again")
 	}

@@ -23,6 +23,7 @@ type daemonFlags struct {
 	nodeName       string
 	nodeLabels     string
 	fullCheckEvery int
+	drift          string
 }
 
 // DefaultHealthBindAddress is where a daemon serves /healthz and /readyz
@@ -38,6 +39,7 @@ func addDaemonFlags(cmd *cobra.Command) *daemonFlags {
 	cmd.Flags().StringVar(&f.nodeName, "node-name", "", "With --interval, the node to set --node-labels on, as kOps runs channels on each control-plane node")
 	cmd.Flags().StringVar(&f.nodeLabels, "node-labels", "", "With --node-name, labels every pass sets on that node, comma-separated: key=value sets a value; a bare key, as kOps passes node-role.kubernetes.io/control-plane, adds the label with an empty value when the node lacks it and leaves its value alone otherwise")
 	cmd.Flags().IntVar(&f.fullCheckEvery, "full-check-every", channels.DefaultFullCheckEvery, "With --interval, re-apply every object of the installed addons every this many passes; the passes between re-apply only objects whose metadata changed")
+	cmd.Flags().StringVar(&f.drift, "drift", string(channels.DefaultDrift), "With --interval, what to do with objects of installed addons someone changed or deleted: report (a Warning Event, reason Drifted, on the object and the metric channels_drifted_object; nothing is changed, as kOps leaves edits until a new version), repair (re-apply them) or off; an object's annotation "+channels.DriftAnnotation+" overrides it")
 	return f
 }
 
@@ -45,7 +47,7 @@ func addDaemonFlags(cmd *cobra.Command) *daemonFlags {
 // daemon.
 func (f *daemonFlags) validate(cmd *cobra.Command, yes bool) (bool, error) {
 	if !cmd.Flags().Changed("interval") {
-		for _, name := range []string{"health-bind-address", "metrics-bind-address", "node-name", "node-labels", "full-check-every"} {
+		for _, name := range []string{"health-bind-address", "metrics-bind-address", "node-name", "node-labels", "full-check-every", "drift"} {
 			if cmd.Flags().Changed(name) {
 				return false, usageErrorf(cmd, "--%s needs --interval", name)
 			}
@@ -61,6 +63,9 @@ func (f *daemonFlags) validate(cmd *cobra.Command, yes bool) (bool, error) {
 		return false, usageErrorf(cmd, "--full-check-every must be 1 or more")
 	case f.nodeLabels != "" && f.nodeName == "":
 		return false, usageErrorf(cmd, "--node-labels needs --node-name")
+	}
+	if _, err := channels.ParseDriftMode(f.drift); err != nil {
+		return false, usageErrorf(cmd, "--drift: %v", err)
 	}
 	if _, _, err := parseNodeLabels(f.nodeLabels); err != nil {
 		return false, usageErrorf(cmd, "--node-labels %q: %v; give key or key=value, comma-separated", f.nodeLabels, err)
@@ -125,13 +130,14 @@ func (o *options) runDaemon(ctx context.Context, locations []string, f *daemonFl
 		NodeLabels:     nodeLabels,
 		NodeLabelKeys:  nodeLabelKeys,
 		FullCheckEvery: f.fullCheckEvery,
+		Drift:          channels.DriftMode(f.drift),
 		OnPass: func(r channels.PassResult) {
 			if r.Err != nil {
 				fmt.Fprintln(o.stderr, stamp(fmt.Sprintf("pass %d failed after %s: %s", r.Number, r.Duration.Round(time.Millisecond), oneLine(r.Err.Error()))))
 				return
 			}
-			if len(r.Applied) > 0 || r.Drift.Changed > 0 || r.Drift.Deleted > 0 {
-				fmt.Fprintln(o.stdout, stamp(fmt.Sprintf("pass %d: applied %d addons, repaired %d objects in %s", r.Number, len(r.Applied), r.Drift.Changed+r.Drift.Deleted, r.Duration.Round(time.Millisecond))))
+			if len(r.Applied) > 0 || r.Drift.Changed > 0 || r.Drift.Deleted > 0 || r.Drift.Reported > 0 {
+				fmt.Fprintln(o.stdout, stamp(fmt.Sprintf("pass %d: applied %d addons, repaired %d objects, reported %d drifted in %s", r.Number, len(r.Applied), r.Drift.Changed+r.Drift.Deleted, r.Drift.Reported, r.Duration.Round(time.Millisecond))))
 			}
 		},
 	})

@@ -202,7 +202,7 @@ spec:
 
 	const interval = 2 * time.Second
 	p := startProcess(t, "apply", "channel", loc, "--yes", "--wait=false", "--interval", interval.String(),
-		"--full-check-every", "1000", "--metrics-bind-address", "127.0.0.1:0", "--health-bind-address=",
+		"--full-check-every", "1000", "--drift=repair", "--metrics-bind-address", "127.0.0.1:0", "--health-bind-address=",
 		// Bare keys, as kOps passes them.
 		"--node-name", "cp-1", "--node-labels", "node-role.kubernetes.io/control-plane,"+excludeLabel+",kops.k8s.io/instancegroup=control-plane-1",
 		"--kubeconfig", env.Kubeconfig)

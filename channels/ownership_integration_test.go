@@ -1,0 +1,229 @@
+package channels
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// adoptedConfigMap is a ConfigMap whose manifest adopts it.
+func adoptedConfigMap(namespace, name, value string) string {
+	return fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: %s, namespace: %s, annotations: {%s: \"true\"}}\ndata: {key: %q}\n",
+		name, namespace, AdoptAnnotation, value)
+}
+
+// configMapOf reads a ConfigMap; nil when it does not exist.
+func configMapOf(t *testing.T, namespace, name string) *corev1.ConfigMap {
+	t.Helper()
+	cm, err := kube(t).CoreV1().ConfigMaps(namespace).Get(context.Background(), name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cm
+}
+
+// failedAddons returns the addons an ApplyError names, with their errors.
+func failedAddons(t *testing.T, err error) map[string]string {
+	t.Helper()
+	var ae *ApplyError
+	if !errors.As(err, &ae) {
+		t.Fatalf("error %v, want an *ApplyError", err)
+	}
+	out := map[string]string{}
+	for _, f := range ae.Failed {
+		out[f.Addon] = f.Err.Error()
+	}
+	return out
+}
+
+func TestIntegrationSharedObjectOwnership(t *testing.T) {
+	dir := t.TempDir()
+	a1 := manifest(namespace("own-shared"), configMap("own-shared", "own-a", "a"), configMap("own-shared", "shared", "from a"))
+	b1 := manifest(namespace("own-shared"), configMap("own-shared", "own-b", "b"), configMap("own-shared", "shared", "from b"))
+
+	// Two addons declare one object, neither adopts it: both fail, each
+	// naming the other, and nothing of them is applied.
+	loc := writeChannel(t, dir, "conflict.yaml",
+		testRelease{Name: "own-a", Version: "1.0.0", Manifest: a1},
+		testRelease{Name: "own-b", Version: "1.0.0", Manifest: b1})
+	res := run(t, newTestClient(t), loc)
+	failed := failedAddons(t, res.err)
+	for _, name := range []string{"own-a", "own-b"} {
+		msg := failed[name]
+		if !strings.Contains(msg, `"own-a"`) || !strings.Contains(msg, `"own-b"`) || !strings.Contains(msg, AdoptAnnotation) {
+			t.Errorf("addon %s failed with %q, want both addons and %s named", name, msg, AdoptAnnotation)
+		}
+	}
+	if cm := configMapOf(t, "own-shared", "own-a"); cm != nil {
+		t.Errorf("ConfigMap own-a was applied although its addon failed")
+	}
+
+	// Both adopt it: one run applies both.
+	a1 = manifest(namespace("own-shared"), configMap("own-shared", "own-a", "a"), adoptedConfigMap("own-shared", "shared", "from a"))
+	b1 = manifest(namespace("own-shared"), configMap("own-shared", "own-b", "b"), adoptedConfigMap("own-shared", "shared", "from b"))
+	loc = writeChannel(t, dir, "v1.yaml",
+		testRelease{Name: "own-a", Version: "1.0.0", Manifest: a1},
+		testRelease{Name: "own-b", Version: "1.0.0", Manifest: b1})
+	if res := run(t, newTestClient(t), loc); res.err != nil {
+		t.Fatalf("first run: %v", res.err)
+	}
+	shared := configMapOf(t, "own-shared", "shared")
+	if shared == nil {
+		t.Fatal("ConfigMap shared was not applied")
+	}
+
+	// own-b drops it: own-a still declares it, so it stays (same object)
+	// and becomes own-a's.
+	b2 := manifest(namespace("own-shared"), configMap("own-shared", "own-b", "b"))
+	loc = writeChannel(t, dir, "v2.yaml",
+		testRelease{Name: "own-a", Version: "1.0.0", Manifest: a1},
+		testRelease{Name: "own-b", Version: "2.0.0", Manifest: b2})
+	res = run(t, newTestClient(t), loc)
+	if res.err != nil {
+		t.Fatalf("second run: %v", res.err)
+	}
+	after := configMapOf(t, "own-shared", "shared")
+	if after == nil || after.UID != shared.UID {
+		t.Fatalf("ConfigMap shared was pruned (or made again) although addon own-a declares it; events %v", res.events)
+	}
+	if got := after.Labels[IdentityLabel]; got != "own-a" {
+		t.Errorf("ConfigMap shared has %s=%q, want own-a", IdentityLabel, got)
+	}
+	if diff := cmp.Diff(res.of(EventPruned), []string(nil)); diff != "" {
+		t.Errorf("pruned (-got +want):\n%s", diff)
+	}
+	if got := after.Data["key"]; got != "from a" {
+		t.Errorf("ConfigMap shared holds %q, want own-a's %q", got, "from a")
+	}
+
+	// A third addon that declares it without adopting fails, naming the
+	// owner; nothing of it is applied.
+	c1 := manifest(configMap("own-shared", "own-c", "c"), configMap("own-shared", "shared", "from c"))
+	loc = writeChannel(t, dir, "v3.yaml",
+		testRelease{Name: "own-a", Version: "1.0.0", Manifest: a1},
+		testRelease{Name: "own-b", Version: "2.0.0", Manifest: b2},
+		testRelease{Name: "own-c", Version: "1.0.0", Manifest: c1})
+	res = run(t, newTestClient(t), loc)
+	msg := failedAddons(t, res.err)["own-c"]
+	if !strings.Contains(msg, `belongs to addon "own-a"`) || !strings.Contains(msg, `addon "own-c"`) {
+		t.Errorf("addon own-c failed with %q, want the owner own-a and own-c named", msg)
+	}
+	if cm := configMapOf(t, "own-shared", "own-c"); cm != nil {
+		t.Errorf("ConfigMap own-c was applied although its addon failed")
+	}
+}
+
+func TestIntegrationObjectMovesBetweenAddons(t *testing.T) {
+	dir := t.TempDir()
+	createNamespace(t, "mv-app")
+	loc := writeChannel(t, dir, "v1.yaml",
+		testRelease{Name: "mv-a", Version: "1.0.0", Manifest: manifest(configMap("mv-app", "mv-a", "a"), configMap("mv-app", "moving", "a"))},
+		testRelease{Name: "mv-b", Version: "1.0.0", Manifest: configMap("mv-app", "mv-b", "b")})
+	if res := run(t, newTestClient(t), loc); res.err != nil {
+		t.Fatalf("first run: %v", res.err)
+	}
+	before := configMapOf(t, "mv-app", "moving")
+
+	// In one run, mv-a drops it and mv-b takes it: no adopt needed, and
+	// mv-a's prune leaves it to mv-b.
+	loc = writeChannel(t, dir, "v2.yaml",
+		testRelease{Name: "mv-a", Version: "2.0.0", Manifest: configMap("mv-app", "mv-a", "a")},
+		testRelease{Name: "mv-b", Version: "2.0.0", Manifest: manifest(configMap("mv-app", "mv-b", "b"), configMap("mv-app", "moving", "b"))})
+	res := run(t, newTestClient(t), loc)
+	if res.err != nil {
+		t.Fatalf("second run: %v", res.err)
+	}
+	after := configMapOf(t, "mv-app", "moving")
+	if after == nil || after.UID != before.UID {
+		t.Fatalf("ConfigMap moving was deleted on its way to mv-b; events %v", res.events)
+	}
+	if got, want := after.Labels[IdentityLabel]+" "+after.Data["key"], "mv-b b"; got != want {
+		t.Errorf("ConfigMap moving: owner and value %q, want %q", got, want)
+	}
+
+	// And back, across two runs: mv-b drops it first (it is pruned), then
+	// mv-a declares it again (it is created).
+	loc = writeChannel(t, dir, "v3.yaml",
+		testRelease{Name: "mv-a", Version: "2.0.0", Manifest: configMap("mv-app", "mv-a", "a")},
+		testRelease{Name: "mv-b", Version: "3.0.0", Manifest: configMap("mv-app", "mv-b", "b")})
+	if res := run(t, newTestClient(t), loc); res.err != nil {
+		t.Fatalf("third run: %v", res.err)
+	}
+	if diff := cmp.Diff(configMapNames(t, "mv-app"), []string{"mv-a", "mv-b"}); diff != "" {
+		t.Errorf("after mv-b dropped it (-got +want):\n%s", diff)
+	}
+	loc = writeChannel(t, dir, "v4.yaml",
+		testRelease{Name: "mv-a", Version: "3.0.0", Manifest: manifest(configMap("mv-app", "mv-a", "a"), configMap("mv-app", "moving", "a"))},
+		testRelease{Name: "mv-b", Version: "3.0.0", Manifest: configMap("mv-app", "mv-b", "b")})
+	if res := run(t, newTestClient(t), loc); res.err != nil {
+		t.Fatalf("fourth run: %v", res.err)
+	}
+	if cm := configMapOf(t, "mv-app", "moving"); cm == nil || cm.Labels[IdentityLabel] != "mv-a" {
+		t.Errorf("ConfigMap moving after mv-a declared it again: %v", cm)
+	}
+}
+
+func TestIntegrationSelectorChangeLeaksNothing(t *testing.T) {
+	dir := t.TempDir()
+	createNamespace(t, "selchg")
+	v1 := manifest(configMap("selchg", "kept", "1"), configMap("selchg", "dropped", "1"))
+	loc := writeSelectorChannel(t, dir, "v1.yaml", selRelease{name: "selchg", version: "1.0.0", manifest: v1, selector: map[string]string{"k8s-addon": "old.addons.k8s.io"}})
+	if res := run(t, newTestClient(t), loc); res.err != nil {
+		t.Fatalf("first run: %v", res.err)
+	}
+	v2 := configMap("selchg", "kept", "2")
+	loc = writeSelectorChannel(t, dir, "v2.yaml", selRelease{name: "selchg", version: "2.0.0", manifest: v2, selector: map[string]string{"k8s-addon": "new.addons.k8s.io"}})
+	res := run(t, newTestClient(t), loc)
+	if res.err != nil {
+		t.Fatalf("second run: %v", res.err)
+	}
+	if diff := cmp.Diff(configMapNames(t, "selchg"), []string{"kept"}); diff != "" {
+		t.Errorf("ConfigMaps after the selector changed (-got +want):\n%s", diff)
+	}
+	if diff := cmp.Diff(res.of(EventPruned), []string{"selchg: Pruned ConfigMap selchg/dropped"}); diff != "" {
+		t.Errorf("pruned (-got +want):\n%s", diff)
+	}
+	if got := configMapOf(t, "selchg", "kept").Labels["k8s-addon"]; got != "new.addons.k8s.io" {
+		t.Errorf("ConfigMap kept has k8s-addon=%q, want the new selector's value", got)
+	}
+}
+
+func TestIntegrationDeleteKeepsNamespaceOthersUse(t *testing.T) {
+	dir := t.TempDir()
+	loc := writeChannel(t, dir, "channel.yaml",
+		testRelease{Name: "nsuse-a", Version: "1.0.0", Manifest: manifest(namespace("nsuse"), configMap("nsuse", "a", "a"))},
+		testRelease{Name: "nsuse-b", Version: "1.0.0", Manifest: manifest(namespace("nsuse"), configMap("nsuse", "b", "b"))})
+	c := newTestClient(t)
+	if res := run(t, c, loc); res.err != nil {
+		t.Fatal(res.err)
+	}
+	// The namespace carries the label of the addon applied last.
+	u, err := c.PlanUninstall(context.Background(), DefaultNamespace, "nsuse-b", DeleteOptions{Namespaces: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for _, o := range u.Keep {
+		kept = append(kept, o.String()+": "+o.Reason)
+	}
+	if diff := cmp.Diff(kept, []string{"Namespace nsuse: the install record of addon nsuse-a uses it"}); diff != "" {
+		t.Errorf("kept (-got +want):\n%s", diff)
+	}
+	var deleted []string
+	for _, o := range u.Delete {
+		deleted = append(deleted, o.String())
+	}
+	if diff := cmp.Diff(deleted, []string{"ConfigMap nsuse/b"}); diff != "" {
+		t.Errorf("deleted (-got +want):\n%s", diff)
+	}
+}
