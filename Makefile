@@ -38,13 +38,13 @@ verify:
 generate:
 	tools/codegen/generate.sh
 
-## addons: fill in the manifest hashes of new addon releases and rewrite bootstrap-channel.yaml
+## addons: fill in the manifest hashes of new addon releases, rewrite bootstrap-channel.yaml, and lint the channels
 addons:
 	go run ./tools/addons generate
 
-## release: write a release to publish: make release REGISTRY=registry.example.com/kos OUT=dir [VERSION=0.2.0] [SET="kos-etcd.storage=10Gi ..."]
+## release: write a release to publish (its channels must pass channels lint): make release REGISTRY=registry.example.com/kos OUT=dir [VERSION=0.2.0] [FLAVOR=local] [SET="kos-etcd.storage=10Gi ..."]
 release:
-	go run ./tools/addons release --registry "$(REGISTRY)" --out "$(OUT)" $(if $(VERSION),--version "$(VERSION)") $(foreach s,$(SET),--set "$(s)")
+	go run ./tools/addons release --registry "$(REGISTRY)" --out "$(OUT)" $(if $(VERSION),--version "$(VERSION)") $(if $(FLAVOR),--flavor "$(FLAVOR)") $(foreach s,$(SET),--set "$(s)")
 
 ## images: build the KOS images without a container engine and import them into the local cluster's node (go run ./tools/localenv up --cluster)
 images:

@@ -1,8 +1,8 @@
 // Command addons keeps the KOS addon bundle consistent (see package
 // tools/addons/bundle):
 //
-//	go run ./tools/addons generate   fill in missing manifest hashes, write the channel files
-//	go run ./tools/addons verify     say what is wrong with the bundle; exit 1 if anything is
+//	go run ./tools/addons generate   fill in missing manifest hashes, write the channel files, lint them
+//	go run ./tools/addons verify     say what is wrong with the bundle (channels lint included); exit 1 if anything is
 //	go run ./tools/addons release --registry R --out DIR   write a release to publish (package release)
 //
 // `make addons` runs generate; `make verify` runs verify; `make release`
@@ -40,8 +40,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
        addons [flags] release --registry REGISTRY[/PREFIX] --out DIR [release flags]
 
   generate  add the manifestHash of every release that has none (never changing
-            one that is there) and write bootstrap-channel.yaml and
-            addons/local-channel.yaml from addons/*/addon.yaml
+            one that is there), write bootstrap-channel.yaml and
+            addons/local-channel.yaml from addons/*/addon.yaml, and fail when
+            channels lint refuses them (each alone, and as applied together)
   verify    print one line per problem of the bundle and what to do about it;
             exit 1 when there is any
   release   write a release to publish, its images in REGISTRY (addons release --help)

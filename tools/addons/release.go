@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/kos-sdn/kos/tools/addons/bundle"
 	"github.com/kos-sdn/kos/tools/addons/release"
 )
 
@@ -34,6 +35,15 @@ func (s settingFlags) Set(v string) error {
 	return nil
 }
 
+// flavourNames lists the bundle's flavours for help texts.
+func flavourNames() string {
+	var names []string
+	for _, f := range bundle.Flavours {
+		names = append(names, f.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
 // runRelease is `addons release`: it writes a publishable release tree.
 func runRelease(ctx context.Context, root string, args []string, stdout, stderr io.Writer) int {
 	opts := release.Options{Root: root}
@@ -48,7 +58,11 @@ release they list, up to --version, under DIR/addons/, as in the
 repository. In the manifests every image kos.example.com/NAME:TAG becomes
 REGISTRY/PREFIX/NAME:TAG, pinned by digest when the registry has it (push the
 images first: go run ./tools/kosimages --push REGISTRY/PREFIX), and the
-settings are applied; the channels carry the manifests' new hashes. Copy DIR
+settings are applied; the channels carry the manifests' new hashes. With
+--flavor, bootstrap-channel.yaml holds that flavour's releases (local: the
+single-node etcd and the userspace agent) and addons/local-channel.yaml is
+not written: kOps's channels applies one file per kind of cluster. The
+channels written must pass channels lint. Copy DIR
 to a web server, an S3 bucket or a kOps state store and apply it with
   channels apply channel https://.../bootstrap-channel.yaml --yes
 
@@ -64,6 +78,7 @@ Flags:
 	flags.StringVar(&opts.Version, "version", "", "the newest addon version the release carries (newer releases are left out); empty means the newest there is")
 	flags.BoolVar(&opts.Resolve, "resolve", true, "pin each image by the digest the registry has for it; --resolve=false writes tags only, without asking the registry")
 	flags.BoolVar(&opts.Insecure, "insecure", false, "allow plain http to the registry when resolving (always allowed for loopback and private addresses)")
+	flags.StringVar(&opts.Flavour, "flavor", "", "write the channels of one flavour ("+flavourNames()+"): its releases of every addon in bootstrap-channel.yaml, so that kOps's channels applies one file; empty writes the repository's channels")
 	flags.Var(settingFlags{&settings}, "set", "ADDON.KEY=VALUE: an operator setting (repeatable; see above)")
 	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -34,6 +34,10 @@ type Channel struct {
 	// Folders name the addon folders whose releases the channel lists, in
 	// this order.
 	Folders []string
+	// With names the channel files (by Path) a cluster applies together
+	// with this one; Lint checks them as one set, as well as this one
+	// alone.
+	With []string
 }
 
 // Channels are the channel files of the KOS bundle. Every addon folder
@@ -72,7 +76,119 @@ var Channels = []Channel{
 			"  channels apply channel bootstrap-channel.yaml addons/monitoring-channel.yaml --yes",
 		},
 		Folders: []string{"kos-monitoring"},
+		With:    []string{"bootstrap-channel.yaml"},
 	},
+}
+
+// BootstrapChannel is the Path of the channel every cluster applies.
+const BootstrapChannel = "bootstrap-channel.yaml"
+
+// Flavour is one kind of cluster the bundle serves. Its releases of each
+// addon are in one channel file: kOps's channels applies the channels it is
+// given one at a time, so an addon whose variants were in two channels (the
+// local channel given before the bootstrap channel) would switch between
+// them on every pass.
+type Flavour struct {
+	// Name names the flavour on the command line.
+	Name string
+	// Replace maps folders of the bootstrap channel to the folders whose
+	// releases take their place in this flavour.
+	Replace map[string]string
+}
+
+// Flavours are the kinds of cluster the KOS bundle serves: the standard one
+// (bootstrap-channel.yaml as it is), and the local one (one control node, OVS
+// without its kernel module) whose etcd and agent releases are those of
+// addons/local-channel.yaml.
+var Flavours = []Flavour{
+	{Name: "standard"},
+	{Name: "local", Replace: map[string]string{"kos-etcd": "kos-etcd-single-node", "kos-agent": "kos-agent-userspace"}},
+}
+
+// FlavourNamed returns the flavour of that name, or nil.
+func FlavourNamed(name string) *Flavour {
+	for i := range Flavours {
+		if Flavours[i].Name == name {
+			return &Flavours[i]
+		}
+	}
+	return nil
+}
+
+// Channels returns the channel files of the flavour, made from chans: the
+// bootstrap channel with the flavour's folders in place of those they
+// replace, and every other channel but those that hold only folders some
+// flavour puts in the bootstrap channel (the local channel).
+func (f *Flavour) Channels(chans []Channel) []Channel {
+	alternative := map[string]bool{}
+	for _, fl := range Flavours {
+		for _, folder := range fl.Replace {
+			alternative[folder] = true
+		}
+	}
+	var out []Channel
+	for _, ch := range chans {
+		if ch.Path == BootstrapChannel {
+			ch.Folders = slices.Clone(ch.Folders)
+			for i, folder := range ch.Folders {
+				if r, ok := f.Replace[folder]; ok {
+					ch.Folders[i] = r
+				}
+			}
+			out = append(out, ch)
+			continue
+		}
+		if len(ch.Folders) > 0 && !slices.ContainsFunc(ch.Folders, func(folder string) bool { return !alternative[folder] }) {
+			continue
+		}
+		out = append(out, ch)
+	}
+	return out
+}
+
+// LintSets returns the sets of chans' paths that clusters apply together,
+// which Lint checks: each channel alone, and each with the channels it is
+// applied With (those of them chans holds).
+func LintSets(chans []Channel) [][]string {
+	var out [][]string
+	for _, ch := range chans {
+		out = append(out, []string{ch.Path})
+	}
+	for _, ch := range chans {
+		set := []string{ch.Path}
+		for _, w := range ch.With {
+			if slices.ContainsFunc(chans, func(c Channel) bool { return c.Path == w }) {
+				set = append(set, w)
+			}
+		}
+		if len(set) > 1 {
+			// In the order clusters give them: the others first.
+			out = append(out, append(set[1:], set[0]))
+		}
+	}
+	return out
+}
+
+// Lint runs channels.Lint on each set of LintSets(chans), loading the
+// channel files under dir, and returns one line per problem, naming the
+// channel files by their paths relative to dir.
+func Lint(ctx context.Context, dir string, chans []Channel) ([]string, error) {
+	fetcher := channels.NewFetcher()
+	var out []string
+	for _, set := range LintSets(chans) {
+		var releases []*channels.Addon
+		for _, p := range set {
+			addons, err := channels.Load(ctx, fetcher, filepath.Join(dir, filepath.FromSlash(p)))
+			if err != nil {
+				return nil, fmt.Errorf("linting %s: %w", strings.Join(set, " "), err)
+			}
+			releases = append(releases, addons...)
+		}
+		for _, p := range channels.Lint(releases) {
+			out = append(out, fmt.Sprintf("channels lint %s: %s", strings.Join(set, " "), strings.ReplaceAll(p.String(), dir+string(filepath.Separator), "")))
+		}
+	}
+	return out, nil
 }
 
 // Folder is one addon folder and the releases its addon.yaml lists.
@@ -198,6 +314,16 @@ func Generate(ctx context.Context, root string, chans []Channel) ([]string, erro
 			continue
 		}
 		changes = append(changes, "wrote "+ch.Path)
+	}
+	if len(errs) > 0 {
+		return changes, errors.Join(errs...)
+	}
+	problems, err := Lint(ctx, root, chans)
+	if err != nil {
+		return changes, err
+	}
+	for _, p := range problems {
+		errs = append(errs, errors.New(p))
 	}
 	return changes, errors.Join(errs...)
 }

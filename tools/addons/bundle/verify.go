@@ -44,6 +44,11 @@ func Verify(ctx context.Context, root string, chans []Channel, base *Base) ([]st
 		v.channel(ctx, ch)
 	}
 	v.alternatives()
+	if problems, err := Lint(ctx, root, chans); err != nil {
+		v.problemf("%v", err)
+	} else {
+		v.problems = append(v.problems, problems...)
+	}
 	if base != nil {
 		if err := v.history(base); err != nil {
 			return nil, err
@@ -266,7 +271,11 @@ func (v *verifier) alternatives() {
 }
 
 // history checks that every release the base lists is still listed, with
-// the same manifest and hash: a released manifest is immutable.
+// the same manifest and hash: a released manifest is immutable. Its
+// kubernetesVersion range may narrow: the range says which clusters the
+// channel offers the release to, not what the release is, and capping an
+// old open-ended range is how a channel stops offering the old release to
+// Kubernetes versions a newer release has stopped at (see channels lint).
 func (v *verifier) history(base *Base) error {
 	for _, f := range v.b.Folders {
 		data, ok, err := base.Read(f.Index)

@@ -77,9 +77,29 @@ func TestVerify(t *testing.T) {
 			change: func(t *testing.T, root string) {
 				index := strings.Replace(readFile(t, root, "addons/beta/addon.yaml"), `">=1.29.0 <1.30.0"`, `">=1.29.0 <1.31.0"`, 1)
 				writeFile(t, root, "addons/beta/addon.yaml", index)
-				regenerate(t, root)
+				regenerateLinting(t, root, "beta: tie: ")
 			},
-			want: []string{"main-channel.yaml: releases beta 1.0.0 (k8s-1.29) and beta 1.0.0 (k8s-1.30) both fit Kubernetes 1.30.0: make their kubernetesVersion ranges disjoint"},
+			want: []string{
+				"main-channel.yaml: releases beta 1.0.0 (k8s-1.29) and beta 1.0.0 (k8s-1.30) both fit Kubernetes 1.30.0: make their kubernetesVersion ranges disjoint",
+				"channels lint main-channel.yaml: beta: tie: 1.0.0 (k8s-1.29, >=1.29.0 <1.31.0) of main-channel.yaml and 1.0.0 (k8s-1.30, >=1.30.0) of main-channel.yaml have the same version and both fit Kubernetes 1.30.0",
+			},
+		},
+		{
+			name: "an old open-ended range outlives a new capped one",
+			change: func(t *testing.T, root string) {
+				writeFile(t, root, "addons/alpha/1.1.0.yaml", configMap("alpha", "one-one"))
+				writeFile(t, root, "addons/alpha/addon.yaml", readFile(t, root, "addons/alpha/addon.yaml")+`  - name: alpha
+    version: 1.1.0
+    kubernetesVersion: ">=1.29.0 <1.38.0"
+    id: k8s-1.29
+    manifest: 1.1.0.yaml
+    selector:
+      addon: alpha
+    namespace: example-com
+`)
+				regenerateLinting(t, root, "alpha: downgrade: ")
+			},
+			want: []string{"channels lint main-channel.yaml: alpha: downgrade: on Kubernetes 1.38.0 channels and kOps's channels choose 1.0.0 (k8s-1.29, >=1.29.0) of main-channel.yaml, older than 1.1.0 (k8s-1.29, >=1.29.0 <1.38.0) of main-channel.yaml"},
 		},
 		{
 			name: "object without the selector's labels",
@@ -237,6 +257,15 @@ func regenerate(t *testing.T, root string) {
 	t.Helper()
 	if _, err := Generate(context.Background(), root, testChannels); err != nil {
 		t.Fatalf("Generate: %v", err)
+	}
+}
+
+// regenerateLinting is regenerate for a tree channels lint refuses: the
+// files are written all the same, and Generate's error says why.
+func regenerateLinting(t *testing.T, root, want string) {
+	t.Helper()
+	if _, err := Generate(context.Background(), root, testChannels); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Generate: %v, want an error saying %q", err, want)
 	}
 }
 

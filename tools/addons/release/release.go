@@ -55,6 +55,11 @@ type Options struct {
 	Settings []Setting
 	// Channels are the channel files to publish; nil means bundle.Channels.
 	Channels []bundle.Channel
+	// Flavour, when set, names the bundle.Flavour to publish: its channels
+	// (made from Channels) in place of Channels, so that the releases of
+	// each addon for that kind of cluster are in one file
+	// (bootstrap-channel.yaml) and kOps's channels applies one file.
+	Flavour string
 }
 
 // Result says what Write wrote.
@@ -156,7 +161,7 @@ func Write(ctx context.Context, opts Options) (*Result, error) {
 		return nil, err
 	}
 	for _, ch := range opts.Channels {
-		ch.Comment, ch.Note = channelComment(ch, version.String(), opts.Registry)
+		ch.Comment, ch.Note = channelComment(ch, version.String(), opts.Registry, opts.Flavour)
 		data, err := b.Render(ch)
 		if err != nil {
 			return nil, err
@@ -194,6 +199,17 @@ func validate(opts *Options) error {
 	}
 	if opts.Channels == nil {
 		opts.Channels = bundle.Channels
+	}
+	if opts.Flavour != "" {
+		if f := bundle.FlavourNamed(opts.Flavour); f != nil {
+			opts.Channels = f.Channels(opts.Channels)
+		} else {
+			var names []string
+			for _, f := range bundle.Flavours {
+				names = append(names, f.Name)
+			}
+			errs = append(errs, fmt.Errorf("no flavour %q (flavours: %s)", opts.Flavour, strings.Join(names, ", ")))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
@@ -243,9 +259,13 @@ func pickVersion(b *bundle.Bundle, want string) (semver.Version, error) {
 
 // channelComment heads a published channel: what it is, and that it is not
 // the repository's.
-func channelComment(ch bundle.Channel, version, registry string) ([]string, string) {
+func channelComment(ch bundle.Channel, version, registry, flavour string) ([]string, string) {
+	what := "KOS " + version
+	if flavour != "" {
+		what += " (flavour " + flavour + ")"
+	}
 	comment := []string{
-		"KOS " + version + ", published with the images in " + registry + ". Install or",
+		what + ", published with the images in " + registry + ". Install or",
 		"upgrade KOS with",
 		"  channels apply channel <this file's https://, s3:// or file:// location> --yes",
 		"The manifests are the repository's, with the images renamed (and pinned by",
@@ -268,7 +288,9 @@ func writeFile(out, rel string, data []byte) error {
 }
 
 // check loads every channel written, as channels would, and fetches every
-// manifest it lists, which verifies its hash.
+// manifest it lists, which verifies its hash; then it lints the channels
+// as clusters apply them (bundle.Lint): a release that time-bombs or whose
+// variants are split is not published.
 func check(ctx context.Context, opts Options) error {
 	fetcher := channels.NewFetcher()
 	for _, ch := range opts.Channels {
@@ -282,5 +304,13 @@ func check(ctx context.Context, opts Options) error {
 			}
 		}
 	}
-	return nil
+	problems, err := bundle.Lint(ctx, opts.Out, opts.Channels)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, p := range problems {
+		errs = append(errs, errors.New(p))
+	}
+	return errors.Join(errs...)
 }

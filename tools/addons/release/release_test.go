@@ -205,6 +205,48 @@ func TestWrite(t *testing.T) {
 	}
 }
 
+// TestWriteFlavour writes the local flavour and checks that its
+// bootstrap-channel.yaml holds every addon's releases for one kind of
+// cluster (kos-etcd's and kos-agent's from the local folders, the others
+// from the bootstrap channel's), that no local channel is written, and that
+// the optional monitoring channel still is; Write has linted them.
+func TestWriteFlavour(t *testing.T) {
+	root := repoRoot(t)
+	out := t.TempDir()
+	if _, err := release.Write(t.Context(), release.Options{Root: root, Out: out, Registry: "r.example.net/kos", Flavour: "local"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(out, "addons", "local-channel.yaml")); !os.IsNotExist(err) {
+		t.Errorf("the local flavour wrote addons/local-channel.yaml (%v): its releases belong in bootstrap-channel.yaml", err)
+	}
+	if _, err := os.Stat(filepath.Join(out, "addons", "monitoring-channel.yaml")); err != nil {
+		t.Errorf("the local flavour wrote no monitoring channel: %v", err)
+	}
+	releases, err := channels.Load(t.Context(), channels.NewFetcher(), filepath.Join(out, "bootstrap-channel.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	folders := map[string]map[string]bool{}
+	for _, a := range releases {
+		if folders[a.Name] == nil {
+			folders[a.Name] = map[string]bool{}
+		}
+		folders[a.Name][filepath.Base(filepath.Dir(a.Manifest))] = true
+	}
+	want := map[string]map[string]bool{
+		"kos-etcd":               {"kos-etcd-single-node": true},
+		"kos-apiserver":          {"kos-apiserver": true},
+		"kos-controller-manager": {"kos-controller-manager": true},
+		"kos-agent":              {"kos-agent-userspace": true},
+	}
+	if diff := cmp.Diff(folders, want); diff != "" {
+		t.Errorf("the folders of each addon's releases in the local bootstrap channel (-got +want):\n%s", diff)
+	}
+	if problems := channels.Lint(releases); len(problems) > 0 {
+		t.Errorf("the local bootstrap channel does not lint: %v", problems)
+	}
+}
+
 // TestWriteRefuses checks the options Write refuses before writing.
 func TestWriteRefuses(t *testing.T) {
 	root := repoRoot(t)
@@ -219,6 +261,7 @@ func TestWriteRefuses(t *testing.T) {
 		{"into the repository", release.Options{Root: root, Out: filepath.Dir(root), Registry: "r.example.net/kos"}, "holds the repository"},
 		{"digest without digest", release.Options{Root: root, Out: t.TempDir(), Registry: "r.example.net/kos", Digests: map[string]string{"kos.example.com/etcd:3.6.4": "r.example.net/kos/etcd:3.6.4"}}, "no reference pinned by digest"},
 		{"unknown setting", release.Options{Root: root, Out: t.TempDir(), Registry: "r.example.net/kos", Settings: []release.Setting{{Addon: "kos-etcd", Key: "replicas", Value: "5"}}}, "no setting kos-etcd.replicas"},
+		{"unknown flavour", release.Options{Root: root, Out: t.TempDir(), Registry: "r.example.net/kos", Flavour: "tiny"}, `no flavour "tiny" (flavours: standard, local)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
