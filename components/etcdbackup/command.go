@@ -224,15 +224,25 @@ func (o *SaveOptions) Run(ctx context.Context, out io.Writer) error {
 			return err
 		}
 	}
+	// Room for the new snapshot first, so that the folder never holds more
+	// than --keep and a volume sized for them does not fill up; with
+	// --keep 1 the old one stays until the new one is saved.
+	var errs []error
+	if o.Keep > 1 {
+		removed, err := Prune(o.Dir, o.Keep-1)
+		for _, r := range removed {
+			fmt.Fprintf(out, "pruned %s\n", r)
+		}
+		errs = append(errs, err)
+	}
 	snap, err := Save(ctx, c, o.Dir, time.Now())
 	if err != nil {
-		return err
+		return errors.Join(append(errs, err)...)
 	}
 	fmt.Fprintf(out, "saved %s (%d bytes, sha256 %s%s)\n", snap.Path, snap.Size, snap.SHA256, describe(snap))
 
 	// Every later step runs even when one before it failed: a failed
-	// upload is no reason to let the folder fill up.
-	var errs []error
+	// upload is no reason to skip defragmenting.
 	if store != nil {
 		if loc, err := store.Upload(ctx, snap); err != nil {
 			errs = append(errs, err)
@@ -280,7 +290,8 @@ func newSaveCommand(out io.Writer) *cobra.Command {
 		Short: "Save a snapshot of etcd into a folder, and to S3 when configured",
 		Long: `save streams a snapshot from etcd into --dir as kos-etcd-<UTC time>.db, with
 a sha256sum file beside it, written under a temporary name and renamed once
-checked against the hash etcd appends, then keeps the newest --keep. With --s3
+checked against the hash etcd appends. It keeps the newest --keep: the oldest
+go before the new one is saved, so that the folder never holds more. With --s3
 (or $KOS_ETCD_BACKUP_S3) it uploads both files there too, with the AWS
 credentials of the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
 AWS_REGION) and S3_ENDPOINT for an S3-compatible store. With --defrag it then

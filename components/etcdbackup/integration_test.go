@@ -59,22 +59,51 @@ func TestIntegrationBackupRestore(t *testing.T) {
 	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
 
 	backups := t.TempDir()
-	began := time.Now()
-	out := run(t, etcdbackup.ExitOK, "save",
+	save := []string{"save",
 		"--endpoints", kos.EtcdURL, "--cacert", kos.EtcdCAFile, "--cert", kos.EtcdCertFile, "--key", kos.EtcdKeyFile,
 		"--dir", backups, "--keep", "2",
 		"--s3", "s3://kos-backups/cluster-a", "--s3-endpoint", s3.Endpoint, "--s3-keep", "2",
-		"--defrag", "--defrag-min-free-bytes", "0", "--defrag-min-free-ratio", "0")
-	t.Logf("saved in %s:\n%s", time.Since(began).Round(time.Millisecond), out)
-	for _, step := range []string{"saved " + backups, "uploaded s3://kos-backups/cluster-a/kos-etcd-", "defragmented " + kos.EtcdMember} {
-		if !strings.Contains(out, step) {
-			t.Errorf("save printed no line with %q", step)
+		"--defrag", "--defrag-min-free-bytes", "0", "--defrag-min-free-ratio", "0"}
+	// Three runs, a second apart (names have seconds): two snapshots stay
+	// in each place, the newest.
+	var saved []string
+	for i := range 3 {
+		if i > 0 {
+			time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
 		}
+		began := time.Now()
+		out := run(t, etcdbackup.ExitOK, save...)
+		t.Logf("save %d took %s:\n%s", i+1, time.Since(began).Round(time.Millisecond), out)
+		for _, step := range []string{"saved " + backups, "uploaded s3://kos-backups/cluster-a/kos-etcd-", "defragmented " + kos.EtcdMember} {
+			if !strings.Contains(out, step) {
+				t.Errorf("save printed no line with %q", step)
+			}
+		}
+		newest, err := etcdbackup.Newest(backups)
+		if err != nil {
+			t.Fatal(err)
+		}
+		saved = append(saved, filepath.Base(newest))
 	}
-	snapshot, err := etcdbackup.Newest(backups)
+	local, err := etcdbackup.List(backups)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if diff := cmp.Diff(local, saved[1:]); diff != "" {
+		t.Errorf("snapshots kept in the folder (-got +want):\n%s", diff)
+	}
+	store, err := etcdbackup.NewS3(ctx, "s3://kos-backups/cluster-a/", s3.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote, err := store.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(remote, saved[1:]); diff != "" {
+		t.Errorf("snapshots kept in S3 (-got +want):\n%s", diff)
+	}
+	snapshot := filepath.Join(backups, saved[2])
 
 	// What happens after the snapshot is what a restore undoes.
 	deleteAll(t, client, ns)
@@ -92,7 +121,7 @@ func TestIntegrationBackupRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := tree(t, kos.EtcdDataDir)
-	out = run(t, etcdbackup.ExitError, restoreArgs(kos, damaged, "--replace")...)
+	run(t, etcdbackup.ExitError, restoreArgs(kos, damaged, "--replace")...)
 	if diff := cmp.Diff(tree(t, kos.EtcdDataDir), before); diff != "" {
 		t.Errorf("etcd's data folder after a refused restore (-got +want):\n%s", diff)
 	}
