@@ -31,7 +31,8 @@ authorization), so it needs a kubeconfig for the main cluster (--kubeconfig,
 --authentication-kubeconfig, --authorization-kubeconfig) unless it runs in a
 pod of that cluster. Its admission plugin NodeRestriction lets a node agent
 (--agent-identities) write only the status of its own node's attachments, and
-there only the interface and postCreateExec parts. Its admission plugin
+there only the interface and postCreateExec parts, and read only its node's
+attachments and those of the networks its node is in. Its admission plugin
 ResourceQuota enforces the main cluster's object-count ResourceQuotas on KOS
 objects (count/networkattachments.network.example.com and the like), which
 the main cluster's own quota admission never sees; kube-controller-manager

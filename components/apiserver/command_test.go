@@ -34,7 +34,7 @@ func TestCommandFlags(t *testing.T) {
 		t.Errorf("--etcd-prefix defaults to %q, want %q", got, apiserver.DefaultEtcdPrefix)
 	}
 
-	if got, want := cmd.Flags().Lookup("agent-identities").DefValue, "[system:serviceaccount:example-com:kos-agent]"; got != want {
+	if got, want := cmd.Flags().Lookup("agent-identities").DefValue, "[system:serviceaccount:kos-node:kos-agent,system:serviceaccount:example-com:kos-agent]"; got != want {
 		t.Errorf("--agent-identities defaults to %q, want %q", got, want)
 	}
 	// NodeRestriction and ResourceQuota are among the plugins on by default.

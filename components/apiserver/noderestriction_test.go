@@ -60,7 +60,10 @@ func TestIntegrationNodeRestriction(t *testing.T) {
 	_, err = kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "kos-agent-noderestriction-test"},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "kos-agent-noderestriction-test"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: agentNS, Name: agentSA}},
+		Subjects: []rbacv1.Subject{
+			{Kind: rbacv1.ServiceAccountKind, Namespace: agentNS, Name: agentSA},
+			{Kind: rbacv1.ServiceAccountKind, Namespace: "kos-node", Name: agentSA}, // the agent since 0.2.0
+		},
 	}, metav1.CreateOptions{})
 	create("the agent's cluster role binding", err)
 	for _, n := range []string{nodeA, nodeB} {
@@ -197,4 +200,131 @@ func TestIntegrationNodeRestriction(t *testing.T) {
 			t.Errorf("the admin writing address and interface: %v", err)
 		}
 	})
+
+	// Reads: an agent lists and watches its node's attachments, and those
+	// of the networks its node is in, as kos-agent does; nothing else.
+	mustCreateSubnet(t, admin, newSubnet(ns, "s2", "10.95.0.0/24", 95))
+	peer := mustCreateAttachment(t, admin, newAttachment(ns, "peer", nodeB, "s1"))
+	elsewhere := mustCreateAttachment(t, admin, newAttachment(ns, "elsewhere", nodeB, "s2"))
+	peer.Status.IPv4, peer.Status.AddressVNI = "10.90.0.6", 90
+	elsewhere.Status.IPv4, elsewhere.Status.AddressVNI = "10.95.0.5", 95
+	for _, att := range []*v1alpha1.NetworkAttachment{peer, elsewhere} {
+		if _, err := admin.NetworkV1alpha1().NetworkAttachments(ns).UpdateStatus(ctx, att, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("writing the address of %s as the admin: %v", att.Name, err)
+		}
+	}
+	agentName := "system:serviceaccount:example-com:kos-agent"
+	for path, agent := range agents {
+		t.Run("reads/"+path, func(t *testing.T) {
+			testAgentReads(t, agent, agentName, ns, nodeA, nodeB)
+		})
+	}
+	t.Run("reads/unbound token", func(t *testing.T) {
+		_, err := unbound.NetworkV1alpha1().NetworkAttachments("").List(ctx, metav1.ListOptions{FieldSelector: "spec.node=" + nodeA})
+		refused(t, err, `agent "system:serviceaccount:example-com:kos-agent" may list NetworkAttachments only with a token bound to a pod on a node, but its credentials name no node`)
+	})
+	t.Run("reads/agent of 0.2.0", func(t *testing.T) {
+		// kos-agent 0.2.0 runs as kos-node/kos-agent, which the default
+		// --agent-identities names too.
+		_, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kos-node"}}, metav1.CreateOptions{})
+		create("namespace kos-node", err)
+		_, err = kube.CoreV1().ServiceAccounts("kos-node").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: agentSA}}, metav1.CreateOptions{})
+		create("the 0.2.0 agent's service account", err)
+		pod, err := kube.CoreV1().Pods("kos-node").Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "kos-agent-"},
+			Spec: corev1.PodSpec{
+				NodeName:           nodeA,
+				ServiceAccountName: agentSA,
+				Containers:         []corev1.Container{{Name: "kos-agent", Image: "kos.example.com/kos-agent:never-runs"}},
+			},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("creating the 0.2.0 agent's pod: %v", err)
+		}
+		t.Cleanup(func() {
+			zero := int64(0)
+			_ = kube.CoreV1().Pods("kos-node").Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		})
+		expiry := int64(600)
+		tr, err := kube.CoreV1().ServiceAccounts("kos-node").CreateToken(ctx, agentSA, &authenticationv1.TokenRequest{
+			Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry, BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("requesting a token: %v", err)
+		}
+		agent := withToken(kos.DirectConfig, tr.Status.Token).NetworkV1alpha1().NetworkAttachments("")
+		err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+			_, err := agent.List(ctx, metav1.ListOptions{FieldSelector: "spec.node=" + nodeA})
+			return err == nil, nil
+		})
+		if err != nil {
+			t.Fatalf("the 0.2.0 agent of node A could not list its node's attachments in 20s")
+		}
+		_, err = agent.List(ctx, metav1.ListOptions{FieldSelector: "spec.node=" + nodeB})
+		refused(t, err, fmt.Sprintf(`agent "system:serviceaccount:kos-node:kos-agent" of node %q may not list the attachments of node %q`, nodeA, nodeB))
+	})
+	t.Run("reads/admin", func(t *testing.T) {
+		list, err := admin.NetworkV1alpha1().NetworkAttachments("").List(ctx, metav1.ListOptions{})
+		if err != nil || len(list.Items) < 3 {
+			t.Errorf("the admin listing every attachment: %v", err)
+		}
+	})
+}
+
+// testAgentReads checks what agent, the agent user name of node nodeA, may
+// read of the attachments of namespace ns: on-a on node A and peer on node
+// B in VNI 90, and elsewhere on node B in VNI 95.
+func testAgentReads(t *testing.T, agent *kosclient.Clientset, agentName, ns, nodeA, nodeB string) {
+	ctx := context.Background()
+	refused := func(t *testing.T, err error, want string) {
+		t.Helper()
+		if !apierrors.IsForbidden(err) {
+			t.Fatalf("got %v, want Forbidden", err)
+		}
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	all, inNS := agent.NetworkV1alpha1().NetworkAttachments(""), agent.NetworkV1alpha1().NetworkAttachments(ns)
+
+	// What kos-agent asks for: its node's attachments in every namespace,
+	// and a network's attachments with a host.
+	list, err := all.List(ctx, metav1.ListOptions{FieldSelector: "spec.node=" + nodeA})
+	if err != nil {
+		t.Fatalf("listing its own node's attachments: %v", err)
+	}
+	if len(list.Items) != 1 || list.Items[0].Name != "on-a" {
+		t.Errorf("its own node's attachments: got %d, want on-a alone", len(list.Items))
+	}
+	if _, err := inNS.List(ctx, metav1.ListOptions{FieldSelector: "status.addressVNI=90,status.hostIP!="}); err != nil {
+		t.Errorf("listing the attachments of its network: %v", err)
+	}
+	w, err := inNS.Watch(ctx, metav1.ListOptions{FieldSelector: "status.addressVNI=90,status.hostIP!="})
+	if err != nil {
+		t.Errorf("watching the attachments of its network: %v", err)
+	} else {
+		w.Stop()
+	}
+	if _, err := inNS.List(ctx, metav1.ListOptions{FieldSelector: "spec.subnet=s1"}); err != nil {
+		t.Errorf("listing the attachments of a subnet its node is in: %v", err)
+	}
+	if _, err := inNS.Get(ctx, "peer", metav1.GetOptions{}); err != nil {
+		t.Errorf("getting another node's attachment in its network: %v", err)
+	}
+
+	// Everything else.
+	_, err = all.List(ctx, metav1.ListOptions{FieldSelector: "spec.node=" + nodeB})
+	refused(t, err, fmt.Sprintf(`agent %q of node %q may not list the attachments of node %q`, agentName, nodeA, nodeB))
+	_, err = all.Watch(ctx, metav1.ListOptions{FieldSelector: "spec.node=" + nodeB})
+	refused(t, err, fmt.Sprintf(`agent %q of node %q may not watch the attachments of node %q`, agentName, nodeA, nodeB))
+	_, err = all.List(ctx, metav1.ListOptions{})
+	refused(t, err, fmt.Sprintf(`agent %q of node %q may list NetworkAttachments only by a field selector spec.node=%s, or status.addressVNI=<VNI> or (in a namespace) spec.subnet=<subnet> of a network in which node %q has an attachment; "" in all namespaces names none`,
+		agentName, nodeA, nodeA, nodeA))
+	_, err = inNS.List(ctx, metav1.ListOptions{FieldSelector: "status.addressVNI=95"})
+	refused(t, err, fmt.Sprintf(`"status.addressVNI=95" in namespace %s names none`, ns))
+	_, err = inNS.List(ctx, metav1.ListOptions{FieldSelector: "spec.subnet=s2"})
+	refused(t, err, `"spec.subnet=s2" in namespace`)
+	_, err = inNS.Get(ctx, "elsewhere", metav1.GetOptions{})
+	refused(t, err, fmt.Sprintf(`agent %q of node %q may not get attachment %s/elsewhere of node %q: node %q has no attachment in its network (namespace %s, VNI 95)`,
+		agentName, nodeA, ns, nodeB, nodeA, ns))
 }

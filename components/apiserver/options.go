@@ -98,7 +98,9 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fss.FlagSet("admission").StringSliceVar(&o.AgentIdentities, "agent-identities", o.AgentIdentities,
 		"The user names of node agents (admission plugin "+noderestriction.PluginName+"). Such a user may write the status of a NetworkAttachment "+
 			"only with credentials that name a node (a service-account token bound to a pod, Kubernetes 1.30 or later), only if the attachment is on that node, "+
-			"and only its interface and postCreateExec sections. Empty turns the restriction off.")
+			"and only its interface and postCreateExec sections; it may list and watch NetworkAttachments only by a field selector naming its node (spec.node) "+
+			"or a network its node has an attachment in (status.addressVNI, spec.subnet), and get only those. "+
+			"Empty, or "+noderestriction.PluginName+" disabled, turns the restriction off.")
 	o.Recommended.Audit.AddFlags(fss.FlagSet("audit"))
 	o.Recommended.Features.AddFlags(fss.FlagSet("features"))
 	o.Recommended.EgressSelector.AddFlags(fss.FlagSet("egress selector"))
@@ -150,7 +152,24 @@ func (o *Options) Config() (*Config, error) {
 	if err := o.Recommended.ApplyTo(generic); err != nil {
 		return nil, fmt.Errorf("applying the settings: %w", err)
 	}
-	return &Config{Generic: generic}, nil
+	config := &Config{Generic: generic}
+	// The agents' reads are scoped where their writes are: with
+	// NodeRestriction on (the k8s-1.29 releases turn it off, as their
+	// tokens name no node).
+	if pluginEnabled(o.Recommended.Admission, noderestriction.PluginName) {
+		config.AgentReads = o.AgentIdentities
+	}
+	return config, nil
+}
+
+// pluginEnabled reports whether the admission plugin name runs with the
+// settings a: named by --enable-admission-plugins, or on by default and not
+// named by --disable-admission-plugins.
+func pluginEnabled(a *genericoptions.AdmissionOptions, name string) bool {
+	if slices.Contains(a.EnablePlugins, name) {
+		return true
+	}
+	return slices.Contains(a.RecommendedPluginOrder, name) && !a.DefaultOffPlugins.Has(name) && !slices.Contains(a.DisablePlugins, name)
 }
 
 func init() {

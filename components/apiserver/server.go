@@ -19,6 +19,7 @@ import (
 
 	"github.com/kos-sdn/kos/components/apis/network"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
+	"github.com/kos-sdn/kos/components/apiserver/admission/noderestriction"
 	"github.com/kos-sdn/kos/components/apiserver/registry/iplock"
 	"github.com/kos-sdn/kos/components/apiserver/registry/networkattachment"
 	"github.com/kos-sdn/kos/components/apiserver/registry/subnet"
@@ -28,6 +29,10 @@ import (
 type Config struct {
 	// Generic is the configuration of the generic API server underneath.
 	Generic *genericapiserver.RecommendedConfig
+	// AgentReads are the user names of node agents whose reads of
+	// NetworkAttachments are scoped to their node
+	// (noderestriction.ScopeReads); none scopes no reads.
+	AgentReads []string
 }
 
 // CompletedConfig is a Config whose defaults are filled in; only Complete
@@ -37,12 +42,13 @@ type CompletedConfig struct {
 }
 
 type completedConfig struct {
-	generic genericapiserver.CompletedConfig
+	generic    genericapiserver.CompletedConfig
+	agentReads []string
 }
 
 // Complete fills in the defaults of c.
 func (c *Config) Complete() CompletedConfig {
-	return CompletedConfig{&completedConfig{generic: c.Generic.Complete()}}
+	return CompletedConfig{&completedConfig{generic: c.Generic.Complete(), agentReads: c.AgentReads}}
 }
 
 // Server is a kos-apiserver ready to run.
@@ -65,6 +71,10 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	var attachmentsMain rest.Storage = attachments.NetworkAttachment
+	if len(c.agentReads) > 0 {
+		attachmentsMain = noderestriction.ScopeReads(attachments.NetworkAttachment, c.agentReads)
+	}
 	locks, err := iplock.NewStorage(Scheme, optsGetter)
 	if err != nil {
 		return nil, err
@@ -73,7 +83,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	group.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		"subnets":                   subnets.Subnet,
 		"subnets/status":            subnets.Status,
-		"networkattachments":        attachments.NetworkAttachment,
+		"networkattachments":        attachmentsMain,
 		"networkattachments/status": attachments.Status,
 		"iplocks":                   locks,
 	}

@@ -13,6 +13,10 @@
 // and hand it on to kos-apiserver through TokenReview (direct clients) or the
 // aggregator's X-Remote-Extra- headers. An agent whose credentials carry no
 // node may write no status at all. Every other user is left to RBAC alone.
+//
+// Admission never sees reads, so the package also scopes an agent's reads
+// of NetworkAttachments in their storage (Attachments, ScopeReads): to its
+// node's attachments and those of the networks its node is in.
 package noderestriction
 
 import (
@@ -35,9 +39,26 @@ import (
 const PluginName = "NodeRestriction"
 
 // DefaultAgents are the agent identities when none are configured: the
-// ServiceAccount kos-agent in the namespace example-com, as the kos-agent
-// addon creates it.
-var DefaultAgents = []string{serviceaccount.MakeUsername("example-com", "kos-agent")}
+// ServiceAccount kos-agent in the namespace kos-node, as the kos-agent addon
+// creates it since 0.2.0, and in example-com, where 0.1.0 created it.
+var DefaultAgents = []string{
+	serviceaccount.MakeUsername("kos-node", "kos-agent"),
+	serviceaccount.MakeUsername("example-com", "kos-agent"),
+}
+
+// nodeClaim is the key of the user's extra that names the node of a
+// service-account token bound to a pod.
+const nodeClaim = serviceaccount.NodeNameKey
+
+// nodeOf returns the node that u's credentials name, or "" when they name
+// none or more than one.
+func nodeOf(u user.Info) string {
+	nodes := u.GetExtra()[nodeClaim]
+	if len(nodes) != 1 {
+		return ""
+	}
+	return nodes[0]
+}
 
 // agentSections are the status sections an agent may write.
 var agentSections = sets.New(network.SectionImpl, network.SectionExecReport)
@@ -94,12 +115,11 @@ func Decide(agents sets.Set[string], u user.Info, att, old *network.NetworkAttac
 		return nil
 	}
 	name := old.Namespace + "/" + old.Name
-	nodes := u.GetExtra()[serviceaccount.NodeNameKey]
-	if len(nodes) != 1 || nodes[0] == "" {
+	node := nodeOf(u)
+	if node == "" {
 		return fmt.Errorf("agent %q may write the status of attachment %s only with a token bound to a pod on node %q, but its credentials name no node (%s); give the agent a projected service-account token (Kubernetes 1.30 or later)",
-			u.GetName(), name, old.Spec.Node, serviceaccount.NodeNameKey)
+			u.GetName(), name, old.Spec.Node, nodeClaim)
 	}
-	node := nodes[0]
 	if node != old.Spec.Node {
 		return fmt.Errorf("agent %q of node %q may not write the status of attachment %s, which is on node %q",
 			u.GetName(), node, name, old.Spec.Node)
