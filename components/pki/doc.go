@@ -20,7 +20,11 @@
 // mount their Secrets as volumes, which the kubelet updates in place, and
 // read the new files without a restart (etcd at every handshake,
 // kos-apiserver through k8s.io/apiserver's dynamic serving certificate and
-// its etcd client's per-connection load).
+// its etcd client's per-connection load). Where a namespace's owner grants
+// it PublishRules, the signer also publishes the CA's certificate there
+// (ConfigMap kos-ca, for clients that verify KOS servers) and makes password
+// Secrets (such as kos-monitoring's Grafana admin's), so that no manifest
+// carries a CA or a password.
 //
 // Like the other KOS commands, kos-pki ensure goes EnsureOptions → Complete
 // → Validate → Config → Complete → New (an EnsureRun) → Run.

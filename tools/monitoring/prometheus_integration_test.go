@@ -101,17 +101,36 @@ func (tg target) staticConfig() map[string]any {
 	}
 }
 
+// localFiles are the files a test's Prometheus reads in place of those the
+// addon's pod mounts.
+type localFiles struct {
+	// token is kos-apiserver's bearer token (the ServiceAccount's).
+	token string
+	// kosCA verifies kos-apiserver's certificate (ConfigMap kos-ca), and
+	// serverName is the name the certificate holds.
+	kosCA, serverName string
+	// rules are the alert rules (ConfigMap prometheus-rules).
+	rules string
+}
+
 // prometheusConfig returns the addon's Prometheus configuration with each
 // job's pod discovery replaced by the static targets of that job, scraping
-// every second, and kos-apiserver's bearer token read from tokenFile.
-func prometheusConfig(t *testing.T, addonConfig string, targets []target, tokenFile string) []byte {
+// and evaluating every second, and the files the pod mounts replaced by
+// files. Every job must have a target unless onlyTargeted, which drops the
+// jobs without one.
+func prometheusConfig(t *testing.T, addonConfig string, targets []target, files localFiles, onlyTargeted bool) []byte {
 	t.Helper()
 	var cfg map[string]any
 	if err := yaml.Unmarshal([]byte(addonConfig), &cfg); err != nil {
 		t.Fatalf("the addon's prometheus.yml: %v", err)
 	}
 	cfg["global"] = map[string]any{"scrape_interval": "1s", "evaluation_interval": "1s"}
+	if _, ok := cfg["rule_files"]; !ok {
+		t.Fatal("the addon's prometheus.yml loads no rule file")
+	}
+	cfg["rule_files"] = []string{files.rules}
 	jobs, _ := cfg["scrape_configs"].([]any)
+	var kept []any
 	for _, j := range jobs {
 		job := j.(map[string]any)
 		if _, ok := job["kubernetes_sd_configs"]; !ok {
@@ -125,18 +144,39 @@ func prometheusConfig(t *testing.T, addonConfig string, targets []target, tokenF
 			}
 		}
 		if len(statics) == 0 {
+			if onlyTargeted {
+				continue
+			}
 			t.Fatalf("no target for job %v", job["job_name"])
 		}
 		job["static_configs"] = statics
 		if auth, ok := job["authorization"].(map[string]any); ok {
-			auth["credentials_file"] = tokenFile
+			auth["credentials_file"] = files.token
 		}
+		if tls, ok := job["tls_config"].(map[string]any); ok {
+			if tls["ca_file"] == nil || tls["insecure_skip_verify"] == true {
+				t.Fatalf("job %v: tls_config %v does not verify the server", job["job_name"], tls)
+			}
+			tls["ca_file"], tls["server_name"] = files.kosCA, files.serverName
+		}
+		kept = append(kept, job)
 	}
+	cfg["scrape_configs"] = kept
 	data, err := yaml.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return data
+}
+
+// writeFile writes data into a new file of the test's and returns its path.
+func writeFile(t *testing.T, name string, data []byte) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // addonIdentity creates the addon's namespace, Prometheus's ServiceAccount
@@ -314,10 +354,12 @@ func TestIntegrationDashboardsHaveData(t *testing.T) {
 	kosCfg := rest.CopyConfig(kosServer.DirectConfig)
 	kosCfg.QPS, kosCfg.Burst = 1000, 2000
 	objs := manifestObjects(t)
-	token := addonIdentity(t, env, objs)
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
-		t.Fatal(err)
+	files := localFiles{
+		token: writeFile(t, "token", []byte(addonIdentity(t, env, objs))),
+		// The test's kos-apiserver has a self-signed certificate for
+		// localhost; the addon's verifies the KOS CA's for its Service.
+		kosCA: kosServer.CACertFile, serverName: "localhost",
+		rules: writeFile(t, "kos.rules.yaml", []byte(configMapData(t, objs, "prometheus-rules")["kos.rules.yaml"])),
 	}
 
 	label := fmt.Sprintf("kos-monitoring-test-%d", time.Now().UnixNano()%1000000)
@@ -358,7 +400,7 @@ func TestIntegrationDashboardsHaveData(t *testing.T) {
 		run(t, "agent-"+name, func(ctx context.Context) error { return a.Run(ctx, 2) })
 		targets = append(targets, target{job: "kos", address: serve(t, monitoring.Handler(reg)), name: "kos-agent", port: "metrics", node: name})
 	}
-	config := prometheusConfig(t, configMapData(t, objs, "prometheus-config")["prometheus.yml"], targets, tokenFile)
+	config := prometheusConfig(t, configMapData(t, objs, "prometheus-config")["prometheus.yml"], targets, files, false)
 	base := startPrometheus(t, config)
 	poll.Until(t, time.Minute, "every target is up", func(context.Context) error {
 		up, err := instantQuery(base, "up")
@@ -371,6 +413,24 @@ func TestIntegrationDashboardsHaveData(t *testing.T) {
 		}
 		return nil
 	})
+
+	// The shipped alert rules are loaded and evaluate without error.
+	poll.Until(t, time.Minute, "every alert rule is loaded and evaluated", func(context.Context) error {
+		return rulesHealthy(base, len(alertNames(t, rulesFile(t))))
+	})
+
+	// The dashboards' node variable offers both nodes.
+	data, err := promGet(base, "/api/v1/label/node/values", url.Values{"match[]": {strings.TrimSuffix(strings.TrimPrefix(nodeVariable, "label_values("), ", node)")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []string
+	if err := json.Unmarshal(data, &nodes); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{label + "-n0", label + "-n1"}; !slices.Equal(nodes, want) {
+		t.Errorf("the node variable's values are %v, want %v", nodes, want)
+	}
 
 	// A short load: subnets, attachments on both nodes, churn.
 	sizes, err := driver.ParseSizes("uniform:3-6")
@@ -394,7 +454,14 @@ func TestIntegrationDashboardsHaveData(t *testing.T) {
 	}
 	// Prometheus scrapes every second: the last scrapes of the load come
 	// in shortly.
-	queries := dashboardQueries(t)
+	// Every query has data with the node variable at "All" and at the
+	// node that runs every component.
+	var queries []query
+	for _, q := range dashboardQueries(t) {
+		for _, node := range []string{".*", regexp.QuoteMeta(label + "-n0")} {
+			queries = append(queries, query{q.dashboard, q.panel, withNode(q.expr, node)})
+		}
+	}
 	poll.Until(t, time.Minute, "every dashboard query has data", func(context.Context) error {
 		var missing []string
 		for _, q := range queries {
@@ -413,7 +480,7 @@ func TestIntegrationDashboardsHaveData(t *testing.T) {
 
 	// Every KOS metric the components exposed, and the driver's, is in
 	// docs/metrics.md.
-	data, err := promGet(base, "/api/v1/label/__name__/values", nil)
+	data, err = promGet(base, "/api/v1/label/__name__/values", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -447,4 +514,40 @@ func checkDocumented(t *testing.T, names []string) {
 			t.Errorf("metric %s is not in docs/metrics.md", base)
 		}
 	}
+}
+
+// rulesHealthy returns nil when Prometheus has loaded want rules and
+// evaluated each without error.
+func rulesHealthy(base string, want int) error {
+	data, err := promGet(base, "/api/v1/rules", nil)
+	if err != nil {
+		return err
+	}
+	var r struct {
+		Groups []struct {
+			Name  string `json:"name"`
+			Rules []struct {
+				Name      string `json:"name"`
+				Health    string `json:"health"`
+				LastError string `json:"lastError"`
+			} `json:"rules"`
+		} `json:"groups"`
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		return err
+	}
+	n := 0
+	var problems []string
+	for _, g := range r.Groups {
+		for _, rule := range g.Rules {
+			n++
+			if rule.Health != "ok" {
+				problems = append(problems, fmt.Sprintf("%s/%s: health %q %s", g.Name, rule.Name, rule.Health, rule.LastError))
+			}
+		}
+	}
+	if n != want || len(problems) > 0 {
+		return fmt.Errorf("%d rules loaded, want %d; %s", n, want, strings.Join(problems, "; "))
+	}
+	return nil
 }
