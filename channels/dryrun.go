@@ -45,6 +45,9 @@ type ObjectChange struct {
 	// Note says why an object could not be dry-run: its kind or its
 	// namespace is one the release creates.
 	Note string
+	// Takeovers are the fields applying takes from other field managers
+	// or removes for them, by manager; see takeovers.
+	Takeovers []Takeover
 }
 
 // String names the object: "Deployment.apps ns/name".
@@ -112,12 +115,14 @@ func (c *Client) Preview(ctx context.Context, plan *Plan, opts PreviewOptions) (
 		}
 		maps.Copy(scopes, definedKinds(objs[i]))
 	}
+	// What prune keeps, as Apply works it out.
+	decl := newDeclarations(c, opts.Fetcher, plan, scopes)
 	for i, it := range pending {
 		if objs[i] == nil {
 			continue
 		}
 		it.shared = plan.sharingSelector(it.Addon)
-		changes, err := c.previewAddon(ctx, it, objs[i], creates, defines, scopes, opts)
+		changes, err := c.previewAddon(ctx, it, objs[i], creates, defines, scopes, decl, opts)
 		if err != nil {
 			failed = append(failed, AddonError{Addon: it.Addon.Name, Err: err})
 			continue
@@ -132,10 +137,11 @@ func (c *Client) Preview(ctx context.Context, plan *Plan, opts PreviewOptions) (
 
 // previewAddon previews the objects objs of a pending addon; creates names
 // the namespaces the plan's pending addons create, and defines the kinds
-// their CRDs define, by addon, with scopes saying whether each is namespaced.
-func (c *Client) previewAddon(ctx context.Context, it PlanItem, objs []*unstructured.Unstructured, creates map[string]string, defines map[schema.GroupKind]string, scopes map[schema.GroupKind]bool, opts PreviewOptions) ([]ObjectChange, error) {
+// their CRDs define, by addon, with scopes saying whether each is
+// namespaced; decl is what the plan's addons declare, which prune keeps.
+func (c *Client) previewAddon(ctx context.Context, it PlanItem, objs []*unstructured.Unstructured, creates map[string]string, defines map[schema.GroupKind]string, scopes map[schema.GroupKind]bool, decl *declarations, opts PreviewOptions) ([]ObjectChange, error) {
 	a := it.Addon
-	w := &addonWriter{client: c, parallelism: opts.Parallelism, shared: it.shared, defined: scopes}
+	w := &addonWriter{client: c, parallelism: opts.Parallelism, shared: it.shared, defined: scopes, decl: decl}
 	own := definedKinds(objs)
 	rel, err := w.prepare(ctx, objs)
 	if err != nil {
@@ -204,7 +210,7 @@ func (c *Client) previewAddon(ctx context.Context, it PlanItem, objs []*unstruct
 		seen := map[objectKey]bool{}
 		for _, cs := range found {
 			for _, cand := range cs {
-				if cand.skip != "" || seen[cand.key] {
+				if cand.skip != "" || cand.handover != nil || seen[cand.key] {
 					continue
 				}
 				seen[cand.key] = true
@@ -246,6 +252,9 @@ func (w *addonWriter) dryRun(ctx context.Context, t *target, ch *ObjectChange) e
 	merged, err := ri.Apply(ctx, t.key.Name, t.obj, metav1.ApplyOptions{FieldManager: FieldManager, Force: true, DryRun: []string{metav1.DryRunAll}})
 	if err != nil {
 		return fmt.Errorf("applying %s (dry run): %w", t.key, err)
+	}
+	if ch.Takeovers, err = takeovers(live, merged); err != nil {
+		return err
 	}
 	ch.Merged = comparable(merged)
 	switch {

@@ -90,9 +90,10 @@ func (d *declarations) set(addon string, rel *release, objs []*unstructured.Unst
 }
 
 // of returns what an addon of the plan declares. An addon of the plan that
-// is up to date has its manifest read the first time; the declarations of
-// any other addon (not in the channels, or whose installed release is not
-// the one the channels offer) are unknown.
+// is up to date, or to apply and not set by the run (a preview), has its
+// manifest read the first time; the declarations of any other addon (not in
+// the channels, or whose installed release is not the one the channels
+// offer) are unknown.
 func (d *declarations) of(ctx context.Context, addon string) *declared {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -104,7 +105,7 @@ func (d *declarations) of(ctx context.Context, addon string) *declared {
 	switch {
 	case !ok:
 		dc.err = errors.New("it is not in the channels")
-	case it.Decision.Apply || it.Decision.Reason != ReasonUpToDate:
+	case !it.Decision.Apply && it.Decision.Reason != ReasonUpToDate:
 		dc.err = fmt.Errorf("its installed release is not the one the channels offer (%s)", it.Decision.Reason)
 	default:
 		objs, err := releaseObjects(ctx, d.fetcher, it.Addon)

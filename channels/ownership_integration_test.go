@@ -139,6 +139,14 @@ func TestIntegrationObjectMovesBetweenAddons(t *testing.T) {
 	loc = writeChannel(t, dir, "v2.yaml",
 		testRelease{Name: "mv-a", Version: "2.0.0", Manifest: configMap("mv-app", "mv-a", "a")},
 		testRelease{Name: "mv-b", Version: "2.0.0", Manifest: manifest(configMap("mv-app", "mv-b", "b"), configMap("mv-app", "moving", "b"))})
+	// The plan shows no prune of it either.
+	for _, p := range planAndPreview(t, newTestClient(t), loc) {
+		for _, ch := range p.Objects {
+			if ch.Action == ActionPrune {
+				t.Errorf("the plan prunes %s of addon %s", ch, p.Addon)
+			}
+		}
+	}
 	res := run(t, newTestClient(t), loc)
 	if res.err != nil {
 		t.Fatalf("second run: %v", res.err)

@@ -72,9 +72,10 @@ kOps ("kops") or kubectl's client-side apply own are taken over. With --wait
 (Deployments, DaemonSets and StatefulSets rolled out, Jobs complete,
 APIServices Available), printing progress, for at most --timeout. Objects the
 new release no longer has are then deleted (found by the label, whatever
-selector their release had), and the install record is written last. An addon that fails, or is not
-ready in time, keeps its old record, so a second run retries it. A Lease
-(kube-system/channels) keeps two runs from interleaving.
+selector their release had), and the install record is written last. An
+addon that fails, or is not ready in time, keeps its old record, so a second
+run retries it. A Lease (kube-system/channels) keeps two runs from
+interleaving.
 
 With --interval (and --yes), channels runs as kOps runs its channels on each
 control-plane node: a pass every interval until SIGTERM, each reading the
