@@ -323,9 +323,11 @@ defragments the members worth it, one at a time (see defrag).`,
 
 // DefragOptions are the settings of kos-etcd-backup defrag.
 type DefragOptions struct {
-	Client  ClientOptions
-	Policy  DefragPolicy
-	Timeout time.Duration
+	Client ClientOptions
+	Policy DefragPolicy
+	// DisarmNoSpace clears the NOSPACE alarms after defragmenting.
+	DisarmNoSpace bool
+	Timeout       time.Duration
 }
 
 func newDefragCommand(out io.Writer) *cobra.Command {
@@ -337,7 +339,8 @@ func newDefragCommand(out io.Writer) *cobra.Command {
 use, and defragments, one at a time and the leader last, each member where at
 least --defrag-min-free-bytes and --defrag-min-free-ratio of the file is free;
 it prints what it did or why not for each. A member blocks its clients while
-it defragments, so when one member does not answer, none is defragmented.`,
+it defragments, so when one member does not answer, none is defragmented. With
+--disarm-nospace it then clears the NOSPACE alarms etcd raises at its quota.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			errs := append(o.Client.validate(), validatePolicy(o.Policy)...)
@@ -354,12 +357,26 @@ it defragments, so when one member does not answer, none is defragmented.`,
 				return err
 			}
 			defer c.Close()
-			return Defragment(ctx, c, o.Policy, func(m MemberDefrag) { fmt.Fprintln(out, m) })
+			if err := Defragment(ctx, c, o.Policy, func(m MemberDefrag) { fmt.Fprintln(out, m) }); err != nil {
+				return err
+			}
+			if !o.DisarmNoSpace {
+				return nil
+			}
+			cleared, err := DisarmNoSpace(ctx, c)
+			for _, id := range cleared {
+				fmt.Fprintf(out, "disarmed the NOSPACE alarm of member %x\n", id)
+			}
+			if err == nil && len(cleared) == 0 {
+				fmt.Fprintln(out, "no NOSPACE alarm to disarm")
+			}
+			return err
 		},
 	}
 	fs := cmd.Flags()
 	o.Client.addFlags(fs)
 	addPolicyFlags(fs, &o.Policy)
+	fs.BoolVar(&o.DisarmNoSpace, "disarm-nospace", false, "Then clear the NOSPACE alarms, which keep etcd refusing writes after its database reached the quota; do it once space is free again.")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "The longest the whole run may take.")
 	return cmd
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -109,5 +110,34 @@ func Defragment(ctx context.Context, c *clientv3.Client, policy DefragPolicy, re
 	return nil
 }
 
-// mib prints a size in MiB.
-func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+// mib prints a size in MiB, or in KiB below one MiB.
+func mib(n int64) string {
+	if n < 1<<20 {
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
+
+// DisarmNoSpace clears the NOSPACE alarms of the cluster c reaches, which
+// etcd raises when a member's database reaches its quota and which keep the
+// cluster refusing writes until cleared, and returns the IDs of the members
+// whose alarm it cleared. A member still over its quota raises it again at
+// its next write.
+func DisarmNoSpace(ctx context.Context, c *clientv3.Client) ([]uint64, error) {
+	alarms, err := c.AlarmList(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing the etcd alarms: %w", err)
+	}
+	var cleared []uint64
+	for _, a := range alarms.Alarms {
+		if a.GetAlarm() != etcdserverpb.AlarmType_NOSPACE {
+			continue
+		}
+		m := clientv3.AlarmMember{MemberID: a.GetMemberID(), Alarm: a.GetAlarm()}
+		if _, err := c.AlarmDisarm(ctx, &m); err != nil {
+			return cleared, fmt.Errorf("disarming the NOSPACE alarm of member %x: %w", a.GetMemberID(), err)
+		}
+		cleared = append(cleared, a.GetMemberID())
+	}
+	return cleared, nil
+}

@@ -11,6 +11,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -329,4 +333,71 @@ func tree(t *testing.T, dir string) []string {
 		t.Fatal(err)
 	}
 	return paths
+}
+
+// TestIntegrationDefragDisarm checks defrag's policy and --disarm-nospace on
+// a real etcd whose NOSPACE alarm is raised: the KOS API refuses writes until
+// the alarm is cleared, then takes them again.
+func TestIntegrationDefragDisarm(t *testing.T) {
+	ctx := t.Context()
+	env := testenv.Shared(t)
+	kos, err := env.StartKOS(ctx, testenv.KOSOptions{Name: fmt.Sprintf("defrag-%d", time.Now().UnixNano()%100000), DirectOnly: true, EtcdTLS: true})
+	if err != nil {
+		t.Fatalf("starting kos-apiserver: %v", err)
+	}
+	t.Cleanup(func() { kos.Stop() })
+	client := newKOSClient(t, kos)
+	ns := newNamespace(t, env)
+	subnets := 0
+	subnet := func(name string) error {
+		subnets++
+		_, err := client.NetworkV1alpha1().Subnets(ns).Create(ctx, &v1alpha1.Subnet{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec:       v1alpha1.SubnetSpec{IPv4: fmt.Sprintf("10.77.%d.0/24", subnets), VNI: 77},
+		}, metav1.CreateOptions{})
+		return err
+	}
+	if err := subnet("before"); err != nil {
+		t.Fatal(err)
+	}
+
+	tlsConfig, err := (transport.TLSInfo{TrustedCAFile: kos.EtcdCAFile, CertFile: kos.EtcdCertFile, KeyFile: kos.EtcdKeyFile}).ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcd, err := clientv3.New(clientv3.Config{Endpoints: []string{kos.EtcdURL}, TLS: tlsConfig, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	st, err := etcd.Status(ctx, kos.EtcdURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a member does when its database reaches the quota.
+	_, err = etcdserverpb.NewMaintenanceClient(etcd.ActiveConnection()).Alarm(ctx, &etcdserverpb.AlarmRequest{
+		Action:   etcdserverpb.AlarmRequest_ACTIVATE,
+		MemberID: st.Header.GetMemberId(),
+		Alarm:    etcdserverpb.AlarmType_NOSPACE,
+	})
+	if err != nil {
+		t.Fatalf("raising the NOSPACE alarm: %v", err)
+	}
+	if err := subnet("refused"); err == nil || !strings.Contains(err.Error(), "space exceeded") {
+		t.Fatalf("creating a subnet with the alarm raised: %v, want database space exceeded", err)
+	}
+
+	// The default policy finds nothing worth defragmenting in a small
+	// database, and says so; the alarm is cleared.
+	out := run(t, etcdbackup.ExitOK, "defrag", "--disarm-nospace",
+		"--endpoints", kos.EtcdURL, "--cacert", kos.EtcdCAFile, "--cert", kos.EtcdCertFile, "--key", kos.EtcdKeyFile)
+	t.Logf("defrag:\n%s", out)
+	for _, want := range []string{"defrag of " + kos.EtcdMember + " (" + kos.EtcdURL + ") skipped: ", "disarmed the NOSPACE alarm of member"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("defrag printed no line with %q", want)
+		}
+	}
+	if err := subnet("after"); err != nil {
+		t.Errorf("creating a subnet after the alarm was cleared: %v", err)
+	}
 }
