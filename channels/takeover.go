@@ -3,6 +3,9 @@ package channels
 import (
 	"bytes"
 	"fmt"
+	"maps"
+	"slices"
+	"sort"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -160,4 +163,109 @@ func ownRecords(entries *[]metav1.ManagedFieldsEntry, paths *fieldpath.Set, apiV
 		FieldsV1:   &metav1.FieldsV1{Raw: raw},
 	})
 	return nil
+}
+
+// Takeover is what applying a release does to fields another field manager
+// owns on an object: it takes them over (the release sets them, to another
+// value, or the manager is one of takenOver), or, for a manager of
+// takenOver, removes those the release does not set, which no one else
+// owns.
+type Takeover struct {
+	// Manager is the field manager that loses the fields.
+	Manager string
+	// TakenOver are the paths of the fields FieldManager comes to own
+	// (".spec.replicas"), sorted.
+	TakenOver []string
+	// Removed are the paths of the fields applying removes, sorted.
+	Removed []string
+}
+
+// takeovers works out, from the managed fields of live (nil when the object
+// does not exist) and of merged (the server-side dry-run of the apply,
+// forced, as FieldManager), which fields change manager, by manager in name
+// order. A field another manager owns and the release sets to the same
+// value stays shared, and is no takeover; a field whose value the release
+// changes is taken from its manager by the forced apply. The managers of
+// takenOver lose every field: takeOverPatch moves them to FieldManager
+// before the apply, which then removes those the release does not set and
+// no third manager owns (install records and pending inventories excepted,
+// as takeOverPatch leaves them out).
+func takeovers(live, merged *unstructured.Unstructured) ([]Takeover, error) {
+	if live == nil {
+		return nil, nil
+	}
+	before, err := fieldsByManager(live)
+	if err != nil {
+		return nil, err
+	}
+	after, err := fieldsByManager(merged)
+	if err != nil {
+		return nil, err
+	}
+	ours := after[FieldManager]
+	if ours == nil {
+		ours = fieldpath.NewSet()
+	}
+	records, _ := recordPaths(live)
+	var out []Takeover
+	for _, m := range slices.Sorted(maps.Keys(before)) {
+		if m == FieldManager || m == RecordFieldManager {
+			continue
+		}
+		had := before[m]
+		var taken, removed *fieldpath.Set
+		if takenOver.Has(m) {
+			had = had.Difference(records)
+			taken = had.Intersection(ours)
+			others := fieldpath.NewSet()
+			for n, s := range after {
+				if n != m && n != FieldManager {
+					others = others.Union(s)
+				}
+			}
+			removed = had.Difference(ours).Difference(others)
+		} else {
+			taken = had.Intersection(ours)
+			if kept := after[m]; kept != nil {
+				taken = taken.Difference(kept)
+			}
+			removed = fieldpath.NewSet()
+		}
+		t := Takeover{Manager: m, TakenOver: leafPaths(taken), Removed: leafPaths(removed)}
+		if len(t.TakenOver)+len(t.Removed) > 0 {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// fieldsByManager returns the fields each manager owns on obj, outside
+// subresources (applying never touches those), over all its entries.
+func fieldsByManager(obj *unstructured.Unstructured) (map[string]*fieldpath.Set, error) {
+	out := map[string]*fieldpath.Set{}
+	for _, e := range obj.GetManagedFields() {
+		if e.Subresource != "" || e.FieldsV1 == nil {
+			continue
+		}
+		set := &fieldpath.Set{}
+		if err := set.FromJSON(bytes.NewReader(e.FieldsV1.Raw)); err != nil {
+			return nil, fmt.Errorf("reading fields of manager %s on %s: %w", e.Manager, keyOf(obj), err)
+		}
+		if cur, ok := out[e.Manager]; ok {
+			set = cur.Union(set)
+		}
+		out[e.Manager] = set
+	}
+	return out, nil
+}
+
+// leafPaths returns the paths of set's fields as strings, sorted, leaving
+// out a path whose fields below are listed too (a list item's own entry).
+func leafPaths(set *fieldpath.Set) []string {
+	var out []string
+	set.Leaves().Iterate(func(p fieldpath.Path) {
+		out = append(out, p.String())
+	})
+	sort.Strings(out)
+	return out
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -35,6 +36,20 @@ func planObject(it channels.PlanItem, objects []channels.ObjectChange) *unstruct
 			setIf(o, "group", ch.Kind.Group)
 			setIf(o, "namespace", ch.Namespace)
 			setIf(o, "note", ch.Note)
+			if len(ch.Takeovers) > 0 {
+				var ts []any
+				for _, t := range ch.Takeovers {
+					m := map[string]any{"manager": t.Manager}
+					if len(t.TakenOver) > 0 {
+						m["takenOver"] = stringsToAny(t.TakenOver)
+					}
+					if len(t.Removed) > 0 {
+						m["removed"] = stringsToAny(t.Removed)
+					}
+					ts = append(ts, m)
+				}
+				o["takeovers"] = ts
+			}
 			list[i] = o
 		}
 		u.Object["objects"] = list
@@ -56,6 +71,14 @@ func planObject(it channels.PlanItem, objects []channels.ObjectChange) *unstruct
 		u.Object["pending"] = pending
 	}
 	return u
+}
+
+func stringsToAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }
 
 func setIf(m map[string]any, key, value string) {
@@ -128,11 +151,15 @@ func describeRelease(version, id string) string {
 }
 
 // writeObjectPlan writes, after the plan table, what each pending addon
-// does to its objects, one line each, and with diff the unified diff of
-// each object that changes:
+// does to its objects, one line each, with the fields it takes from other
+// field managers (or removes for them) below the object, and with diff the
+// unified diff of each object that changes:
 //
 //	coredns: update Deployment.apps kube-system/coredns
+//	  takes over .spec.replicas from kubectl-edit
 //	coredns: unchanged ConfigMap kube-system/coredns
+//	  takes over .data.Corefile, .metadata.labels.k8s-addon from kops
+//	  removes .data.old, owned by kops, which the release does not set
 //	coredns: prune Service kube-system/old
 func writeObjectPlan(w io.Writer, plan *channels.Plan, previews map[string]channels.AddonPreview, diff bool) error {
 	fmt.Fprintln(w)
@@ -143,6 +170,14 @@ func writeObjectPlan(w io.Writer, plan *channels.Plan, previews map[string]chann
 				line += " (" + ch.Note + ")"
 			}
 			fmt.Fprintln(w, line)
+			for _, t := range ch.Takeovers {
+				if len(t.TakenOver) > 0 {
+					fmt.Fprintf(w, "  takes over %s from %s\n", listFields(t.TakenOver), t.Manager)
+				}
+				if len(t.Removed) > 0 {
+					fmt.Fprintf(w, "  removes %s, owned by %s, which the release does not set\n", listFields(t.Removed), t.Manager)
+				}
+			}
 			if !diff || ch.Action == channels.ActionUnchanged {
 				continue
 			}
@@ -154,4 +189,16 @@ func writeObjectPlan(w io.Writer, plan *channels.Plan, previews map[string]chann
 		}
 	}
 	return nil
+}
+
+// maxListedFields is how many field paths a takeover line names before it
+// counts the rest.
+const maxListedFields = 5
+
+// listFields names field paths: ".a, .b and 3 more".
+func listFields(paths []string) string {
+	if len(paths) <= maxListedFields {
+		return strings.Join(paths, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(paths[:maxListedFields], ", "), len(paths)-maxListedFields)
 }
