@@ -3,6 +3,7 @@ package channels
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -236,4 +237,128 @@ func sortedKeys(m map[string]string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// writeRangeChannel writes a channel of addon above-every-range whose
+// releases are 1.0.0 and 1.1.0 with the given kubernetesVersion ranges ("-"
+// leaves a release out), each a ConfigMap naming its version, and returns
+// its file:// URL.
+func writeRangeChannel(t *testing.T, dir, file, range100, range110 string) string {
+	t.Helper()
+	var entries []string
+	for _, r := range []struct{ version, kubernetesVersion string }{{"1.0.0", range100}, {"1.1.0", range110}} {
+		if r.kubernetesVersion == "-" {
+			continue
+		}
+		m := fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: above-every-range, namespace: kube-system, labels: {k8s-addon: above-every-range.addons.k8s.io}}\ndata: {version: %q}\n", r.version)
+		name := "above-every-range-" + r.version + ".yaml"
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(m), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		entry := fmt.Sprintf("  - name: above-every-range\n    version: %s\n    id: k8s-1.20\n    manifest: %s\n    manifestHash: %s\n    selector: {k8s-addon: above-every-range.addons.k8s.io}\n", r.version, name, HashManifest([]byte(m)))
+		if r.kubernetesVersion != "" {
+			entry += fmt.Sprintf("    kubernetesVersion: %q\n", r.kubernetesVersion)
+		}
+		entries = append(entries, entry)
+	}
+	path := filepath.Join(dir, file)
+	if err := os.WriteFile(path, []byte("kind: Addons\nmetadata: {name: above-every-range}\nspec:\n  addons:\n"+strings.Join(entries, "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return "file://" + path
+}
+
+// TestIntegrationKOpsChannelsAboveEveryRange runs kOps's channels and ours
+// on a cluster whose Kubernetes minor is above the top of every range of a
+// channel, after either installed release 1.1.0 of the addon. With both
+// releases capped there (what channels lint passes), neither tool finds
+// anything to do and 1.1.0 stays. With 1.0.0's range left open-ended (the
+// time bomb lint refuses), ours refuses the downgrade and kOps's channels,
+// which takes the last entry that fits whatever its version, installs 1.0.0.
+func TestIntegrationKOpsChannelsAboveEveryRange(t *testing.T) {
+	kopsBin := kopsChannels(t)
+	oursBin := testenv.Build(t, "cmd/channels")
+	for _, installer := range []string{"kops", "ours"} {
+		t.Run(installer+" installs", func(t *testing.T) {
+			env, err := testenv.Start(context.Background(), testenv.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = env.Stop() })
+			k, err := kubernetes.NewForConfig(env.RESTConfig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := k.Discovery().ServerVersion()
+			if err != nil {
+				t.Fatal(err)
+			}
+			version, err := ServerVersion(info.GitVersion)
+			if err != nil {
+				t.Fatal(err)
+			}
+			top := fmt.Sprintf("<1.%d.0", version.Minor) // just below the cluster
+			dir := t.TempDir()
+			installed := writeRangeChannel(t, dir, "installed.yaml", "-", "")
+			capped := writeRangeChannel(t, dir, "capped.yaml", ">=1.20.0 "+top, ">=1.20.0 "+top)
+			bomb := writeRangeChannel(t, dir, "bomb.yaml", ">=1.20.0", ">=1.20.0 "+top)
+			for _, c := range []struct {
+				loc  string
+				want int
+			}{{capped, 0}, {bomb, 1}} {
+				releases, err := Load(context.Background(), NewFetcher(), c.loc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := len(Lint(releases)); got != c.want {
+					t.Errorf("Lint(%s) found %d problems, want %d: %v", c.loc, got, c.want, Lint(releases))
+				}
+			}
+
+			tools := map[string]tool{
+				"kops": {name: "kops", bin: kopsBin, kubeconfig: env.Kubeconfig, home: t.TempDir()},
+				"ours": {name: "ours", bin: oursBin, kubeconfig: env.Kubeconfig, home: t.TempDir()},
+			}
+			apply := func(tl tool, loc string) string {
+				args := []string{"apply", "channel", loc, "--yes"}
+				if tl.name == "ours" {
+					args = append(args, "--wait=false")
+				}
+				return tl.mustRun(t, args...)
+			}
+			installedVersion := func() string {
+				cm, err := k.CoreV1().ConfigMaps("kube-system").Get(context.Background(), "above-every-range", metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return cm.Data["version"]
+			}
+			apply(tools[installer], installed)
+			record := installRecords(t, k)["above-every-range"]
+			if got := installedVersion(); got != "1.1.0" || record == "" {
+				t.Fatalf("after %s installed: version %q, record %q", installer, got, record)
+			}
+
+			for _, name := range []string{"kops", "ours", "kops", "ours"} {
+				if out := apply(tools[name], capped); !strings.Contains(out, "No update required") {
+					t.Errorf("%s on the capped channel has something to do:\n%s", name, out)
+				}
+			}
+			if got := installedVersion(); got != "1.1.0" || installRecords(t, k)["above-every-range"] != record {
+				t.Errorf("the capped channel changed the addon: version %q, record %q, was %q", got, installRecords(t, k)["above-every-range"], record)
+			}
+
+			out := apply(tools["ours"], bomb)
+			if !strings.Contains(out, "downgrade refused") || !strings.Contains(out, "No update required") {
+				t.Errorf("ours on the time-bombed channel does not refuse the downgrade:\n%s", out)
+			}
+			if got := installedVersion(); got != "1.1.0" {
+				t.Errorf("ours on the time-bombed channel installed %s", got)
+			}
+			apply(tools["kops"], bomb)
+			if got := installedVersion(); got != "1.0.0" {
+				t.Errorf("kOps's channels on the time-bombed channel left %s; it takes the last entry that fits, 1.0.0, which is why lint refuses the channel", got)
+			}
+		})
+	}
 }
