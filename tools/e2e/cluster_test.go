@@ -260,6 +260,13 @@ func (w testWriter) Write(p []byte) (int, error) {
 // 0.1.0 needs.
 func startStandardCluster(t *testing.T, ovs bool) *cluster.Cluster {
 	t.Helper()
+	return startCluster(t, ovs, false)
+}
+
+// startCluster is startStandardCluster, with Multus on every node when
+// multus is set (the pods' tests).
+func startCluster(t *testing.T, ovs, multus bool) *cluster.Cluster {
+	t.Helper()
 	var nodes []cluster.NodeOptions
 	for i := 1; i <= standardNodes; i++ {
 		nodes = append(nodes, cluster.NodeOptions{Name: fmt.Sprintf("kos-node-%d", i), Labels: kosinstall.NodeLabels(), OVS: ovs})
@@ -272,6 +279,7 @@ func startStandardCluster(t *testing.T, ovs bool) *cluster.Cluster {
 		Nodes:     nodes,
 		KubeProxy: true,
 		Registry:  true,
+		Multus:    multus,
 	})
 	if err != nil {
 		t.Fatalf("starting the cluster: %v", err)

@@ -1,0 +1,159 @@
+// Command podnet is the workload of the e2e tests' pods on KOS networks:
+// it serves a TCP sink that answers with the length and SHA-256 of what it
+// received, sends a stream of pseudo-random bytes to such a sink and checks
+// the answer, and reports an interface's MTU and addresses. The tests run it
+// with kubectl exec (and ping, which the image also holds) inside pods.
+//
+//	podnet serve [PORT]        the sink (the pod's main process); PORT 7777
+//	podnet send HOST:PORT N    send N bytes, print a JSON report, exit 1 on a mismatch
+//	podnet addr IFNAME         print "MTU ADDR/LEN..." of the interface
+package main
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+const defaultPort = "7777"
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	var err error
+	switch os.Args[1] {
+	case "serve":
+		port := defaultPort
+		if len(os.Args) > 2 {
+			port = os.Args[2]
+		}
+		err = serve(port)
+	case "send":
+		if len(os.Args) != 4 {
+			usage()
+		}
+		n, perr := strconv.ParseInt(os.Args[3], 10, 64)
+		if perr != nil || n < 0 {
+			fmt.Fprintf(os.Stderr, "podnet send: %q is no byte count\n", os.Args[3])
+			os.Exit(2)
+		}
+		err = send(os.Args[2], n)
+	case "addr":
+		if len(os.Args) != 3 {
+			usage()
+		}
+		err = addr(os.Args[2])
+	default:
+		usage()
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "podnet %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: podnet serve [PORT] | send HOST:PORT BYTES | addr IFNAME")
+	os.Exit(2)
+}
+
+// serve answers every connection with "LENGTH SHA256\n" of what it sent
+// until it closed its side.
+func serve(port string) error {
+	l, err := net.Listen("tcp", ":"+port)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("podnet: serving on %s\n", l.Addr())
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return err
+		}
+		go func() {
+			defer c.Close()
+			h := sha256.New()
+			n, err := io.Copy(h, c)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "podnet: reading from %s: %v\n", c.RemoteAddr(), err)
+				return
+			}
+			fmt.Fprintf(c, "%d %s\n", n, hex.EncodeToString(h.Sum(nil)))
+		}()
+	}
+}
+
+// Report is what send prints.
+type Report struct {
+	Bytes    int64   `json:"bytes"`
+	Sent     string  `json:"sent"`
+	Received string  `json:"received"`
+	Seconds  float64 `json:"seconds"`
+	MBps     float64 `json:"MBps"`
+}
+
+// send sends n pseudo-random bytes to the sink at addr and checks its
+// answer.
+func send(addr string, n int64) error {
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	// Two minutes for the whole transfer: a stalled one fails.
+	_ = c.SetDeadline(time.Now().Add(2 * time.Minute))
+	src := rand.NewChaCha8([32]byte{'k', 'o', 's'})
+	h := sha256.New()
+	began := time.Now()
+	if _, err := io.Copy(c, io.TeeReader(io.LimitReader(src, n), h)); err != nil {
+		return fmt.Errorf("sending: %w", err)
+	}
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("reading the sink's answer: %w", err)
+	}
+	took := time.Since(began)
+	r := Report{Bytes: n, Sent: hex.EncodeToString(h.Sum(nil)), Seconds: took.Seconds(), MBps: float64(n) / took.Seconds() / 1e6}
+	got := strings.Fields(line)
+	if len(got) == 2 {
+		r.Received = got[1]
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(r); err != nil {
+		return err
+	}
+	if len(got) != 2 || got[0] != strconv.FormatInt(n, 10) || got[1] != r.Sent {
+		return fmt.Errorf("the sink received %q, want %d %s", strings.TrimSpace(line), n, r.Sent)
+	}
+	return nil
+}
+
+// addr prints the interface's MTU and addresses.
+func addr(name string) error {
+	ifc, err := net.InterfaceByName(name)
+	if err != nil {
+		return err
+	}
+	addrs, err := ifc.Addrs()
+	if err != nil {
+		return err
+	}
+	fields := []string{strconv.Itoa(ifc.MTU)}
+	for _, a := range addrs {
+		fields = append(fields, a.String())
+	}
+	fmt.Println(strings.Join(fields, " "))
+	return nil
+}
