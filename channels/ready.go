@@ -8,6 +8,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -43,7 +45,7 @@ func (w *addonWriter) waitReady(ctx context.Context, addon string, objs []*unstr
 		if u == nil {
 			continue
 		}
-		ready, msg, err := readiness(u)
+		ready, msg, err := w.readiness(ctx, u)
 		if err != nil {
 			return err
 		}
@@ -89,7 +91,7 @@ func (w *addonWriter) waitReady(ctx context.Context, addon string, objs []*unstr
 			if err != nil {
 				return fmt.Errorf("reading %s: %w", p.key, err)
 			}
-			ready, msg, err := readiness(u)
+			ready, msg, err := w.readiness(ctx, u)
 			if err != nil {
 				return err
 			}
@@ -113,6 +115,37 @@ var mustHold = map[schema.GroupKind]string{
 	apiServiceKind:                "Available",
 	{Group: "batch", Kind: "Job"}: "Complete",
 }
+
+// readiness is readiness, except that a PersistentVolumeClaim whose
+// StorageClass binds only once a pod uses the claim (WaitForFirstConsumer,
+// the default of most clouds' classes) is ready while Pending: kstatus calls
+// it InProgress, but it is as ready as it can be before its first pod, which
+// may be a CronJob's, hours later.
+func (w *addonWriter) readiness(ctx context.Context, u *unstructured.Unstructured) (bool, string, error) {
+	ready, msg, err := readiness(u)
+	if ready || err != nil || u.GroupVersionKind().GroupKind() != pvcKind {
+		return ready, msg, err
+	}
+	phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+	class, _, _ := unstructured.NestedString(u.Object, "spec", "storageClassName")
+	if phase != string(corev1.ClaimPending) || class == "" || w.client.Kube == nil {
+		return ready, msg, nil
+	}
+	sc, err := w.client.Kube.StorageV1().StorageClasses().Get(ctx, class, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return ready, msg, nil
+	}
+	if err != nil {
+		return false, "", fmt.Errorf("reading StorageClass %s of %s: %w", class, keyOf(u), err)
+	}
+	if sc.VolumeBindingMode != nil && *sc.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer {
+		return true, "", nil
+	}
+	return ready, msg, nil
+}
+
+// pvcKind is the kind whose readiness depends on its StorageClass.
+var pvcKind = schema.GroupKind{Kind: "PersistentVolumeClaim"}
 
 // readiness says whether an object is ready and, if not, why, in kstatus's
 // words; it fails when kstatus finds the object Failed.

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -162,5 +165,61 @@ status:
 		if !strings.Contains(out, want) {
 			t.Errorf("the run does not say %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestIntegrationReadinessWaitingClaim installs a PersistentVolumeClaim of a
+// StorageClass that binds only once a pod uses the claim, as a CronJob's
+// volume is: it stays Pending, and the release is ready all the same. A
+// claim of a class that binds at once but finds no volume is not.
+func TestIntegrationReadinessWaitingClaim(t *testing.T) {
+	const ns = "ready-claim"
+	env := testenv.Shared(t)
+	kube, err := kubernetes.NewForConfig(env.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, mode := range map[string]storagev1.VolumeBindingMode{
+		"ready-claim-later": storagev1.VolumeBindingWaitForFirstConsumer,
+		"ready-claim-now":   storagev1.VolumeBindingImmediate,
+	} {
+		class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: "kubernetes.io/no-provisioner", VolumeBindingMode: &mode}
+		if _, err := kube.StorageV1().StorageClasses().Create(t.Context(), class, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	claim := func(name, class string) string {
+		return fmt.Sprintf(`apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: %s, namespace: %s}
+spec:
+  storageClassName: %s
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+`, name, ns, class)
+	}
+	ours := tool{name: "ours", bin: testenv.Build(t, "cmd/channels"), kubeconfig: env.Kubeconfig, home: t.TempDir()}
+	dir := t.TempDir()
+	sel := selectorOf("claim")
+
+	later := writeSelectorChannel(t, dir, "later.yaml", selRelease{name: "claim", version: "1.0.0", selector: sel,
+		manifest: manifest(namespace(ns), claim("backups", "ready-claim-later"))})
+	out := ours.mustRun(t, "apply", "channel", later, "--yes", "--timeout=30s")
+	if !strings.Contains(out, "claim: Installed 1.0.0") || strings.Contains(out, "Waiting for") {
+		t.Errorf("the release of a claim waiting for its first pod waited or did not install:\n%s", out)
+	}
+	pvc, err := kube.CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), "backups", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pvc.Status.Phase == corev1.ClaimBound {
+		t.Fatalf("claim %s/backups is Bound; the test needs it Pending", ns)
+	}
+
+	now := writeSelectorChannel(t, dir, "now.yaml", selRelease{name: "claim", version: "2.0.0", selector: sel,
+		manifest: manifest(namespace(ns), claim("backups", "ready-claim-later"), claim("unbound", "ready-claim-now"))})
+	out, code := ours.run(t, "apply", "channel", now, "--yes", "--timeout=5s")
+	if code != 1 || !strings.Contains(out, "PersistentVolumeClaim "+ns+"/unbound") {
+		t.Errorf("a claim that should bind at once and cannot: exit %d, want 1 naming it; output:\n%s", code, out)
 	}
 }
