@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -192,7 +193,7 @@ func (a *Agent) DebugHandler() http.Handler {
 
 // tracePacket decodes and checks a trace request and returns its packet,
 // or an error with the HTTP status that says whose it is.
-func (a *Agent) tracePacket(body interface{ Read([]byte) (int, error) }) (ovs.Packet, int, error) {
+func (a *Agent) tracePacket(body io.Reader) (ovs.Packet, int, error) {
 	var req api.TraceRequest
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()

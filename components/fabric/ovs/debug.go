@@ -95,8 +95,8 @@ func traceFlow(p Packet, port int) (string, error) {
 }
 
 // Trace returns what ovs-appctl ofproto/trace says the bridge does with
-// packet p, which enters by the port of its attachment: the flow it was
-// traced as, then the trace.
+// packet p, which enters by the port of its attachment: a line with the
+// packet as it was traced, then the trace.
 func (f *Fabric) Trace(ctx context.Context, p Packet) (string, error) {
 	if err := p.From.Validate(); err != nil {
 		return "", err
@@ -117,7 +117,7 @@ func (f *Fabric) Trace(ctx context.Context, p Packet) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("Flow: %s (port %d is %s)\n\n%s", flow, rows[0].OFPort, name, out), nil
+	return fmt.Sprintf("Packet: %s (port %d is %s)\n\n%s", flow, rows[0].OFPort, name, out), nil
 }
 
 // DumpFlows returns every flow of the bridge, KOS's and any others, with
