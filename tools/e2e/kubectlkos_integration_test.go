@@ -1,0 +1,334 @@
+package e2e
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	networkv1alpha1 "github.com/kos-sdn/kos/components/apis/network/v1alpha1"
+	"github.com/kos-sdn/kos/components/kubectlkos"
+	"github.com/kos-sdn/kos/tools/addons/release"
+	"github.com/kos-sdn/kos/tools/kosinstall"
+	"github.com/kos-sdn/kos/tools/poll"
+	"github.com/kos-sdn/kos/tools/testenv"
+)
+
+// kubectlKOSNamespace holds the test's subnet and attachments.
+const kubectlKOSNamespace = "e2e-kubectl-kos"
+
+// TestIntegrationKubectlKos installs KOS on three nodes, as the standard
+// release test does but from the release tree on disk, makes an attachment
+// on every node, and runs the kubectl plugin as people do, `kubectl kos`
+// found on the PATH, as a user with only the rights docs/kubectl-kos-rbac.yaml
+// grants: status shows every node's agent ready with its attachments and
+// flows, trace follows a ping into the tunnel towards the right node, and
+// the support bundle holds every node's logs, flows, tunnels and routes and
+// the namespace's objects. A user without those rights gets nothing.
+func TestIntegrationKubectlKos(t *testing.T) {
+	began := time.Now()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := startStandardCluster(t, false)
+	figure(t, "cluster-up", time.Since(began))
+	s := newStandard(t, env, root)
+	kk := &kubectlKOS{standard: s}
+	runStepsDumping(t, func() {
+		s.dumpState()
+		s.dumpFabrics()
+	}, []step{
+		{"install", kk.testInstall},
+		{"an attachment on every node", kk.testAttachments},
+		{"status", kk.testStatus},
+		{"trace", kk.testTrace},
+		{"support bundle", kk.testSupportBundle},
+		{"without the rights", kk.testForbidden},
+	})
+	figure(t, "whole-test", time.Since(began))
+}
+
+// kubectlKOS is the plugin test's state.
+type kubectlKOS struct {
+	*standard
+	// pluginDir holds the built kubectl-kos, for the PATH.
+	pluginDir string
+	// attachments are the test's, by node.
+	attachments map[string]*networkv1alpha1.NetworkAttachment
+}
+
+// testInstall pushes today's images to the cluster's registry, writes the
+// release tree for it, installs it from disk with the userspace agent,
+// grants the troubleshooters' rights, and builds the plugin.
+func (kk *kubectlKOS) testInstall(t *testing.T) {
+	ctx := t.Context()
+	began := time.Now()
+	repo := kk.env.Registry + "/" + registryPrefix
+	pushed := kk.pushImages(t, repo)
+	tree := filepath.Join(kk.t.TempDir(), "release")
+	if _, err := release.Write(ctx, release.Options{Root: kk.root, Out: tree, Registry: repo, Digests: pushed}); err != nil {
+		t.Fatalf("writing the release tree: %v", err)
+	}
+	userspace, err := kosinstall.WriteUserspaceAgentChannel(tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kk.provideVolumes(t)
+	kk.channelsCLI(t, "apply", "channel", filepath.Join(tree, userspace), filepath.Join(tree, "bootstrap-channel.yaml"), "--yes")
+	kk.waitKOSReady(t, 6*time.Minute)
+	figure(t, "install-to-available", time.Since(began))
+
+	kk.kubectl(t, "apply", "-f", filepath.Join(kk.root, "docs", "kubectl-kos-rbac.yaml"))
+	// kubectl finds plugins on the PATH by their file name.
+	built := testenv.Build(t, "cmd/kubectl-kos")
+	kk.pluginDir = kk.t.TempDir()
+	data, err := os.ReadFile(built)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(kk.pluginDir, "kubectl-kos"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testAttachments makes a subnet and one attachment on every node, and
+// waits until every one is Ready.
+func (kk *kubectlKOS) testAttachments(t *testing.T) {
+	ctx := t.Context()
+	if _, err := kk.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: kubectlKOSNamespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	subnet := &networkv1alpha1.Subnet{
+		ObjectMeta: metav1.ObjectMeta{Name: "blue"},
+		Spec:       networkv1alpha1.SubnetSpec{IPv4: "10.252.0.0/24", VNI: 4201},
+	}
+	if _, err := kk.network.NetworkV1alpha1().Subnets(kubectlKOSNamespace).Create(ctx, subnet, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range kk.env.Nodes {
+		att := &networkv1alpha1.NetworkAttachment{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("a-%d", i+1)},
+			Spec:       networkv1alpha1.NetworkAttachmentSpec{Node: n.Name, Subnet: subnet.Name},
+		}
+		if _, err := kk.network.NetworkV1alpha1().NetworkAttachments(kubectlKOSNamespace).Create(ctx, att, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll.Until(t, 2*time.Minute, "every attachment to be Ready", func(ctx context.Context) error {
+		list, err := kk.network.NetworkV1alpha1().NetworkAttachments(kubectlKOSNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		kk.attachments = map[string]*networkv1alpha1.NetworkAttachment{}
+		for i := range list.Items {
+			a := &list.Items[i]
+			if !meta.IsStatusConditionTrue(a.Status.Conditions, networkv1alpha1.NetworkAttachmentReady) || a.Status.HostIP == "" {
+				return fmt.Errorf("attachment %s is not Ready: %+v", a.Name, a.Status.Conditions)
+			}
+			kk.attachments[a.Spec.Node] = a
+		}
+		if len(kk.attachments) != len(kk.env.Nodes) {
+			return fmt.Errorf("%d attachments, want one on each of %d nodes", len(kk.attachments), len(kk.env.Nodes))
+		}
+		return nil
+	})
+}
+
+// troubleshooter are the flags that make the plugin act as a member of the
+// group docs/kubectl-kos-rbac.yaml grants its rights to.
+var troubleshooter = []string{"--as", "e2e-troubleshooter", "--as-group", "kos-troubleshooters"}
+
+// plugin runs `kubectl kos ARGS...` as the troubleshooter, and returns its
+// standard output and error and its exit code.
+func (kk *kubectlKOS) plugin(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	// kubectl passes the plugin the arguments after its name, and its
+	// environment: the kubeconfig goes by KUBECONFIG.
+	cmd := exec.CommandContext(t.Context(), "kubectl", append([]string{"kos"}, args...)...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kk.env.Kubeconfig, "PATH="+kk.pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	code = cmd.ProcessState.ExitCode()
+	if err != nil && code < 0 {
+		t.Fatalf("kubectl kos %s: %v", strings.Join(args, " "), err)
+	}
+	t.Logf("kubectl kos %s: exit %d\n%s%s", strings.Join(args, " "), code, out.String(), errOut.String())
+	return out.String(), errOut.String(), code
+}
+
+// mustPlugin is plugin that fails the test unless the plugin succeeds.
+func (kk *kubectlKOS) mustPlugin(t *testing.T, args ...string) string {
+	t.Helper()
+	out, errOut, code := kk.plugin(t, append(args, troubleshooter...)...)
+	if code != 0 {
+		t.Fatalf("kubectl kos %s: exit code %d: %s", strings.Join(args, " "), code, errOut)
+	}
+	return out
+}
+
+// testStatus checks every node's row: the agent ready, its attachment and
+// the other two nodes' on its switch, flows, a reconcile, no errors.
+func (kk *kubectlKOS) testStatus(t *testing.T) {
+	help, _, code := kk.plugin(t, "--help")
+	if code != 0 || !strings.Contains(help, "kubectl kos [command]") {
+		t.Errorf("kubectl kos --help: exit %d:\n%s", code, help)
+	}
+	table := kk.mustPlugin(t, "status")
+	if !strings.HasPrefix(table, "NODE ") || strings.Count(table, "\n") != len(kk.env.Nodes)+1 {
+		t.Errorf("kubectl kos status: want a header and a row per node:\n%s", table)
+	}
+	var list struct {
+		Items []kubectlkos.NodeStatus `json:"items"`
+	}
+	// Each agent syncs its remote attachments on its own: wait for all.
+	poll.Until(t, time.Minute, "every agent to hold the three attachments", func(context.Context) error {
+		out := kk.mustPlugin(t, "status", "-o", "json")
+		list.Items = nil
+		if err := json.Unmarshal([]byte(out), &list); err != nil {
+			return err
+		}
+		for _, st := range list.Items {
+			if st.Agent == nil || st.Agent.Local != 1 || st.Agent.Remote != len(kk.env.Nodes)-1 {
+				return fmt.Errorf("node %s: agent %+v, error %q: want one local and %d remote attachments", st.Node, st.Agent, st.Error, len(kk.env.Nodes)-1)
+			}
+		}
+		return nil
+	})
+	if len(list.Items) != len(kk.env.Nodes) {
+		t.Fatalf("%d nodes in the status, want %d", len(list.Items), len(kk.env.Nodes))
+	}
+	for _, st := range list.Items {
+		a := st.Agent
+		switch {
+		case !a.Ready || len(a.Errors) > 0 || st.Error != "":
+			t.Errorf("node %s: ready %t, errors %q %q", st.Node, a.Ready, a.Errors, st.Error)
+		case a.Node != st.Node || a.HostIP != kk.attachments[st.Node].Status.HostIP:
+			t.Errorf("node %s: the agent says node %s at %s, want %s", st.Node, a.Node, a.HostIP, kk.attachments[st.Node].Status.HostIP)
+		case a.Flows < 4+4+3*(len(kk.env.Nodes)-1):
+			t.Errorf("node %s: %d flows, want at least the default, local and remote ones", st.Node, a.Flows)
+		case a.LastReconcile.IsZero() || a.LastCheck.IsZero():
+			t.Errorf("node %s: no reconcile or check: %+v", st.Node, a)
+		case st.Version == "" || st.NotReady == nil || *st.NotReady != 0 || *st.Attachments != 1:
+			t.Errorf("node %s: version %q, attachments %v not ready of %v: want a version and the one attachment Ready", st.Node, st.Version, st.NotReady, st.Attachments)
+		}
+	}
+}
+
+// testTrace traces a ping from the first node's attachment to the
+// second's, which leaves by the tunnel towards the second node, and to an
+// address nobody holds, which is dropped.
+func (kk *kubectlKOS) testTrace(t *testing.T) {
+	from := kk.attachments[kk.env.Nodes[0].Name]
+	to := kk.attachments[kk.env.Nodes[1].Name]
+	out := kk.mustPlugin(t, "trace", from.Name, "--to", to.Status.IPv4, "-n", kubectlKOSNamespace)
+	for _, want := range []string{"on node " + from.Spec.Node, "set_field:" + to.Status.HostIP + "->tun_dst", "Datapath actions:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the trace to %s does not say %q", to.Status.IPv4, want)
+		}
+	}
+	out = kk.mustPlugin(t, "trace", from.Name, "--to", "10.252.0.250", "--protocol", "tcp", "--port", "80", "-n", kubectlKOSNamespace)
+	if !strings.Contains(out, "Datapath actions: drop") {
+		t.Errorf("the trace to an address nobody holds is not dropped")
+	}
+}
+
+// testSupportBundle writes a bundle of the test's namespace and checks
+// that it holds every node's files and the namespace's objects, and that
+// nothing failed.
+func (kk *kubectlKOS) testSupportBundle(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "bundle.tar.gz")
+	kk.mustPlugin(t, "support-bundle", "-n", kubectlKOSNamespace, "-o", file)
+	files := tarGzFiles(t, file)
+	var want []string
+	for _, n := range kk.env.Nodes {
+		for _, f := range []string{"status.json", "flows.txt", "tunnels.txt", "routes.txt", "logs/kos-agent.log", "logs/ovs.log"} {
+			want = append(want, "nodes/"+n.Name+"/"+f)
+		}
+	}
+	want = append(want, "agents/pods.yaml", "namespaces/"+kubectlKOSNamespace+"/networkattachments.yaml", "namespaces/"+kubectlKOSNamespace+"/subnets.yaml", "namespaces/"+kubectlKOSNamespace+"/events.yaml")
+	for _, name := range want {
+		if files[name] == "" {
+			t.Errorf("the bundle has no %s (or it is empty)", name)
+		}
+	}
+	if errs, ok := files["errors.txt"]; ok {
+		t.Errorf("the bundle could not collect everything:\n%s", errs)
+	}
+	first := kk.env.Nodes[0].Name
+	for name, want := range map[string]string{
+		"nodes/" + first + "/flows.txt":                                  "tun_dst",
+		"nodes/" + first + "/tunnels.txt":                                "remote_ip=flow",
+		"nodes/" + first + "/routes.txt":                                 "# ovs-appctl ovs/route/show",
+		"namespaces/" + kubectlKOSNamespace + "/networkattachments.yaml": "name: a-1",
+	} {
+		if !strings.Contains(files[name], want) {
+			t.Errorf("%s does not say %q:\n%s", name, want, files[name])
+		}
+	}
+}
+
+// testForbidden runs the commands as a user without the troubleshooters'
+// rights: each fails, saying so.
+func (kk *kubectlKOS) testForbidden(t *testing.T) {
+	from := kk.attachments[kk.env.Nodes[0].Name]
+	for _, args := range [][]string{
+		{"status"},
+		{"trace", from.Name, "--to", "10.252.0.250", "-n", kubectlKOSNamespace},
+		{"support-bundle", "-n", kubectlKOSNamespace, "-o", filepath.Join(t.TempDir(), "b.tar.gz")},
+	} {
+		_, errOut, code := kk.plugin(t, append(args, "--as", "e2e-nobody")...)
+		if code != 1 || !strings.Contains(errOut, "forbidden") {
+			t.Errorf("kubectl kos %s as a user without rights: exit %d, %q; want 1 and forbidden", strings.Join(args, " "), code, errOut)
+		}
+	}
+}
+
+// tarGzFiles returns the regular files of a gzipped tar, by name below its
+// top folder.
+func tarGzFiles(t *testing.T, file string) map[string]string {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(gz)
+	files := map[string]string{}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return files
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag != tar.TypeReg {
+			continue
+		}
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, name, _ := strings.Cut(h.Name, "/")
+		files[name] = string(data)
+	}
+}
