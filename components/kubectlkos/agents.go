@@ -3,6 +3,7 @@ package kubectlkos
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
@@ -48,16 +50,20 @@ func (p podProxy) Do(ctx context.Context, namespace, name string, port int, meth
 	if body != nil {
 		req = req.SetHeader("Content-Type", "application/json").Body(bytes.NewReader(body))
 	}
-	result := req.Do(ctx)
-	var code int
-	result.StatusCode(&code)
-	raw, err := result.Raw()
+	raw, err := req.DoRaw(ctx)
 	if err != nil {
-		if code == http.StatusNotFound && len(raw) > 0 && bytes.HasPrefix(raw, []byte("404 page not found")) {
-			return nil, fmt.Errorf("%s %s: the agent does not serve it (a release older than this plugin?)", method, path)
+		var status apierrors.APIStatus
+		code := 0
+		if errors.As(err, &status) {
+			code = int(status.Status().Code)
 		}
-		if len(raw) > 0 && !bytes.HasPrefix(bytes.TrimSpace(raw), []byte("{")) {
-			// The agent's own answer, passed through: say it as it is.
+		switch {
+		case code == http.StatusNotFound && bytes.HasPrefix(raw, []byte("404 page not found")):
+			return nil, fmt.Errorf("%s %s: the agent does not serve it (a release older than this plugin?)", method, path)
+		case code != 0 && len(raw) > 0 && !bytes.HasPrefix(bytes.TrimSpace(raw), []byte("{")):
+			// The agent's own answer, passed on by the proxy: say it as
+			// it is. A JSON answer is the apiserver's Status, whose
+			// error says it better.
 			return nil, fmt.Errorf("%s %s: %d: %s", method, path, code, strings.TrimSpace(string(raw)))
 		}
 		return nil, fmt.Errorf("%s %s: %w", method, path, err)

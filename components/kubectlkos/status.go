@@ -175,11 +175,23 @@ func collectStatus(ctx context.Context, ag *agents, kos kosclient.Interface, nod
 		warnf("not counting the attachments that are not Ready: %v", err)
 		return statuses, nil
 	}
+	seen := map[string]bool{}
 	for i := range statuses {
 		t, n := total[statuses[i].Node], notReady[statuses[i].Node]
 		statuses[i].Attachments, statuses[i].NotReady = &t, &n
+		seen[statuses[i].Node] = true
 	}
-	return statuses, nil
+	// A node with attachments and no agent: nothing implements them.
+	var orphans []NodeStatus
+	for n, t := range total {
+		if seen[n] || (node != "" && n != node) {
+			continue
+		}
+		nr := notReady[n]
+		orphans = append(orphans, NodeStatus{Node: n, Error: "no agent pod on this node", Attachments: &t, NotReady: &nr})
+	}
+	slices.SortFunc(orphans, func(x, y NodeStatus) int { return strings.Compare(x.Node, y.Node) })
+	return append(statuses, orphans...), nil
 }
 
 // podStatus is what an agent pod tells of itself.

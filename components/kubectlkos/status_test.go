@@ -117,6 +117,7 @@ func statusFixture() (*agents, *fakeProxy, *kosfake.Clientset) {
 		readyAttachment("t1", "a1", "node-1", true),
 		readyAttachment("t2", "a2", "node-1", true),
 		readyAttachment("t1", "b1", "node-2", false),
+		readyAttachment("t1", "c1", "node-9", false),
 	)
 	return &agents{kube: kube, namespace: DefaultAgentNamespace, selector: DefaultAgentSelector, proxy: p}, p, kos
 }

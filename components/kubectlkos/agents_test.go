@@ -1,0 +1,71 @@
+package kubectlkos
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// TestPodProxy sends requests through podProxy to a server that plays the
+// kube-apiserver's pod proxy, and checks the paths it asks for and how it
+// reports the agent's answers.
+func TestPodProxy(t *testing.T) {
+	var asked []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		asked = append(asked, r.Method+" "+r.URL.Path+" "+r.Header.Get("Content-Type")+" "+string(body))
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/debug/status"):
+			w.Write([]byte(`{"node":"n1"}`))
+		case strings.HasSuffix(r.URL.Path, "/debug/trace"):
+			http.Error(w, "attachment t1/a9 is not on node n1", http.StatusNotFound)
+		case strings.HasSuffix(r.URL.Path, "/debug/flows"):
+			http.Error(w, "ovs-ofctl: exit status 1", http.StatusInternalServerError)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	kube, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := podProxy{kube: kube}
+	tests := []struct {
+		method, path, body string
+		want, wantErr      string
+	}{
+		{method: http.MethodGet, path: "/debug/status", want: `{"node":"n1"}`},
+		{method: http.MethodPost, path: "/debug/trace", body: `{"name":"a9"}`, wantErr: "POST /debug/trace: 404: attachment t1/a9 is not on node n1"},
+		{method: http.MethodGet, path: "/debug/flows", wantErr: "GET /debug/flows: 500: ovs-ofctl: exit status 1"},
+		{method: http.MethodGet, path: "/debug/routes", wantErr: "GET /debug/routes: the agent does not serve it (a release older than this plugin?)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
+			var body []byte
+			if tt.body != "" {
+				body = []byte(tt.body)
+			}
+			got, err := p.Do(context.Background(), "kos-node", "kos-agent-x", 9298, tt.method, tt.path, body)
+			if errString(err) != tt.wantErr || string(got) != tt.want {
+				t.Errorf("Do: %q, %v; want %q, %q", got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+	want := []string{
+		"GET /api/v1/namespaces/kos-node/pods/http:kos-agent-x:9298/proxy/debug/status  ",
+		`POST /api/v1/namespaces/kos-node/pods/http:kos-agent-x:9298/proxy/debug/trace application/json {"name":"a9"}`,
+		"GET /api/v1/namespaces/kos-node/pods/http:kos-agent-x:9298/proxy/debug/flows  ",
+		"GET /api/v1/namespaces/kos-node/pods/http:kos-agent-x:9298/proxy/debug/routes  ",
+	}
+	if diff := cmp.Diff(asked, want); diff != "" {
+		t.Errorf("requests (-got +want):\n%s", diff)
+	}
+}
