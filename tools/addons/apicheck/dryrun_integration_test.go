@@ -188,10 +188,15 @@ func dryRunApply(t *testing.T, s *server, a *channels.Addon, data []byte) {
 func podsOf(t *testing.T, u *unstructured.Unstructured) []*unstructured.Unstructured {
 	t.Helper()
 	gvk := u.GroupVersionKind()
-	if gvk.Group != "apps" || (gvk.Kind != "Deployment" && gvk.Kind != "DaemonSet" && gvk.Kind != "StatefulSet") {
+	path := []string{"spec", "template"}
+	switch {
+	case gvk.Group == "apps" && (gvk.Kind == "Deployment" || gvk.Kind == "DaemonSet" || gvk.Kind == "StatefulSet"):
+	case gvk.Group == "batch" && gvk.Kind == "CronJob":
+		path = []string{"spec", "jobTemplate", "spec", "template"}
+	default:
 		return nil
 	}
-	template, ok, err := unstructured.NestedMap(u.Object, "spec", "template")
+	template, ok, err := unstructured.NestedMap(u.Object, path...)
 	if err != nil || !ok {
 		t.Fatalf("%s has no pod template: %v", describeObject(u), err)
 	}
