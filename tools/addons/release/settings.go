@@ -62,10 +62,19 @@ var settings = map[string]setting{
 		apply: setReplicas,
 	},
 	"kos-etcd.storage": {
-		help:  "size of each etcd member's volume (default 2Gi); choose it before the first install: a StatefulSet's volumes cannot change",
-		check: checkQuantity,
+		help:  "size of each etcd member's volume (default 2Gi, at least 1Gi); choose it before the first install: a StatefulSet's volumes cannot change. Releases from 0.3.0 set etcd's space quota from it (docs/backup.md)",
+		check: checkEtcdStorage,
 		apply: func(kind string, obj *yaml.Node, value string) (bool, error) {
-			return setInClaims(kind, obj, []string{"resources", "requests", "storage"}, value)
+			claims, err := setInClaims(kind, obj, []string{"resources", "requests", "storage"}, value)
+			if err != nil {
+				return false, err
+			}
+			q, err := resource.ParseQuantity(value)
+			if err != nil {
+				return false, err
+			}
+			quota, err := setContainerFlag(kind, obj, "etcd", "--quota-backend-bytes", strconv.FormatInt(EtcdQuota(q.Value()), 10))
+			return claims || quota, err
 		},
 	},
 	"kos-etcd.storageClassName": {
@@ -221,6 +230,35 @@ func checkQuantity(v string) error {
 	return nil
 }
 
+// The space quota of etcd on a volume of a given size: the volume holds the
+// database twice at the worst moment (defragmenting writes the new file
+// before it drops the old; a member that fell behind receives the leader's
+// whole database) and the WAL and the member's other files (etcdWALBytes:
+// 6 WAL files of 64 MiB and 64 MiB more), and etcd advises against quotas
+// above etcdMaxQuota. On the default 2Gi volume that is the 800 MiB of the
+// kos-etcd 0.3.0 manifest.
+const (
+	etcdWALBytes  = 448 << 20
+	etcdMaxQuota  = 8 << 30
+	etcdMinVolume = 1 << 30
+)
+
+// EtcdQuota returns the --quota-backend-bytes of an etcd member whose volume
+// holds volume bytes.
+func EtcdQuota(volume int64) int64 {
+	return min((volume-etcdWALBytes)/2, etcdMaxQuota)
+}
+
+func checkEtcdStorage(v string) error {
+	if err := checkQuantity(v); err != nil {
+		return err
+	}
+	if q := resource.MustParse(v); q.Value() < etcdMinVolume {
+		return fmt.Errorf("etcd's volume must hold its WAL and its database twice: at least 1Gi, not %s", v)
+	}
+	return nil
+}
+
 func checkMTU(v string) error {
 	n, err := strconv.Atoi(v)
 	if err != nil {
@@ -233,16 +271,16 @@ func checkMTU(v string) error {
 }
 
 // setContainerFlag sets the value of flag in the args of the container of a
-// DaemonSet, where the manifest gives it as one argument FLAG=VALUE. A
-// DaemonSet whose container does not give the flag, as of a release older
-// than the flag, is left as it is.
+// DaemonSet or StatefulSet, where the manifest gives it as one argument
+// FLAG=VALUE. A workload whose container does not give the flag, as of a
+// release older than the flag, is left as it is.
 func setContainerFlag(kind string, obj *yaml.Node, container, flag, value string) (bool, error) {
-	if kind != "DaemonSet" {
+	if kind != "DaemonSet" && kind != "StatefulSet" {
 		return false, nil
 	}
 	containers := child(child(child(child(obj, "spec"), "template"), "spec"), "containers")
 	if containers == nil || containers.Kind != yaml.SequenceNode {
-		return false, errors.New("a DaemonSet without containers")
+		return false, fmt.Errorf("a %s without containers", kind)
 	}
 	for _, c := range containers.Content {
 		if name := child(c, "name"); name == nil || name.Value != container {

@@ -112,3 +112,96 @@ func TestParseMTUSetting(t *testing.T) {
 		}
 	}
 }
+
+// etcdManifest is a manifest of kos-etcd as of 0.3.0, cut down: the claim
+// template and the quota of the etcd container.
+const etcdManifest = `apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: kos-etcd
+spec:
+  template:
+    spec:
+      containers:
+      - name: etcd
+        args:
+        - --name=$(POD_NAME)
+        - --quota-backend-bytes=838860800
+  volumeClaimTemplates:
+  - metadata:
+      name: data
+    spec:
+      resources:
+        requests:
+          storage: 2Gi
+`
+
+func TestEtcdStorageSetting(t *testing.T) {
+	tests := []struct {
+		name        string
+		manifest    string
+		setting     string
+		wantChanged []string // the lines that change, before and after
+	}{
+		{
+			name:     "the default size keeps the default quota",
+			manifest: etcdManifest,
+			setting:  "kos-etcd.storage=2Gi",
+		},
+		{
+			name:     "a larger volume, a larger quota",
+			manifest: etcdManifest,
+			setting:  "kos-etcd.storage=10Gi",
+			wantChanged: []string{
+				"        - --quota-backend-bytes=838860800", "        - --quota-backend-bytes=5133828096",
+				"          storage: 2Gi", "          storage: 10Gi",
+			},
+		},
+		{
+			name:     "etcd's largest quota",
+			manifest: etcdManifest,
+			setting:  "kos-etcd.storage=100Gi",
+			wantChanged: []string{
+				"        - --quota-backend-bytes=838860800", "        - --quota-backend-bytes=8589934592",
+				"          storage: 2Gi", "          storage: 100Gi",
+			},
+		},
+		{
+			name:        "a release without a quota",
+			manifest:    strings.ReplaceAll(etcdManifest, "        - --quota-backend-bytes=838860800\n", ""),
+			setting:     "kos-etcd.storage=10Gi",
+			wantChanged: []string{"          storage: 2Gi", "          storage: 10Gi"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := ParseSetting(tt.setting)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, applied, err := applySettings([]byte(tt.manifest), s.Addon, []Setting{s})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(applied) != 1 {
+				t.Errorf("applied %v, want the setting applied", applied)
+			}
+			var changed []string
+			before, after := strings.Split(tt.manifest, "\n"), strings.Split(string(out), "\n")
+			if len(before) != len(after) {
+				t.Fatalf("the manifest has %d lines, %d after the setting:\n%s", len(before), len(after), out)
+			}
+			for i := range before {
+				if before[i] != after[i] {
+					changed = append(changed, before[i], after[i])
+				}
+			}
+			if diff := cmp.Diff(changed, tt.wantChanged); diff != "" {
+				t.Errorf("changed lines (-got +want):\n%s", diff)
+			}
+		})
+	}
+	if _, err := ParseSetting("kos-etcd.storage=512Mi"); err == nil || !strings.Contains(err.Error(), "at least 1Gi") {
+		t.Errorf("ParseSetting(kos-etcd.storage=512Mi) = %v, want an error saying at least 1Gi", err)
+	}
+}
