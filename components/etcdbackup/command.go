@@ -91,6 +91,16 @@ command line, 3 snapshot saved but a later step (upload, pruning,
 defragmentation) failed.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// An unknown command is a usage error, as a wrong flag is.
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageError{fmt.Errorf("unknown command %q: save, defrag or restore", args[0])}
+			}
+			return nil
+		},
+		RunE: func(*cobra.Command, []string) error {
+			return usageError{errors.New("name a command: save, defrag or restore (kos-etcd-backup --help)")}
+		},
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)

@@ -250,6 +250,8 @@ func TestMainExitCodes(t *testing.T) {
 		args []string
 		want int
 	}{
+		{name: "no command", args: nil, want: ExitUsage},
+		{name: "unknown command", args: []string{"backup"}, want: ExitUsage},
 		{name: "unknown flag", args: []string{"save", "--no-such-flag"}, want: ExitUsage},
 		{name: "missing settings", args: []string{"save"}, want: ExitUsage},
 		{name: "positional argument", args: []string{"defrag", "--endpoints", "http://127.0.0.1:1", "extra"}, want: ExitUsage},
