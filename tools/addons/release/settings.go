@@ -66,15 +66,18 @@ var settings = map[string]setting{
 		check: checkEtcdStorage,
 		apply: func(kind string, obj *yaml.Node, value string) (bool, error) {
 			claims, err := setInClaims(kind, obj, []string{"resources", "requests", "storage"}, value)
-			if err != nil {
-				return false, err
+			if err != nil || !claims {
+				// The single-node release's volume is a PersistentVolume
+				// of its own, which the setting does not size: nor does
+				// it size that release's quota.
+				return claims, err
 			}
 			q, err := resource.ParseQuantity(value)
 			if err != nil {
 				return false, err
 			}
-			quota, err := setContainerFlag(kind, obj, "etcd", "--quota-backend-bytes", strconv.FormatInt(EtcdQuota(q.Value()), 10))
-			return claims || quota, err
+			_, err = setContainerFlag(kind, obj, "etcd", "--quota-backend-bytes", strconv.FormatInt(EtcdQuota(q.Value()), 10))
+			return true, err
 		},
 	},
 	"kos-etcd.storageClassName": {

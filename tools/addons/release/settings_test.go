@@ -141,35 +141,45 @@ func TestEtcdStorageSetting(t *testing.T) {
 		name        string
 		manifest    string
 		setting     string
+		wantApplied bool
 		wantChanged []string // the lines that change, before and after
 	}{
 		{
-			name:     "the default size keeps the default quota",
-			manifest: etcdManifest,
-			setting:  "kos-etcd.storage=2Gi",
+			name:        "the default size keeps the default quota",
+			manifest:    etcdManifest,
+			setting:     "kos-etcd.storage=2Gi",
+			wantApplied: true,
 		},
 		{
-			name:     "a larger volume, a larger quota",
-			manifest: etcdManifest,
-			setting:  "kos-etcd.storage=10Gi",
+			name:        "a larger volume, a larger quota",
+			manifest:    etcdManifest,
+			setting:     "kos-etcd.storage=10Gi",
+			wantApplied: true,
 			wantChanged: []string{
 				"        - --quota-backend-bytes=838860800", "        - --quota-backend-bytes=5133828096",
 				"          storage: 2Gi", "          storage: 10Gi",
 			},
 		},
 		{
-			name:     "etcd's largest quota",
-			manifest: etcdManifest,
-			setting:  "kos-etcd.storage=100Gi",
+			name:        "etcd's largest quota",
+			manifest:    etcdManifest,
+			setting:     "kos-etcd.storage=100Gi",
+			wantApplied: true,
 			wantChanged: []string{
 				"        - --quota-backend-bytes=838860800", "        - --quota-backend-bytes=8589934592",
 				"          storage: 2Gi", "          storage: 100Gi",
 			},
 		},
 		{
+			name:     "a StatefulSet without claims (the single-node release)",
+			manifest: etcdManifest[:strings.Index(etcdManifest, "  volumeClaimTemplates:")],
+			setting:  "kos-etcd.storage=10Gi",
+		},
+		{
 			name:        "a release without a quota",
 			manifest:    strings.ReplaceAll(etcdManifest, "        - --quota-backend-bytes=838860800\n", ""),
 			setting:     "kos-etcd.storage=10Gi",
+			wantApplied: true,
 			wantChanged: []string{"          storage: 2Gi", "          storage: 10Gi"},
 		},
 	}
@@ -183,8 +193,8 @@ func TestEtcdStorageSetting(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(applied) != 1 {
-				t.Errorf("applied %v, want the setting applied", applied)
+			if got := len(applied) == 1; got != tt.wantApplied {
+				t.Errorf("applied %v, want applied %t", applied, tt.wantApplied)
 			}
 			var changed []string
 			before, after := strings.Split(tt.manifest, "\n"), strings.Split(string(out), "\n")
