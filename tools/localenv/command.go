@@ -105,6 +105,7 @@ type upOptions struct {
 	nodeLabels map[string]string
 	nodeOVS    bool
 	registry   bool
+	multus     bool
 }
 
 func newUpCommand(o *options) *cobra.Command {
@@ -135,7 +136,10 @@ loopback. Images come from the nodes' containerd (import them with ctr, see
 the output) or, with --registry, from a registry (Debian's docker-registry)
 on that address, which the nodes pull from over plain http (push to it with
 go run ./tools/kosimages --push ADDRESS/PREFIX). down stops the nodes and the
-registry and removes every trace of them from the host.`,
+registry and removes every trace of them from the host. With --multus the
+nodes chain Multus (built from tools/multus) before their network, so that
+pods get extra interfaces from NetworkAttachmentDefinitions, whose CRD is
+installed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runUp(cmd.Context(), o, u)
@@ -147,12 +151,16 @@ registry and removes every trace of them from the host.`,
 	cmd.Flags().StringToStringVar(&u.nodeLabels, "node-labels", u.nodeLabels, "labels of every node, with --cluster")
 	cmd.Flags().BoolVar(&u.nodeOVS, "node-ovs", u.nodeOVS, "run Open vSwitch in each node's network namespace, with --cluster")
 	cmd.Flags().BoolVar(&u.registry, "registry", false, "also run a registry the nodes pull from (on the underlay with --cluster, else on 127.0.0.1)")
+	cmd.Flags().BoolVar(&u.multus, "multus", false, "run Multus on the nodes and install the NetworkAttachmentDefinition CRD, with --cluster")
 	return cmd
 }
 
 func runUp(ctx context.Context, o *options, u *upOptions) error {
 	if u.nodes < 1 {
 		return fmt.Errorf("--nodes %d: a cluster needs at least one node", u.nodes)
+	}
+	if u.multus && !u.cluster {
+		return errors.New("--multus runs on nodes: give --cluster too")
 	}
 	timeout := u.timeout
 	env, err := cluster.Attach(o.dir)
@@ -191,6 +199,7 @@ func runUp(ctx context.Context, o *options, u *upOptions) error {
 			opts.Nodes = append(opts.Nodes, cluster.NodeOptions{Labels: u.nodeLabels, OVS: u.nodeOVS})
 		}
 		opts.KubeProxy = true
+		opts.Multus = u.multus
 	}
 	env, err = cluster.Start(ctx, opts)
 	if err != nil {
