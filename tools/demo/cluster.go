@@ -58,7 +58,10 @@ func (d *demo) runCluster(ctx context.Context) error {
 		return fmt.Errorf("finding the local cluster in %s: %w", d.envDir, err)
 	}
 	if len(env.Nodes) < 2 || env.Registry == "" || env.Nodes[0].OVSRunDir == "" {
-		return fmt.Errorf("the environment in %s has %d nodes, registry %q and node Open vSwitch %t: start it with localenv up --cluster --nodes 3 --registry", d.envDir, len(env.Nodes), env.Registry, env.Nodes[0].OVSRunDir != "")
+		return fmt.Errorf("the environment in %s has %d nodes, registry %q and node Open vSwitch %t: start it with localenv up --cluster --nodes 3 --registry --multus", d.envDir, len(env.Nodes), env.Registry, env.Nodes[0].OVSRunDir != "")
+	}
+	if err := requireMultus(env); err != nil {
+		return err
 	}
 	began := time.Now()
 
@@ -133,13 +136,19 @@ func (d *demo) runCluster(ctx context.Context) error {
 	if err := d.liveUpgrade(ctx, env, kube, agg, guests, channelOf[oldRelease], channelOf[newRelease]); err != nil {
 		return err
 	}
+	if err := d.runPods(ctx, env, kube, agg, root, repo, tree); err != nil {
+		return err
+	}
 
-	say("Done after %s. The cluster and KOS keep running:", time.Since(began).Round(time.Second))
+	say("Done after %s. The cluster, KOS and the pods keep running:", time.Since(began).Round(time.Second))
 	fmt.Printf("    export KUBECONFIG=%s\n", d.kubeconfig)
 	fmt.Printf("    kubectl get pods -A -o wide\n")
 	fmt.Printf("    kubectl get subnets,networkattachments -n %s -o wide\n", clusterNamespace)
 	fmt.Printf("    %s get addons\n", filepath.Join(d.binDir, "channels"))
 	fmt.Printf("    ip netns exec %sguest-b ping <guest-a's address>\n", clusterNetnsPrefix)
+	fmt.Printf("    kubectl -n %s get pods,networkattachments -o wide\n", podsNamespace)
+	fmt.Printf("    kubectl -n %s exec %s -- ping <%s's address on %s>\n", podsNamespace, clusterPods[0], clusterPods[1], podsIfName)
+	fmt.Printf("    kubectl -n %s exec %s -- %s send <%s's address on %s>:%s 1000000\n", podsNamespace, clusterPods[0], podnetBin, clusterPods[1], podsIfName, podnetPort)
 	fmt.Printf("Logs are in %s. Stop it all with: make demo-cluster-down (or go run ./tools/demo --env-dir %s cluster-down)\n", d.envDir, d.envDir)
 	return nil
 }

@@ -10,8 +10,10 @@
 # node pinging the next across the VXLAN overlay, and the 0.2.0 channel
 # applied with the pings going: it prints them every second, then the
 # longest gap, the pings lost, and whether the subnets and attachments kept
-# their objects and addresses. Everything keeps running afterwards; `make
-# demo-cluster-down` stops it.
+# their objects and addresses. Then today's images are pushed, the 0.3.0
+# channel applied, and pods on each node, with an interface on a KOS subnet
+# through Multus, ping each other and move 64 MiB across the nodes.
+# Everything keeps running afterwards; `make demo-cluster-down` stops it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export GOTOOLCHAIN=local
@@ -23,9 +25,9 @@ tools/deps.sh
 echo "==> Building channels, kos-apiserver, kos-controller-manager and kos-agent"
 go build -o .cache/bin/ ./cmd/...
 
-echo "==> Starting a fresh local cluster in $dir (etcd, kube-apiserver, controller manager, scheduler, a registry, and three nodes with kubelet, containerd and Open vSwitch)"
+echo "==> Starting a fresh local cluster in $dir (etcd, kube-apiserver, controller manager, scheduler, a registry, and three nodes with kubelet, containerd, Open vSwitch and Multus)"
 # The story starts from an empty cluster, so a previous run's is removed.
 go run ./tools/demo --env-dir "$dir" cluster-down --purge >/dev/null
-go run ./tools/localenv --dir "$dir" up --cluster --nodes 3 --registry
+go run ./tools/localenv --dir "$dir" up --cluster --nodes 3 --registry --multus
 
 go run ./tools/demo --env-dir "$dir" cluster

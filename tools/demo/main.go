@@ -42,7 +42,7 @@ func main() {
 func run(ctx context.Context, args []string) error {
 	flags := flag.NewFlagSet("demo", flag.ContinueOnError)
 	flags.Usage = func() {
-		fmt.Fprintf(flags.Output(), "Usage: demo [flags]       run the demo on a started local control plane\n       demo [flags] down  stop the SDN parts it started (then stop the control plane with localenv down)\n       demo [flags] cluster       install KOS 0.1.0 on a started multi-node cluster (localenv up --cluster --nodes 3 --registry) and upgrade it to 0.2.0 under pings\n       demo [flags] cluster-down [localenv down flags]  stop the cluster demo and its cluster\n\nFlags:\n")
+		fmt.Fprintf(flags.Output(), "Usage: demo [flags]       run the demo on a started local control plane\n       demo [flags] down  stop the SDN parts it started (then stop the control plane with localenv down)\n       demo [flags] cluster       install KOS 0.1.0 on a started multi-node cluster (localenv up --cluster --nodes 3 --registry --multus), upgrade it to 0.2.0 under pings, then to 0.3.0 with pods on KOS networks\n       demo [flags] cluster-down [localenv down flags]  stop the cluster demo and its cluster\n\nFlags:\n")
 		flags.PrintDefaults()
 	}
 	envDir := flags.String("env-dir", ".cache/localenv", "folder of the local control plane (go run ./tools/localenv up)")

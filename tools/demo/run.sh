@@ -6,7 +6,8 @@
 # with a registry (tools/demo/cluster.sh), KOS as an operator runs it:
 # images pushed, a release written for the registry, KOS 0.1.0 installed
 # from its channel, guests on the three nodes pinging each other, and the
-# 0.2.0 channel applied while the pings go on, with what they measured.
+# 0.2.0 channel applied while the pings go on, with what they measured;
+# then 0.3.0, and pods on the three nodes talking over a KOS network.
 # Everything keeps running afterwards; `make demo-down` stops it all.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -26,5 +27,5 @@ go run ./tools/localenv up
 go run ./tools/demo
 
 echo
-echo "==> Part three: KOS on a real three-node cluster from a registry, installed at 0.1.0 with channels and upgraded live to 0.2.0"
+echo "==> Part three: KOS on a real three-node cluster from a registry, installed at 0.1.0 with channels, upgraded live to 0.2.0, then 0.3.0 with pods on KOS networks talking across nodes"
 tools/demo/cluster.sh
