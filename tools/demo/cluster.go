@@ -136,7 +136,7 @@ func (d *demo) runCluster(ctx context.Context) error {
 	if err := d.liveUpgrade(ctx, env, kube, agg, guests, channelOf[oldRelease], channelOf[newRelease]); err != nil {
 		return err
 	}
-	if err := d.runPods(ctx, env, kube, agg, root, repo, tree); err != nil {
+	if err := d.runPods(ctx, env, kube, agg, guests, root, repo, tree); err != nil {
 		return err
 	}
 

@@ -66,7 +66,7 @@ var clusterPods = []string{"pod-a", "pod-b", "pod-c"}
 // the release tree rewritten so that they are pinned), then starts a pod
 // on each node with an interface on a KOS subnet and shows them talking
 // across the nodes.
-func (d *demo) runPods(ctx context.Context, env *cluster.Cluster, kube kubernetes.Interface, agg aggregator.Interface, root, repo, tree string) error {
+func (d *demo) runPods(ctx context.Context, env *cluster.Cluster, kube kubernetes.Interface, agg aggregator.Interface, guests []*kosinstall.Guest, root, repo, tree string) error {
 	began := time.Now()
 	say("Release %[1]s brings pods on KOS networks (docs/pods.md): its agent installs kos-cni as each node's /opt/cni/bin/kos and answers it, and kos-controller-manager makes a NetworkAttachment for every pod that names a NetworkAttachmentDefinition of type kos. These nodes run Multus, which calls kos-cni for such a pod. Build today's images, those of %[1]s (no container engine), and push them, for this machine's platform (without --platform, also linux/arm64):", podsRelease)
 	if err := d.run("go", "run", "./tools/kosimages", "--root", root, "--push", repo, "--platform", "linux/"+runtime.GOARCH); err != nil {
@@ -94,6 +94,22 @@ func (d *demo) runPods(ctx context.Context, env *cluster.Cluster, kube kubernete
 	say("KOS %s is ready, %s after channels started:", podsRelease, time.Since(upgrade).Round(time.Second))
 	if err := d.kubectl("-n", kosinstall.AgentNamespace, "get", "pods", "-o", "wide"); err != nil {
 		return err
+	}
+	if len(guests) > 1 {
+		from, to := guests[0], guests[1]
+		say("The guests from before still reach each other across the nodes:")
+		if err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+			got, err := from.Ping(ctx, to.IP, 1, time.Second)
+			return got == 1, err
+		}); err != nil {
+			return fmt.Errorf("no reply from %s to %s after the upgrade to %s: %w", to.IP, from.Name, podsRelease, err)
+		}
+		fmt.Printf("\n$ ip netns exec %s ping -c 3 %s\n", from.Name, to.IP)
+		ping := from.Command(ctx, "ping", "-c", "3", "-W", "2", to.IP.String())
+		ping.Stdout, ping.Stderr = os.Stdout, os.Stderr
+		if err := ping.Run(); err != nil {
+			return fmt.Errorf("pinging %s from %s: %w", to.IP, from.Name, err)
+		}
 	}
 
 	image, err := pushPodImage(ctx, env.Registry)
