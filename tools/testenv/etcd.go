@@ -20,9 +20,10 @@ import (
 // startEtcd starts one etcd with its data in Dir/<name>, on the ports prev
 // had when they are free (prev may be nil) or on others picked from ps, and
 // waits until it is healthy. With certs it serves clients over TLS only and
-// requires a client certificate. It retries with other ports when another
+// requires a client certificate. Without fsync it runs with
+// --unsafe-no-fsync, as tests may. It retries with other ports when another
 // program took one between picking and binding it.
-func (e *Env) startEtcd(ctx context.Context, ps *ports, name string, prev *process, certs *etcdTLS) (*process, error) {
+func (e *Env) startEtcd(ctx context.Context, ps *ports, name string, prev *process, certs *etcdTLS, fsync bool) (*process, error) {
 	for attempt := 1; ; attempt++ {
 		clientPort, err := ps.pick(prev.port(false))
 		if err != nil {
@@ -46,9 +47,11 @@ func (e *Env) startEtcd(ctx context.Context, ps *ports, name string, prev *proce
 			"--listen-peer-urls=" + peerURL,
 			"--initial-advertise-peer-urls=" + peerURL,
 			"--initial-cluster=" + name + "=" + peerURL,
-			// Tests and local use trade durability for speed.
-			"--unsafe-no-fsync",
 			"--log-level=warn",
+		}
+		if !fsync {
+			// Tests and local use trade durability for speed.
+			args = append(args, "--unsafe-no-fsync")
 		}
 		if certs != nil {
 			args = append(args, "--cert-file="+certs.serverCertFile, "--key-file="+certs.serverKeyFile,

@@ -54,6 +54,12 @@ type KOSOptions struct {
 	// kos-apiserver gets the matching --etcd-cafile, --etcd-certfile and
 	// --etcd-keyfile.
 	EtcdTLS bool
+
+	// EtcdFsync makes its etcd write to disk durably, as a released
+	// kos-etcd does, instead of running with --unsafe-no-fsync as test
+	// etcds do: for benchmarks that compare against the storage's write
+	// rate.
+	EtcdFsync bool
 }
 
 // KOS is a running kos-apiserver with an etcd of its own, delegating
@@ -96,6 +102,8 @@ type KOS struct {
 	port      int
 	// etcdTLS is nil when its etcd serves plain HTTP.
 	etcdTLS *etcdTLS
+	// etcdFsync is KOSOptions.EtcdFsync.
+	etcdFsync bool
 
 	mu   sync.Mutex
 	proc *process
@@ -138,6 +146,7 @@ func (e *Env) StartKOS(ctx context.Context, opts KOSOptions) (*KOS, error) {
 		env:        e,
 		namespace:  namespace,
 		service:    "kos-apiserver-" + name,
+		etcdFsync:  opts.EtcdFsync,
 	}
 	if opts.EtcdTLS {
 		if k.etcdTLS, err = newEtcdTLS(filepath.Join(dir, "etcd-certs")); err != nil {
@@ -426,7 +435,7 @@ func (k *KOS) RestartEtcd(ctx context.Context) error {
 // sets EtcdURL.
 func (k *KOS) startEtcd(ctx context.Context) error {
 	var ps ports
-	p, err := k.env.startEtcd(ctx, &ps, "etcd-kos-"+k.Name, nil, k.etcdTLS)
+	p, err := k.env.startEtcd(ctx, &ps, "etcd-kos-"+k.Name, nil, k.etcdTLS, k.etcdFsync)
 	if err != nil {
 		return err
 	}

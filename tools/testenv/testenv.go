@@ -253,7 +253,7 @@ func (e *Env) start(ctx context.Context, opts Options, prev *envState) error {
 	}
 
 	var ps ports
-	etcd, err := e.startEtcd(ctx, &ps, etcdName, prev.process(etcdName), nil)
+	etcd, err := e.startEtcd(ctx, &ps, etcdName, prev.process(etcdName), nil, false)
 	if err != nil {
 		return err
 	}
@@ -417,7 +417,7 @@ func (e *Env) StartEtcd(ctx context.Context, name string) (string, error) {
 		return "", fmt.Errorf("etcd name %q: want lowercase letters, digits and inner dashes", name)
 	}
 	var ps ports
-	p, err := e.startEtcd(ctx, &ps, etcdName+"-"+name, nil, nil)
+	p, err := e.startEtcd(ctx, &ps, etcdName+"-"+name, nil, nil, false)
 	if err != nil {
 		return "", err
 	}
