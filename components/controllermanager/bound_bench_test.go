@@ -30,105 +30,155 @@ import (
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
-// boundClients is how many clients write at once in BenchmarkIPAMBound, as
-// in the apiserver's BenchmarkAttachmentCreate.
-const boundClients = 8
+// boundClients is how many clients write at once in the raw phase of
+// BenchmarkIPAMBound: twice the most workers it measures, so that the raw
+// rate is what kos-apiserver and its etcd take at saturation, a ceiling for
+// every worker count. The first boundCreators of them create the
+// attachments beforehand.
+const (
+	boundClients  = 32
+	boundCreators = 8
+)
 
 // boundRounds is how many times BenchmarkIPAMBound measures the raw rate
-// and then the addressing rate, boundCount attachments each: alternating
+// and then the addressing rate, boundCount addresses each: alternating
 // short phases share the machine's changing load more evenly than two long
 // ones.
 const (
-	boundRounds = 3
+	boundRounds = 5
 	boundCount  = 1000
 )
 
-// BenchmarkIPAMBound measures how close the IPAM controller comes to what
-// kos-apiserver and its etcd can write, as a ratio taken in one run, so that
-// a busy machine slows both sides alike. Run it with -benchtime=1x.
+var (
+	boundOnce sync.Once
+	boundKOS  *testenv.KOS
+	boundErr  error
+)
+
+// startBoundKOS returns the kos-apiserver of BenchmarkIPAMBound, starting
+// it on first use: one of its own, reached directly, whose etcd syncs its
+// writes to disk as a released kos-etcd does (test etcds run without
+// fsync, which would flatter the storage's write rate).
+func startBoundKOS(b *testing.B) *testenv.KOS {
+	b.Helper()
+	boundOnce.Do(func() {
+		boundKOS, boundErr = testenv.Shared(b).StartKOS(context.Background(), testenv.KOSOptions{Name: "bound", DirectOnly: true, EtcdFsync: true})
+	})
+	if boundErr != nil {
+		b.Fatalf("starting kos-apiserver with fsync: %v", boundErr)
+	}
+	return boundKOS
+}
+
+// BenchmarkIPAMBound measures how close the IPAM controller comes to the
+// bound that kos-apiserver and its etcd set: each address costs two writes
+// (its IPLock's creation and the attachment's status), so addressing can go
+// no faster than half the writes per second the storage takes. Both sides
+// are measured in one run, on one kos-apiserver whose etcd syncs to disk as
+// shipped, in alternating rounds so that a busy machine slows them alike,
+// and both the same way: boundCount attachments are created first (not
+// timed), then addressed, and the rate is the address writes per second
+// between the 10th and the 90th percentile of their server write times.
 //
-// Each round first measures the raw rate, with no controller running:
-// boundClients clients address attachments themselves, each creating an
-// attachment, creating its IPLock and writing its address in the status,
-// the very writes an addressed attachment costs (raw-addr/s; raw-writes/s
-// counts the writes). Then one in-process manager with the product's client
-// settings starts, and the same clients create attachments in a closed loop
-// (createClosed): as fast as they go while fewer than 2×workers+16 wait for
-// an address, so that creation runs at the rate the controller addresses.
-// The addressing rate (addressed/s) is taken from the server's write times
-// of the addresses, over their middle 80%. The manager stops before the
-// next round. The ratio is the mean addressing rate over the mean raw rate;
-// ratio-vs-writes/2 divides by the bound instead, half the raw
-// write rate (two KOS writes per address, the attachment's creation not
-// counted). Last, attachments are created paced at 0.5, 0.8 and 1 times the
-// mean addressing rate and the p50 and p99 latency from creation to
-// address, by server times, are reported, with a breakdown of where it went
-// (see breakdown). Each phase logs the CPU time per address of every
-// process.
+// The raw side, with no controller running: boundClients clients write
+// the two writes of each address themselves, as fast as the server
+// answers (raw-writes/s; bound-addr/s is half of it). The controller side:
+// an in-process manager with the product's client settings and the
+// given IPAM workers starts on the backlog and addresses it (addressed/s).
+// ratio-to-bound is the mean addressing rate over the mean bound, and
+// ratio-min, -median and -max are the rounds' own ratios: on a shared
+// machine single rounds swing by more than the differences between worker
+// counts. cpu-ratio is the CPU time of every process per address on the
+// raw side over the controller side's (its start included): the ratio the
+// rates would have where CPU bounds both, as it does on two cores. Last,
+// with the last round's manager, attachments are created paced at 0.5, 0.8
+// and 1 times the addressing rate and the p50 and p99 latency from
+// creation to address, by server times, are reported, with a breakdown of
+// where it went (see breakdown). Each phase logs the CPU time per address
+// of every process.
+//
+// It fails when two attachments of a VNI hold one address or an attachment
+// is not addressed, never on a time. Run it with -benchtime=1x.
 func BenchmarkIPAMBound(b *testing.B) {
-	for _, workers := range []int{2, 8, 16, 32} {
+	kos := startBoundKOS(b)
+	clients := boundWriters(b, kos, boundClients)
+	for _, workers := range []int{2, 8, 16} {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
-			kos := startKOS(b)
-			clients := boundWriters(b, kos, boundClients)
-			vni := uint32(1900 + workers*10)
-			var rawRate, rawWrites, rate float64
+			// Each worker count takes VNIs vni to vni+2*boundRounds+2.
+			vni := uint32(1900 + workers*20)
+			var bound, rate, rawCPU, cpu float64
+			ratios := make([]float64, 0, boundRounds)
 			var stop func()
 			var m *controllermanager.Manager
+			// toClear are the namespaces to clear once the manager
+			// stopped.
+			var toClear []string
 			for round := range boundRounds {
 				// The raw rate, no controller running: the subnet is
 				// marked validated by hand.
-				ns := newNamespace(b)
-				subnet := createSubnet(b, clients[0], newSubnet(ns, "raw", "10.128.0.0/16", vni+uint32(round)))
-				subnet.Status.Validated = true
-				subnet, err := clients[0].NetworkV1alpha1().Subnets(ns).UpdateStatus(context.Background(), subnet, metav1.UpdateOptions{})
-				if err != nil {
-					b.Fatalf("validating subnet %s/%s: %v", ns, subnet.Name, err)
-				}
-				cpu := takeCPU(b)
-				r, w := rawAddressing(b, clients, subnet, boundCount)
-				b.Logf("round %d raw: %.0f addresses/s (%.0f writes/s); CPU ms per address: %s", round, r, w, cpu.since(b, boundCount))
+				subnet := validatedSubnet(b, clients[0], "raw", "10.128.0.0/16", vni+uint32(round))
+				atts := createBacklog(b, clients[:boundCreators], subnet, boundCount)
+				sample := takeCPU(b)
+				rawAddressing(b, clients, subnet, atts)
+				rc, used := sample.since(b, boundCount)
+				raw := addressedOnce(b, clients[0], subnet.Namespace, boundCount)
+				r := steadyRate(raw)
+				figure(b, "round %d raw: %.0f addresses/s (%.0f writes/s); CPU ms per address: %s", round, r, 2*r, used)
 
-				// The controller, with the product's client settings.
-				// It finds the raw attachments addressed and leaves
-				// them be.
+				// The controller, with the product's client settings,
+				// on a backlog of the same size. It finds the raw
+				// attachments addressed and leaves them be.
+				s2 := validatedSubnet(b, clients[0], "bench", "10.129.0.0/16", vni+boundRounds+uint32(round))
+				createBacklog(b, clients[:boundCreators], s2, boundCount)
+				sample = takeCPU(b)
 				m, stop = startBoundManager(b, kos, workers)
-				ns2 := newNamespace(b)
-				s2 := createSubnet(b, clients[0], newSubnet(ns2, "bench", "10.129.0.0/16", vni+5+uint32(round)))
-				waitValidated(b, clients[0], s2)
-				cpu = takeCPU(b)
-				began := time.Now()
-				createClosed(b, clients, ns2, s2.Name, boundCount, 2*workers+16, controllermanager.AddressCounter(m))
-				createRate := float64(boundCount) / time.Since(began).Seconds()
-				addressed := waitAddressed(b, clients[0], ns2, boundCount)
-				used := cpu.since(b, boundCount)
-				if err := (&snapshot{attachments: addressed}).uniqueAddresses(); err != nil {
-					b.Fatal(err)
-				}
+				c, used := sample.since(b, boundCount)
+				addressed := addressedOnce(b, clients[0], s2.Namespace, boundCount)
 				a := steadyRate(addressed)
-				lat := latencies(addressed)
-				b.Logf("round %d controller: created %.0f/s, addressed %.0f/s (ratio %.2f); p50 %s, p99 %s with %d outstanding; CPU ms per address: %s",
-					round, createRate, a, a/r, lat[len(lat)/2], lat[len(lat)*99/100], 2*workers+16, used)
-				rawRate += r / boundRounds
-				rawWrites += w / boundRounds
+				figure(b, "round %d controller: %.0f addresses/s (%.2f of the bound); CPU ms per address, the manager's start included: %s",
+					round, a, a/r, used)
+				bound += r / boundRounds
 				rate += a / boundRounds
+				ratios = append(ratios, a/r)
+				rawCPU += rc / boundRounds
+				cpu += c / boundRounds
+				toClear = append(toClear, subnet.Namespace, s2.Namespace)
 				if round < boundRounds-1 {
 					stop()
+					// The next manager lists only what this round
+					// left.
+					clearNamespaces(b, clients[0], toClear)
+					toClear = nil
 				}
 			}
-			defer stop()
+			defer func() {
+				stop()
+				clearNamespaces(b, clients[0], toClear)
+			}()
 
-			b.Logf("mean raw %.0f addresses/s, mean addressed %.0f/s: ratio %.2f (%.2f of writes/2)",
-				rawRate, rate, rate/rawRate, rate/(rawWrites/2))
-			b.ReportMetric(rawRate, "raw-addr/s")
-			b.ReportMetric(rawWrites, "raw-writes/s")
+			slices.Sort(ratios)
+			figure(b, "mean bound %.0f addresses/s (%.0f raw writes/s), mean addressed %.0f/s: %.2f of the bound (rounds, sorted: %.2f); CPU ms per address %.2f raw, %.2f addressed",
+				bound, 2*bound, rate, rate/bound, ratios, rawCPU, cpu)
+			b.ReportMetric(2*bound, "raw-writes/s")
+			b.ReportMetric(bound, "bound-addr/s")
 			b.ReportMetric(rate, "addressed/s")
-			b.ReportMetric(rate/rawRate, "ratio")
-			b.ReportMetric(rate/(rawWrites/2), "ratio-vs-writes/2")
+			b.ReportMetric(rate/bound, "ratio-to-bound")
+			b.ReportMetric(ratios[0], "ratio-min")
+			b.ReportMetric(ratios[len(ratios)/2], "ratio-median")
+			b.ReportMetric(ratios[len(ratios)-1], "ratio-max")
+			// What the ratio would be where CPU, shared alike, bounds
+			// both sides: the raw writes' CPU per address over the
+			// controller's (all processes, its start included).
+			b.ReportMetric(rawCPU, "raw-cpu-ms/addr")
+			b.ReportMetric(cpu, "cpu-ms/addr")
+			b.ReportMetric(rawCPU/cpu, "cpu-ratio")
 
 			// Paced at fractions of the mean addressing rate.
 			for i, f := range []float64{0.5, 0.8, 1} {
+				// The manager's subnet validator validates it.
 				ns3 := newNamespace(b)
-				s3 := createSubnet(b, clients[0], newSubnet(ns3, "paced", fmt.Sprintf("10.%d.0.0/16", 130+i), vni+8+uint32(i)))
+				toClear = append(toClear, ns3)
+				s3 := createSubnet(b, clients[0], newSubnet(ns3, "paced", fmt.Sprintf("10.%d.0.0/16", 130+i), vni+2*boundRounds+uint32(i)))
 				waitValidated(b, clients[0], s3)
 				offered := f * rate
 				n := max(500, int(offered*5))
@@ -137,14 +187,94 @@ func BenchmarkIPAMBound(b *testing.B) {
 				createPaced(b, clients[0], ns3, s3.Name, n, offered)
 				pacedRate := float64(n) / time.Since(start).Seconds()
 				atts := waitAddressed(b, clients[0], ns3, n)
+				if err := (&snapshot{attachments: atts}).uniqueAddresses(); err != nil {
+					b.Fatal(err)
+				}
 				paced := latencies(atts)
-				b.Logf("paced at %gx = %.0f/s (created %.0f/s): p50 %s, p99 %s; %s",
+				figure(b, "paced at %gx = %.0f/s (created %.0f/s): p50 %s, p99 %s; %s",
 					f, offered, pacedRate, paced[len(paced)/2], paced[len(paced)*99/100], breakdown(b, clients[0], ns3, atts, before, takeQueue(m)))
 				b.ReportMetric(float64(paced[len(paced)/2].Microseconds())/1000, fmt.Sprintf("%gx-p50-ms", f))
 				b.ReportMetric(float64(paced[len(paced)*99/100].Microseconds())/1000, fmt.Sprintf("%gx-p99-ms", f))
 			}
 		})
 	}
+}
+
+// clearNamespaces deletes the attachments and the IP locks of the
+// namespaces: no garbage collector runs here to delete the locks of
+// deleted attachments.
+func clearNamespaces(b *testing.B, c versioned.Interface, namespaces []string) {
+	b.Helper()
+	ctx := context.Background()
+	for _, ns := range namespaces {
+		if err := c.NetworkV1alpha1().NetworkAttachments(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+			b.Fatalf("deleting the attachments of %s: %v", ns, err)
+		}
+		if err := c.NetworkV1alpha1().IPLocks(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+			b.Fatalf("deleting the IP locks of %s: %v", ns, err)
+		}
+	}
+}
+
+// figure prints a line of a benchmark's findings on the standard output,
+// prefixed with the benchmark's name: go test keeps only the first ten
+// lines of a benchmark's log.
+func figure(b *testing.B, format string, args ...any) {
+	fmt.Printf("%s: %s\n", b.Name(), fmt.Sprintf(format, args...))
+}
+
+// validatedSubnet creates a subnet in a new namespace and marks it
+// validated by hand, as no subnet validator may run yet.
+func validatedSubnet(b *testing.B, c versioned.Interface, name, cidr string, vni uint32) *v1alpha1.Subnet {
+	b.Helper()
+	subnet := createSubnet(b, c, newSubnet(newNamespace(b), name, cidr, vni))
+	subnet.Status.Validated = true
+	subnet, err := c.NetworkV1alpha1().Subnets(subnet.Namespace).UpdateStatus(context.Background(), subnet, metav1.UpdateOptions{})
+	if err != nil {
+		b.Fatalf("validating subnet %s/%s: %v", subnet.Namespace, name, err)
+	}
+	return subnet
+}
+
+// createBacklog creates n attachments of subnet, spread over the clients,
+// and returns them.
+func createBacklog(b *testing.B, clients []versioned.Interface, subnet *v1alpha1.Subnet, n int) []*v1alpha1.NetworkAttachment {
+	b.Helper()
+	out := make([]*v1alpha1.NetworkAttachment, n)
+	work := numbered(n)
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		wg.Go(func() {
+			for i := range work {
+				att, err := c.NetworkV1alpha1().NetworkAttachments(subnet.Namespace).Create(context.Background(),
+					newAttachment(subnet.Namespace, fmt.Sprintf("att-%d", i), subnet.Name), metav1.CreateOptions{})
+				if err != nil && failed.Add(1) == 1 {
+					b.Errorf("creating attachment att-%d: %v", i, err)
+				}
+				out[i] = att
+			}
+		})
+	}
+	wg.Wait()
+	if failed.Load() > 0 {
+		b.FailNow()
+	}
+	return out
+}
+
+// addressedOnce waits until n attachments of ns are addressed, and fails
+// when two of a VNI hold one address or there are more than n.
+func addressedOnce(b *testing.B, c versioned.Interface, ns string, n int) []v1alpha1.NetworkAttachment {
+	b.Helper()
+	atts := waitAddressed(b, c, ns, n)
+	if len(atts) != n {
+		b.Fatalf("namespace %s holds %d attachments, want %d", ns, len(atts), n)
+	}
+	if err := (&snapshot{attachments: atts}).uniqueAddresses(); err != nil {
+		b.Fatal(err)
+	}
+	return atts
 }
 
 // boundWriters returns n clients of kos-apiserver, each with a connection of
@@ -167,28 +297,23 @@ func boundWriters(b *testing.B, kos *testenv.KOS, n int) []versioned.Interface {
 	return out
 }
 
-// rawAddressing addresses n attachments of subnet the way the controller
-// does, by clients: create the attachment, lock an address, write it in the
-// status. It returns the attachments so addressed per second and the writes
-// per second.
-func rawAddressing(b *testing.B, clients []versioned.Interface, subnet *v1alpha1.Subnet, n int) (float64, float64) {
+// rawAddressing addresses the attachments atts of subnet the way the
+// controller does, by clients, as fast as the server answers: lock an
+// address (the IPLock's creation), write it in the status.
+func rawAddressing(b *testing.B, clients []versioned.Interface, subnet *v1alpha1.Subnet, atts []*v1alpha1.NetworkAttachment) {
 	b.Helper()
 	ns := subnet.Namespace
 	first := netip.MustParsePrefix(subnet.Spec.IPv4).Addr().As4()
 	base := uint32(first[0])<<24 | uint32(first[1])<<16 | uint32(first[2])<<8 | uint32(first[3])
-	work := numbered(n)
+	work := numbered(len(atts))
 	var failed atomic.Int64
 	var wg sync.WaitGroup
-	began := time.Now()
 	for _, c := range clients {
 		wg.Go(func() {
 			ctx := context.Background()
 			for i := range work {
+				att := atts[i].DeepCopy()
 				err := func() error {
-					att, err := c.NetworkV1alpha1().NetworkAttachments(ns).Create(ctx, newAttachment(ns, fmt.Sprintf("raw-%d", i), subnet.Name), metav1.CreateOptions{})
-					if err != nil {
-						return err
-					}
 					n := base + 2 + uint32(i)
 					addr := netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})
 					lock, err := c.NetworkV1alpha1().IPLocks(ns).Create(ctx, &v1alpha1.IPLock{
@@ -216,17 +341,15 @@ func rawAddressing(b *testing.B, clients []versioned.Interface, subnet *v1alpha1
 					return err
 				}()
 				if err != nil && failed.Add(1) == 1 {
-					b.Errorf("addressing attachment raw-%d by hand: %v", i, err)
+					b.Errorf("addressing attachment %s by hand: %v", att.Name, err)
 				}
 			}
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(began).Seconds()
 	if failed.Load() > 0 {
 		b.FailNow()
 	}
-	return float64(n) / elapsed, float64(3*n) / elapsed
 }
 
 // numbered returns a closed channel holding 0 to n-1, the work that clients
@@ -282,7 +405,7 @@ func startBoundManager(b *testing.B, kos *testenv.KOS, workers int) (_ *controll
 		})
 	}
 	b.Cleanup(stop)
-	poll.Until(b, time.Minute, "the manager ready and idle", func(context.Context) error {
+	poll.Until(b, 10*time.Minute, "the manager ready and idle", func(context.Context) error {
 		rec := httptest.NewRecorder()
 		m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
 		if rec.Code != http.StatusOK {
@@ -315,9 +438,9 @@ func takeCPU(b *testing.B) cpuSample {
 	return out
 }
 
-// since returns the CPU milliseconds per address each process used since
-// the sample, the busiest first.
-func (s cpuSample) since(b *testing.B, addresses int) string {
+// since returns the CPU milliseconds per address all processes used since
+// the sample, and a line with each process's, the busiest first.
+func (s cpuSample) since(b *testing.B, addresses int) (float64, string) {
 	b.Helper()
 	now := takeCPU(b)
 	type use struct {
@@ -338,7 +461,7 @@ func (s cpuSample) since(b *testing.B, addresses int) string {
 			parts = append(parts, fmt.Sprintf("%s %.2f", u.name, u.ms))
 		}
 	}
-	return strings.Join(parts, ", ")
+	return total, strings.Join(parts, ", ")
 }
 
 // processCPU returns the user and system time of process pid ("self" for
@@ -372,64 +495,6 @@ func queueMetric(text, name string) float64 {
 		}
 	}
 	return -1
-}
-
-// createClosed creates n attachments of subnet, spread over the clients, as
-// fast as they go while fewer than window of them wait for an address
-// (addressed counts the addresses written): a closed loop, in which
-// attachments are created at the very rate the controller addresses them
-// once the window is full, so that the rate measured is what the controller
-// sustains while creation runs at that rate. (Created as fast as the clients
-// go, creation takes the server's CPU from the controller until it ends, and
-// the controller then addresses the backlog alone, faster: neither is the
-// steady state.) The window is enough to keep every worker busy.
-func createClosed(b *testing.B, clients []versioned.Interface, ns, subnet string, n, window int, addressed func() uint64) {
-	b.Helper()
-	// A token per attachment that may be created; one poller hands out a
-	// token for every address written, so the clients do not poll.
-	tokens := make(chan struct{}, n)
-	for range min(window, n) {
-		tokens <- struct{}{}
-	}
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		base, given := addressed(), min(window, n)
-		tick := time.NewTicker(time.Millisecond)
-		defer tick.Stop()
-		for given < n {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-			}
-			for got := int(addressed() - base); given < n && given < got+window; given++ {
-				tokens <- struct{}{}
-			}
-		}
-	}()
-	work := numbered(n)
-	var failed atomic.Int64
-	var wg sync.WaitGroup
-	for _, c := range clients {
-		wg.Go(func() {
-			for i := range work {
-				<-tokens
-				_, err := c.NetworkV1alpha1().NetworkAttachments(ns).Create(context.Background(), newAttachment(ns, fmt.Sprintf("att-%d", i), subnet), metav1.CreateOptions{})
-				if err != nil {
-					// Nothing to address: the token goes back.
-					tokens <- struct{}{}
-					if failed.Add(1) == 1 {
-						b.Errorf("creating attachment att-%d: %v", i, err)
-					}
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if failed.Load() > 0 {
-		b.FailNow()
-	}
 }
 
 // queueSample is what the IPAM queue's metrics and this process's garbage
