@@ -4,12 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"net/netip"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -28,7 +32,10 @@ import (
 	"github.com/kos-sdn/kos/components/controllers/podnetwork"
 	"github.com/kos-sdn/kos/components/fabric"
 	"github.com/kos-sdn/kos/tools/cluster"
+	"github.com/kos-sdn/kos/tools/e2e/frames"
 	"github.com/kos-sdn/kos/tools/images"
+	"github.com/kos-sdn/kos/tools/kosinstall"
+	"github.com/kos-sdn/kos/tools/ovsenv"
 	"github.com/kos-sdn/kos/tools/poll"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
@@ -38,8 +45,10 @@ const (
 	// podsNamespace holds the pods, their networks and subnets.
 	podsNamespace = "e2e-pods"
 	// podsCIDR is both subnets' block: two tenants may use the same
-	// addresses in their own VNIs.
-	podsCIDR = "10.252.0.0/24"
+	// addresses in their own VNIs (podsVNI and the next), which no other
+	// test of a cluster that also runs this one uses.
+	podsCIDR = "10.254.0.0/24"
+	podsVNI  = 4301
 	// podnetPort is where each pod's podnet serves its TCP sink.
 	podnetPort = "7777"
 	// transferBytes is the size of the TCP transfer between pods on two
@@ -86,8 +95,11 @@ func TestIntegrationPods(t *testing.T) {
 		{"pods ping across nodes", p.testPodsPing},
 		{"64 MiB between pods on two nodes", p.testPodsTransfer},
 		{"another VNI reaches nothing", p.testPodsIsolation},
+		{"injected and spoofed frames reach nothing", p.testPodsInjection},
+		{"kos-agent and ovs-vswitchd killed under pod traffic", p.testPodsRestarts},
 		{"what a pod asks for wrongly fails its ADD and leaks nothing", p.testPodsBadRequests},
 		{"a deleted pod leaves nothing", p.testPodsDelete},
+		{"a pod goes while its node's agent does not answer", p.testPodsDelWithoutAgent},
 	})
 	figure(t, "pods-whole-test", time.Since(began))
 }
@@ -109,6 +121,13 @@ type podsTest struct {
 // pods' image, podnet and ping, to the cluster's registry.
 func (p *podsTest) testPublishPods(t *testing.T) {
 	p.testPublish(t)
+	p.image = pushPodnet(t, p.env.Registry)
+}
+
+// pushPodnet builds the pods' image, podnet and ping, and pushes it to the
+// cluster's registry; it returns the image's name.
+func pushPodnet(t *testing.T, registry string) string {
+	t.Helper()
 	ctx := t.Context()
 	began := time.Now()
 	dir := t.TempDir()
@@ -128,15 +147,16 @@ func (p *podsTest) testPublishPods(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.image = p.env.Registry + "/e2e/podnet:1"
-	ref, err := name.NewTag(p.image)
+	image := registry + "/e2e/podnet:1"
+	ref, err := name.NewTag(image)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := remote.Write(ref, img, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
-		t.Fatalf("pushing %s: %v", p.image, err)
+		t.Fatalf("pushing %s: %v", image, err)
 	}
-	t.Logf("pushed %s in %s", p.image, since(began))
+	t.Logf("pushed %s in %s", image, since(began))
+	return image
 }
 
 // testPodsStart makes subnets blue and green (one CIDR block, two VNIs),
@@ -148,7 +168,7 @@ func (p *podsTest) testPodsStart(t *testing.T) {
 	if _, err := p.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: podsNamespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for name, vni := range map[string]uint32{"blue": 4201, "green": 4202} {
+	for name, vni := range map[string]uint32{"blue": podsVNI, "green": podsVNI + 1} {
 		subnet := &networkv1alpha1.Subnet{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: networkv1alpha1.SubnetSpec{IPv4: podsCIDR, VNI: vni}}
 		if _, err := p.network.NetworkV1alpha1().Subnets(podsNamespace).Create(ctx, subnet, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("creating subnet %s: %v", name, err)
@@ -263,6 +283,274 @@ func (p *podsTest) testPodsIsolation(t *testing.T) {
 	}
 }
 
+// sinkPort is where a pod counts the datagrams the injection step sends.
+const sinkPort = 9999
+
+// testPodsInjection sends datagrams to blue-2 (on the second node) that KOS
+// must not deliver: VXLAN frames of blue's VNI from the host, which is no
+// node, and of green's VNI, to green-1, from the third node, which has no
+// green attachment; and datagrams blue-1 sends with blue-3's address or
+// MAC address. Each is counted by a sink in the target pod, which must
+// count none, while the same from where they belong (blue-1's node,
+// blue-1's own addresses) arrive. The agents' drop counters rise.
+func (p *podsTest) testPodsInjection(t *testing.T) {
+	n1, n2, n3 := p.env.Nodes[0], p.env.Nodes[1], p.env.Nodes[2]
+	blue1, blue2, green := p.attachmentsOf(t, p.blue[0])[0], p.attachmentsOf(t, p.blue[1])[0], p.attachmentsOf(t, p.green)[0]
+	payload := []byte("injected")
+	frameTo := func(to, from networkv1alpha1.NetworkAttachment) []byte {
+		dst, err := net.ParseMAC(to.Status.MACAddress)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src, err := net.ParseMAC(from.Status.MACAddress)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ip := frames.IPv4UDP(netip.MustParseAddr(from.Status.IPv4), netip.MustParseAddr(to.Status.IPv4), 40000, sinkPort, payload)
+		return frames.VXLAN(to.Status.AddressVNI, frames.Ethernet(dst, src, ip))
+	}
+	// inject sends the frame 20 times to node n2's tunnel port from addr,
+	// in network namespace netns ("" for the test's own).
+	inject := func(netns string, from netip.Addr, frame []byte) func() {
+		return func() {
+			send := func() error {
+				// Unconnected: a port-unreachable from the node's
+				// own stack must not fail the next write.
+				c, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(from, 0)))
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				to := net.UDPAddrFromAddrPort(netip.AddrPortFrom(n2.IP, 4789))
+				for range 20 {
+					if _, err := c.WriteToUDP(frame, to); err != nil {
+						return err
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				return nil
+			}
+			var err error
+			if netns == "" {
+				err = send()
+			} else {
+				err = (&ovsenv.Netns{Name: netns}).Do(send)
+			}
+			if err != nil {
+				t.Fatalf("injecting from %s: %v", from, err)
+			}
+		}
+	}
+	inPod := func(pod string, args ...string) func() {
+		return func() { p.exec(t, pod, append([]string{podnetBin, "udp-send"}, args...)...) }
+	}
+	blue2At := netip.AddrPortFrom(p.ips[p.blue[1]], sinkPort).String()
+	blue3 := p.attachmentsOf(t, p.blue[2])[0]
+	// inPodFrame has blue-1 send whole frames to blue-2 with its own
+	// address and the source MAC address mac.
+	inPodFrame := func(mac string) func() {
+		return func() {
+			p.exec(t, p.blue[0], podnetBin, "frame-send", podsIfName, mac, blue2.Status.MACAddress, p.ips[p.blue[0]].String(), blue2At, "20")
+		}
+	}
+	tunnelDrops := p.agentCounter(t, n2, "kos_agent_tunnel_drops_total")
+	spoofDrops := p.agentCounter(t, n1, "kos_agent_spoofed_drops_total")
+	cases := []struct {
+		name   string
+		sink   string
+		send   func()
+		arrive bool
+	}{
+		{"blue from blue-1's node (the control)", p.blue[1], inject(n1.Netns, n1.IP, frameTo(blue2, blue1)), true},
+		{"blue from the host, which is no node", p.blue[1], inject("", n1.HostIP, frameTo(blue2, blue1)), false},
+		{"green from a node without green", p.green, inject(n3.Netns, n3.IP, frameTo(green, blue1)), false},
+		{"blue-1's own address (the control)", p.blue[1], inPod(p.blue[0], blue2At, "20"), true},
+		{"blue-1 with blue-3's address", p.blue[1], inPod(p.blue[0], "-src", p.ips[p.blue[2]].String(), blue2At, "20"), false},
+		{"blue-1's own MAC in a frame of its own (the control)", p.blue[1], inPodFrame(blue1.Status.MACAddress), true},
+		{"blue-1 with blue-3's MAC", p.blue[1], inPodFrame(blue3.Status.MACAddress), false},
+	}
+	for _, c := range cases {
+		got := p.countAt(t, c.sink, c.send)
+		t.Logf("%s: %d of 20 datagrams reached %s", c.name, got, c.sink)
+		if c.arrive && got == 0 {
+			t.Errorf("%s: nothing reached %s, so the check of the others shows nothing", c.name, c.sink)
+		}
+		if !c.arrive && got != 0 {
+			t.Errorf("%s: %d datagrams reached %s, want none", c.name, got, c.sink)
+		}
+	}
+	// The non-member node's frames reach the switch's tunnel and are
+	// counted there; the host's may already be dropped on their way (what
+	// the test requires of them is that none arrives).
+	after := p.agentCounter(t, n2, "kos_agent_tunnel_drops_total")
+	t.Logf("%s's kos_agent_tunnel_drops_total: %v before, %v after the 40 injected frames", n2.Name, tunnelDrops, after)
+	if after < tunnelDrops+20 {
+		t.Errorf("%s's kos_agent_tunnel_drops_total went from %v to %v, want at least the 20 frames of the node without green more", n2.Name, tunnelDrops, after)
+	}
+	if after := p.agentCounter(t, n1, "kos_agent_spoofed_drops_total"); after < spoofDrops+40 {
+		t.Errorf("%s's kos_agent_spoofed_drops_total went from %v to %v, want at least the 40 spoofed datagrams more", n1.Name, spoofDrops, after)
+	}
+}
+
+// countAt runs a datagram sink in the pod, calls send while it listens,
+// and returns how many datagrams it counted.
+func (p *podsTest) countAt(t *testing.T, pod string, send func()) int {
+	t.Helper()
+	type result struct {
+		out string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := p.execErr(t.Context(), pod, podnetBin, "udp-sink", fmt.Sprint(sinkPort), "6")
+		done <- result{out, err}
+	}()
+	// kubectl exec takes a moment to start the sink.
+	time.Sleep(2 * time.Second)
+	send()
+	r := <-done
+	n, err := strconv.Atoi(strings.TrimSpace(r.out))
+	if r.err != nil || err != nil {
+		t.Fatalf("the sink in %s: %v %v: %q", pod, r.err, err, r.out)
+	}
+	return n
+}
+
+// agentCounter returns the sum of a counter's samples on the agent of
+// node, from its /metrics on the node's address.
+func (p *podsTest) agentCounter(t *testing.T, n *cluster.Node, name string) float64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+netip.AddrPortFrom(n.IP, 9298).String()+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("the metrics of %s's agent: %v", n.Name, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	found := false
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			t.Fatalf("%s: %q: %v", name, line, err)
+		}
+		sum += v
+		found = true
+	}
+	if !found {
+		t.Logf("%s's agent has no sample of %s yet", n.Name, name)
+	}
+	return sum
+}
+
+// testPodsRestarts kills the kos-agent of the second blue pod's node while
+// the first pings it: the pings go on (the switch keeps its flows); then
+// ovs-vswitchd of that node: the pings come back by themselves, once the
+// restarted daemon has the pod's veth port again and the agent its flows.
+func (p *podsTest) testPodsRestarts(t *testing.T) {
+	from, to := p.blue[0], p.blue[1]
+	node := p.node(t, p.env.Nodes[1].Name)
+	agent := p.firstPod(t, kosinstall.AgentNamespace, "kos-agent", node.Name)
+	restarts := containerRestarts(agent, "kos-agent")
+	pid := containerPID(t, agent, "kos-agent")
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("killing kos-agent (PID %d) on %s: %v", pid, node.Name, err)
+	}
+	killed := time.Now()
+	// While kubelet restarts it: 20 pings at 0.2 s, a few of which may
+	// meet a loaded machine.
+	out, err := p.execErr(t.Context(), from, pingBin, "-c", "20", "-i", "0.2", "-W", "1", p.ips[to].String())
+	lost := pingLost(out)
+	t.Logf("pings %s -> %s while %s's kos-agent restarts: %d of 20 lost (%v)", from, to, node.Name, lost, err)
+	if lost < 0 || lost > 4 {
+		t.Errorf("pings %s -> %s while the agent was down: %d of 20 lost, want traffic to go on:\n%s", from, to, lost, out)
+	}
+	poll.Until(t, 3*time.Minute, "kos-agent on "+node.Name+" restarted and Ready", func(ctx context.Context) error {
+		pod, err := p.kube.CoreV1().Pods(kosinstall.AgentNamespace).Get(ctx, agent.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if containerRestarts(pod, "kos-agent") <= restarts || !podReady(pod) {
+			return fmt.Errorf("restarts %d, ready %t", containerRestarts(pod, "kos-agent"), podReady(pod))
+		}
+		return nil
+	})
+	figure(t, "pods-agent-killed-to-ready", time.Since(killed))
+
+	pid = vswitchdPID(t, node)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("killing ovs-vswitchd (PID %d) on %s: %v", pid, node.Name, err)
+	}
+	killed = time.Now()
+	poll.Until(t, 3*time.Minute, fmt.Sprintf("%s to answer %s's ping after ovs-vswitchd died", to, from), func(ctx context.Context) error {
+		_, err := p.execErr(ctx, from, pingBin, "-c", "1", "-W", "1", p.ips[to].String())
+		return err
+	})
+	figure(t, "pods-vswitchd-killed-to-ping", time.Since(killed))
+	// And the bulk path too.
+	p.transfer(t, from, netip.AddrPortFrom(p.ips[to], 7777).String())
+}
+
+// pingLost returns how many of ping's echo requests went unanswered, from
+// its summary line, or -1 without one.
+func pingLost(out string) int {
+	for line := range strings.SplitSeq(out, "\n") {
+		var sent, received int
+		if _, err := fmt.Sscanf(strings.TrimSpace(line), "%d packets transmitted, %d received", &sent, &received); err == nil {
+			return sent - received
+		}
+	}
+	return -1
+}
+
+// testPodsDelWithoutAgent freezes the kos-agent of the first blue pod's
+// node (SIGSTOP: its socket accepts and never answers) and deletes the
+// pod: kos-cni's DEL gives up on the agent and succeeds, so the pod goes,
+// and its attachment with it.
+func (p *podsTest) testPodsDelWithoutAgent(t *testing.T) {
+	pod := p.blue[0]
+	got, err := p.kube.CoreV1().Pods(podsNamespace).Get(t.Context(), pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := p.firstPod(t, kosinstall.AgentNamespace, "kos-agent", got.Spec.NodeName)
+	pid := containerPID(t, agent, "kos-agent")
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("stopping kos-agent (PID %d): %v", pid, err)
+	}
+	stopped := true
+	resume := func() {
+		if stopped {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+			stopped = false
+		}
+	}
+	defer resume()
+	began := time.Now()
+	p.deletePod(t, pod)
+	poll.Until(t, 2*time.Minute, "pod "+pod+" to be gone while its agent is stopped", func(ctx context.Context) error {
+		if _, err := p.kube.CoreV1().Pods(podsNamespace).Get(ctx, pod, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there (%v)", err)
+		}
+		return nil
+	})
+	figure(t, "pods-delete-without-agent", time.Since(began))
+	resume()
+	p.awaitNoAttachmentsUID(t, pod, string(got.UID), time.Minute)
+}
+
 // testPodsBadRequests starts pods whose networks cannot be given: a NAD
 // naming a missing subnet, a malformed NAD, an address outside the subnet
 // and one another pod holds. Each pod's events carry the plugin's message,
@@ -326,7 +614,7 @@ func (p *podsTest) testPodsDelete(t *testing.T) {
 	if err != nil {
 		t.Fatalf("attachment %s's address %q: %v", att.Name, att.Status.IPv4, err)
 	}
-	lockName := ipam.LockName(4201, addr)
+	lockName := ipam.LockName(podsVNI, addr)
 	node := p.node(t, att.Spec.Node)
 	if _, err := exec.CommandContext(ctx, "ip", "-n", node.Netns, "link", "show", ifc).CombinedOutput(); err != nil {
 		t.Fatalf("node %s has no interface %s for pod %s before the delete: %v", node.Name, ifc, pod, err)
@@ -352,6 +640,43 @@ func (p *podsTest) testPodsDelete(t *testing.T) {
 		return nil
 	})
 	figure(t, "pods-delete-to-clean", time.Since(began))
+}
+
+// deleteAll deletes the pods, then their namespace with its networks and
+// attachments, and waits until both are gone.
+func (p *podsTest) deleteAll(t *testing.T) {
+	t.Helper()
+	ctx := t.Context()
+	if err := p.kube.CoreV1().Pods(podsNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 2*time.Minute, "the pods of "+podsNamespace+" to be gone", func(ctx context.Context) error {
+		pods, err := p.kube.CoreV1().Pods(podsNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		var left []string
+		for _, pod := range pods.Items {
+			left = append(left, fmt.Sprintf("%s (%s, deleted %v)", pod.Name, pod.Status.Phase, pod.DeletionTimestamp != nil))
+		}
+		if len(left) > 0 {
+			return fmt.Errorf("left: %s", strings.Join(left, ", "))
+		}
+		return nil
+	})
+	if err := p.kube.CoreV1().Namespaces().Delete(ctx, podsNamespace, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	poll.Until(t, 3*time.Minute, "namespace "+podsNamespace+" to be gone", func(ctx context.Context) error {
+		ns, err := p.kube.CoreV1().Namespaces().Get(ctx, podsNamespace, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("still there: %s, %+v", ns.Status.Phase, ns.Status.Conditions)
+	})
 }
 
 // underlayMTU returns the MTU of the node's interface that holds its
@@ -407,12 +732,16 @@ func (p *podsTest) createNAD(t *testing.T, name string, config map[string]any) {
 // createPod creates a podnet pod on node with the networks annotation.
 func (p *podsTest) createPod(t *testing.T, name, node, networks string) {
 	t.Helper()
+	// A grace period above 0: with 0 the API drops the pod at once, and
+	// only with one does the pod stay until its kubelet has torn the
+	// sandbox down (the CNI DEL included), which the tests wait for.
+	grace := int64(1)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"k8s.v1.cni.cncf.io/networks": networks}},
 		Spec: corev1.PodSpec{
 			NodeName:                      node,
 			AutomountServiceAccountToken:  new(bool),
-			TerminationGracePeriodSeconds: new(int64),
+			TerminationGracePeriodSeconds: &grace,
 			Containers: []corev1.Container{{
 				Name:            "podnet",
 				Image:           p.image,
@@ -501,6 +830,22 @@ func (p *podsTest) attachmentsOfUID(t *testing.T, uid string) []networkv1alpha1.
 	return list.Items
 }
 
+// awaitNoAttachmentsUID waits until no attachment is labelled with the pod's
+// UID.
+func (p *podsTest) awaitNoAttachmentsUID(t *testing.T, pod, uid string, timeout time.Duration) {
+	t.Helper()
+	poll.Until(t, timeout, "no attachment of pod "+pod+" to be left", func(ctx context.Context) error {
+		list, err := p.network.NetworkV1alpha1().NetworkAttachments(podsNamespace).List(ctx, metav1.ListOptions{LabelSelector: podnetwork.PodUIDLabel + "=" + uid})
+		if err != nil {
+			return err
+		}
+		if len(list.Items) > 0 {
+			return fmt.Errorf("attachment %s is left", list.Items[0].Name)
+		}
+		return nil
+	})
+}
+
 // awaitNoAttachments waits until no attachment names the deleted pod.
 func (p *podsTest) awaitNoAttachments(t *testing.T, pod string, timeout time.Duration) {
 	t.Helper()
@@ -535,9 +880,14 @@ func (p *podsTest) execErr(ctx context.Context, pod string, command ...string) (
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	args := append([]string{"--kubeconfig", p.env.Kubeconfig, "-n", podsNamespace, "exec", pod, "--"}, command...)
-	out, err := exec.CommandContext(ctx, "kubectl", args...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, "kubectl", args...)
+	// Standard output alone: kubectl writes its own complaints (such as
+	// a websocket's "Unknown stream id") to standard error.
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		return string(out), fmt.Errorf("kubectl exec %s -- %s: %w", pod, strings.Join(command, " "), err)
+		return string(out), fmt.Errorf("kubectl exec %s -- %s: %w (stderr: %s)", pod, strings.Join(command, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return string(out), nil
 }

@@ -7,6 +7,13 @@
 //	podnet serve [PORT]        the sink (the pod's main process); PORT 7777
 //	podnet send HOST:PORT N    send N bytes, print a JSON report, exit 1 on a mismatch
 //	podnet addr IFNAME         print "MTU ADDR/LEN..." of the interface
+//	podnet udp-sink PORT SECS  count the UDP datagrams to PORT for SECS seconds, print the count
+//	podnet udp-send [-src IP] HOST:PORT N
+//	                           send N datagrams; with -src, from a source address the pod
+//	                           does not have (a raw socket: the pod needs CAP_NET_RAW)
+//	podnet frame-send IFNAME SRCMAC DSTMAC SRCIP HOST:PORT N
+//	                           send N datagrams as Ethernet frames of the given source MAC
+//	                           address out of IFNAME (a packet socket: CAP_NET_RAW)
 package main
 
 import (
@@ -14,14 +21,19 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/kos-sdn/kos/tools/e2e/frames"
 )
 
 const defaultPort = "7777"
@@ -48,6 +60,18 @@ func main() {
 			os.Exit(2)
 		}
 		err = send(os.Args[2], n)
+	case "udp-sink":
+		if len(os.Args) != 4 {
+			usage()
+		}
+		err = udpSink(os.Args[2], os.Args[3])
+	case "udp-send":
+		err = udpSend(os.Args[2:])
+	case "frame-send":
+		if len(os.Args) != 8 {
+			usage()
+		}
+		err = frameSend(os.Args[2:])
 	case "addr":
 		if len(os.Args) != 3 {
 			usage()
@@ -63,7 +87,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: podnet serve [PORT] | send HOST:PORT BYTES | addr IFNAME")
+	fmt.Fprintln(os.Stderr, "usage: podnet serve [PORT] | send HOST:PORT BYTES | addr IFNAME | udp-sink PORT SECS | udp-send [-src IP] HOST:PORT N")
 	os.Exit(2)
 }
 
@@ -155,5 +179,130 @@ func addr(name string) error {
 		fields = append(fields, a.String())
 	}
 	fmt.Println(strings.Join(fields, " "))
+	return nil
+}
+
+// udpSink counts the datagrams that reach port for secs seconds.
+func udpSink(port, secs string) error {
+	d, err := time.ParseDuration(secs + "s")
+	if err != nil {
+		return err
+	}
+	c, err := net.ListenPacket("udp4", ":"+port)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(d))
+	n := 0
+	buf := make([]byte, 65536)
+	for {
+		if _, _, err := c.ReadFrom(buf); err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				break
+			}
+			return err
+		}
+		n++
+	}
+	fmt.Println(n)
+	return nil
+}
+
+// udpSend sends n datagrams to addr, from the given source address when
+// -src names one (an IPv4 header of its own on a raw socket).
+func udpSend(args []string) error {
+	var src netip.Addr
+	if len(args) == 4 && args[0] == "-src" {
+		a, err := netip.ParseAddr(args[1])
+		if err != nil {
+			return err
+		}
+		src, args = a, args[2:]
+	}
+	if len(args) != 2 {
+		usage()
+	}
+	dst, err := netip.ParseAddrPort(args[0])
+	if err != nil {
+		return err
+	}
+	n, err := strconv.Atoi(args[1])
+	if err != nil {
+		return err
+	}
+	payload := []byte("podnet")
+	if !src.IsValid() {
+		c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(dst))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		for range n {
+			if _, err := c.Write(payload); err != nil {
+				return err
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return nil
+	}
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_RAW, syscall.IPPROTO_RAW)
+	if err != nil {
+		return fmt.Errorf("a raw socket (CAP_NET_RAW): %w", err)
+	}
+	defer syscall.Close(fd)
+	packet := frames.IPv4UDP(src, dst.Addr(), 40000, dst.Port(), payload)
+	to := &syscall.SockaddrInet4{Addr: dst.Addr().As4()}
+	for range n {
+		if err := syscall.Sendto(fd, packet, 0, to); err != nil {
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
+}
+
+// frameSend sends n UDP datagrams as whole Ethernet frames with the given
+// addresses out of an interface.
+func frameSend(args []string) error {
+	ifc, err := net.InterfaceByName(args[0])
+	if err != nil {
+		return err
+	}
+	srcMAC, err := net.ParseMAC(args[1])
+	if err != nil {
+		return err
+	}
+	dstMAC, err := net.ParseMAC(args[2])
+	if err != nil {
+		return err
+	}
+	srcIP, err := netip.ParseAddr(args[3])
+	if err != nil {
+		return err
+	}
+	dst, err := netip.ParseAddrPort(args[4])
+	if err != nil {
+		return err
+	}
+	n, err := strconv.Atoi(args[5])
+	if err != nil {
+		return err
+	}
+	fd, err := syscall.Socket(syscall.AF_PACKET, syscall.SOCK_RAW, 0)
+	if err != nil {
+		return fmt.Errorf("a packet socket (CAP_NET_RAW): %w", err)
+	}
+	defer syscall.Close(fd)
+	frame := frames.Ethernet(dstMAC, srcMAC, frames.IPv4UDP(srcIP, dst.Addr(), 40000, dst.Port(), []byte("podnet")))
+	to := &syscall.SockaddrLinklayer{Ifindex: ifc.Index, Halen: 6}
+	copy(to.Addr[:], dstMAC)
+	for range n {
+		if err := syscall.Sendto(fd, frame, 0, to); err != nil {
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	return nil
 }
