@@ -1,31 +1,43 @@
 package agent_test
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 
+	"github.com/kos-sdn/kos/components/agent"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/fabric"
 	"github.com/kos-sdn/kos/components/fabric/logging"
 	kosclient "github.com/kos-sdn/kos/components/generated/clientset/versioned"
+	kosscheme "github.com/kos-sdn/kos/components/generated/clientset/versioned/scheme"
 	kosinformers "github.com/kos-sdn/kos/components/generated/informers/externalversions/network/v1alpha1"
 	"github.com/kos-sdn/kos/tools/poll"
 	"github.com/kos-sdn/kos/tools/spawner"
@@ -40,21 +52,27 @@ const benchSpread = 5
 var (
 	benchRate     = flag.Float64("agent.rate", 20, "attachments BenchmarkAgents creates per second")
 	benchAgents   = flag.Int("agent.agents", 50, "agents (nodes) BenchmarkAgents runs; it makes half as many networks")
+	benchAtts     = flag.Int("agent.attachments", 500, "attachments each iteration of BenchmarkAgents creates (run it with -benchtime=1x)")
 	benchShared   = flag.Bool("agent.shared-connection", false, "BenchmarkAgents: all agents share one HTTP/2 connection to kos-apiserver (client-go's default within one process) instead of one each, as separate processes have")
 	benchRelevant = flag.Int("agent.relevant", 1000, "remote attachments relevant to the one kos-agent process of BenchmarkAgentMemory")
 	benchProfile  = flag.String("agent.server-cpuprofile", "", "BenchmarkAgents: write a CPU profile of kos-apiserver, taken while the attachments are created, to this file")
 )
 
-// BenchmarkAgents runs -agent.agents agents with logging fabrics as
-// goroutines against one KOS control plane (kos-apiserver, its etcd and the
-// real controllers), creates b.N attachments at a steady rate
-// (-agent.rate), and reports:
+// BenchmarkAgents runs KOS as shipped, but for the switch: the
+// kos-controller-manager program with its default settings (16 IPAM
+// workers, its client limits, leader election, no Event per address), and
+// -agent.agents agents with logging fabrics as goroutines, each as kos-agent
+// runs one (its workers, its client limits, a connection of its own to
+// kos-apiserver and to the main cluster, an Event on every attachment made
+// ready), against one kos-apiserver and its etcd. It creates
+// -agent.attachments attachments per iteration at a steady rate
+// (-agent.rate) and reports:
 //
 //   - the rate offered (atts/s) and the rate reached: attachments per
 //     second from the first create until every one is ready (ready-atts/s);
 //   - from the server's write times, the p50 and p99 latency from an
-//     attachment's creation to its readiness (the agent's status write),
-//     and the p99 from its creation to its address (IPAM's status write);
+//     attachment's creation to its address (IPAM's status write) and to its
+//     readiness (the agent's status write);
 //   - the p50 and p99 dissemination latency, from the server's write of an
 //     attachment's address to its remote flows being in the switch of each
 //     other node of its network (timed by a wrapper of each agent's
@@ -65,24 +83,36 @@ var (
 //     and their ratio; all-notifications is what one watch on every
 //     attachment received meanwhile, what each agent would get without the
 //     1+R informers;
-//   - the CPU time of kos-apiserver and of its etcd per attachment, and of
-//     this process (agents, controllers, clients), and kos-apiserver's RSS
-//     at the end.
+//   - the CPU time per attachment, read from /proc before and after, of
+//     kos-apiserver, its etcd, the controller manager, this process (the
+//     agents, and the benchmark's creates and its one watch), the main
+//     cluster's kube-apiserver and its etcd; the same processes' CPU time
+//     per second over an idle window as long as the run's creates, just
+//     before them (ROLE-idle-cpu-ms/s); and kos-apiserver's RSS at the end;
+//   - the requests the main cluster's kube-apiserver served meanwhile
+//     (its apiserver_request_total, non-resource requests such as this
+//     benchmark's scrapes left out), per attachment, in all and for Events
+//     (kube-req/att, kube-events-req/att); the log has them by verb and
+//     resource, and the same counts over an idle window of the same
+//     length before the run, which is what KOS costs kube-apiserver when
+//     nothing changes plus kube-apiserver's own work.
+//
+// It fails when two attachments of a network hold one address, or an
+// attachment created is never ready or never reaches its network's other
+// nodes, never on a time.
 //
 // -agent.server-cpuprofile writes a CPU profile of kos-apiserver taken
-// while the attachments are created (b.N / -agent.rate seconds); go test's
-// -cpuprofile profiles the agents and controllers.
+// while the attachments are created; go test's -cpuprofile profiles the
+// agents. -agent.shared-connection gives all agents one connection to each
+// server instead of one each, as separate processes have. Run it as
 //
-// Each agent has a connection of its own to kos-apiserver, as agents in
-// separate processes do (-agent.shared-connection shares one). Run it as
-//
-//	go test ./components/agent/ -run '^$' -bench Agents -benchtime 1000x
-//	go test ./components/agent/ -run '^$' -bench Agents -benchtime 5000x -agent.agents 500 -agent.rate 100 -timeout 60m
+//	go test ./components/agent/ -run '^$' -bench 'BenchmarkAgents$' -benchtime 1x
+//	go test ./components/agent/ -run '^$' -bench 'BenchmarkAgents$' -benchtime 1x -agent.agents 500 -agent.attachments 3000 -agent.rate 100 -timeout 60m
 func BenchmarkAgents(b *testing.B) {
 	nAgents := *benchAgents
 	nNetworks := max(1, nAgents/2)
 	k := newAPI(b)
-	startControllers(b)
+	manager := startManagerProcess(b)
 	for j := range nNetworks {
 		k.subnet(fmt.Sprintf("s%d", j), fmt.Sprintf("10.%d.%d.0/20", 100+j/16, j%16*16), uint32(1001+j))
 	}
@@ -102,14 +132,7 @@ func BenchmarkAgents(b *testing.B) {
 	fabrics := make([]*timedFabric, nAgents)
 	for i := range agents {
 		fabrics[i] = &timedFabric{Interface: logging.New(), programmed: map[fabric.RemoteAttachment]time.Time{}}
-		cfg := agentConfig(b, benchNode(k, i), benchHost(i), fabrics[i])
-		// The agents check and reconcile their fabrics as often as by
-		// default, not as often as the tests need.
-		cfg.FlowCheckPeriod, cfg.ReconcilePeriod = 0, 0
-		if !*benchShared {
-			cfg.Client = ownConnection(b)
-		}
-		agents[i] = startAgent(b, cfg)
+		agents[i] = startBenchAgent(b, benchNode(k, i), benchHost(i), fabrics[i])
 	}
 	poll.Until(b, 5*time.Minute, "every agent is healthy", func(context.Context) error {
 		for i, a := range agents {
@@ -132,22 +155,32 @@ func BenchmarkAgents(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go allInformer.RunWithContext(ctx)
-	server, etcd := kosProcesses(b)
+	procs := benchProcesses(b, manager)
+	kube := kubeRequests(b)
 
 	var seq int
 	b.Run(fmt.Sprintf("agents=%d", nAgents), func(b *testing.B) {
 		k := &api{t: b, ctx: k.ctx, client: k.client, ns: k.ns}
+		total := b.N * *benchAtts
+		window := time.Duration(float64(total) / *benchRate * float64(time.Second))
+		// What kube-apiserver serves while nothing is created, over as
+		// long as the creates will take.
+		idleBefore, idleCPUBefore := kube.take(b), procs.cpu(b)
+		time.Sleep(window)
+		idle, idleCPU := kube.take(b).since(idleBefore), procs.cpu(b).since(idleCPUBefore)
+
 		before := make([]float64, len(agents))
 		for i, a := range agents {
 			before[i] = a.counter(b, "kos_agent_attachment_notifications_total", nil)
 		}
 		allBefore := all.Load()
-		serverCPU, etcdCPU, selfCPU := processCPU(b, server), processCPU(b, etcd), processCPU(b, "self")
-		names := make([]string, 0, b.N)
+		cpuBefore := procs.cpu(b)
+		requestsBefore := kube.take(b)
+		names := make([]string, 0, total)
 		first := seq
 		b.ResetTimer()
 		start := time.Now()
-		profiled := profileServer(b, *benchProfile, time.Duration(float64(b.N) / *benchRate * float64(time.Second)))
+		profiled := profileServer(b, *benchProfile, window)
 		// Each create runs on its own goroutine (at most 64 at once), so
 		// that the rate holds however long one takes.
 		ticker := time.NewTicker(time.Duration(float64(time.Second) / *benchRate))
@@ -155,7 +188,7 @@ func BenchmarkAgents(b *testing.B) {
 		var failed atomic.Int64
 		inFlight := make(chan struct{}, 64)
 		atts := k.client.NetworkV1alpha1().NetworkAttachments(k.ns)
-		for range b.N {
+		for range total {
 			<-ticker.C
 			att := &v1alpha1.NetworkAttachment{
 				ObjectMeta: metav1.ObjectMeta{Name: benchName(seq)},
@@ -173,14 +206,15 @@ func BenchmarkAgents(b *testing.B) {
 			seq++
 		}
 		ticker.Stop()
-		offered := float64(b.N) / time.Since(start).Seconds()
+		offered := float64(total) / time.Since(start).Seconds()
 		creates.Wait()
 		if failed.Load() > 0 {
 			b.FailNow()
 		}
 		// The all informer tells when every attachment is ready: listing
 		// them over and over would load kos-apiserver and this process
-		// with work that is not the agents'.
+		// with work that is not the agents'. An attachment that is never
+		// ready is lost.
 		byName := map[string]*v1alpha1.NetworkAttachment{}
 		poll.Until(b, 10*time.Minute, "every attachment is ready", func(context.Context) error {
 			ready := 0
@@ -200,7 +234,10 @@ func BenchmarkAgents(b *testing.B) {
 			}
 			return nil
 		})
-		reached := float64(b.N) / time.Since(start).Seconds()
+		reached := float64(total) / time.Since(start).Seconds()
+		if err := uniqueAddresses(byName); err != nil {
+			b.Fatal(err)
+		}
 		// Every agent has programmed this run's attachments of the networks
 		// it has attachments in.
 		nodesOf := make([]sets.Set[int], nNetworks)
@@ -225,11 +262,16 @@ func BenchmarkAgents(b *testing.B) {
 			}
 			return nil
 		})
+		// The agents send their Events in the background: wait for them
+		// (client-go's recorder may drop some under load, so not
+		// forever), so that their cost is counted.
+		waitEvents(b, kube, requestsBefore, total)
 		b.StopTimer()
 		if err := <-profiled; err != nil {
 			b.Errorf("profiling kos-apiserver: %v", err)
 		}
-		serverCPU, etcdCPU, selfCPU = processCPU(b, server)-serverCPU, processCPU(b, etcd)-etcdCPU, processCPU(b, "self")-selfCPU
+		cpu := procs.cpu(b).since(cpuBefore)
+		requests := kube.take(b).since(requestsBefore)
 
 		var latencies, addressing []time.Duration
 		for _, name := range names {
@@ -289,9 +331,10 @@ func BenchmarkAgents(b *testing.B) {
 				}
 			}
 		}
-		n := float64(b.N)
+		n := float64(total)
 		b.ReportMetric(offered, "atts/s")
 		b.ReportMetric(reached, "ready-atts/s")
+		b.ReportMetric(msec(percentile(addressing, 0.50)), "p50-address-ms")
 		b.ReportMetric(msec(percentile(addressing, 0.99)), "p99-address-ms")
 		b.ReportMetric(msec(percentile(latencies, 0.50)), "p50-ready-ms")
 		b.ReportMetric(msec(percentile(latencies, 0.99)), "p99-ready-ms")
@@ -302,13 +345,298 @@ func BenchmarkAgents(b *testing.B) {
 		b.ReportMetric(relevant/float64(nAgents), "relevant-atts/agent")
 		b.ReportMetric(notified/relevant, "notifications/relevant-att")
 		b.ReportMetric(float64(all.Load()-allBefore), "all-notifications")
-		b.ReportMetric(msec(serverCPU)/n, "server-cpu-ms/att")
-		b.ReportMetric(msec(etcdCPU)/n, "etcd-cpu-ms/att")
-		b.ReportMetric(msec(selfCPU)/n, "agents+controllers-cpu-ms/att")
-		b.ReportMetric(rssMiB(b, server), "server-rss-MiB")
+		var kosCPU time.Duration
+		for _, role := range benchRoles {
+			b.ReportMetric(msec(cpu[role])/n, role+"-cpu-ms/att")
+			if !strings.HasPrefix(role, "kube-") {
+				kosCPU += cpu[role]
+			}
+		}
+		b.ReportMetric(msec(kosCPU)/n, "kos-cpu-ms/att")
+		// What the same processes spend while nothing changes (watches'
+		// bookmarks, Leases, resyncs), per second: part of the figures per
+		// attachment above, in proportion to the run's length.
+		for _, role := range benchRoles {
+			b.ReportMetric(msec(idleCPU[role])/window.Seconds(), role+"-idle-cpu-ms/s")
+		}
+		b.ReportMetric(requests.total()/n, "kube-req/att")
+		b.ReportMetric(requests.of("events")/n, "kube-events-req/att")
+		b.ReportMetric(rssMiB(b, procs["kos-apiserver"]), "server-rss-MiB")
 		b.ReportMetric(n, "atts")
-		b.Logf("load average %s", loadAverage())
+		figure(b, "kube-apiserver requests while creating %d attachments in %s: %s", total, time.Since(start).Round(time.Second), requests)
+		figure(b, "kube-apiserver requests over an idle %s before: %s", window.Round(time.Second), idle)
+		figure(b, "load average %s", loadAverage())
 	})
+}
+
+// uniqueAddresses returns an error naming the first address held by two
+// attachments of one network.
+func uniqueAddresses(atts map[string]*v1alpha1.NetworkAttachment) error {
+	holders := map[string]string{}
+	for _, a := range atts {
+		key := fmt.Sprintf("%d/%s", a.Status.AddressVNI, a.Status.IPv4)
+		if other, ok := holders[key]; ok {
+			return fmt.Errorf("attachments %s and %s both hold address %s", other, a.Name, key)
+		}
+		holders[key] = a.Name
+	}
+	return nil
+}
+
+// startBenchAgent runs an agent for node as kos-agent does with its
+// default settings, but for the logging fabric fab: its workers, its
+// client limits, a connection of its own to kos-apiserver and to the main
+// cluster (unless -agent.shared-connection), and an Event recorder that
+// sends to the main cluster. It runs until the benchmark ends.
+func startBenchAgent(b *testing.B, node, hostIP string, fab fabric.Interface) *runningAgent {
+	b.Helper()
+	opts := agent.NewOptions()
+	cfg := agentConfig(b, node, hostIP, fab)
+	cfg.FlowCheckPeriod, cfg.ReconcilePeriod, cfg.ExecTimeout = opts.FlowCheckPeriod, opts.ReconcilePeriod, opts.ExecTimeout
+	kosCfg, kubeCfg := directConfig(b), rest.CopyConfig(testenv.Shared(b).RESTConfig)
+	for _, c := range []*rest.Config{kosCfg, kubeCfg} {
+		c.QPS, c.Burst, c.UserAgent = opts.QPS, opts.Burst, "kos-agent/"+node
+		if !*benchShared {
+			// A Proxy function keeps client-go from sharing the
+			// transport of equal configurations.
+			c.Proxy = func(*http.Request) (*url.URL, error) { return nil, nil }
+		}
+	}
+	var err error
+	if cfg.Client, err = kosclient.NewForConfig(kosCfg); err != nil {
+		b.Fatal(err)
+	}
+	kube, err := kubernetes.NewForConfig(kubeCfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	broadcaster := record.NewBroadcaster()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	b.Cleanup(broadcaster.Shutdown)
+	cfg.Recorder = broadcaster.NewRecorder(kosscheme.Scheme, corev1.EventSource{Component: "kos-agent", Host: node})
+	cfg.Registerer = prometheus.NewRegistry()
+	a, err := agent.New(cfg)
+	if err != nil {
+		b.Fatalf("creating the agent of %s: %v", node, err)
+	}
+	// The zero logger discards: five hundred agents' logs would drown
+	// the figures.
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Logger{}))
+	r := &runningAgent{agent: a, registry: cfg.Registerer.(*prometheus.Registry), cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- a.Run(ctx, opts.Workers) }()
+	b.Cleanup(func() { r.stop(b) })
+	return r
+}
+
+// startManagerProcess runs the kos-controller-manager program with its
+// default settings, straight to kos-apiserver, until the benchmark ends,
+// and returns its process id once it is ready (it holds the Lease).
+func startManagerProcess(b *testing.B) string {
+	b.Helper()
+	env, kos := testenv.Shared(b), kosAPI(b)
+	metrics := freeAddress(b)
+	log := filepath.Join(b.TempDir(), "kos-controller-manager.log")
+	logFile, err := os.Create(log)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(testenv.Build(b, "cmd/kos-controller-manager"), "--kubeconfig="+env.Kubeconfig,
+		"--kos-api-server="+kos.URL, "--kos-api-ca-file="+kos.CACertFile, "--metrics-bind-address="+metrics)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("starting kos-controller-manager: %v", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		logFile.Close()
+		close(done)
+	}()
+	b.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			b.Errorf("kos-controller-manager did not stop within 30s of SIGTERM; its log is %s", log)
+		}
+	})
+	p := &agentProcess{cmd: cmd, metrics: metrics, log: log, done: done}
+	poll.Until(b, time.Minute, "kos-controller-manager is ready", func(context.Context) error {
+		select {
+		case <-done:
+			data, _ := os.ReadFile(log)
+			return fmt.Errorf("kos-controller-manager exited:\n%s", data)
+		default:
+		}
+		code, body, err := p.get("/readyz")
+		if err == nil && code != http.StatusOK {
+			err = fmt.Errorf("/readyz: %d %s", code, body)
+		}
+		return err
+	})
+	return strconv.Itoa(cmd.Process.Pid)
+}
+
+// benchRoles are the processes whose CPU BenchmarkAgents reports, by
+// role: "agents" is this process.
+var benchRoles = []string{"kos-apiserver", "kos-etcd", "controller-manager", "agents", "kube-apiserver", "kube-etcd"}
+
+// benchPIDs are the process ids of benchRoles ("self" for this process).
+type benchPIDs map[string]string
+
+// benchProcesses returns the process ids of the package's kos-apiserver,
+// its etcd, the main cluster's kube-apiserver and its etcd, the controller
+// manager (manager) and this process.
+func benchProcesses(b *testing.B, manager string) benchPIDs {
+	kos := kosAPI(b)
+	pids := benchPIDs{"controller-manager": manager, "agents": "self"}
+	for _, p := range testenv.Shared(b).Processes() {
+		role := map[string]string{
+			"kos-apiserver-" + kos.Name: "kos-apiserver",
+			"etcd-kos-" + kos.Name:      "kos-etcd",
+			"kube-apiserver":            "kube-apiserver",
+			"etcd":                      "kube-etcd",
+		}[p.Name]
+		if role != "" && p.Running {
+			pids[role] = strconv.Itoa(p.PID)
+		}
+	}
+	for _, role := range benchRoles {
+		if pids[role] == "" {
+			b.Fatalf("no %s runs", role)
+		}
+	}
+	return pids
+}
+
+// cpuTimes are the CPU times (user and system) of benchRoles.
+type cpuTimes map[string]time.Duration
+
+func (p benchPIDs) cpu(b *testing.B) cpuTimes {
+	out := cpuTimes{}
+	for role, pid := range p {
+		out[role] = processCPU(b, pid)
+	}
+	return out
+}
+
+func (c cpuTimes) since(before cpuTimes) cpuTimes {
+	out := cpuTimes{}
+	for role, t := range c {
+		out[role] = t - before[role]
+	}
+	return out
+}
+
+// kubeMetrics reads the main cluster's kube-apiserver's /metrics.
+type kubeMetrics struct{ client rest.Interface }
+
+func kubeRequests(b *testing.B) kubeMetrics {
+	kube, err := kubernetes.NewForConfig(testenv.Shared(b).RESTConfig)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return kubeMetrics{client: kube.CoreV1().RESTClient()}
+}
+
+// requestCounts are apiserver_request_total's counts by "VERB resource"
+// (group/resource/subresource, the group left out for the core group).
+type requestCounts map[string]float64
+
+// take returns kube-apiserver's request counts so far; non-resource
+// requests (such as /metrics) are left out.
+func (k kubeMetrics) take(b *testing.B) requestCounts {
+	b.Helper()
+	data, err := k.client.Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		b.Fatalf("scraping kube-apiserver: %v", err)
+	}
+	out := requestCounts{}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		rest, ok := strings.CutPrefix(line, "apiserver_request_total{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			b.Fatalf("parsing %q: %v", line, err)
+		}
+		l := map[string]string{}
+		for pair := range strings.SplitSeq(labels, ",") {
+			name, quoted, _ := strings.Cut(pair, "=")
+			l[name] = strings.Trim(quoted, `"`)
+		}
+		if l["resource"] == "" {
+			continue
+		}
+		resource := strings.Trim(strings.Join([]string{l["group"], l["resource"], l["subresource"]}, "/"), "/")
+		out[l["verb"]+" "+resource] += v
+	}
+	return out
+}
+
+func (c requestCounts) since(before requestCounts) requestCounts {
+	out := requestCounts{}
+	for k, v := range c {
+		if d := v - before[k]; d > 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+func (c requestCounts) total() float64 {
+	sum := 0.0
+	for _, v := range c {
+		sum += v
+	}
+	return sum
+}
+
+// of sums the counts of one resource, whatever the verb.
+func (c requestCounts) of(resource string) float64 {
+	sum := 0.0
+	for k, v := range c {
+		if _, r, _ := strings.Cut(k, " "); r == resource {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// String lists the counts, the largest first.
+func (c requestCounts) String() string {
+	keys := slices.Collect(maps.Keys(c))
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Or(cmp.Compare(c[b], c[a]), strings.Compare(a, b)) })
+	parts := []string{fmt.Sprintf("%.0f in all", c.total())}
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %.0f", k, c[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// waitEvents waits, up to 30 seconds, until kube-apiserver has taken n
+// Event writes (creates and patches) since before.
+func waitEvents(b *testing.B, k kubeMetrics, before requestCounts, n int) {
+	b.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got := k.take(b).since(before)
+		written := got["POST events"] + got["PATCH events"]
+		if written >= float64(n) || time.Now().After(deadline) {
+			if written < float64(n) {
+				b.Logf("kube-apiserver took %.0f Event writes for %d attachments", written, n)
+			}
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 // BenchmarkAgentMemory runs one kos-agent process (the real binary, logging
@@ -475,25 +803,6 @@ func benchNode(k *api, i int) string { return k.node(fmt.Sprintf("n%03d", i)) }
 // benchHost returns the underlay address of node i: 192.168.x.y.
 func benchHost(i int) string { return fmt.Sprintf("192.168.%d.%d", 1+i/250, 1+i%250) }
 
-// kosProcesses returns the process ids of the package's kos-apiserver and
-// of its etcd.
-func kosProcesses(b *testing.B) (server, etcd string) {
-	kos := kosAPI(b)
-	for _, p := range testenv.Shared(b).Processes() {
-		switch {
-		case !p.Running:
-		case p.Name == "kos-apiserver-"+kos.Name:
-			server = strconv.Itoa(p.PID)
-		case p.Name == "etcd-kos-"+kos.Name:
-			etcd = strconv.Itoa(p.PID)
-		}
-	}
-	if server == "" || etcd == "" {
-		b.Fatalf("kos-apiserver %s or its etcd does not run (pids %q, %q)", kos.Name, server, etcd)
-	}
-	return server, etcd
-}
-
 // profileServer writes a CPU profile of kos-apiserver over the next d (at
 // least a second) to file, and sends the outcome on the channel it returns;
 // with no file it sends nil at once.
@@ -580,6 +889,13 @@ func (p *agentProcess) metric(b *testing.B, name string) float64 {
 	}
 	b.Fatalf("the agent has no metric %s", name)
 	return 0
+}
+
+// figure prints a line of a benchmark's findings on the standard output,
+// prefixed with the benchmark's name: go test keeps only the first ten
+// lines of a benchmark's log.
+func figure(b *testing.B, format string, args ...any) {
+	fmt.Printf("%s: %s\n", b.Name(), fmt.Sprintf(format, args...))
 }
 
 func loadAverage() string {
