@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -38,6 +39,10 @@ type DeleteOptions struct {
 	Identity string
 	// Parallelism bounds the deletes in flight; 0 means 16.
 	Parallelism int
+	// Along names the other addons (of the same record namespace) deleted
+	// in the same run: their records do not keep a Namespace or CRD from
+	// being deleted, since they go too.
+	Along []string
 }
 
 // Uninstall is what deleting one addon does: the objects to delete, in
@@ -159,6 +164,9 @@ func (c *Client) PlanUninstall(ctx context.Context, namespace, name string, opts
 		if installed, err = c.Installed(ctx); err != nil {
 			return nil, err
 		}
+		installed = slices.DeleteFunc(installed, func(in Installed) bool {
+			return in.Namespace == namespace && slices.Contains(opts.Along, in.Name)
+		})
 	}
 	seen := map[types.UID]bool{}
 	for _, cs := range found {

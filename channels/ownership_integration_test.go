@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -233,5 +234,18 @@ func TestIntegrationDeleteKeepsNamespaceOthersUse(t *testing.T) {
 	}
 	if diff := cmp.Diff(deleted, []string{"ConfigMap nsuse/b"}); diff != "" {
 		t.Errorf("deleted (-got +want):\n%s", diff)
+	}
+	// Deleted together (channels delete addon nsuse-a nsuse-b), the two do
+	// not keep each other's Namespace.
+	u, err = c.PlanUninstall(context.Background(), DefaultNamespace, "nsuse-b", DeleteOptions{Namespaces: true, Along: []string{"nsuse-a", "nsuse-b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleted = nil
+	for _, o := range u.Delete {
+		deleted = append(deleted, o.String())
+	}
+	if diff := cmp.Diff(deleted, []string{"ConfigMap nsuse/b", "Namespace nsuse"}, cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
+		t.Errorf("deleted along with nsuse-a (-got +want):\n%s", diff)
 	}
 }

@@ -86,6 +86,8 @@ func (o *options) deleteAddons(cmd *cobra.Command, names []string, namespace str
 	if err != nil {
 		return err
 	}
+	// The addons deleted together do not keep each other's Namespaces.
+	opts.Along = names
 	var plans []*channels.Uninstall
 	for _, name := range names {
 		u, err := client.PlanUninstall(ctx, namespace, name, opts)
