@@ -28,6 +28,10 @@ import (
 // (kos-agent 0.2.0): a host path of the node (Node.HostPath finds it).
 const agentOVSRunDir = "/var/run/kos/openvswitch"
 
+// agentOVSDBDir holds that Open vSwitch's database (--db-dir), which
+// outlives the pod.
+const agentOVSDBDir = "/var/lib/kos/openvswitch"
+
 // TestIntegrationAgentOVS installs KOS from the channels on a node that runs
 // no Open vSwitch of its own: the agent's pod runs it (container ovs,
 // kos-ovs), with the userspace datapath, the node's address moved onto

@@ -31,12 +31,14 @@ import (
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
-// The live upgrade: KOS 0.1.0 installed on nodes that run their own Open
-// vSwitch (as 0.1.0 needs), used, and upgraded to 0.2.0 under traffic.
+// The live upgrade: KOS 0.2.0 installed on nodes that run their own Open
+// vSwitch (as those upgraded from 0.1.0 do; the agent adopts it), used,
+// and upgraded to 0.3.0 under traffic; then pods on KOS networks, which 0.3.0 brings, keep
+// talking while every agent restarts.
 const (
 	// liveOld and liveNew are the releases upgraded from and to.
-	liveOld = "0.1.0"
-	liveNew = "0.2.0"
+	liveOld = "0.2.0"
+	liveNew = "0.3.0"
 	// livePingInterval is the rate of the continuous pings.
 	livePingInterval = 100 * time.Millisecond
 	// liveTrickleEvery is how often the trickle creates an attachment (and
@@ -46,16 +48,12 @@ const (
 	// liveMaxGap bounds the longest time any pair of guests may go without
 	// a reply during the upgrade. The longest gap is a figure, not a
 	// pass mark: nothing in the datapath is replaced (the new agent adopts
-	// the node's Open vSwitch and its flows), but the real 0.1.0 agents
-	// fail their liveness probe while etcd and kos-apiserver roll (their
-	// health is the KOS API's, through the aggregator) and are restarted,
-	// and how long that takes is the machine's load: 2.1 s, 3.8 s and
-	// 5.6 s at load 34 to 68, and 8.4 s at load 60, which failed the 8 s
-	// this bound used to be. Half a minute is over three times the worst of
-	// those, and still short of an outage that lasts until the agents'
-	// periodic reconcile (up to two minutes) restores lost flows; traffic
-	// that does not come back at all fails the check that every pair is
-	// answered after the upgrade.
+	// the node's Open vSwitch and its flows), but the new agent installs
+	// its flows anew and the machine's load decides how long that takes
+	// (0.1.0 to 0.2.0 gapped 2.1 to 8.4 s at load 34 to 68). Half a minute is still short of an
+	// outage that lasts until the agents' periodic reconcile (up to two
+	// minutes) restores lost flows; traffic that does not come back at all
+	// fails the check that every pair is answered after the upgrade.
 	liveMaxGap = 30 * time.Second
 	// underlayBridge holds each node's underlay address in the node's own
 	// Open vSwitch, as the userspace datapath needs to tunnel from it.
@@ -72,26 +70,27 @@ type liveDriver struct {
 	prunes bool
 }
 
-// TestIntegrationLiveUpgrade installs KOS 0.1.0 on three nodes that run
-// their own Open vSwitch, makes subnets and attachments on every node,
-// starts continuous pings between guests on different nodes and a trickle
-// of attachment creates and deletes, and applies the 0.2.0 channel: no API
-// object is lost, no address changes, every attachment is ready, and the
-// longest ping gap and the lost pings are measured (the 0.2.0 agent adopts
-// the node's own Open vSwitch, so no port moves). Applying the 0.1.0
-// channel again with ours is refused; with kOps's own, after its upgrade,
-// it is applied (kOps downgrades). 0.1.0's images are built from the
-// commit that released it (catalog.BuildReleased). It does this twice on
-// one cluster: with our channels, then, after uninstalling, with kOps's
-// own. One cluster, because
-// starting one and pushing the images cost more than uninstalling.
+// TestIntegrationLiveUpgrade installs KOS 0.2.0 on three nodes that run
+// Multus and their own Open vSwitch, makes subnets and attachments on every node, starts continuous
+// pings between guests on different nodes and a trickle of attachment
+// creates and deletes, and applies the 0.3.0 channel: no API object is
+// lost, no address changes, every attachment is ready, and the longest
+// ping gap and the lost pings are measured. Then pods get interfaces on
+// KOS networks (0.3.0's) and ping across nodes, also while every agent
+// restarts (as the next upgrade will do). Applying the 0.2.0 channel again
+// with ours is refused; with kOps's own, after its upgrade, it is applied
+// (kOps downgrades). 0.2.0's images are built from the commit that
+// released it (catalog.BuildReleased). It does this twice on one cluster:
+// with our channels, then, after uninstalling, with kOps's own. One
+// cluster, because starting one and pushing the images cost more than
+// uninstalling.
 func TestIntegrationLiveUpgrade(t *testing.T) {
 	began := time.Now()
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := startStandardCluster(t, true)
+	env := startCluster(t, true, true)
 	figure(t, "live-cluster-up", time.Since(began))
 
 	lu := &liveUpgrade{standard: newStandard(t, env, root)}
@@ -114,9 +113,9 @@ func TestIntegrationLiveUpgrade(t *testing.T) {
 	runSteps(t, []step{
 		{"images pushed and both releases published", lu.testPublish},
 		{"the nodes' own Open vSwitch holds their underlay address", lu.testHostUnderlay},
-		{"our channels upgrade 0.1.0 to 0.2.0 under traffic", func(t *testing.T) { lu.pass(t, ours) }},
+		{"our channels upgrade " + liveOld + " to " + liveNew + " under traffic", func(t *testing.T) { lu.pass(t, ours) }},
 		{"uninstalled", lu.testUninstall},
-		{"kOps's channels upgrade 0.1.0 to 0.2.0 under traffic", func(t *testing.T) { lu.pass(t, kops) }},
+		{"kOps's channels upgrade " + liveOld + " to " + liveNew + " under traffic", func(t *testing.T) { lu.pass(t, kops) }},
 	})
 	figure(t, "live-whole-test", time.Since(began))
 }
@@ -133,6 +132,8 @@ type liveUpgrade struct {
 	newChannel string
 	// kopsBin is kOps's channels command.
 	kopsBin string
+	// podImage is the pods' image (pushPodnet).
+	podImage string
 }
 
 // testPublish pushes to the cluster's registry the images of liveOld, then
@@ -174,6 +175,7 @@ func (lu *liveUpgrade) testPublish(t *testing.T) {
 	lu.channelsBin = testenv.Build(t, "cmd/channels")
 	lu.kopsBin = kopsChannelsBin(t, lu.root)
 	lu.provideVolumes(t)
+	lu.podImage = pushPodnet(t, lu.env.Registry)
 	figure(t, "live-published", time.Since(began))
 }
 
@@ -216,7 +218,9 @@ func (lu *liveUpgrade) kopsApply(t *testing.T, rel string) {
 
 // testHostUnderlay moves each node's address onto bridge br-ul of its own
 // Open vSwitch, as an operator of userspace-datapath nodes did for 0.1.0
-// (whose agent runs no Open vSwitch), and checks that the nodes stay Ready.
+// (whose agent runs no Open vSwitch; 0.2.0 and 0.3.0 adopt the node's
+// Open vSwitch where there is one, with its bridges), and checks that the
+// nodes stay Ready.
 func (lu *liveUpgrade) testHostUnderlay(t *testing.T) {
 	ctx := t.Context()
 	for _, n := range lu.env.Nodes {
@@ -269,7 +273,7 @@ func (lu *liveUpgrade) pass(t *testing.T, d liveDriver) {
 	d.apply(t, lu.oldChannel)
 	lu.waitKOSReady(t, 8*time.Minute)
 	figure(t, "live-"+d.name+"-install-"+liveOld, time.Since(began))
-	lu.checkInstalled(t, lu.oldChannel, kosinstall.Namespace)
+	lu.checkInstalled(t, lu.oldChannel, kosinstall.AgentNamespace)
 
 	net := lu.newLiveNetwork(t, "e2e-live-"+d.name)
 	before := net.snapshot(t)
@@ -307,22 +311,23 @@ func (lu *liveUpgrade) pass(t *testing.T, d liveDriver) {
 	began = time.Now()
 	d.apply(t, lu.newChannel)
 	lu.waitKOSReady(t, 8*time.Minute)
-	if !d.prunes {
-		// kOps's channels prunes nothing: the 0.1.0 agent still runs
-		// beside the new one, which docs/install.md says to delete by
-		// hand.
-		if _, err := lu.kube.AppsV1().DaemonSets(kosinstall.Namespace).Get(t.Context(), "kos-agent", metav1.GetOptions{}); err != nil {
-			t.Errorf("the 0.1.0 agent's DaemonSet after kOps's upgrade: %v; want it left in place", err)
-		}
-		lu.kubectl(t, "-n", kosinstall.Namespace, "delete", "daemonset,serviceaccount", "kos-agent", "--wait=false")
-	}
-	poll.Until(t, 2*time.Minute, "the 0.1.0 agent's pods to be gone", func(ctx context.Context) error {
-		pods, err := lu.kube.CoreV1().Pods(kosinstall.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=kos-agent"})
+	poll.Until(t, 4*time.Minute, "every agent pod to run "+liveNew, func(ctx context.Context) error {
+		pods, err := lu.kube.CoreV1().Pods(kosinstall.AgentNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=kos-agent"})
 		if err != nil {
 			return err
 		}
-		if len(pods.Items) > 0 {
-			return fmt.Errorf("%d pods of the 0.1.0 agent left", len(pods.Items))
+		if len(pods.Items) != len(lu.env.Nodes) {
+			return fmt.Errorf("%d agent pods, want %d", len(pods.Items), len(lu.env.Nodes))
+		}
+		for _, p := range pods.Items {
+			for _, c := range p.Spec.Containers {
+				if !strings.HasSuffix(c.Image, ":"+liveNew) && !strings.Contains(c.Image, ":"+liveNew+"@") {
+					return fmt.Errorf("pod %s runs %s", p.Name, c.Image)
+				}
+			}
+			if !podReady(&p) {
+				return fmt.Errorf("pod %s is not ready", p.Name)
+			}
 		}
 		return nil
 	})
@@ -354,6 +359,20 @@ func (lu *liveUpgrade) pass(t *testing.T, d liveDriver) {
 	tr.checkReady(t)
 	lu.checkAdopted(t, before)
 
+	// What 0.3.0 brings: pods on KOS networks, which keep talking while
+	// every agent restarts, as the next upgrade will make them.
+	pods := &podsTest{standard: lu.standard, image: lu.podImage, ips: map[string]netip.Addr{}}
+	pods.testPodsStart(t)
+	pods.testPodsPing(t)
+	if d.prunes {
+		lu.agentsRestartUnderPodTraffic(t, pods)
+	}
+	// Gone before kOps's downgrade below puts back 0.2.0, whose
+	// kos-apiserver cannot delete a namespace's KOS objects (fixed in
+	// 0.3.0: it answered the namespace controller in protobuf, which
+	// KOS's types lack).
+	pods.deleteAll(t)
+
 	// A downgrade with ours is refused, after either tool upgraded: ours
 	// reads the version of its own records, and finds that of kOps's
 	// (which hold none) in the channel they name, by id and hash.
@@ -368,15 +387,44 @@ func (lu *liveUpgrade) pass(t *testing.T, d liveDriver) {
 	net.deleteGuests(t)
 }
 
-// testKOpsDowngrade applies the 0.1.0 channel with kOps's own channels
-// after it upgraded to 0.2.0, and checks what kOps does: its rule is that a
-// release whose manifest hash differs from the record's replaces it, older
-// or not, so it applies 0.1.0 again and records it (docs/install.md says
+// agentsRestartUnderPodTraffic restarts every agent (kubectl rollout
+// restart, one node at a time as the DaemonSet's update does) while a pod
+// pings another across nodes, and measures the pings lost.
+func (lu *liveUpgrade) agentsRestartUnderPodTraffic(t *testing.T, pods *podsTest) {
+	from, to := pods.blue[0], pods.blue[1]
+	const count = 400 // at 0.2 s: 80 s, the restart's time and more
+	type result struct {
+		out string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := pods.execErr(t.Context(), from, pingBin, "-c", fmt.Sprint(count), "-i", "0.2", "-W", "1", pods.ips[to].String())
+		done <- result{out, err}
+	}()
+	time.Sleep(3 * time.Second)
+	began := time.Now()
+	lu.kubectl(t, "-n", kosinstall.AgentNamespace, "rollout", "restart", "daemonset/kos-agent")
+	lu.kubectl(t, "-n", kosinstall.AgentNamespace, "rollout", "status", "daemonset/kos-agent", "--timeout=5m")
+	figure(t, "live-agents-restarted", time.Since(began))
+	r := <-done
+	lost := pingLost(r.out)
+	t.Logf("pings %s -> %s (pods, across nodes) while every agent restarted: %d of %d lost", from, to, lost, count)
+	countFigure(t, "live-pod-pings-lost-agents-restart", lost, "pings")
+	if lost < 0 || lost > count/10 {
+		t.Errorf("pings between pods while the agents restarted: %d of %d lost (%v), want traffic to go on:\n%s", lost, count, r.err, r.out)
+	}
+}
+
+// testKOpsDowngrade applies the liveOld channel with kOps's own channels
+// after it upgraded to liveNew, and checks what kOps does: its rule is that
+// a release whose manifest hash differs from the record's replaces it,
+// older or not, so it applies liveOld again and records it (docs/install.md says
 // so). What becomes of the running SDN then is not checked.
 func (lu *liveUpgrade) testKOpsDowngrade(t *testing.T) {
 	lu.kopsApply(t, lu.oldChannel)
 	lu.checkRecords(t, lu.oldChannel, ": kOps's channels applied it over "+liveNew)
-	if _, err := lu.kube.AppsV1().DaemonSets(kosinstall.Namespace).Get(t.Context(), "kos-agent", metav1.GetOptions{}); err != nil {
+	if _, err := lu.kube.AppsV1().DaemonSets(kosinstall.AgentNamespace).Get(t.Context(), "kos-agent", metav1.GetOptions{}); err != nil {
 		t.Errorf("the %s agent's DaemonSet after kOps's channels applied the %s channel: %v; want it applied again", liveOld, liveOld, err)
 	}
 }
@@ -433,7 +481,7 @@ func (lu *liveUpgrade) checkInstalled(t *testing.T, rel, agentNS string) {
 	})
 }
 
-// checkAdopted checks that the 0.2.0 agents program the nodes' own Open
+// checkAdopted checks that the liveNew agents program the nodes' own Open
 // vSwitch: its bridge kos still holds the attachments' ports, and no Open
 // vSwitch of the pod runs beside it.
 func (lu *liveUpgrade) checkAdopted(t *testing.T, atts map[string]attachmentState) {
@@ -487,10 +535,17 @@ func (lu *liveUpgrade) testUninstall(t *testing.T) {
 		if err := os.RemoveAll(filepath.Join(n.HostPath(kosinstall.VolumesDir), name)); err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.CommandContext(ctx, "ovs-vsctl", "--timeout=20", "--if-exists", "del-br", "kos")
-		cmd.Env = append(os.Environ(), "OVS_RUNDIR="+n.OVSRunDir)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("node %s: ovs-vsctl del-br kos: %v: %s", n.Name, err, out)
+		if n.OVSRunDir != "" {
+			cmd := exec.CommandContext(ctx, "ovs-vsctl", "--timeout=20", "--if-exists", "del-br", "kos")
+			cmd.Env = append(os.Environ(), "OVS_RUNDIR="+n.OVSRunDir)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("node %s: ovs-vsctl del-br kos: %v: %s", n.Name, err, out)
+			}
+		}
+		// The database of the Open vSwitch the agent's pod ran, which
+		// outlives the pod on the node.
+		if err := os.RemoveAll(n.HostPath(agentOVSDBDir)); err != nil {
+			t.Fatal(err)
 		}
 	}
 	lu.provideVolumes(t)
