@@ -200,10 +200,12 @@ func agentPod(t *testing.T, k *kos) *corev1.Pod {
 }
 
 // checkLeastPrivilege checks that no container of the agent's pod is
-// privileged, that each drops every capability, and which it adds.
+// privileged, that each drops every capability, and which it adds: the
+// agent, from 0.3.0, those it needs to make pods' veth pairs and configure
+// their ends inside the pods' network namespaces.
 func checkLeastPrivilege(t *testing.T, pod *corev1.Pod) {
 	t.Helper()
-	want := map[string][]corev1.Capability{"ovs": {"NET_ADMIN", "NET_RAW"}, "kos-agent": nil}
+	want := map[string][]corev1.Capability{"ovs": {"NET_ADMIN", "NET_RAW"}, "kos-agent": {"NET_ADMIN", "SYS_ADMIN"}}
 	for _, c := range pod.Spec.Containers {
 		sc := c.SecurityContext
 		if sc == nil || sc.Capabilities == nil {
