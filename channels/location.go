@@ -166,7 +166,13 @@ func ResolveLocation(base, ref string) (string, error) {
 		}
 		return "", fmt.Errorf("malformed relative location %q: %w", ref, err)
 	}
-	return b.ResolveReference(r).String(), nil
+	got := b.ResolveReference(r).String()
+	// A reference can climb to what names no file, such as "." against
+	// s3://bucket/key, which gives the bucket itself.
+	if _, err := parseLocation(got); err != nil {
+		return "", fmt.Errorf("%q relative to %s gives %s, which names no file: %w", ref, base, got, err)
+	}
+	return got, nil
 }
 
 // Fetch returns the content at location. Its errors are one line, name the
