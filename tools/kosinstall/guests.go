@@ -6,13 +6,19 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/tools/ovsenv"
 )
+
+// netnsDir is where ip-netns names network namespaces.
+const netnsDir = "/run/netns"
 
 // GuestMTU is the MTU of a guest's interface: room for the VXLAN header
 // within the underlay's 1500 bytes.
@@ -36,41 +42,116 @@ type Guest struct {
 // vSwitch restarts (the one moved away dies with the daemon): calling
 // PlumbGuest again moves the new one, so it serves for re-plumbing too.
 func PlumbGuest(ctx context.Context, nodeNetns, name string, att *v1alpha1.NetworkAttachment, subnet netip.Prefix) (*Guest, error) {
-	ip, err := netip.ParseAddr(att.Status.IPv4)
+	g, err := newGuest(att, name)
 	if err != nil {
-		return nil, fmt.Errorf("attachment %s/%s has no address yet: %w", att.Namespace, att.Name, err)
+		return nil, err
 	}
-	ifc := att.Status.IfcName
-	if ifc == "" {
-		return nil, fmt.Errorf("attachment %s/%s has no interface yet", att.Namespace, att.Name)
-	}
-	g := &Guest{Netns: &ovsenv.Netns{Name: name}, Attachment: att, IP: ip}
-	if _, err := os.Stat(filepath.Join("/run/netns", name)); errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(netnsDir, name)); errors.Is(err, os.ErrNotExist) {
 		if g.Netns, err = ovsenv.NewNetns(ctx, name); err != nil {
 			return nil, err
 		}
 	}
+	return g, g.plumb(ctx, nodeNetns, subnet)
+}
+
+// PlumbPod gives the attachment's interface to a running pod, as a workload
+// got one before KOS had a CNI plugin (0.2.0): a plain NetworkAttachment on
+// the pod's node whose interface is moved from the node's network namespace
+// nodeNetns into the pod's and configured as PlumbGuest does, beside the
+// pod's own interfaces (its primary network keeps the default route; the
+// attachment's subnet is reached through the new interface). It finds the
+// pod's network namespace from the host, through a process of one of its
+// running containers, and names it pod-<UID> under /run/netns: the Guest
+// it returns runs commands and opens sockets in the pod's network, and its
+// Delete removes that name only, not the pod's namespace. Calling it again
+// re-plumbs, as PlumbGuest does; a pod that restarted its sandbox has a
+// new namespace, which this does not follow.
+func PlumbPod(ctx context.Context, nodeNetns string, pod *corev1.Pod, att *v1alpha1.NetworkAttachment, subnet netip.Prefix) (*Guest, error) {
+	name := "pod-" + string(pod.UID)
+	g, err := newGuest(att, name)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(netnsDir, name)); errors.Is(err, os.ErrNotExist) {
+		pid, err := podPID(pod)
+		if err != nil {
+			return nil, err
+		}
+		if out, err := exec.CommandContext(ctx, "ip", "netns", "attach", name, strconv.Itoa(pid)).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("naming the network namespace of pod %s/%s (PID %d) %s: %w: %s", pod.Namespace, pod.Name, pid, name, err, strings.TrimSpace(string(out)))
+		}
+	}
+	return g, g.plumb(ctx, nodeNetns, subnet)
+}
+
+// podPID returns the host PID of a process of one of the pod's running
+// containers: one whose cgroup names the container's ID.
+func podPID(pod *corev1.Pod) (int, error) {
+	var ids []string
+	for _, st := range pod.Status.ContainerStatuses {
+		if _, id, ok := strings.Cut(st.ContainerID, "://"); ok && st.State.Running != nil {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return 0, fmt.Errorf("pod %s/%s has no running container", pod.Namespace, pod.Name)
+	}
+	procs, err := filepath.Glob("/proc/[0-9]*/cgroup")
+	if err != nil {
+		return 0, err
+	}
+	for _, p := range procs {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		for _, id := range ids {
+			if strings.Contains(string(data), id) {
+				return strconv.Atoi(filepath.Base(filepath.Dir(p)))
+			}
+		}
+	}
+	return 0, fmt.Errorf("no process of pod %s/%s's containers %v runs on this host", pod.Namespace, pod.Name, ids)
+}
+
+// newGuest returns the guest of the attachment in namespace name, once the
+// attachment has its address and interface.
+func newGuest(att *v1alpha1.NetworkAttachment, name string) (*Guest, error) {
+	ip, err := netip.ParseAddr(att.Status.IPv4)
+	if err != nil {
+		return nil, fmt.Errorf("attachment %s/%s has no address yet: %w", att.Namespace, att.Name, err)
+	}
+	if att.Status.IfcName == "" {
+		return nil, fmt.Errorf("attachment %s/%s has no interface yet", att.Namespace, att.Name)
+	}
+	return &Guest{Netns: &ovsenv.Netns{Name: name}, Attachment: att, IP: ip}, nil
+}
+
+// plumb moves the attachment's interface into the guest's namespace, which
+// exists, and configures it.
+func (g *Guest) plumb(ctx context.Context, nodeNetns string, subnet netip.Prefix) error {
+	att, name, ifc := g.Attachment, g.Name, g.Attachment.Status.IfcName
 	node := &ovsenv.Netns{Name: nodeNetns}
 	if _, err := node.Run(ctx, "ip", "link", "show", ifc); err == nil {
 		// The interface moved here before: dead since its Open vSwitch
 		// stopped, and in the way of the new one.
 		if _, err := g.Run(ctx, "ip", "link", "show", ifc); err == nil {
 			if _, err := g.Run(ctx, "ip", "link", "delete", ifc); err != nil {
-				return nil, fmt.Errorf("deleting the old interface of attachment %s in guest %s: %w", att.Name, name, err)
+				return fmt.Errorf("deleting the old interface of attachment %s in guest %s: %w", att.Name, name, err)
 			}
 		}
 		if _, err := node.Run(ctx, "ip", "link", "set", ifc, "netns", name); err != nil {
-			return nil, fmt.Errorf("moving the interface of attachment %s into guest %s: %w", att.Name, name, err)
+			return fmt.Errorf("moving the interface of attachment %s into guest %s: %w", att.Name, name, err)
 		}
 	} else if _, gerr := g.Run(ctx, "ip", "link", "show", ifc); gerr != nil {
-		return nil, fmt.Errorf("interface %s of attachment %s is neither in node namespace %s (%v) nor in guest %s", ifc, att.Name, nodeNetns, err, name)
+		return fmt.Errorf("interface %s of attachment %s is neither in node namespace %s (%v) nor in guest %s", ifc, att.Name, nodeNetns, err, name)
 	}
 	for _, cmd := range [][]string{
-		{"ip", "addr", "replace", netip.PrefixFrom(ip, subnet.Bits()).String(), "dev", ifc},
+		{"ip", "addr", "replace", netip.PrefixFrom(g.IP, subnet.Bits()).String(), "dev", ifc},
 		{"ip", "link", "set", ifc, "mtu", strconv.Itoa(GuestMTU), "up"},
 	} {
 		if _, err := g.Run(ctx, cmd[0], cmd[1:]...); err != nil {
-			return nil, fmt.Errorf("configuring guest %s: %w", name, err)
+			return fmt.Errorf("configuring guest %s: %w", name, err)
 		}
 	}
 	// The switch delivers to the attachment's MAC only. An interface moved
@@ -79,13 +160,13 @@ func PlumbGuest(ctx context.Context, nodeNetns, name string, att *v1alpha1.Netwo
 	if want := att.Status.MACAddress; want != "" {
 		got, err := g.Run(ctx, "cat", filepath.Join("/sys/class/net", ifc, "address"))
 		if err != nil {
-			return nil, fmt.Errorf("reading the MAC address of %s in guest %s: %w", ifc, name, err)
+			return fmt.Errorf("reading the MAC address of %s in guest %s: %w", ifc, name, err)
 		}
 		if !strings.EqualFold(strings.TrimSpace(got), want) {
-			return nil, fmt.Errorf("interface %s in guest %s has MAC address %s, not attachment %s's %s", ifc, name, strings.TrimSpace(got), att.Name, want)
+			return fmt.Errorf("interface %s in guest %s has MAC address %s, not attachment %s's %s", ifc, name, strings.TrimSpace(got), att.Name, want)
 		}
 	}
-	return g, nil
+	return nil
 }
 
 // NeighbourMAC returns the MAC address the guest has learned for ip, or ""
