@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kos-sdn/kos/channels"
+	"github.com/kos-sdn/kos/internal/cmdline"
 )
 
 func newApplyCommand(o *options) *cobra.Command {
@@ -140,13 +141,13 @@ with its current and offered release, whether it applies (apply) and why
       https://example.com/addons/extra.yaml --yes`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
-				return usageErrorf(cmd, "give at least one channel location")
+				return cmdline.UsageErrorf(cmd, "give at least one channel location")
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if timeout <= 0 {
-				return usageErrorf(cmd, "--timeout must be positive, such as 5m")
+				return cmdline.UsageErrorf(cmd, "--timeout must be positive, such as 5m")
 			}
 			opts := channels.ApplyOptions{Wait: wait, Timeout: timeout}
 			isDaemon, err := daemon.validate(cmd, yes)
@@ -154,11 +155,11 @@ with its current and offered release, whether it applies (apply) and why
 				return err
 			}
 			if isDaemon && allowDowngrade {
-				return usageErrorf(cmd, "--allow-downgrade is a one-off choice: run it without --interval")
+				return cmdline.UsageErrorf(cmd, "--allow-downgrade is a one-off choice: run it without --interval")
 			}
 			if isDaemon {
 				if cmd.Flags().Changed("output") || diff {
-					return usageErrorf(cmd, "--interval prints progress lines: -o and --diff do not apply")
+					return cmdline.UsageErrorf(cmd, "--interval prints progress lines: -o and --diff do not apply")
 				}
 				return o.runDaemon(cmd.Context(), args, daemon, opts)
 			}

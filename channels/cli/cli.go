@@ -20,13 +20,14 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kos-sdn/kos/channels"
+	"github.com/kos-sdn/kos/internal/cmdline"
 )
 
 // Exit codes of Main.
 const (
 	exitOK    = 0
 	exitError = 1
-	exitUsage = 2
+	exitUsage = cmdline.ExitUsage
 )
 
 // Main runs the channels command with args (without the program name) and
@@ -53,8 +54,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitTerminated
 	}
 	fmt.Fprintln(stderr, "error: "+oneLine(err.Error()))
-	var usage *usageError
-	if errors.As(err, &usage) {
+	if cmdline.IsUsage(err) {
 		return exitUsage
 	}
 	if code, ok := exitCode(err); ok {
@@ -106,7 +106,7 @@ Channels are read from a path, an https:// URL or an s3:// URL.`,
 	cmd.SetOut(stdout)
 	cmd.SetErr(stderr)
 	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return usageErrorf(c, "%v", err)
+		return cmdline.UsageErrorf(c, "%v", err)
 	})
 	o.config.AddFlags(cmd.PersistentFlags())
 	cmd.PersistentFlags().IntVarP(&o.verbosity, "v", "v", 0, "Log verbosity: 0 logs nothing, 1 and more log to stderr, 2 and more log each step")
@@ -174,26 +174,12 @@ func (o *options) setUpLogging(cmd *cobra.Command, _ []string) error {
 		return nil
 	}
 	if o.verbosity < 0 {
-		return usageErrorf(cmd, "-v must be 0 or more")
+		return cmdline.UsageErrorf(cmd, "-v must be 0 or more")
 	}
 	if o.verbosity > 0 {
 		_ = klogFlags.Set("logtostderr", "true")
 	}
 	return klogFlags.Set("v", strconv.Itoa(o.verbosity))
-}
-
-// usageError is a command used wrongly; Main exits 2 on it.
-type usageError struct {
-	msg  string
-	path string
-}
-
-func (e *usageError) Error() string {
-	return fmt.Sprintf("%s (see '%s --help')", e.msg, e.path)
-}
-
-func usageErrorf(cmd *cobra.Command, format string, args ...any) error {
-	return &usageError{msg: fmt.Sprintf(format, args...), path: cmd.CommandPath()}
 }
 
 // hintError adds what to do to an error.
@@ -212,7 +198,7 @@ func withHint(err error, hint string) error { return &hintError{err: err, hint: 
 // unknown subcommand.
 func noArgs(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
-		return usageErrorf(cmd, "unknown command %q for %q", args[0], cmd.CommandPath())
+		return cmdline.UsageErrorf(cmd, "unknown command %q for %q", args[0], cmd.CommandPath())
 	}
 	return nil
 }

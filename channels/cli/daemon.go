@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kos-sdn/kos/channels"
+	"github.com/kos-sdn/kos/internal/cmdline"
 )
 
 // daemonFlags are the flags of apply channel that make it a daemon.
@@ -49,26 +50,26 @@ func (f *daemonFlags) validate(cmd *cobra.Command, yes bool) (bool, error) {
 	if !cmd.Flags().Changed("interval") {
 		for _, name := range []string{"health-bind-address", "metrics-bind-address", "node-name", "node-labels", "full-check-every", "drift"} {
 			if cmd.Flags().Changed(name) {
-				return false, usageErrorf(cmd, "--%s needs --interval", name)
+				return false, cmdline.UsageErrorf(cmd, "--%s needs --interval", name)
 			}
 		}
 		return false, nil
 	}
 	switch {
 	case f.interval <= 0:
-		return false, usageErrorf(cmd, "--interval must be positive, such as 1m")
+		return false, cmdline.UsageErrorf(cmd, "--interval must be positive, such as 1m")
 	case !yes:
-		return false, usageErrorf(cmd, "--interval applies changes again and again: it needs --yes")
+		return false, cmdline.UsageErrorf(cmd, "--interval applies changes again and again: it needs --yes")
 	case f.fullCheckEvery <= 0:
-		return false, usageErrorf(cmd, "--full-check-every must be 1 or more")
+		return false, cmdline.UsageErrorf(cmd, "--full-check-every must be 1 or more")
 	case f.nodeLabels != "" && f.nodeName == "":
-		return false, usageErrorf(cmd, "--node-labels needs --node-name")
+		return false, cmdline.UsageErrorf(cmd, "--node-labels needs --node-name")
 	}
 	if _, err := channels.ParseDriftMode(f.drift); err != nil {
-		return false, usageErrorf(cmd, "--drift: %v", err)
+		return false, cmdline.UsageErrorf(cmd, "--drift: %v", err)
 	}
 	if _, _, err := parseNodeLabels(f.nodeLabels); err != nil {
-		return false, usageErrorf(cmd, "--node-labels %q: %v; give key or key=value, comma-separated", f.nodeLabels, err)
+		return false, cmdline.UsageErrorf(cmd, "--node-labels %q: %v; give key or key=value, comma-separated", f.nodeLabels, err)
 	}
 	return true, nil
 }

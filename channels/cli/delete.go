@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/kos-sdn/kos/channels"
+	"github.com/kos-sdn/kos/internal/cmdline"
 )
 
 func newDeleteCommand(o *options) *cobra.Command {
@@ -60,10 +61,10 @@ label: give the addon's selector with --selector.`,
       --include-namespaces --include-crds --yes`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
-				return usageErrorf(cmd, "give the name of at least one addon")
+				return cmdline.UsageErrorf(cmd, "give the name of at least one addon")
 			}
 			if _, err := labels.ConvertSelectorToLabelsMap(selector); err != nil {
-				return usageErrorf(cmd, "--selector %q: %v; give key=value[,key=value...]", selector, err)
+				return cmdline.UsageErrorf(cmd, "--selector %q: %v; give key=value[,key=value...]", selector, err)
 			}
 			return nil
 		},

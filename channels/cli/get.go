@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kos-sdn/kos/channels"
+	"github.com/kos-sdn/kos/internal/cmdline"
 )
 
 func newGetCommand(o *options) *cobra.Command {
@@ -48,7 +49,7 @@ what only it added.`,
   channels get addons -o custom-columns=NAME:.metadata.name,VERSION:.record.version --no-headers`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return usageErrorf(cmd, "takes no arguments, got %q", args[0])
+				return cmdline.UsageErrorf(cmd, "takes no arguments, got %q", args[0])
 			}
 			return nil
 		},

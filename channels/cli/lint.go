@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kos-sdn/kos/channels"
+	"github.com/kos-sdn/kos/internal/cmdline"
 )
 
 func newLintCommand(o *options) *cobra.Command {
@@ -41,7 +42,7 @@ when a channel does not load or the command is used wrongly.`,
   channels lint bootstrap-channel.yaml addons/monitoring-channel.yaml`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
-				return usageErrorf(cmd, "give at least one channel location")
+				return cmdline.UsageErrorf(cmd, "give at least one channel location")
 			}
 			return nil
 		},

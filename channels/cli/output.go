@@ -15,6 +15,8 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/printers"
 	"k8s.io/client-go/util/jsonpath"
+
+	"github.com/kos-sdn/kos/internal/cmdline"
 )
 
 // outputAPIVersion is the apiVersion of the objects -o json, yaml, name and
@@ -72,11 +74,11 @@ func (f *outputFlags) printer(cmd *cobra.Command) (objectPrinter, error) {
 	case strings.HasPrefix(format, formatCustomColumns+"="), strings.HasPrefix(format, formatCustomColumnsFile+"="):
 		spec, err := customColumnsSpec(format)
 		if err != nil {
-			return nil, usageErrorf(cmd, "-o %s: %v", format, err)
+			return nil, cmdline.UsageErrorf(cmd, "-o %s: %v", format, err)
 		}
 		cols, err := parseCustomColumns(spec)
 		if err != nil {
-			return nil, usageErrorf(cmd, "-o %s: %v", format, err)
+			return nil, cmdline.UsageErrorf(cmd, "-o %s: %v", format, err)
 		}
 		return func(w io.Writer, objs []*unstructured.Unstructured, _ func() *metav1.Table) error {
 			return printCustomColumns(w, cols, objs, f.noHeaders)
@@ -84,10 +86,10 @@ func (f *outputFlags) printer(cmd *cobra.Command) (objectPrinter, error) {
 	}
 	p, err := f.print.ToPrinter()
 	if genericclioptions.IsNoCompatiblePrinterError(err) {
-		return nil, usageErrorf(cmd, "--output %q is not a format; use one of: %s", format, strings.Join(append([]string{formatWide, formatCustomColumns + "=SPEC"}, f.print.AllowedFormats()...), ", "))
+		return nil, cmdline.UsageErrorf(cmd, "--output %q is not a format; use one of: %s", format, strings.Join(append([]string{formatWide, formatCustomColumns + "=SPEC"}, f.print.AllowedFormats()...), ", "))
 	}
 	if err != nil {
-		return nil, usageErrorf(cmd, "--output %q: %v", format, err)
+		return nil, cmdline.UsageErrorf(cmd, "--output %q: %v", format, err)
 	}
 	if format == "name" {
 		return func(w io.Writer, objs []*unstructured.Unstructured, _ func() *metav1.Table) error {

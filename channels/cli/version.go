@@ -8,6 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kos-sdn/kos/internal/cmdline"
 )
 
 // Version is the version of channels; the build may set it with
@@ -62,13 +64,13 @@ against (pre-release and build parts dropped).`,
   channels version --client -o json`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return usageErrorf(cmd, "takes no arguments, got %q", args[0])
+				return cmdline.UsageErrorf(cmd, "takes no arguments, got %q", args[0])
 			}
 			switch output {
 			case "", "json", "yaml":
 				return nil
 			}
-			return usageErrorf(cmd, "--output must be json or yaml, not %q", output)
+			return cmdline.UsageErrorf(cmd, "--output must be json or yaml, not %q", output)
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			v := versionInfo{ClientVersion: buildVersion()}

@@ -15,6 +15,8 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/kos-sdn/kos/internal/cmdline"
 )
 
 // The exit codes of kos-etcd-backup, which scripts and the CronJob's
@@ -27,7 +29,7 @@ const (
 	// nothing.
 	ExitError = 1
 	// ExitUsage: the command line was wrong; nothing was done.
-	ExitUsage = 2
+	ExitUsage = cmdline.ExitUsage
 	// ExitPartial: save wrote a new verified snapshot into --dir, but a
 	// later step (upload, pruning, defragmentation) failed.
 	ExitPartial = 3
@@ -42,12 +44,6 @@ const (
 	// channels reads for s3:// locations.
 	S3EndpointEnv = "S3_ENDPOINT"
 )
-
-// usageError marks a wrong command line.
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
 
 // partialError marks a failure after a snapshot was saved.
 type partialError struct{ err error }
@@ -66,10 +62,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return ExitOK
 	}
 	fmt.Fprintln(stderr, "error: "+strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " "))
-	var usage usageError
 	var partial partialError
 	switch {
-	case errors.As(err, &usage):
+	case cmdline.IsUsage(err):
 		return ExitUsage
 	case errors.As(err, &partial):
 		return ExitPartial
@@ -94,17 +89,17 @@ defragmentation) failed.`,
 		// An unknown command is a usage error, as a wrong flag is.
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return usageError{fmt.Errorf("unknown command %q: save, defrag or restore", args[0])}
+				return cmdline.Usage(fmt.Errorf("unknown command %q: save, defrag or restore", args[0]))
 			}
 			return nil
 		},
 		RunE: func(*cobra.Command, []string) error {
-			return usageError{errors.New("name a command: save, defrag or restore (kos-etcd-backup --help)")}
+			return cmdline.Usage(errors.New("name a command: save, defrag or restore (kos-etcd-backup --help)"))
 		},
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return cmdline.Usage(err) })
 	root.AddCommand(newSaveCommand(stdout), newDefragCommand(stdout), newRestoreCommand(stdout))
 	return root
 }
@@ -313,7 +308,7 @@ defragments the members worth it, one at a time (see defrag).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.Validate(); err != nil {
-				return usageError{err}
+				return cmdline.Usage(err)
 			}
 			return o.Run(cmd.Context(), out)
 		},
@@ -358,7 +353,7 @@ it defragments, so when one member does not answer, none is defragmented. With
 				errs = append(errs, fmt.Errorf("--timeout is %s, want more than 0", o.Timeout))
 			}
 			if err := errors.Join(errs...); err != nil {
-				return usageError{err}
+				return cmdline.Usage(err)
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), o.Timeout)
 			defer cancel()
@@ -522,7 +517,7 @@ s3://BUCKET/PREFIX/kos-etcd-<time>.db.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.Validate(); err != nil {
-				return usageError{err}
+				return cmdline.Usage(err)
 			}
 			return o.Run(cmd.Context(), out)
 		},
@@ -545,7 +540,7 @@ s3://BUCKET/PREFIX/kos-etcd-<time>.db.`,
 // noArgs refuses positional arguments as a usage error.
 func noArgs(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
-		return usageError{fmt.Errorf("%s takes no arguments, got %q", cmd.CommandPath(), args)}
+		return cmdline.Usage(fmt.Errorf("%s takes no arguments, got %q", cmd.CommandPath(), args))
 	}
 	return nil
 }

@@ -28,6 +28,7 @@ import (
 
 	"github.com/kos-sdn/kos/components/agent/api"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
+	"github.com/kos-sdn/kos/internal/cmdline"
 )
 
 // bundleOptions are the flags of support-bundle.
@@ -71,7 +72,7 @@ What could not be collected is listed in errors.txt inside the archive.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if bo.tailLines == 0 || bo.tailLines < -1 {
-				return usageErrorf(cmd, "--tail must be positive, or -1 for whole logs")
+				return cmdline.UsageErrorf(cmd, "--tail must be positive, or -1 for whole logs")
 			}
 			ns, err := o.namespace()
 			if err != nil {

@@ -22,13 +22,15 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	kosclient "github.com/kos-sdn/kos/components/generated/clientset/versioned"
+
+	"github.com/kos-sdn/kos/internal/cmdline"
 )
 
 // Exit codes of Main.
 const (
 	exitOK    = 0
 	exitError = 1
-	exitUsage = 2
+	exitUsage = cmdline.ExitUsage
 )
 
 // Defaults of the agent flags: where the releases since 0.2.0 run the node
@@ -52,8 +54,7 @@ func Main(ctx context.Context, args []string, streams genericiooptions.IOStreams
 		return exitOK
 	}
 	fmt.Fprintln(streams.ErrOut, "error: "+strings.Join(strings.Fields(err.Error()), " "))
-	var usage *usageError
-	if errors.As(err, &usage) {
+	if cmdline.IsUsage(err) {
 		return exitUsage
 	}
 	return exitError
@@ -99,7 +100,7 @@ pods; see docs/kubectl-kos.md).`,
 	cmd.SetOut(streams.Out)
 	cmd.SetErr(streams.ErrOut)
 	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return usageErrorf(c, "%v", err)
+		return cmdline.UsageErrorf(c, "%v", err)
 	})
 	o.config.AddFlags(cmd.PersistentFlags())
 	cmd.PersistentFlags().StringVar(&o.agentNamespace, "agent-namespace", DefaultAgentNamespace, "The namespace of the kos-agent pods")
@@ -163,23 +164,9 @@ func (o *options) agents(kube kubernetes.Interface) *agents {
 	return &agents{kube: kube, namespace: o.agentNamespace, selector: o.agentSelector, proxy: podProxy{kube: kube}}
 }
 
-// usageError is a command used wrongly; Main exits 2 on it.
-type usageError struct {
-	msg  string
-	path string
-}
-
-func (e *usageError) Error() string {
-	return fmt.Sprintf("%s (see '%s --help')", e.msg, e.path)
-}
-
-func usageErrorf(cmd *cobra.Command, format string, args ...any) error {
-	return &usageError{msg: fmt.Sprintf(format, args...), path: cmd.CommandPath()}
-}
-
 func noArgs(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
-		return usageErrorf(cmd, "unexpected arguments %q", args)
+		return cmdline.UsageErrorf(cmd, "unexpected arguments %q", args)
 	}
 	return nil
 }

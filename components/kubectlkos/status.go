@@ -23,6 +23,8 @@ import (
 	"github.com/kos-sdn/kos/components/agent/api"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	kosclient "github.com/kos-sdn/kos/components/generated/clientset/versioned"
+
+	"github.com/kos-sdn/kos/internal/cmdline"
 )
 
 // outputAPIVersion and nodeStatusKind type the objects that -o json and
@@ -119,11 +121,11 @@ func (so *statusOptions) printer(cmd *cobra.Command) (statusPrinter, error) {
 		}, nil
 	}
 	if format != "json" && format != "yaml" {
-		return nil, usageErrorf(cmd, "--output %q is not a format; use wide, json or yaml", format)
+		return nil, cmdline.UsageErrorf(cmd, "--output %q is not a format; use wide, json or yaml", format)
 	}
 	p, err := so.print.ToPrinter()
 	if err != nil {
-		return nil, usageErrorf(cmd, "--output %q: %v", format, err)
+		return nil, cmdline.UsageErrorf(cmd, "--output %q: %v", format, err)
 	}
 	return func(w io.Writer, statuses []NodeStatus, _ time.Time) error {
 		list, err := statusList(statuses)

@@ -12,6 +12,8 @@ import (
 
 	"github.com/kos-sdn/kos/components/agent/api"
 	kosclient "github.com/kos-sdn/kos/components/generated/clientset/versioned"
+
+	"github.com/kos-sdn/kos/internal/cmdline"
 )
 
 func newTraceCommand(o *options) *cobra.Command {
@@ -32,7 +34,7 @@ needs create on pods/proxy in the agents' namespace.`,
   kubectl kos trace a1 --to 10.1.0.7 --protocol tcp --port 443 -n tenant-a`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
-				return usageErrorf(cmd, "give one attachment name, got %d arguments", len(args))
+				return cmdline.UsageErrorf(cmd, "give one attachment name, got %d arguments", len(args))
 			}
 			ns, err := o.namespace()
 			if err != nil {
@@ -40,10 +42,10 @@ needs create on pods/proxy in the agents' namespace.`,
 			}
 			req.Namespace, req.Name = ns, args[0]
 			if req.To == "" {
-				return usageErrorf(cmd, "--to is required: the IPv4 address the packet is for")
+				return cmdline.UsageErrorf(cmd, "--to is required: the IPv4 address the packet is for")
 			}
 			if err := req.Validate(); err != nil {
-				return usageErrorf(cmd, "%v", err)
+				return cmdline.UsageErrorf(cmd, "%v", err)
 			}
 			c, err := o.clients()
 			if err != nil {

@@ -1,0 +1,44 @@
+package cmdline
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/spf13/cobra"
+)
+
+func TestUsageError(t *testing.T) {
+	root := &cobra.Command{Use: "kos"}
+	sub := &cobra.Command{Use: "get"}
+	root.AddCommand(sub)
+	cause := errors.New("bad flag")
+
+	tests := []struct {
+		name      string
+		err       error
+		wantMsg   string
+		wantUsage bool
+	}{
+		{"of a command", UsageErrorf(sub, "takes no arguments, got %q", "x"), `takes no arguments, got "x" (see 'kos get --help')`, true},
+		{"a flag error", Usage(cause), "bad flag", true},
+		{"wrapped", fmt.Errorf("running: %w", UsageErrorf(root, "name a command")), "running: name a command (see 'kos --help')", true},
+		{"not usage", cause, "bad flag", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.err.Error(); got != tt.wantMsg {
+				t.Errorf("Error() = %q, want %q", got, tt.wantMsg)
+			}
+			if got := IsUsage(tt.err); got != tt.wantUsage {
+				t.Errorf("IsUsage = %t, want %t", got, tt.wantUsage)
+			}
+		})
+	}
+	if Usage(nil) != nil {
+		t.Error("Usage(nil) is not nil")
+	}
+	if !errors.Is(Usage(cause), cause) {
+		t.Error("Usage(err) does not unwrap to err")
+	}
+}
