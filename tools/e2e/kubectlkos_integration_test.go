@@ -71,27 +71,10 @@ type kubectlKOS struct {
 	attachments map[string]*networkv1alpha1.NetworkAttachment
 }
 
-// testInstall pushes today's images to the cluster's registry, writes the
-// release tree for it, installs it from disk with the userspace agent,
-// grants the troubleshooters' rights, and builds the plugin.
+// testInstall installs the release from disk (installFromTree), grants the
+// troubleshooters' rights, and builds the plugin.
 func (kk *kubectlKOS) testInstall(t *testing.T) {
-	ctx := t.Context()
-	began := time.Now()
-	repo := kk.env.Registry + "/" + registryPrefix
-	pushed := kk.pushImages(t, repo)
-	tree := filepath.Join(kk.t.TempDir(), "release")
-	if _, err := release.Write(ctx, release.Options{Root: kk.root, Out: tree, Registry: repo, Digests: pushed}); err != nil {
-		t.Fatalf("writing the release tree: %v", err)
-	}
-	userspace, err := kosinstall.WriteUserspaceAgentChannel(tree)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kk.provideVolumes(t)
-	kk.channelsCLI(t, "apply", "channel", filepath.Join(tree, userspace), filepath.Join(tree, "bootstrap-channel.yaml"), "--yes")
-	kk.waitKOSReady(t, 6*time.Minute)
-	figure(t, "install-to-available", time.Since(began))
-
+	kk.installFromTree(t)
 	kk.kubectl(t, "apply", "-f", filepath.Join(kk.root, "docs", "kubectl-kos-rbac.yaml"))
 	// kubectl finds plugins on the PATH by their file name.
 	built := testenv.Build(t, "cmd/kubectl-kos")
@@ -103,6 +86,30 @@ func (kk *kubectlKOS) testInstall(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(kk.pluginDir, "kubectl-kos"), data, 0o755); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// installFromTree pushes today's images to the cluster's registry, writes
+// the release tree for it, installs it from disk with the userspace agent,
+// and waits for KOS to be ready. It returns the channels it applied.
+func (s *standard) installFromTree(t *testing.T) []string {
+	ctx := t.Context()
+	began := time.Now()
+	repo := s.env.Registry + "/" + registryPrefix
+	pushed := s.pushImages(t, repo)
+	tree := filepath.Join(s.t.TempDir(), "release")
+	if _, err := release.Write(ctx, release.Options{Root: s.root, Out: tree, Registry: repo, Digests: pushed}); err != nil {
+		t.Fatalf("writing the release tree: %v", err)
+	}
+	userspace, err := kosinstall.WriteUserspaceAgentChannel(tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.provideVolumes(t)
+	channels := []string{filepath.Join(tree, userspace), filepath.Join(tree, "bootstrap-channel.yaml")}
+	s.channelsCLI(t, append(append([]string{"apply", "channel"}, channels...), "--yes")...)
+	s.waitKOSReady(t, 6*time.Minute)
+	figure(t, "install-to-available", time.Since(began))
+	return channels
 }
 
 // testAttachments makes a subnet and one attachment on every node, and
