@@ -145,7 +145,15 @@ func BenchmarkAgents(b *testing.B) {
 	// all watches every attachment of the namespace, as an agent without
 	// relevance filtering would.
 	var all atomic.Int64
-	allInformer := kosinformers.NewNetworkAttachmentInformer(kosClient(b), k.ns, 0, cache.Indexers{})
+	// Uncompressed, as the controller manager watches: kos-apiserver
+	// would gzip every event of a streamed watch for this measurement.
+	allCfg := directConfig(b)
+	allCfg.DisableCompression = true
+	allClient, err := kosclient.NewForConfig(allCfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	allInformer := kosinformers.NewNetworkAttachmentInformer(allClient, k.ns, 0, cache.Indexers{})
 	count := func(any) { all.Add(1) }
 	if _, err := allInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: count, UpdateFunc: func(_, o any) { count(o) }, DeleteFunc: count,

@@ -175,6 +175,12 @@ func (o *Options) Config(ctx context.Context) (*Config, error) {
 		return nil, err
 	}
 	kos.QPS, kos.Burst = o.KOSQPS, o.KOSBurst
+	// No gzip from kos-apiserver: its informers stream their initial state
+	// in the watch (client-go's WatchListClient), and kos-apiserver then
+	// compresses every event of the watch's life, one flush at a time; on
+	// the cluster's network that cost both processes CPU for nothing (about
+	// 5% of kos-apiserver's at 100 agents, measured with BenchmarkAgents).
+	kos.DisableCompression = true
 	cfg := &Config{
 		Kube:                   kube,
 		KOS:                    kos,
