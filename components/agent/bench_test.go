@@ -56,6 +56,7 @@ var (
 	benchShared   = flag.Bool("agent.shared-connection", false, "BenchmarkAgents: all agents share one HTTP/2 connection to kos-apiserver (client-go's default within one process) instead of one each, as separate processes have")
 	benchRelevant = flag.Int("agent.relevant", 1000, "remote attachments relevant to the one kos-agent process of BenchmarkAgentMemory")
 	benchProfile  = flag.String("agent.server-cpuprofile", "", "BenchmarkAgents: write a CPU profile of kos-apiserver, taken while the attachments are created, to this file")
+	benchAdmin    = flag.Bool("agent.as-admin", false, "BenchmarkAgents: the agents and the controller manager authenticate with the admin's client certificate instead of their ServiceAccounts' tokens")
 )
 
 // BenchmarkAgents runs KOS as shipped, but for the switch: the
@@ -112,7 +113,20 @@ func BenchmarkAgents(b *testing.B) {
 	nAgents := *benchAgents
 	nNetworks := max(1, nAgents/2)
 	k := newAPI(b)
-	manager := startManagerProcess(b)
+	nodes := make([]string, nAgents)
+	for i := range nodes {
+		nodes[i] = benchNode(k, i)
+	}
+	// As shipped: each agent presents a token of the kos-agent
+	// ServiceAccount bound to its pod on its node, the controller
+	// manager one of its own ServiceAccount.
+	tokens, managerKubeconfig := map[string]string{}, testenv.Shared(b).Kubeconfig
+	if !*benchAdmin {
+		var managerToken string
+		tokens, managerToken = benchIdentities(b, nodes)
+		managerKubeconfig = tokenKubeconfig(b, managerToken)
+	}
+	manager := startManagerProcess(b, managerKubeconfig)
 	for j := range nNetworks {
 		k.subnet(fmt.Sprintf("s%d", j), fmt.Sprintf("10.%d.%d.0/20", 100+j/16, j%16*16), uint32(1001+j))
 	}
@@ -132,7 +146,7 @@ func BenchmarkAgents(b *testing.B) {
 	fabrics := make([]*timedFabric, nAgents)
 	for i := range agents {
 		fabrics[i] = &timedFabric{Interface: logging.New(), programmed: map[fabric.RemoteAttachment]time.Time{}}
-		agents[i] = startBenchAgent(b, benchNode(k, i), benchHost(i), fabrics[i])
+		agents[i] = startBenchAgent(b, nodes[i], benchHost(i), fabrics[i], tokens[nodes[i]])
 	}
 	poll.Until(b, 5*time.Minute, "every agent is healthy", func(context.Context) error {
 		for i, a := range agents {
@@ -395,13 +409,17 @@ func uniqueAddresses(atts map[string]*v1alpha1.NetworkAttachment) error {
 // default settings, but for the logging fabric fab: its workers, its
 // client limits, a connection of its own to kos-apiserver and to the main
 // cluster (unless -agent.shared-connection), and an Event recorder that
-// sends to the main cluster. It runs until the benchmark ends.
-func startBenchAgent(b *testing.B, node, hostIP string, fab fabric.Interface) *runningAgent {
+// sends to the main cluster. It authenticates to both with token, or as
+// the admin when token is "". It runs until the benchmark ends.
+func startBenchAgent(b *testing.B, node, hostIP string, fab fabric.Interface, token string) *runningAgent {
 	b.Helper()
 	opts := agent.NewOptions()
 	cfg := agentConfig(b, node, hostIP, fab)
 	cfg.FlowCheckPeriod, cfg.ReconcilePeriod, cfg.ExecTimeout = opts.FlowCheckPeriod, opts.ReconcilePeriod, opts.ExecTimeout
 	kosCfg, kubeCfg := directConfig(b), rest.CopyConfig(testenv.Shared(b).RESTConfig)
+	if token != "" {
+		kosCfg, kubeCfg = withToken(kosCfg, token), withToken(kubeCfg, token)
+	}
 	for _, c := range []*rest.Config{kosCfg, kubeCfg} {
 		c.QPS, c.Burst, c.UserAgent = opts.QPS, opts.Burst, "kos-agent/"+node
 		if !*benchShared {
@@ -438,17 +456,18 @@ func startBenchAgent(b *testing.B, node, hostIP string, fab fabric.Interface) *r
 
 // startManagerProcess runs the kos-controller-manager program with its
 // default settings, straight to kos-apiserver, until the benchmark ends,
-// and returns its process id once it is ready (it holds the Lease).
-func startManagerProcess(b *testing.B) string {
+// with kubeconfig's identity, and returns its process id once it is ready
+// (it holds the Lease).
+func startManagerProcess(b *testing.B, kubeconfig string) string {
 	b.Helper()
-	env, kos := testenv.Shared(b), kosAPI(b)
+	kos := kosAPI(b)
 	metrics := freeAddress(b)
 	log := filepath.Join(b.TempDir(), "kos-controller-manager.log")
 	logFile, err := os.Create(log)
 	if err != nil {
 		b.Fatal(err)
 	}
-	cmd := exec.Command(testenv.Build(b, "cmd/kos-controller-manager"), "--kubeconfig="+env.Kubeconfig,
+	cmd := exec.Command(testenv.Build(b, "cmd/kos-controller-manager"), "--kubeconfig="+kubeconfig,
 		"--kos-api-server="+kos.URL, "--kos-api-ca-file="+kos.CACertFile, "--metrics-bind-address="+metrics)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
