@@ -1,5 +1,6 @@
 // Command kos-agent is the KOS node agent: it programs this node's switch
 // for the network attachments of its node and of their virtual networks.
+// kos-agent cleanup removes what it made on a node.
 package main
 
 import (
@@ -15,7 +16,5 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := agent.NewCommand(os.Stdout, os.Stderr).ExecuteContext(ctx)
 	stop()
-	if err != nil {
-		os.Exit(1)
-	}
+	os.Exit(agent.ExitCode(err))
 }

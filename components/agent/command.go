@@ -25,7 +25,10 @@ per local attachment, two flows per remote one, tunnelled over VXLAN to the
 other nodes. It writes each local attachment's interface name, MAC address and
 host IP into its status, and reconciles the switch on start, after
 ovs-vswitchd restarts and periodically. It serves Prometheus metrics and
-/healthz on --metrics-bind-address.`,
+/healthz on --metrics-bind-address.
+
+kos-agent cleanup removes what the agent made on a node once its addon is
+deleted: see kos-agent cleanup --help.`,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
@@ -55,6 +58,8 @@ ovs-vswitchd restarts and periodically. It serves Prometheus metrics and
 	}
 	cmd.SetOut(out)
 	cmd.SetErr(errOut)
+	cmd.CompletionOptions.DisableDefaultCmd = true
+	cmd.AddCommand(newCleanupCommand(out))
 	fss := o.Flags()
 	for _, fs := range fss.FlagSets {
 		cmd.Flags().AddFlagSet(fs)

@@ -1,0 +1,533 @@
+package agent
+
+// This file is `kos-agent cleanup`: it removes from a node what kos-agent's
+// pod made there, once the kos-agent addon is gone. What that is (as the
+// 0.3.0 manifests run the pod, both variants):
+//
+//   - bridge kos (Bridge) with its VXLAN port and the attachments' ports, in
+//     the Open vSwitch the agent programmed: the node's own one when it ran
+//     (--host-ovs-run-dir, adopted), else the one kos-ovs ran from the
+//     database in /var/lib/kos/openvswitch. ovs-vswitchd exits without
+//     --cleanup when the pod stops, so the bridges' devices stay: the
+//     kernel datapath's ports, and the userspace datapath's tap devices
+//     (bridge, internal ports and ovs-netdev), which are persistent.
+//   - with the userspace datapath, bridge br-ul (UnderlayBridge), which
+//     holds the node's interface as a port, and the record of the address
+//     move (kos-underlay.json in the database folder).
+//   - the host ends of pods' veth pairs (kos and twelve hex digits) while a
+//     pod is left; they go with the pod's network namespace otherwise.
+//   - files: the CNI plugin /opt/cni/bin/kos (and the temporary files of an
+//     interrupted install beside it), the CNI socket /var/run/kos/cni.sock,
+//     kos-ovs's run and database folders, and the folders the pod's
+//     hostPath volumes made (DirectoryOrCreate): /var/run/kos,
+//     /var/lib/kos and, on a node without Open vSwitch of its own, an empty
+//     /var/run/openvswitch.
+//
+// The agent sets no sysctl; kos-ovs sets arp_ignore on the underlay
+// interface and puts it back when it stops (Release, again here).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/kos-sdn/kos/components/cni"
+	"github.com/kos-sdn/kos/components/fabric/ovs"
+	"github.com/kos-sdn/kos/components/nodeovs"
+)
+
+// Where the 0.3.0 manifests put the agent's files on the node, the defaults
+// of CleanupConfig.
+const (
+	DefaultCNIBinary     = "/opt/cni/bin/kos"
+	DefaultHostOVSRunDir = "/var/run/openvswitch"
+)
+
+// underlayRecordFile is the record kos-ovs keeps of the underlay address's
+// move, in its database folder (nodeovs's underlayRecordFile).
+const underlayRecordFile = "kos-underlay.json"
+
+// hostVethName matches the names of the agent's interfaces
+// (fabric.InterfaceName): the host ends of pods' veth pairs among them.
+var hostVethName = regexp.MustCompile(`^kos[0-9a-f]{12}$`)
+
+// CleanupConfig says what Cleanup removes. Every path is a path of the
+// node, under Root.
+type CleanupConfig struct {
+	// Root is where the node's root file system is, "/" on the node
+	// itself; a container mounts it elsewhere.
+	Root string
+	// Bridge and UnderlayBridge are the bridges KOS made.
+	Bridge         string
+	UnderlayBridge string
+	// OVSRunDir and OVSDBDir are the run and database folders of the
+	// Open vSwitch kos-ovs runs; HostOVSRunDir is the run dir of the
+	// node's own one, if it has one.
+	OVSRunDir     string
+	OVSDBDir      string
+	HostOVSRunDir string
+	// CNISocket is the agent's CNI socket; CNIBinary is kos-cni as the
+	// init container installed it.
+	CNISocket string
+	CNIBinary string
+	// Force cleans up even while an agent serves on the node.
+	Force bool
+	// Out gets one line per change, and what was kept and why.
+	Out io.Writer
+}
+
+// NewCleanupConfig returns the configuration that cleans up after the 0.3.0
+// manifests, on the node itself.
+func NewCleanupConfig() CleanupConfig {
+	return CleanupConfig{
+		Root:           "/",
+		Bridge:         ovs.DefaultBridge,
+		UnderlayBridge: nodeovs.DefaultUnderlayBridge,
+		OVSRunDir:      nodeovs.DefaultRunDir,
+		OVSDBDir:       nodeovs.DefaultDBDir,
+		HostOVSRunDir:  DefaultHostOVSRunDir,
+		CNISocket:      cni.DefaultSocket,
+		CNIBinary:      DefaultCNIBinary,
+		Out:            io.Discard,
+	}
+}
+
+// ServingError is Cleanup's refusal: an agent still serves on the node.
+type ServingError struct {
+	// What says what answered.
+	What string
+}
+
+func (e *ServingError) Error() string {
+	return fmt.Sprintf("a kos-agent still serves on this node (%s): delete the kos-agent addon (channels delete addon ...) and wait until its pods are gone (kubectl -n kos-node get pods), then run this again; --force cleans up under a running agent", e.What)
+}
+
+// cleanup is one run of Cleanup: the configuration with its paths resolved
+// under the root, and how many changes were made.
+type cleanup struct {
+	cfg     CleanupConfig
+	changes int
+}
+
+// Cleanup removes what kos-agent's pod made on this node, and nothing else:
+// other bridges, the node's own Open vSwitch and other files are kept. It
+// refuses with a *ServingError while the agent's CNI socket or kos-ovs's
+// Open vSwitch answers, unless cfg.Force. It is idempotent: a second run
+// changes nothing and says so. Its netlink calls act on the calling
+// thread's network namespace, which must be the node's.
+func Cleanup(ctx context.Context, cfg CleanupConfig) error {
+	c := &cleanup{cfg: cfg}
+	if c.cfg.Out == nil {
+		c.cfg.Out = io.Discard
+	}
+	var errs []error
+	for _, p := range []*string{&c.cfg.OVSRunDir, &c.cfg.OVSDBDir, &c.cfg.HostOVSRunDir, &c.cfg.CNISocket, &c.cfg.CNIBinary} {
+		resolved, err := underRoot(c.cfg.Root, *p)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		*p = resolved
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+
+	cniServes := dialUnix(c.cfg.CNISocket) == nil
+	ownOVSRuns := ovs.Answers(c.cfg.OVSRunDir) == nil
+	var serving []string
+	if cniServes {
+		serving = append(serving, "its CNI socket "+cfg.CNISocket+" answers")
+	}
+	if ownOVSRuns {
+		serving = append(serving, "kos-ovs's Open vSwitch answers in "+cfg.OVSRunDir)
+	}
+	if len(serving) > 0 {
+		if !c.cfg.Force {
+			return &ServingError{What: strings.Join(serving, "; ")}
+		}
+		c.say("Forced: cleaning up although %s", strings.Join(serving, "; "))
+	}
+
+	hostOVSRuns := ovs.Answers(c.cfg.HostOVSRunDir) == nil
+	if hostOVSRuns {
+		if err := c.deleteBridges(ctx, c.cfg.HostOVSRunDir, "the node's own Open vSwitch ("+cfg.HostOVSRunDir+")", cfg.Bridge); err != nil {
+			return err
+		}
+	}
+	switch {
+	case ownOVSRuns:
+		// Forced: kos-ovs runs it, and its underlay bridge carries the
+		// node's address; only the agent's bridge goes.
+		if err := c.deleteBridges(ctx, c.cfg.OVSRunDir, "kos-ovs's Open vSwitch ("+cfg.OVSRunDir+")", cfg.Bridge); err != nil {
+			return err
+		}
+		c.say("Kept %s and %s: kos-ovs still runs there", cfg.OVSRunDir, cfg.OVSDBDir)
+	default:
+		if err := c.ownOVS(ctx, hostOVSRuns); err != nil {
+			return err
+		}
+	}
+	if err := c.deleteHostVeths(); err != nil {
+		return err
+	}
+	if err := c.removeFiles(cniServes); err != nil {
+		return err
+	}
+	if c.changes == 0 {
+		c.say("Nothing to clean up: no KOS bridge, interface or file on this node")
+	} else {
+		c.say("Cleaned up: %d changes", c.changes)
+	}
+	return nil
+}
+
+// say prints one progress line.
+func (c *cleanup) say(format string, args ...any) {
+	fmt.Fprintf(c.cfg.Out, format+"\n", args...)
+}
+
+// changed prints one progress line and counts a change.
+func (c *cleanup) changed(format string, args ...any) {
+	c.changes++
+	c.say(format, args...)
+}
+
+// node returns a resolved path as the node names it, for messages.
+func (c *cleanup) node(p string) string {
+	rel, err := filepath.Rel(filepath.Clean(c.cfg.Root), p)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return p
+	}
+	return "/" + filepath.ToSlash(rel)
+}
+
+// deleteBridges deletes those of bridges that exist in the Open vSwitch
+// whose run dir is runDir, which says which one it is.
+func (c *cleanup) deleteBridges(ctx context.Context, runDir, which string, bridges ...string) error {
+	for _, br := range bridges {
+		if br == "" {
+			continue
+		}
+		exists, err := bridgeExists(ctx, runDir, br)
+		if err != nil {
+			return err
+		}
+		if !exists {
+			continue
+		}
+		if _, err := ovsTool(ctx, runDir, "ovs-vsctl", "--timeout=30", "--if-exists", "del-br", br); err != nil {
+			return fmt.Errorf("deleting bridge %s: %w", br, err)
+		}
+		c.changed("Deleted bridge %s with its ports from %s", br, which)
+	}
+	return nil
+}
+
+// ownOVS cleans up after kos-ovs once it has stopped: it gives the underlay
+// address back to its interface as recorded, starts Open vSwitch from the
+// database for as long as it takes to delete KOS's bridges with their
+// devices, and removes the database and run folders. With the node's own
+// Open vSwitch running (hostOVSRuns), it starts none: on the kernel
+// datapath both would share one datapath, and the node's own one has
+// already dropped the ports it does not know.
+func (c *cleanup) ownOVS(ctx context.Context, hostOVSRuns bool) error {
+	db := filepath.Join(c.cfg.OVSDBDir, "conf.db")
+	if _, err := os.Stat(filepath.Join(c.cfg.OVSDBDir, underlayRecordFile)); err == nil {
+		u := nodeovs.NewUnderlay(nodeovs.UnderlayConfig{Bridge: c.cfg.UnderlayBridge}, c.cfg.OVSRunDir, c.cfg.OVSDBDir)
+		if err := u.Release(); err != nil {
+			return fmt.Errorf("giving the underlay address back to its interface: %w", err)
+		}
+		c.changed("Underlay addresses and routes back on their interface, as %s recorded", c.node(filepath.Join(c.cfg.OVSDBDir, underlayRecordFile)))
+	}
+	keepDB := false
+	if _, err := os.Stat(db); err == nil {
+		if hostOVSRuns {
+			c.say("Not starting Open vSwitch from %s: the node's own one runs and owns the datapath", c.node(db))
+		} else {
+			var err error
+			if keepDB, err = c.deleteFromDatabase(ctx, db); err != nil {
+				return err
+			}
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("reading %s: %w", db, err)
+	}
+	if keepDB {
+		return nil
+	}
+	for _, dir := range []string{c.cfg.OVSDBDir, c.cfg.OVSRunDir} {
+		if err := c.removeAll(dir); err != nil {
+			return err
+		}
+	}
+	return c.removeIfEmpty(filepath.Dir(c.cfg.OVSDBDir))
+}
+
+// deleteFromDatabase runs ovsdb-server and ovs-vswitchd on db in a folder
+// of their own, deletes KOS's bridges, and stops them again, removing the
+// datapath's devices (exit --cleanup) unless the database holds bridges KOS
+// did not make; keep then says to keep the database.
+func (c *cleanup) deleteFromDatabase(ctx context.Context, db string) (keep bool, err error) {
+	runDir, err := os.MkdirTemp("", "kos-cleanup-ovs-")
+	if err != nil {
+		return false, fmt.Errorf("creating a run dir for Open vSwitch: %w", err)
+	}
+	defer os.RemoveAll(runDir)
+	common := []string{"--no-chdir", "--detach", "-vconsole:off", "-vsyslog:off", "-vfile:info"}
+	if _, err := ovsTool(ctx, runDir, "ovsdb-server", append([]string{db,
+		"--remote=punix:" + filepath.Join(runDir, "db.sock"),
+		"--pidfile=" + filepath.Join(runDir, "ovsdb-server.pid"),
+		"--log-file=" + filepath.Join(runDir, "ovsdb-server.log")}, common...)...); err != nil {
+		return false, fmt.Errorf("starting ovsdb-server on %s: %w", db, err)
+	}
+	vswitchdRuns, cleanupDatapath := false, false
+	defer func() {
+		// ovs-vswitchd first, while the database still answers it.
+		stopCtx := context.WithoutCancel(ctx)
+		if vswitchdRuns {
+			exit := []string{"--timeout=30", "-t", "ovs-vswitchd", "exit"}
+			if cleanupDatapath {
+				exit = append(exit, "--cleanup")
+			}
+			if _, serr := ovsTool(stopCtx, runDir, "ovs-appctl", exit...); serr != nil {
+				err = errors.Join(err, fmt.Errorf("stopping ovs-vswitchd: %w", serr))
+			}
+		}
+		if _, serr := ovsTool(stopCtx, runDir, "ovs-appctl", "--timeout=30", "-t", "ovsdb-server", "exit"); serr != nil {
+			err = errors.Join(err, fmt.Errorf("stopping ovsdb-server: %w", serr))
+		}
+	}()
+	bridges, err := listBridges(ctx, runDir)
+	if err != nil {
+		return false, err
+	}
+	if _, err := ovsTool(ctx, runDir, "ovs-vswitchd", append([]string{"unix:" + filepath.Join(runDir, "db.sock"),
+		"--pidfile=" + filepath.Join(runDir, "ovs-vswitchd.pid"),
+		"--log-file=" + filepath.Join(runDir, "ovs-vswitchd.log")}, common...)...); err != nil {
+		return false, fmt.Errorf("starting ovs-vswitchd on %s: %w", db, err)
+	}
+	vswitchdRuns = true
+	if err := c.deleteBridges(ctx, runDir, "kos-ovs's Open vSwitch ("+c.node(c.cfg.OVSDBDir)+")", c.cfg.Bridge, c.cfg.UnderlayBridge); err != nil {
+		return false, err
+	}
+	others := slices.DeleteFunc(bridges, func(b string) bool { return b == c.cfg.Bridge || b == c.cfg.UnderlayBridge })
+	if len(others) > 0 {
+		c.say("Kept %s: it holds bridges KOS did not make (%s); delete them with OVS_RUNDIR=%s and run this again", c.node(db), strings.Join(others, ", "), c.node(c.cfg.OVSRunDir))
+		return true, nil
+	}
+	cleanupDatapath = true
+	return false, nil
+}
+
+// deleteHostVeths deletes the host ends of pods' veth pairs that are left:
+// interfaces named as the agent names them that are veths.
+func (c *cleanup) deleteHostVeths() error {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return fmt.Errorf("listing interfaces: %w", err)
+	}
+	for _, l := range links {
+		name := l.Attrs().Name
+		if l.Type() != "veth" || !hostVethName.MatchString(name) {
+			continue
+		}
+		if err := netlink.LinkDel(l); err != nil && !errors.Is(err, netlink.LinkNotFoundError{}) {
+			return fmt.Errorf("deleting the pod's veth pair %s: %w", name, err)
+		}
+		c.changed("Deleted the veth pair of interface %s, a pod's", name)
+	}
+	return nil
+}
+
+// removeFiles removes the CNI plugin, the leftovers of an interrupted
+// install beside it, the CNI socket, and the folders the agent's pod made.
+func (c *cleanup) removeFiles(cniServes bool) error {
+	if err := c.remove(c.cfg.CNIBinary); err != nil {
+		return err
+	}
+	// cni.Install's temporary files.
+	tmps, err := filepath.Glob(filepath.Join(filepath.Dir(c.cfg.CNIBinary), "."+filepath.Base(c.cfg.CNIBinary)+".tmp-*"))
+	if err != nil {
+		return fmt.Errorf("finding temporary files of %s: %w", c.cfg.CNIBinary, err)
+	}
+	for _, tmp := range tmps {
+		if err := c.remove(tmp); err != nil {
+			return err
+		}
+	}
+	if err := c.remove(c.cfg.CNISocket); err != nil {
+		return err
+	}
+	if cniServes {
+		c.say("The agent still serving (forced) keeps %s", c.node(filepath.Dir(c.cfg.CNISocket)))
+	}
+	if err := c.removeIfEmpty(filepath.Dir(c.cfg.CNISocket)); err != nil {
+		return err
+	}
+	// The pod's hostPath volume of the node's own run dir made it on a
+	// node that has none; an Open vSwitch's run dir is never empty.
+	if ovs.Answers(c.cfg.HostOVSRunDir) != nil {
+		return c.removeIfEmpty(c.cfg.HostOVSRunDir)
+	}
+	return nil
+}
+
+// remove removes a file, if it exists.
+func (c *cleanup) remove(path string) error {
+	if err := os.Remove(path); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("removing %s: %w", path, err)
+	}
+	c.changed("Removed %s", c.node(path))
+	return nil
+}
+
+// removeAll removes a folder and what it holds, if it exists.
+func (c *cleanup) removeAll(dir string) error {
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("removing %s: %w", dir, err)
+	}
+	c.changed("Removed %s", c.node(dir))
+	return nil
+}
+
+// removeIfEmpty removes a folder if it exists and is empty.
+func (c *cleanup) removeIfEmpty(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) || len(entries) > 0 {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", dir, err)
+	}
+	if err := os.Remove(dir); err != nil {
+		return fmt.Errorf("removing %s: %w", dir, err)
+	}
+	c.changed("Removed %s (empty)", c.node(dir))
+	return nil
+}
+
+// underRoot returns the path p of the node whose root file system is at
+// root, following symbolic links as the node would, inside root (on many
+// nodes /var/run is a link to /run). Components that do not exist yet are
+// joined as they are.
+func underRoot(root, p string) (string, error) {
+	if p == "" {
+		return "", nil
+	}
+	if !filepath.IsAbs(p) {
+		return "", fmt.Errorf("%q is not an absolute path", p)
+	}
+	root = filepath.Clean(root)
+	todo := strings.Split(strings.TrimPrefix(filepath.Clean(p), "/"), "/")
+	resolved := "/"
+	for hops := 0; len(todo) > 0; {
+		part := todo[0]
+		todo = todo[1:]
+		switch part {
+		case "", ".":
+			continue
+		case "..":
+			resolved = filepath.Dir(resolved)
+			continue
+		}
+		next := filepath.Join(resolved, part)
+		target, err := os.Readlink(filepath.Join(root, next))
+		if err != nil {
+			// Not a link, or not there: taken as it is.
+			resolved = next
+			continue
+		}
+		if hops++; hops > 40 {
+			return "", fmt.Errorf("resolving %s under %s: too many symbolic links", p, root)
+		}
+		if filepath.IsAbs(target) {
+			resolved = "/"
+		}
+		todo = append(strings.Split(strings.TrimPrefix(target, "/"), "/"), todo...)
+	}
+	return filepath.Join(root, resolved), nil
+}
+
+// dialUnix returns nil when something accepts connections on the Unix
+// socket at path.
+func dialUnix(path string) error {
+	conn, err := net.DialTimeout("unix", path, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	return conn.Close()
+}
+
+// bridgeExists asks the Open vSwitch in runDir whether bridge exists.
+func bridgeExists(ctx context.Context, runDir, bridge string) (bool, error) {
+	_, err := ovsTool(ctx, runDir, "ovs-vsctl", "--timeout=30", "br-exists", bridge)
+	var exit *exec.ExitError
+	if errors.As(err, &exit) && exit.ExitCode() == 2 {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("asking for bridge %s: %w", bridge, err)
+	}
+	return true, nil
+}
+
+// listBridges returns the bridges of the Open vSwitch in runDir.
+func listBridges(ctx context.Context, runDir string) ([]string, error) {
+	out, err := ovsTool(ctx, runDir, "ovs-vsctl", "--timeout=30", "--no-wait", "list-br")
+	if err != nil {
+		return nil, fmt.Errorf("listing bridges: %w", err)
+	}
+	return strings.Fields(out), nil
+}
+
+// ovsTool runs an Open vSwitch program against the instance whose run dir
+// is runDir, found on PATH or in the sbin folders that a PATH may lack, and
+// returns its standard output; the error holds what it said on
+// standard error.
+func ovsTool(ctx context.Context, runDir, name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	program, err := exec.LookPath(name)
+	if err != nil {
+		for _, dir := range []string{"/usr/sbin", "/usr/local/sbin", "/sbin"} {
+			if _, serr := os.Stat(filepath.Join(dir, name)); serr == nil {
+				program, err = filepath.Join(dir, name), nil
+				break
+			}
+		}
+		if err != nil {
+			return "", fmt.Errorf("%s not found on PATH or in the sbin folders", name)
+		}
+	}
+	cmd := exec.CommandContext(ctx, program, args...)
+	cmd.Env = append(os.Environ(), "OVS_RUNDIR="+runDir, "OVS_DBDIR="+runDir, "OVS_LOGDIR="+runDir)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		msg := name + " " + strings.Join(args, " ")
+		if said := strings.TrimSpace(stderr.String()); said != "" {
+			msg += " (" + said + ")"
+		}
+		return "", fmt.Errorf("%s: %w", msg, err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
