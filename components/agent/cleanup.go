@@ -28,11 +28,13 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -238,28 +240,37 @@ func (c *cleanup) deleteBridges(ctx context.Context, runDir, which string, bridg
 // ownOVS cleans up after kos-ovs once it has stopped: it gives the underlay
 // address back to its interface as recorded, starts Open vSwitch from the
 // database for as long as it takes to delete KOS's bridges with their
-// devices, and removes the database and run folders. With the node's own
-// Open vSwitch running (hostOVSRuns), it starts none: on the kernel
-// datapath both would share one datapath, and the node's own one has
-// already dropped the ports it does not know.
+// devices (deleteFromDatabase), and removes the database and run folders.
 func (c *cleanup) ownOVS(ctx context.Context, hostOVSRuns bool) error {
 	db := filepath.Join(c.cfg.OVSDBDir, "conf.db")
-	if _, err := os.Stat(filepath.Join(c.cfg.OVSDBDir, underlayRecordFile)); err == nil {
-		u := nodeovs.NewUnderlay(nodeovs.UnderlayConfig{Bridge: c.cfg.UnderlayBridge}, c.cfg.OVSRunDir, c.cfg.OVSDBDir)
+	record := filepath.Join(c.cfg.OVSDBDir, underlayRecordFile)
+	if data, err := os.ReadFile(record); err == nil {
+		// What Release moves back, for the progress line and its log.
+		var moved struct {
+			Interface string   `json:"interface"`
+			Addresses []string `json:"addresses"`
+		}
+		if err := json.Unmarshal(data, &moved); err != nil {
+			return fmt.Errorf("reading %s: %w", record, err)
+		}
+		var addr netip.Addr
+		if len(moved.Addresses) > 0 {
+			if p, err := netip.ParsePrefix(moved.Addresses[0]); err == nil {
+				addr = p.Addr()
+			}
+		}
+		u := nodeovs.NewUnderlay(nodeovs.UnderlayConfig{Address: addr, Bridge: c.cfg.UnderlayBridge}, c.cfg.OVSRunDir, c.cfg.OVSDBDir)
 		if err := u.Release(); err != nil {
 			return fmt.Errorf("giving the underlay address back to its interface: %w", err)
 		}
-		c.changed("Underlay addresses and routes back on their interface, as %s recorded", c.node(filepath.Join(c.cfg.OVSDBDir, underlayRecordFile)))
+		c.changed("Underlay addresses %s and their routes back on %s, as %s recorded", strings.Join(moved.Addresses, ", "), moved.Interface, c.node(record))
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("reading %s: %w", record, err)
 	}
 	keepDB := false
 	if _, err := os.Stat(db); err == nil {
-		if hostOVSRuns {
-			c.say("Not starting Open vSwitch from %s: the node's own one runs and owns the datapath", c.node(db))
-		} else {
-			var err error
-			if keepDB, err = c.deleteFromDatabase(ctx, db); err != nil {
-				return err
-			}
+		if keepDB, err = c.deleteFromDatabase(ctx, db, hostOVSRuns); err != nil {
+			return err
 		}
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("reading %s: %w", db, err)
@@ -278,8 +289,11 @@ func (c *cleanup) ownOVS(ctx context.Context, hostOVSRuns bool) error {
 // deleteFromDatabase runs ovsdb-server and ovs-vswitchd on db in a folder
 // of their own, deletes KOS's bridges, and stops them again, removing the
 // datapath's devices (exit --cleanup) unless the database holds bridges KOS
-// did not make; keep then says to keep the database.
-func (c *cleanup) deleteFromDatabase(ctx context.Context, db string) (keep bool, err error) {
+// did not make; keep then says to keep the database. While the node's own
+// Open vSwitch runs (hostOVSRuns) it starts no ovs-vswitchd for bridges of
+// the kernel datapath: both would share the kernel's one datapath, and the
+// node's own has dropped the ports it does not know already.
+func (c *cleanup) deleteFromDatabase(ctx context.Context, db string, hostOVSRuns bool) (keep bool, err error) {
 	runDir, err := os.MkdirTemp("", "kos-cleanup-ovs-")
 	if err != nil {
 		return false, fmt.Errorf("creating a run dir for Open vSwitch: %w", err)
@@ -309,9 +323,22 @@ func (c *cleanup) deleteFromDatabase(ctx context.Context, db string) (keep bool,
 			err = errors.Join(err, fmt.Errorf("stopping ovsdb-server: %w", serr))
 		}
 	}()
-	bridges, err := listBridges(ctx, runDir)
+	datapaths, err := bridgeDatapaths(ctx, runDir)
 	if err != nil {
 		return false, err
+	}
+	var others []string
+	kernel := false
+	for br, dp := range datapaths {
+		if br != c.cfg.Bridge && br != c.cfg.UnderlayBridge {
+			others = append(others, br)
+		}
+		kernel = kernel || dp == "" || dp == "system"
+	}
+	slices.Sort(others)
+	if hostOVSRuns && kernel {
+		c.say("Not starting Open vSwitch on %s: the node's own one runs and owns the kernel's datapath", c.node(db))
+		return false, nil
 	}
 	if _, err := ovsTool(ctx, runDir, "ovs-vswitchd", append([]string{"unix:" + filepath.Join(runDir, "db.sock"),
 		"--pidfile=" + filepath.Join(runDir, "ovs-vswitchd.pid"),
@@ -322,7 +349,6 @@ func (c *cleanup) deleteFromDatabase(ctx context.Context, db string) (keep bool,
 	if err := c.deleteBridges(ctx, runDir, "kos-ovs's Open vSwitch ("+c.node(c.cfg.OVSDBDir)+")", c.cfg.Bridge, c.cfg.UnderlayBridge); err != nil {
 		return false, err
 	}
-	others := slices.DeleteFunc(bridges, func(b string) bool { return b == c.cfg.Bridge || b == c.cfg.UnderlayBridge })
 	if len(others) > 0 {
 		c.say("Kept %s: it holds bridges KOS did not make (%s); delete them with OVS_RUNDIR=%s and run this again", c.node(db), strings.Join(others, ", "), c.node(c.cfg.OVSRunDir))
 		return true, nil
@@ -489,13 +515,32 @@ func bridgeExists(ctx context.Context, runDir, bridge string) (bool, error) {
 	return true, nil
 }
 
-// listBridges returns the bridges of the Open vSwitch in runDir.
-func listBridges(ctx context.Context, runDir string) ([]string, error) {
-	out, err := ovsTool(ctx, runDir, "ovs-vsctl", "--timeout=30", "--no-wait", "list-br")
+// bridgeDatapaths returns the bridges of the Open vSwitch in runDir, each
+// with its datapath_type ("" for the default, the kernel's). It needs
+// ovsdb-server only.
+func bridgeDatapaths(ctx context.Context, runDir string) (map[string]string, error) {
+	out, err := ovsTool(ctx, runDir, "ovs-vsctl", "--timeout=30", "--no-wait", "--format=csv", "--data=bare", "--no-headings", "--columns=name,datapath_type", "list", "Bridge")
 	if err != nil {
 		return nil, fmt.Errorf("listing bridges: %w", err)
 	}
-	return strings.Fields(out), nil
+	return parseBridgeDatapaths(out)
+}
+
+// parseBridgeDatapaths decodes what bridgeDatapaths asks for: one
+// "name,datapath_type" line per bridge.
+func parseBridgeDatapaths(out string) (map[string]string, error) {
+	bridges := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		if line = strings.TrimSpace(line); line == "" {
+			continue
+		}
+		name, dp, ok := strings.Cut(line, ",")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("reading bridges: unexpected line %q", line)
+		}
+		bridges[strings.Trim(name, `"`)] = strings.Trim(dp, `"`)
+	}
+	return bridges, nil
 }
 
 // ovsTool runs an Open vSwitch program against the instance whose run dir

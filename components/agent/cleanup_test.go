@@ -248,3 +248,27 @@ func TestExitCode(t *testing.T) {
 		t.Errorf("ExitCode(wrapped *ServingError) = %d, want %d", got, ExitServing)
 	}
 }
+
+func TestParseBridgeDatapaths(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		out     string
+		want    map[string]string
+		wantErr bool
+	}{
+		{name: "none", out: "", want: map[string]string{}},
+		{name: "both datapaths", out: "kos,netdev\nbr-ul,netdev\nbr-int,\n", want: map[string]string{"kos": "netdev", "br-ul": "netdev", "br-int": ""}},
+		{name: "quoted", out: `"kos","system"`, want: map[string]string{"kos": "system"}},
+		{name: "garbage", out: "kos\n", wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseBridgeDatapaths(tc.out)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("error %v, want error %v", err, tc.wantErr)
+			}
+			if diff := cmp.Diff(tc.want, got); !tc.wantErr && diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
