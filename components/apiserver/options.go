@@ -152,6 +152,9 @@ func (o *Options) Config() (*Config, error) {
 	if err := o.Recommended.ApplyTo(generic); err != nil {
 		return nil, fmt.Errorf("applying the settings: %w", err)
 	}
+	if generic.Authorization.Authorizer != nil {
+		generic.Authorization.Authorizer = collectionFirst(generic.Authorization.Authorizer)
+	}
 	config := &Config{Generic: generic}
 	// The agents' reads are scoped where their writes are: with
 	// NodeRestriction on (the k8s-1.29 releases turn it off, as their
