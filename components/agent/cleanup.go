@@ -41,6 +41,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -422,19 +423,33 @@ func (c *cleanup) remove(path string) error {
 	return nil
 }
 
-// removeAll removes a folder and what it holds, if it exists.
+// removeAll removes a folder and what it holds, if it exists. A folder that
+// is a mount point (rmdir says EBUSY), as where a node's folders are bind
+// mounts, is emptied and kept.
 func (c *cleanup) removeAll(dir string) error {
-	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	if err := os.RemoveAll(dir); err != nil {
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", dir, err)
+	}
+	err = os.RemoveAll(dir)
+	switch {
+	case errors.Is(err, syscall.EBUSY):
+		if len(entries) > 0 {
+			c.changed("Emptied %s (a mount point, kept)", c.node(dir))
+		}
+		return nil
+	case err != nil:
 		return fmt.Errorf("removing %s: %w", dir, err)
 	}
 	c.changed("Removed %s", c.node(dir))
 	return nil
 }
 
-// removeIfEmpty removes a folder if it exists and is empty.
+// removeIfEmpty removes a folder if it exists, is empty and is no mount
+// point.
 func (c *cleanup) removeIfEmpty(dir string) error {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) || len(entries) > 0 {
@@ -443,7 +458,11 @@ func (c *cleanup) removeIfEmpty(dir string) error {
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", dir, err)
 	}
-	if err := os.Remove(dir); err != nil {
+	err = os.Remove(dir)
+	switch {
+	case errors.Is(err, syscall.EBUSY):
+		return nil
+	case err != nil:
 		return fmt.Errorf("removing %s: %w", dir, err)
 	}
 	c.changed("Removed %s (empty)", c.node(dir))
