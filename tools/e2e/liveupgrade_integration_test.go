@@ -22,6 +22,7 @@ import (
 
 	"github.com/kos-sdn/kos/channels"
 	networkv1alpha1 "github.com/kos-sdn/kos/components/apis/network/v1alpha1"
+	"github.com/kos-sdn/kos/components/controllers/podnetwork"
 	"github.com/kos-sdn/kos/components/nodeovs"
 	"github.com/kos-sdn/kos/tools/addons/release"
 	"github.com/kos-sdn/kos/tools/kosimages/catalog"
@@ -71,19 +72,25 @@ type liveDriver struct {
 }
 
 // TestIntegrationLiveUpgrade installs KOS 0.2.0 on three nodes that run
-// Multus and their own Open vSwitch, makes subnets and attachments on every node, starts continuous
-// pings between guests on different nodes and a trickle of attachment
-// creates and deletes, and applies the 0.3.0 channel: no API object is
-// lost, no address changes, every attachment is ready, and the longest
-// ping gap and the lost pings are measured. Then pods get interfaces on
-// KOS networks (0.3.0's) and ping across nodes, also while every agent
-// restarts (as the next upgrade will do). Applying the 0.2.0 channel again
-// with ours is refused; with kOps's own, after its upgrade, it is applied
-// (kOps downgrades). 0.2.0's images are built from the commit that
-// released it (catalog.BuildReleased). It does this twice on one cluster:
-// with our channels, then, after uninstalling, with kOps's own. One
-// cluster, because starting one and pushing the images cost more than
-// uninstalling.
+// Multus and their own Open vSwitch, makes subnets and attachments on every
+// node, gives those of subnet blue to pods as 0.2.0 did (no CNI plugin: a
+// plain attachment's interface moved into the pod) and those of red to
+// guests, starts continuous pings between them on different nodes, TCP
+// connections between the pods (a line each way every 100 ms) and a
+// trickle of attachment creates and deletes, and applies the 0.3.0
+// channel: no API object is lost, no address changes, every attachment is
+// ready, no TCP connection dies, and the longest ping gap, the lost pings
+// and the longest TCP stall are measured. Then pods get interfaces on KOS
+// networks (0.3.0's) and ping and hold TCP connections across nodes while
+// every agent restarts (as the next upgrade will do). Applying the 0.2.0
+// channel again with ours is refused; with --allow-downgrade, after the
+// pods on KOS networks are gone, it rolls back to 0.2.0 under the same
+// traffic and checks (docs/install.md). With kOps's own, after its upgrade,
+// the 0.2.0 channel is applied (kOps downgrades). 0.2.0's images are built
+// from the commit that released it (catalog.BuildReleased). It does this
+// twice on one cluster: with our channels, then, after uninstalling, with
+// kOps's own. One cluster, because starting one and pushing the images cost
+// more than uninstalling.
 func TestIntegrationLiveUpgrade(t *testing.T) {
 	began := time.Now()
 	root, err := testenv.RepoRoot()
@@ -278,32 +285,14 @@ func (lu *liveUpgrade) pass(t *testing.T, d liveDriver) {
 	net := lu.newLiveNetwork(t, "e2e-live-"+d.name)
 	before := net.snapshot(t)
 
-	var watches []*pairWatch
-	for _, subnet := range []string{"blue", "red"} {
-		gs := net.guestsOf(subnet)
-		for i, from := range gs {
-			to := gs[(i+1)%len(gs)]
-			awaitPing(t, from, to.IP, time.Minute)
-			w, err := kosinstall.WatchPing(from, to.IP, livePingInterval)
-			if err != nil {
-				t.Fatal(err)
-			}
-			watches = append(watches, &pairWatch{from: from, to: to, watch: w})
-		}
-	}
-	stopWatches := sync.OnceFunc(func() {
-		for _, w := range watches {
-			w.stats = w.watch.Stop()
-		}
-	})
-	t.Cleanup(stopWatches)
+	traffic := net.startTraffic(t)
 	tr := net.startTrickle(t)
 	t.Cleanup(tr.stop)
 	// The same traffic without an upgrade, to compare with: on a loaded
 	// machine the userspace datapath delays replies by itself.
 	time.Sleep(12 * time.Second)
 	var quiet time.Duration
-	for _, w := range watches {
+	for _, w := range traffic.watches {
 		quiet = max(quiet, w.watch.Stats().LongestGap)
 	}
 	figure(t, "live-"+d.name+"-longest-ping-gap-before-the-upgrade", quiet)
@@ -311,47 +300,12 @@ func (lu *liveUpgrade) pass(t *testing.T, d liveDriver) {
 	began = time.Now()
 	d.apply(t, lu.newChannel)
 	lu.waitKOSReady(t, 8*time.Minute)
-	poll.Until(t, 4*time.Minute, "every agent pod to run "+liveNew, func(ctx context.Context) error {
-		pods, err := lu.kube.CoreV1().Pods(kosinstall.AgentNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=kos-agent"})
-		if err != nil {
-			return err
-		}
-		if len(pods.Items) != len(lu.env.Nodes) {
-			return fmt.Errorf("%d agent pods, want %d", len(pods.Items), len(lu.env.Nodes))
-		}
-		for _, p := range pods.Items {
-			for _, c := range p.Spec.Containers {
-				if !strings.HasSuffix(c.Image, ":"+liveNew) && !strings.Contains(c.Image, ":"+liveNew+"@") {
-					return fmt.Errorf("pod %s runs %s", p.Name, c.Image)
-				}
-			}
-			if !podReady(&p) {
-				return fmt.Errorf("pod %s is not ready", p.Name)
-			}
-		}
-		return nil
-	})
+	lu.awaitAgents(t, liveNew)
 	figure(t, "live-"+d.name+"-upgrade-to-ready", time.Since(began))
 	upgraded := time.Now()
 	time.Sleep(10 * time.Second)
 	tr.stop()
-	stopWatches()
-
-	var longest time.Duration
-	lost := 0
-	for _, w := range watches {
-		t.Logf("pings %s (%s) -> %s (%s) through the upgrade: %s", w.from.Attachment.Name, w.from.Attachment.Spec.Node, w.to.Attachment.Name, w.to.Attachment.Spec.Node, w.stats)
-		longest = max(longest, w.stats.LongestGap)
-		lost += w.stats.Lost
-		if w.stats.LongestGap > liveMaxGap {
-			t.Errorf("pings %s -> %s went %s without a reply (ending %s), want at most %s", w.from.Attachment.Name, w.to.Attachment.Name, w.stats.LongestGap, w.stats.GapEnded.Format(time.TimeOnly), liveMaxGap)
-		}
-		if err := w.watch.AnsweredSince(upgraded); err != nil {
-			t.Errorf("pings %s -> %s after the upgrade: %v", w.from.Attachment.Name, w.to.Attachment.Name, err)
-		}
-	}
-	figure(t, "live-"+d.name+"-longest-ping-gap", longest)
-	t.Logf("live-%s lost pings: %d over %d pairs at one per %s", d.name, lost, len(watches), livePingInterval)
+	traffic.check(t, d.name, upgraded)
 	t.Logf("live-%s trickle during the upgrade: %s", d.name, tr)
 
 	lu.checkInstalled(t, lu.newChannel, kosinstall.AgentNamespace)
@@ -381,15 +335,44 @@ func (lu *liveUpgrade) pass(t *testing.T, d liveDriver) {
 		t.Errorf("applying the %s channel with ours after %s's upgrade: want every addon's downgrade refused, got %d refused:\n%s", liveOld, d.name, n, out)
 	}
 	lu.checkInstalled(t, lu.newChannel, kosinstall.AgentNamespace)
-	if !d.prunes {
+	if d.prunes {
+		lu.testRollback(t, net)
+	} else {
 		lu.testKOpsDowngrade(t)
 	}
 	net.deleteGuests(t)
 }
 
+// awaitAgents waits until every agent pod runs release version and is
+// ready.
+func (lu *liveUpgrade) awaitAgents(t *testing.T, version string) {
+	t.Helper()
+	poll.Until(t, 4*time.Minute, "every agent pod to run "+version, func(ctx context.Context) error {
+		pods, err := lu.kube.CoreV1().Pods(kosinstall.AgentNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=kos-agent"})
+		if err != nil {
+			return err
+		}
+		if len(pods.Items) != len(lu.env.Nodes) {
+			return fmt.Errorf("%d agent pods, want %d", len(pods.Items), len(lu.env.Nodes))
+		}
+		for _, p := range pods.Items {
+			for _, c := range p.Spec.Containers {
+				if !strings.HasSuffix(c.Image, ":"+version) && !strings.Contains(c.Image, ":"+version+"@") {
+					return fmt.Errorf("pod %s runs %s", p.Name, c.Image)
+				}
+			}
+			if !podReady(&p) {
+				return fmt.Errorf("pod %s is not ready", p.Name)
+			}
+		}
+		return nil
+	})
+}
+
 // agentsRestartUnderPodTraffic restarts every agent (kubectl rollout
 // restart, one node at a time as the DaemonSet's update does) while a pod
-// pings another across nodes, and measures the pings lost.
+// pings another across nodes and each pod holds TCP connections to the next
+// node's, and measures the pings lost and the connections that survived.
 func (lu *liveUpgrade) agentsRestartUnderPodTraffic(t *testing.T, pods *podsTest) {
 	from, to := pods.blue[0], pods.blue[1]
 	const count = 400 // at 0.2 s: 80 s, the restart's time and more
@@ -402,17 +385,69 @@ func (lu *liveUpgrade) agentsRestartUnderPodTraffic(t *testing.T, pods *podsTest
 		out, err := pods.execErr(t.Context(), from, pingBin, "-c", fmt.Sprint(count), "-i", "0.2", "-W", "1", pods.ips[to].String())
 		done <- result{out, err}
 	}()
+	var chats []*chatWatch
+	for i, p := range pods.blue {
+		chats = append(chats, lu.startChat(t, podsNamespace, p, pods.ips[pods.blue[(i+1)%len(pods.blue)]]))
+	}
 	time.Sleep(3 * time.Second)
 	began := time.Now()
 	lu.kubectl(t, "-n", kosinstall.AgentNamespace, "rollout", "restart", "daemonset/kos-agent")
 	lu.kubectl(t, "-n", kosinstall.AgentNamespace, "rollout", "status", "daemonset/kos-agent", "--timeout=5m")
 	figure(t, "live-agents-restarted", time.Since(began))
+	time.Sleep(5 * time.Second)
+	checkChats(t, "pods-agents-restart", chats)
 	r := <-done
 	lost := pingLost(r.out)
 	t.Logf("pings %s -> %s (pods, across nodes) while every agent restarted: %d of %d lost", from, to, lost, count)
 	countFigure(t, "live-pod-pings-lost-agents-restart", lost, "pings")
 	if lost < 0 || lost > count/10 {
 		t.Errorf("pings between pods while the agents restarted: %d of %d lost (%v), want traffic to go on:\n%s", lost, count, r.err, r.out)
+	}
+}
+
+// backupClaim is kos-etcd's PersistentVolumeClaim of backups, which
+// liveNew added.
+const backupClaim = "kos-etcd-backup"
+
+// testRollback rolls KOS back from liveNew to liveOld with ours, as
+// docs/install.md says ("Rolling back a successful upgrade"), while the
+// pods and guests ping and the pods hold TCP connections across nodes: no
+// pod is on a KOS network any more (deleteAll did that), the backup claim
+// is taken out of the addon so that it stays, and the liveOld channel is
+// applied with --allow-downgrade. No Subnet or attachment is lost or
+// changes, traffic goes on as through the upgrade (the same limits and
+// figures, named live-ours-rollback-*), the records and agents are
+// liveOld's again, the backup CronJob is pruned and its claim kept.
+func (lu *liveUpgrade) testRollback(t *testing.T, net *liveNetwork) {
+	ctx := t.Context()
+	left, err := lu.network.NetworkV1alpha1().NetworkAttachments("").List(ctx, metav1.ListOptions{LabelSelector: podnetwork.PodUIDLabel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left.Items) > 0 {
+		t.Fatalf("attachment %s/%s of a pod on a KOS network is left before the rollback", left.Items[0].Namespace, left.Items[0].Name)
+	}
+	lu.kubectl(t, "-n", kosinstall.Namespace, "label", "pvc", backupClaim, channels.IdentityLabel+"-")
+	before := net.snapshot(t)
+	traffic := net.startTraffic(t)
+
+	began := time.Now()
+	lu.channelsProcess(t, "apply", "channel", lu.https.URL+lu.oldChannel, "--allow-downgrade", "--yes", "--timeout=8m")
+	lu.waitKOSReady(t, 8*time.Minute)
+	lu.awaitAgents(t, liveOld)
+	figure(t, "live-ours-rollback-to-ready", time.Since(began))
+	rolled := time.Now()
+	time.Sleep(10 * time.Second)
+	traffic.check(t, "ours-rollback", rolled)
+
+	lu.checkInstalled(t, lu.oldChannel, kosinstall.AgentNamespace)
+	net.checkKept(t, before)
+	lu.checkAdopted(t, before)
+	if _, err := lu.kube.BatchV1().CronJobs(kosinstall.Namespace).Get(ctx, backupClaim, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("CronJob %s after the rollback to %s: %v, want it pruned", backupClaim, liveOld, err)
+	}
+	if _, err := lu.kube.CoreV1().PersistentVolumeClaims(kosinstall.Namespace).Get(ctx, backupClaim, metav1.GetOptions{}); err != nil {
+		t.Errorf("PersistentVolumeClaim %s after the rollback to %s: %v, want it kept", backupClaim, liveOld, err)
 	}
 }
 
@@ -567,8 +602,10 @@ type attachmentState struct {
 }
 
 // newLiveNetwork makes namespace ns with subnets blue and red (other CIDRs
-// and VNIs than the standard test's), an attachment of each on every node,
-// each given to a guest.
+// and VNIs than the standard test's) and an attachment of each on every
+// node: blue's are given to pods (podnet, on the cluster's primary network
+// only), as under 0.2.0, which has no CNI plugin, a workload got its KOS
+// interface (kosinstall.PlumbPod); red's to guests, namespaces of the test.
 func (lu *liveUpgrade) newLiveNetwork(t *testing.T, ns string) *liveNetwork {
 	ctx := t.Context()
 	net := &liveNetwork{lu: lu, ns: ns, subnets: map[string]netip.Prefix{}, guests: map[string]*kosinstall.Guest{}}
@@ -593,6 +630,7 @@ func (lu *liveUpgrade) newLiveNetwork(t *testing.T, ns string) *liveNetwork {
 		for _, subnet := range []string{"blue", "red"} {
 			net.create(t, fmt.Sprintf("%s-%d", subnet, i+1), subnet, n.Name)
 		}
+		net.createPod(t, fmt.Sprintf("blue-%d", i+1), n.Name)
 	}
 	for i := range lu.env.Nodes {
 		for _, subnet := range []string{"blue", "red"} {
@@ -618,8 +656,27 @@ func (net *liveNetwork) create(t *testing.T, name, subnet, node string) {
 	})
 }
 
+// createPod creates a podnet pod on node, on the cluster's primary network
+// only.
+func (net *liveNetwork) createPod(t *testing.T, name, node string) {
+	t.Helper()
+	grace := int64(1)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{
+			NodeName:                      node,
+			AutomountServiceAccountToken:  new(bool),
+			TerminationGracePeriodSeconds: &grace,
+			Containers:                    []corev1.Container{{Name: "podnet", Image: net.lu.podImage, ImagePullPolicy: corev1.PullIfNotPresent}},
+		},
+	}
+	if _, err := net.lu.kube.CoreV1().Pods(net.ns).Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating pod %s: %v", name, err)
+	}
+}
+
 // plumb waits until the attachment is ready and gives its interface to a
-// guest.
+// guest: its pod, on blue.
 func (net *liveNetwork) plumb(t *testing.T, name string) {
 	t.Helper()
 	poll.Until(t, 2*time.Minute, "attachment "+name+" to be ready and given to its guest", func(ctx context.Context) error {
@@ -631,7 +688,20 @@ func (net *liveNetwork) plumb(t *testing.T, name string) {
 			return err
 		}
 		node := net.lu.node(t, att.Spec.Node)
-		g, err := kosinstall.PlumbGuest(ctx, node.Netns, guestPrefix+net.ns[len("e2e-live-"):]+"-"+name, att, net.subnets[att.Spec.Subnet])
+		subnet := net.subnets[att.Spec.Subnet]
+		var g *kosinstall.Guest
+		if att.Spec.Subnet == "blue" {
+			pod, perr := net.lu.kube.CoreV1().Pods(net.ns).Get(ctx, name, metav1.GetOptions{})
+			if perr != nil {
+				return perr
+			}
+			if !podReady(pod) {
+				return fmt.Errorf("pod %s is not ready: %s", name, pod.Status.Phase)
+			}
+			g, err = kosinstall.PlumbPod(ctx, node.Netns, pod, att, subnet)
+		} else {
+			g, err = kosinstall.PlumbGuest(ctx, node.Netns, guestPrefix+net.ns[len("e2e-live-"):]+"-"+name, att, subnet)
+		}
 		if err != nil {
 			return err
 		}
@@ -709,12 +779,16 @@ func (net *liveNetwork) checkKept(t *testing.T, before map[string]attachmentStat
 	}
 }
 
-// deleteGuests deletes the network's guest namespaces.
+// deleteGuests deletes the network's guest namespaces and its pods (not
+// waiting for them to go).
 func (net *liveNetwork) deleteGuests(t *testing.T) {
 	for _, g := range net.guests {
 		if err := g.Delete(); err != nil {
 			t.Error(err)
 		}
+	}
+	if err := net.lu.kube.CoreV1().Pods(net.ns).DeleteCollection(t.Context(), metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Error(err)
 	}
 }
 

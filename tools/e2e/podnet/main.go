@@ -1,11 +1,17 @@
 // Command podnet is the workload of the e2e tests' pods on KOS networks:
 // it serves a TCP sink that answers with the length and SHA-256 of what it
-// received, sends a stream of pseudo-random bytes to such a sink and checks
-// the answer, and reports an interface's MTU and addresses. The tests run it
-// with kubectl exec (and ping, which the image also holds) inside pods.
+// received and a TCP echo, sends a stream of pseudo-random bytes to such a
+// sink and checks the answer, holds long-lived connections to echoes and
+// reports how they fare, and reports an interface's MTU and addresses. The
+// tests run it with kubectl exec (and ping, which the image also holds)
+// inside pods.
 //
-//	podnet serve [PORT]        the sink (the pod's main process); PORT 7777
+//	podnet serve [PORT]        the sink on PORT (7777) and the echo on PORT+1 (the pod's main process)
 //	podnet send HOST:PORT N    send N bytes, print a JSON report, exit 1 on a mismatch
+//	podnet chat [-conns N] [-every D] [-for D] HOST:PORT...
+//	                           hold N connections (2) to each echo, send a line on each every D
+//	                           (100ms), print a JSON report of them all every second, for D (10m)
+//	                           or until printing fails
 //	podnet addr IFNAME         print "MTU ADDR/LEN..." of the interface
 //	podnet udp-sink PORT SECS  count the UDP datagrams to PORT for SECS seconds, print the count
 //	podnet udp-send [-src IP] HOST:PORT N
@@ -22,6 +28,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -30,6 +37,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -60,6 +68,8 @@ func main() {
 			os.Exit(2)
 		}
 		err = send(os.Args[2], n)
+	case "chat":
+		err = chat(os.Args[2:])
 	case "udp-sink":
 		if len(os.Args) != 4 {
 			usage()
@@ -87,18 +97,42 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: podnet serve [PORT] | send HOST:PORT BYTES | addr IFNAME | udp-sink PORT SECS | udp-send [-src IP] HOST:PORT N")
+	fmt.Fprintln(os.Stderr, "usage: podnet serve [PORT] | send HOST:PORT BYTES | chat [-conns N] [-every D] [-for D] HOST:PORT... | addr IFNAME | udp-sink PORT SECS | udp-send [-src IP] HOST:PORT N")
 	os.Exit(2)
 }
 
-// serve answers every connection with "LENGTH SHA256\n" of what it sent
-// until it closed its side.
+// serve answers every connection to port with "LENGTH SHA256\n" of what
+// it sent until it closed its side, and echoes what connections to port+1
+// send.
 func serve(port string) error {
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return fmt.Errorf("port %q: %w", port, err)
+	}
 	l, err := net.Listen("tcp", ":"+port)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("podnet: serving on %s\n", l.Addr())
+	echo, err := net.Listen("tcp", ":"+strconv.Itoa(p+1))
+	if err != nil {
+		return err
+	}
+	fmt.Printf("podnet: serving on %s, echoing on %s\n", l.Addr(), echo.Addr())
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "podnet: echo: %v\n", err)
+				os.Exit(1)
+			}
+			go func() {
+				defer c.Close()
+				if _, err := io.Copy(c, c); err != nil {
+					fmt.Fprintf(os.Stderr, "podnet: echoing to %s: %v\n", c.RemoteAddr(), err)
+				}
+			}()
+		}
+	}()
 	for {
 		c, err := l.Accept()
 		if err != nil {
@@ -162,6 +196,165 @@ func send(addr string, n int64) error {
 		return fmt.Errorf("the sink received %q, want %d %s", strings.TrimSpace(line), n, r.Sent)
 	}
 	return nil
+}
+
+// ChatReport is what chat prints every second, about every connection it
+// opened since it started.
+type ChatReport struct {
+	// Opened is how many connections were opened; Alive how many still
+	// are; Errors say why the others ended.
+	Opened int      `json:"opened"`
+	Alive  int      `json:"alive"`
+	Errors []string `json:"errors,omitempty"`
+	// Sent and Echoed count the lines sent and echoed back, over all
+	// connections.
+	Sent   int64 `json:"sent"`
+	Echoed int64 `json:"echoed"`
+	// LongestStallMS is the longest time, in milliseconds, a connection
+	// went without an echo while it had lines unanswered; StalledNowMS
+	// how long the worst one has now.
+	LongestStallMS int64 `json:"longestStallMS"`
+	StalledNowMS   int64 `json:"stalledNowMS"`
+}
+
+// chatConn is one of chat's connections; mu guards what follows it.
+type chatConn struct {
+	c  net.Conn
+	mu sync.Mutex
+	// sent and echoed count lines; since is when the oldest line not yet
+	// echoed was sent, or of the last echo; longest is the longest stall
+	// seen; err why the connection ended.
+	sent, echoed int64
+	since        time.Time
+	longest      time.Duration
+	err          error
+}
+
+// chat holds connections to echo servers, sends a numbered line on each at
+// a steady rate, checks that each comes back in order, and prints a
+// ChatReport every second. A connection that fails stays closed: chat
+// counts connections that survive, it does not keep traffic up.
+func chat(args []string) error {
+	fs := flag.NewFlagSet("chat", flag.ContinueOnError)
+	conns := fs.Int("conns", 2, "connections to each address")
+	every := fs.Duration("every", 100*time.Millisecond, "how often each connection sends a line")
+	lasting := fs.Duration("for", 10*time.Minute, "how long to run")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		usage()
+	}
+	var all []*chatConn
+	for _, addr := range fs.Args() {
+		for range *conns {
+			c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+			if err != nil {
+				return fmt.Errorf("connecting to %s: %w", addr, err)
+			}
+			all = append(all, &chatConn{c: c, since: time.Now()})
+		}
+	}
+	for _, cc := range all {
+		go cc.send(*every)
+		go cc.receive()
+	}
+	end := time.After(*lasting)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-end:
+			return printReport(all)
+		case <-tick.C:
+			// A report that cannot be printed means the one reading
+			// them (kubectl exec) went: so does chat.
+			if err := printReport(all); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func printReport(all []*chatConn) error {
+	r := ChatReport{Opened: len(all)}
+	now := time.Now()
+	for _, cc := range all {
+		cc.mu.Lock()
+		r.Sent += cc.sent
+		r.Echoed += cc.echoed
+		stall := cc.longest
+		if cc.err != nil {
+			r.Errors = append(r.Errors, fmt.Sprintf("%s -> %s: %v", cc.c.LocalAddr(), cc.c.RemoteAddr(), cc.err))
+		} else {
+			r.Alive++
+			if cc.echoed < cc.sent {
+				now := now.Sub(cc.since)
+				r.StalledNowMS = max(r.StalledNowMS, now.Milliseconds())
+				stall = max(stall, now)
+			}
+		}
+		r.LongestStallMS = max(r.LongestStallMS, stall.Milliseconds())
+		cc.mu.Unlock()
+	}
+	return json.NewEncoder(os.Stdout).Encode(r)
+}
+
+// fail ends the connection for err, unless it ended already.
+func (cc *chatConn) fail(err error) {
+	cc.mu.Lock()
+	if cc.err == nil {
+		cc.err = err
+	}
+	cc.mu.Unlock()
+	cc.c.Close()
+}
+
+func (cc *chatConn) send(every time.Duration) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for range tick.C {
+		cc.mu.Lock()
+		if cc.err != nil {
+			cc.mu.Unlock()
+			return
+		}
+		if cc.echoed == cc.sent {
+			cc.since = time.Now()
+		}
+		cc.sent++
+		line := fmt.Sprintf("%d\n", cc.sent)
+		cc.mu.Unlock()
+		// The kernel takes a small line at once while the path is down
+		// (it retransmits): a write fails only once the connection did.
+		if _, err := io.WriteString(cc.c, line); err != nil {
+			cc.fail(fmt.Errorf("sending: %w", err))
+			return
+		}
+	}
+}
+
+func (cc *chatConn) receive() {
+	r := bufio.NewReader(cc.c)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			cc.fail(fmt.Errorf("receiving: %w", err))
+			return
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(line), 10, 64)
+		now := time.Now()
+		cc.mu.Lock()
+		if err != nil || n != cc.echoed+1 {
+			cc.mu.Unlock()
+			cc.fail(fmt.Errorf("echoed %q, want line %d", strings.TrimSpace(line), cc.echoed+1))
+			return
+		}
+		cc.echoed = n
+		cc.longest = max(cc.longest, now.Sub(cc.since))
+		cc.since = now
+		cc.mu.Unlock()
+	}
 }
 
 // addr prints the interface's MTU and addresses.
