@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"github.com/kos-sdn/kos/tools/e2e/frames"
+	"github.com/kos-sdn/kos/tools/e2e/podnet/report"
 )
 
 const defaultPort = "7777"
@@ -151,15 +152,6 @@ func serve(port string) error {
 	}
 }
 
-// Report is what send prints.
-type Report struct {
-	Bytes    int64   `json:"bytes"`
-	Sent     string  `json:"sent"`
-	Received string  `json:"received"`
-	Seconds  float64 `json:"seconds"`
-	MBps     float64 `json:"MBps"`
-}
-
 // send sends n pseudo-random bytes to the sink at addr and checks its
 // answer.
 func send(addr string, n int64) error {
@@ -184,7 +176,7 @@ func send(addr string, n int64) error {
 		return fmt.Errorf("reading the sink's answer: %w", err)
 	}
 	took := time.Since(began)
-	r := Report{Bytes: n, Sent: hex.EncodeToString(h.Sum(nil)), Seconds: took.Seconds(), MBps: float64(n) / took.Seconds() / 1e6}
+	r := report.Transfer{Bytes: n, Sent: hex.EncodeToString(h.Sum(nil)), Seconds: took.Seconds(), MBps: float64(n) / took.Seconds() / 1e6}
 	got := strings.Fields(line)
 	if len(got) == 2 {
 		r.Received = got[1]
@@ -196,25 +188,6 @@ func send(addr string, n int64) error {
 		return fmt.Errorf("the sink received %q, want %d %s", strings.TrimSpace(line), n, r.Sent)
 	}
 	return nil
-}
-
-// ChatReport is what chat prints every second, about every connection it
-// opened since it started.
-type ChatReport struct {
-	// Opened is how many connections were opened; Alive how many still
-	// are; Errors say why the others ended.
-	Opened int      `json:"opened"`
-	Alive  int      `json:"alive"`
-	Errors []string `json:"errors,omitempty"`
-	// Sent and Echoed count the lines sent and echoed back, over all
-	// connections.
-	Sent   int64 `json:"sent"`
-	Echoed int64 `json:"echoed"`
-	// LongestStallMS is the longest time, in milliseconds, a connection
-	// went without an echo while it had lines unanswered; StalledNowMS
-	// how long the worst one has now.
-	LongestStallMS int64 `json:"longestStallMS"`
-	StalledNowMS   int64 `json:"stalledNowMS"`
 }
 
 // chatConn is one of chat's connections; mu guards what follows it.
@@ -232,7 +205,7 @@ type chatConn struct {
 
 // chat holds connections to echo servers, sends a numbered line on each at
 // a steady rate, checks that each comes back in order, and prints a
-// ChatReport every second. A connection that fails stays closed: chat
+// report.Chat every second. A connection that fails stays closed: chat
 // counts connections that survive, it does not keep traffic up.
 func chat(args []string) error {
 	fs := flag.NewFlagSet("chat", flag.ContinueOnError)
@@ -277,7 +250,7 @@ func chat(args []string) error {
 }
 
 func printReport(all []*chatConn) error {
-	r := ChatReport{Opened: len(all)}
+	r := report.Chat{Opened: len(all)}
 	now := time.Now()
 	for _, cc := range all {
 		cc.mu.Lock()
