@@ -274,7 +274,9 @@ func (lu *liveUpgrade) pushReleased(t *testing.T, repo, version string) map[stri
 }
 
 // pass installs liveOld with the driver, uses it, upgrades to liveNew under
-// traffic, checks and measures, and sees a downgrade refused.
+// traffic, checks and measures, and sees a downgrade refused; then, with
+// ours, rolls back to liveOld under traffic (testRollback), and with
+// kOps's sees it downgrade.
 func (lu *liveUpgrade) pass(t *testing.T, d liveDriver) {
 	began := time.Now()
 	d.apply(t, lu.oldChannel)
@@ -321,10 +323,10 @@ func (lu *liveUpgrade) pass(t *testing.T, d liveDriver) {
 	if d.prunes {
 		lu.agentsRestartUnderPodTraffic(t, pods)
 	}
-	// Gone before kOps's downgrade below puts back 0.2.0, whose
-	// kos-apiserver cannot delete a namespace's KOS objects (fixed in
-	// 0.3.0: it answered the namespace controller in protobuf, which
-	// KOS's types lack).
+	// Gone before the rollback or kOps's downgrade below puts back 0.2.0,
+	// which has no CNI plugin and whose kos-apiserver cannot delete a
+	// namespace's KOS objects (fixed in 0.3.0: it answered the namespace
+	// controller in protobuf, which KOS's types lack).
 	pods.deleteAll(t)
 
 	// A downgrade with ours is refused, after either tool upgraded: ours
