@@ -8,9 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -328,48 +326,11 @@ func containerRestarts(p *corev1.Pod, container string) int32 {
 // namespace.
 func containerPID(t *testing.T, pod *corev1.Pod, container string) int {
 	t.Helper()
-	id := ""
-	for _, st := range pod.Status.ContainerStatuses {
-		if st.Name == container {
-			_, id, _ = strings.Cut(st.ContainerID, "://")
-		}
-	}
-	if id == "" {
-		t.Fatalf("container %s of pod %s has no ID", container, pod.Name)
-	}
-	procs, err := filepath.Glob("/proc/[0-9]*/cgroup")
+	pid, err := kosinstall.ContainerPID(pod, container)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range procs {
-		data, err := os.ReadFile(p)
-		if err != nil || !strings.Contains(string(data), id) {
-			continue
-		}
-		status, err := os.ReadFile(filepath.Join(filepath.Dir(p), "status"))
-		if err != nil {
-			continue
-		}
-		for line := range strings.SplitSeq(string(status), "\n") {
-			if ids, ok := strings.CutPrefix(line, "NSpid:"); ok {
-				f := strings.Fields(ids)
-				if len(f) > 1 && f[len(f)-1] == "1" {
-					return atoi(t, f[0])
-				}
-			}
-		}
-	}
-	t.Fatalf("no process is PID 1 of container %s (%s) of pod %s", container, id, pod.Name)
-	return 0
-}
-
-func atoi(t *testing.T, s string) int {
-	t.Helper()
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return pid
 }
 
 // attachmentWatch is an informer on the attachments of every namespace,

@@ -1,17 +1,14 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/netip"
-	"os/exec"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/kos-sdn/kos/tools/e2e/podnet/report"
 	"github.com/kos-sdn/kos/tools/kosinstall"
 	"github.com/kos-sdn/kos/tools/poll"
 )
@@ -27,115 +24,32 @@ const (
 	chatEvery = 100 * time.Millisecond
 )
 
-// chatReport is podnet chat's report (podnet's ChatReport).
-type chatReport struct {
-	Opened         int      `json:"opened"`
-	Alive          int      `json:"alive"`
-	Errors         []string `json:"errors"`
-	Sent           int64    `json:"sent"`
-	Echoed         int64    `json:"echoed"`
-	LongestStallMS int64    `json:"longestStallMS"`
-	StalledNowMS   int64    `json:"stalledNowMS"`
-}
-
-func (r chatReport) String() string {
-	return fmt.Sprintf("%d of %d connections alive, %d lines sent, %d echoed, longest stall %d ms, errors %q", r.Alive, r.Opened, r.Sent, r.Echoed, r.LongestStallMS, r.Errors)
-}
-
-// chatWatch is podnet chat running in a pod through kubectl exec, and its
-// latest report. KOS's datapath is not on the way of kubectl exec (the
-// kube-apiserver reaches kubelet over the nodes' underlay), so an upgrade of
-// KOS does not end it.
+// chatWatch is podnet chat running in a pod through kubectl exec.
 type chatWatch struct {
-	pod  string
-	cmd  *exec.Cmd
-	done chan struct{} // closed once kubectl exec ended
-	stop func() chatReport
-
-	// Written by the reading goroutine until done is closed.
-	mu      sync.Mutex
-	last    chatReport
-	reports int
-	stderr  strings.Builder
-	err     error
-	stopped bool
+	pod string
+	*report.ChatWatch
 }
 
 // startChat runs podnet chat in the pod of namespace ns towards the echoes
 // at to, and waits until every connection has had an echo.
 func (s *standard) startChat(t *testing.T, ns, pod string, to ...netip.Addr) *chatWatch {
 	t.Helper()
-	args := []string{"--kubeconfig", s.env.Kubeconfig, "-n", ns, "exec", pod, "--", podnetBin, "chat", "-conns", fmt.Sprint(chatConns), "-every", chatEvery.String(), "-for", "20m"}
+	o := report.ChatOptions{Kubeconfig: s.env.Kubeconfig, Namespace: ns, Pod: pod, Binary: podnetBin, Conns: chatConns, Every: chatEvery, For: 20 * time.Minute}
 	for _, a := range to {
-		args = append(args, netip.AddrPortFrom(a, echoPort).String())
+		o.To = append(o.To, netip.AddrPortFrom(a, echoPort))
 	}
-	c := &chatWatch{pod: pod, cmd: exec.Command("kubectl", args...), done: make(chan struct{})}
-	c.cmd.Stderr = &c.stderr
-	out, err := c.cmd.StdoutPipe()
+	w, err := report.StartChat(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.cmd.Start(); err != nil {
-		t.Fatalf("kubectl exec %s -- podnet chat: %v", pod, err)
-	}
-	go func() {
-		defer close(c.done)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			var r chatReport
-			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-				continue // not a report
-			}
-			c.mu.Lock()
-			c.last, c.reports = r, c.reports+1
-			c.mu.Unlock()
-		}
-		err := c.cmd.Wait()
-		c.mu.Lock()
-		c.err = err
-		c.mu.Unlock()
-	}()
-	c.stop = sync.OnceValue(func() chatReport {
-		c.mu.Lock()
-		c.stopped = true
-		c.mu.Unlock()
-		_ = c.cmd.Process.Kill()
-		<-c.done
-		return c.report()
-	})
-	t.Cleanup(func() { c.stop() })
+	t.Cleanup(func() { w.Stop() })
 	poll.Until(t, time.Minute, "pod "+pod+"'s chat to have an echo on every connection", func(context.Context) error {
-		if err := c.endedEarly(); err != nil {
+		if err := w.EndedEarly(); err != nil {
 			return err
 		}
-		r := c.report()
-		if r.Opened == 0 || r.Alive != r.Opened || r.Echoed < int64(r.Opened) {
-			return fmt.Errorf("%s", r)
-		}
-		return nil
+		return w.Report().Settled()
 	})
-	return c
-}
-
-func (c *chatWatch) report() chatReport {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.last
-}
-
-// endedEarly returns why the chat's kubectl exec ended before stop, or nil.
-func (c *chatWatch) endedEarly() error {
-	select {
-	case <-c.done:
-	default:
-		return nil
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.stopped {
-		return nil
-	}
-	return fmt.Errorf("kubectl exec %s -- podnet chat ended by itself after %d reports: %v: %s", c.pod, c.reports, c.err, strings.TrimSpace(c.stderr.String()))
+	return &chatWatch{pod: pod, ChatWatch: w}
 }
 
 // checkChats stops the chats, logs their reports and the figures
@@ -151,15 +65,15 @@ func checkChats(t *testing.T, name string, chats []*chatWatch) {
 	opened, alive := 0, 0
 	var stall time.Duration
 	for _, c := range chats {
-		early := c.endedEarly()
-		r := c.stop()
+		early := c.EndedEarly()
+		r := c.Stop()
 		t.Logf("TCP from pod %s (%s): %s", c.pod, name, r)
 		if early != nil {
 			t.Errorf("TCP from pod %s: %v", c.pod, early)
 		}
 		opened += r.Opened
 		alive += r.Alive
-		stall = max(stall, time.Duration(r.LongestStallMS)*time.Millisecond)
+		stall = max(stall, r.LongestStall())
 		if r.Alive != r.Opened {
 			t.Errorf("TCP from pod %s (%s): %d of %d connections died: %q", c.pod, name, r.Opened-r.Alive, r.Opened, r.Errors)
 		}

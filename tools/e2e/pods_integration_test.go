@@ -33,6 +33,7 @@ import (
 	"github.com/kos-sdn/kos/components/fabric"
 	"github.com/kos-sdn/kos/tools/cluster"
 	"github.com/kos-sdn/kos/tools/e2e/frames"
+	"github.com/kos-sdn/kos/tools/e2e/podnet/report"
 	"github.com/kos-sdn/kos/tools/images"
 	"github.com/kos-sdn/kos/tools/kosinstall"
 	"github.com/kos-sdn/kos/tools/ovsenv"
@@ -240,19 +241,10 @@ func (p *podsTest) testPodsTransfer(t *testing.T) {
 	t.Logf("figure pods-tcp-ratio %.2f (KOS over the primary network, one run, same tool)", kos.MBps/primary.MBps)
 }
 
-// transferReport is podnet send's report.
-type transferReport struct {
-	Bytes    int64   `json:"bytes"`
-	Sent     string  `json:"sent"`
-	Received string  `json:"received"`
-	Seconds  float64 `json:"seconds"`
-	MBps     float64 `json:"MBps"`
-}
-
-func (p *podsTest) transfer(t *testing.T, from, to string) transferReport {
+func (p *podsTest) transfer(t *testing.T, from, to string) report.Transfer {
 	t.Helper()
 	out, err := p.execErr(t.Context(), from, podnetBin, "send", to, fmt.Sprint(transferBytes))
-	var r transferReport
+	var r report.Transfer
 	if jerr := json.Unmarshal([]byte(out), &r); jerr != nil || err != nil {
 		t.Fatalf("sending %d bytes %s -> %s: %v (report %q)", transferBytes, from, to, err, out)
 	}

@@ -84,17 +84,30 @@ func PlumbPod(ctx context.Context, nodeNetns string, pod *corev1.Pod, att *v1alp
 	return g, g.plumb(ctx, nodeNetns, subnet)
 }
 
-// podPID returns the host PID of a process of one of the pod's running
-// containers: one whose cgroup names the container's ID.
+// podPID returns the host PID of the main process of one of the pod's
+// running containers.
 func podPID(pod *corev1.Pod) (int, error) {
-	var ids []string
 	for _, st := range pod.Status.ContainerStatuses {
-		if _, id, ok := strings.Cut(st.ContainerID, "://"); ok && st.State.Running != nil {
-			ids = append(ids, id)
+		if st.State.Running != nil {
+			return ContainerPID(pod, st.Name)
 		}
 	}
-	if len(ids) == 0 {
-		return 0, fmt.Errorf("pod %s/%s has no running container", pod.Namespace, pod.Name)
+	return 0, fmt.Errorf("pod %s/%s has no running container", pod.Namespace, pod.Name)
+}
+
+// ContainerPID returns the host PID of the main process (PID 1 in its
+// PID namespace) of the named container of pod, found on this host through
+// the container's ID in the processes' cgroups. The pod's node must run on
+// this host, as tools/cluster's nodes do.
+func ContainerPID(pod *corev1.Pod, container string) (int, error) {
+	id := ""
+	for _, st := range pod.Status.ContainerStatuses {
+		if st.Name == container {
+			_, id, _ = strings.Cut(st.ContainerID, "://")
+		}
+	}
+	if id == "" {
+		return 0, fmt.Errorf("container %s of pod %s/%s has no ID", container, pod.Namespace, pod.Name)
 	}
 	procs, err := filepath.Glob("/proc/[0-9]*/cgroup")
 	if err != nil {
@@ -102,16 +115,22 @@ func podPID(pod *corev1.Pod) (int, error) {
 	}
 	for _, p := range procs {
 		data, err := os.ReadFile(p)
-		if err != nil {
-			continue // gone meanwhile
+		if err != nil || !strings.Contains(string(data), id) {
+			continue // another container's, or gone meanwhile
 		}
-		for _, id := range ids {
-			if strings.Contains(string(data), id) {
-				return strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		status, err := os.ReadFile(filepath.Join(filepath.Dir(p), "status"))
+		if err != nil {
+			continue
+		}
+		for line := range strings.SplitSeq(string(status), "\n") {
+			if ids, ok := strings.CutPrefix(line, "NSpid:"); ok {
+				if f := strings.Fields(ids); len(f) > 1 && f[len(f)-1] == "1" {
+					return strconv.Atoi(f[0])
+				}
 			}
 		}
 	}
-	return 0, fmt.Errorf("no process of pod %s/%s's containers %v runs on this host", pod.Namespace, pod.Name, ids)
+	return 0, fmt.Errorf("no process on this host is PID 1 of container %s (%s) of pod %s/%s", container, id, pod.Namespace, pod.Name)
 }
 
 // newGuest returns the guest of the attachment in namespace name, once the
