@@ -163,6 +163,9 @@ func (o *Options) Config() (*Config, error) {
 	if err := o.Recommended.ApplyTo(generic); err != nil {
 		return nil, fmt.Errorf("applying the settings: %w", err)
 	}
+	if generic.FlowControl != nil && o.Recommended.Etcd.EnableWatchCache {
+		generic.FlowControl = indexedWatches{generic.FlowControl}
+	}
 	if generic.Authorization.Authorizer != nil {
 		generic.Authorization.Authorizer = collectionFirst(generic.Authorization.Authorizer)
 	}
