@@ -198,6 +198,9 @@ func BenchmarkAgents(b *testing.B) {
 		allBefore := all.Load()
 		cpuBefore := procs.cpu(b)
 		requestsBefore := kube.take(b)
+		waitBefore := flowControlWait(b)
+		kosRequests := kubeMetrics{client: kosClient(b).RESTClient(), codes: true}
+		kosBefore := kosRequests.take(b)
 		names := make([]string, 0, total)
 		first := seq
 		b.ResetTimer()
@@ -293,6 +296,8 @@ func BenchmarkAgents(b *testing.B) {
 			b.Errorf("profiling kos-apiserver: %v", err)
 		}
 		cpu := procs.cpu(b).since(cpuBefore)
+		figure(b, "kos-apiserver priority and fairness, queue wait by priority level: %s", flowControlWait(b).since(waitBefore))
+		figure(b, "kos-apiserver requests by response code: %s", kosRequests.take(b).since(kosBefore))
 		requests := kube.take(b).since(requestsBefore)
 
 		var latencies, addressing []time.Duration
@@ -557,8 +562,13 @@ func (c cpuTimes) since(before cpuTimes) cpuTimes {
 	return out
 }
 
-// kubeMetrics reads the main cluster's kube-apiserver's /metrics.
-type kubeMetrics struct{ client rest.Interface }
+// kubeMetrics reads an API server's /metrics: the main cluster's
+// kube-apiserver's, or kos-apiserver's. With codes, request counts are
+// told apart by response code too.
+type kubeMetrics struct {
+	client rest.Interface
+	codes  bool
+}
 
 func kubeRequests(b *testing.B) kubeMetrics {
 	kube, err := kubernetes.NewForConfig(testenv.Shared(b).RESTConfig)
@@ -603,7 +613,11 @@ func (k kubeMetrics) take(b *testing.B) requestCounts {
 			continue
 		}
 		resource := strings.Trim(strings.Join([]string{l["group"], l["resource"], l["subresource"]}, "/"), "/")
-		out[l["verb"]+" "+resource] += v
+		key := l["verb"] + " " + resource
+		if k.codes {
+			key += " " + l["code"]
+		}
+		out[key] += v
 	}
 	return out
 }
@@ -941,3 +955,34 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 }
 
 func msec(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// flowControlWait returns kos-apiserver's priority-and-fairness queue wait
+// so far: its apiserver_flowcontrol_request_wait_duration_seconds, sum
+// ("PL s") and count ("PL n") by priority level.
+func flowControlWait(b *testing.B) requestCounts {
+	b.Helper()
+	data, err := kosClient(b).RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		b.Fatalf("scraping kos-apiserver: %v", err)
+	}
+	out := requestCounts{}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		for suffix, unit := range map[string]string{"_sum{": "s", "_count{": "n"} {
+			rest, ok := strings.CutPrefix(line, "apiserver_flowcontrol_request_wait_duration_seconds"+suffix)
+			if !ok {
+				continue
+			}
+			labels, value, _ := strings.Cut(rest, "} ")
+			v, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				b.Fatalf("parsing %q: %v", line, err)
+			}
+			for pair := range strings.SplitSeq(labels, ",") {
+				if level, ok := strings.CutPrefix(pair, "priority_level="); ok {
+					out[strings.Trim(level, `"`)+" "+unit] += v
+				}
+			}
+		}
+	}
+	return out
+}
