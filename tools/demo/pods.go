@@ -26,6 +26,7 @@ import (
 	"github.com/kos-sdn/kos/components/fabric"
 	kosclient "github.com/kos-sdn/kos/components/generated/clientset/versioned"
 	"github.com/kos-sdn/kos/tools/cluster"
+	"github.com/kos-sdn/kos/tools/e2e/podnet/report"
 	"github.com/kos-sdn/kos/tools/images"
 	"github.com/kos-sdn/kos/tools/kosinstall"
 )
@@ -82,16 +83,24 @@ func (d *demo) runPods(ctx context.Context, env *cluster.Cluster, kube kubernete
 	}
 	channel := filepath.Join(tree, rel)
 	fmt.Printf("    %s\n", channel)
+	built := time.Now()
 
-	upgrade := time.Now()
-	say("Upgrade to %s:", podsRelease)
-	if err := d.channelsAt("apply", "channel", channel, "--yes"); err != nil {
+	client, err := kosclient.NewForConfig(env.RESTConfig)
+	if err != nil {
+		return fmt.Errorf("a client of the KOS API: %w", err)
+	}
+	image, err := pushPodImage(ctx, env.Registry)
+	if err != nil {
 		return err
 	}
-	if err := d.waitKOS(ctx, kube, agg); err != nil {
+	apps, err := d.startApps(ctx, env, kube, client, image)
+	defer forgetApps(apps)
+	if err != nil {
 		return err
 	}
-	say("KOS %s is ready, %s after channels started:", podsRelease, time.Since(upgrade).Round(time.Second))
+	if err := d.upgradeUnderApps(ctx, kube, agg, apps, channel); err != nil {
+		return err
+	}
 	if err := d.kubectl("-n", kosinstall.AgentNamespace, "get", "pods", "-o", "wide"); err != nil {
 		return err
 	}
@@ -112,10 +121,6 @@ func (d *demo) runPods(ctx context.Context, env *cluster.Cluster, kube kubernete
 		}
 	}
 
-	image, err := pushPodImage(ctx, env.Registry)
-	if err != nil {
-		return err
-	}
 	manifest, pods := podsManifest(env, image)
 	file := filepath.Join(d.envDir, "kos-pods-demo.yaml")
 	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
@@ -133,10 +138,6 @@ func (d *demo) runPods(ctx context.Context, env *cluster.Cluster, kube kubernete
 	say("The pods run, %s after they were created:", time.Since(created).Round(time.Second))
 	if err := d.kubectl("-n", podsNamespace, "get", "pods", "-o", "wide"); err != nil {
 		return err
-	}
-	client, err := kosclient.NewForConfig(env.RESTConfig)
-	if err != nil {
-		return fmt.Errorf("a client of the KOS API: %w", err)
 	}
 	var names []string
 	for _, p := range pods {
@@ -199,13 +200,7 @@ func (d *demo) runPods(ctx context.Context, env *cluster.Cluster, kube kubernete
 	if err != nil {
 		return err
 	}
-	var r struct {
-		Bytes    int64   `json:"bytes"`
-		Sent     string  `json:"sent"`
-		Received string  `json:"received"`
-		Seconds  float64 `json:"seconds"`
-		MBps     float64 `json:"MBps"`
-	}
+	var r report.Transfer
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		return fmt.Errorf("reading podnet send's report %q: %w", out, err)
 	}
@@ -214,7 +209,7 @@ func (d *demo) runPods(ctx context.Context, env *cluster.Cluster, kube kubernete
 	}
 	fmt.Printf("    %d MiB from %s (%s) to %s (%s) arrived intact (SHA-256 %s…) in %.1f s: %.1f MB/s, through each node's userspace datapath on this %d-core machine, with no MTU set by hand.\n",
 		r.Bytes>>20, from, atts[0].Spec.Node, clusterPods[1], to.Spec.Node, r.Sent[:min(12, len(r.Sent))], r.Seconds, r.MBps, runtime.NumCPU())
-	say("Pods on KOS %s talk across the nodes, %s after this step began (%s of it building and pushing images and writing the release).", podsRelease, time.Since(began).Round(time.Second), upgrade.Sub(began).Round(time.Second))
+	say("Pods on KOS %s talk across the nodes, %s after this step began (%s of it building and pushing images and writing the release).", podsRelease, time.Since(began).Round(time.Second), built.Sub(began).Round(time.Second))
 	return nil
 }
 
@@ -237,7 +232,7 @@ func requireMultus(env *cluster.Cluster) error {
 // reference.
 func pushPodImage(ctx context.Context, registry string) (string, error) {
 	ref := registry + "/demo/podnet:1"
-	say("The pods' image: podnet, a small program that serves a TCP sink, sends to one and reports an interface (tools/e2e/podnet), with this host's ping; built without a container engine and pushed as %s", ref)
+	say("The pods' image: podnet, a small program that serves a TCP sink and an echo, sends to a sink, holds connections to echoes and reports an interface (tools/e2e/podnet), with this host's ping; built without a container engine and pushed as %s", ref)
 	dir, err := os.MkdirTemp("", "kos-demo-podnet-")
 	if err != nil {
 		return "", err

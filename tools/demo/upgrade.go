@@ -104,27 +104,17 @@ func (d *demo) liveUpgrade(ctx context.Context, env *cluster.Cluster, kube kuber
 	}
 
 	say("Start pinging: each guest pings the next on another node, %d times a second, and keeps pinging through the upgrade. Every second a line says how it goes: per pair the replies of the pings sent so far (counted until 2 s ago, leaving each reply time to come), and in all the pings lost and the longest time any pair went without a reply.", time.Second/pingInterval)
-	var pairs []*pingPair
-	for i, from := range guests {
-		to := guests[(i+1)%len(guests)]
-		w, err := kosinstall.WatchPing(from, to.IP, pingInterval)
-		if err != nil {
-			for _, p := range pairs {
-				p.watch.Stop()
-			}
-			return err
-		}
-		pairs = append(pairs, &pingPair{from: from, to: to, watch: w})
+	pairs, stopPings, err := watchPairs(guests)
+	if err != nil {
+		return err
 	}
-	progress := startProgress(pairs)
+	progress := startProgress(pairs, nil)
 	stopped := false
 	stop := func() {
 		if !stopped {
 			stopped = true
 			progress.stop()
-			for _, p := range pairs {
-				p.stats = p.watch.Stop()
-			}
+			stopPings()
 		}
 	}
 	defer stop()
@@ -146,13 +136,7 @@ func (d *demo) liveUpgrade(ctx context.Context, env *cluster.Cluster, kube kuber
 	sleep(ctx, quietTime)
 	stop()
 
-	var longest time.Duration
-	sent, lost := 0, 0
-	for _, p := range pairs {
-		longest = max(longest, p.stats.LongestGap)
-		sent += p.stats.Sent
-		lost += p.stats.Lost
-	}
+	longest, lost, sent := pairTotals(pairs)
 	say("The upgrade took %s, from channels apply to every %s pod Ready and the %s agent gone. The pings through it, from %s before to %s after:", took.Round(time.Second), newRelease, oldRelease, quietTime, quietTime)
 	for _, p := range pairs {
 		fmt.Printf("    %s (%s) -> %s (%s): %d of %d lost, longest gap %s\n", p.from.Attachment.Name, p.from.Attachment.Spec.Node, p.to.Attachment.Name, p.to.Attachment.Spec.Node, p.stats.Lost, p.stats.Sent, seconds(p.stats.LongestGap))
@@ -250,16 +234,18 @@ type pingPair struct {
 	stats kosinstall.PingStats
 }
 
-// progress prints a line every second on how the pings go, until stop.
+// progress prints a line every second on how the pings go, and what extra
+// adds, until stop.
 type progress struct {
 	pairs   []*pingPair
+	extra   func() string
 	started time.Time
 	quit    chan struct{}
 	done    chan struct{}
 }
 
-func startProgress(pairs []*pingPair) *progress {
-	p := &progress{pairs: pairs, started: time.Now(), quit: make(chan struct{}), done: make(chan struct{})}
+func startProgress(pairs []*pingPair, extra func() string) *progress {
+	p := &progress{pairs: pairs, extra: extra, started: time.Now(), quit: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		ticker := time.NewTicker(time.Second)
@@ -271,7 +257,11 @@ func startProgress(pairs []*pingPair) *progress {
 			case now := <-ticker.C:
 				// One write per line, so that the lines of channels,
 				// which writes to the same terminal, stay whole.
-				fmt.Print(progressLine(now.Sub(p.started), p.stats()) + "\n")
+				line := progressLine(now.Sub(p.started), p.stats())
+				if p.extra != nil {
+					line += p.extra()
+				}
+				fmt.Print(line + "\n")
 			}
 		}
 	}()
@@ -315,9 +305,11 @@ func progressLine(elapsed time.Duration, pairs []pairStats) string {
 	return b.String()
 }
 
-// short is a guest's short name in progress lines: "a" for guest-a.
+// short is a guest's short name in progress lines: "a" for guest-a or
+// app-a.
 func short(g *kosinstall.Guest) string {
-	return strings.TrimPrefix(g.Attachment.Name, "guest-")
+	name := g.Attachment.Name
+	return name[strings.LastIndex(name, "-")+1:]
 }
 
 // seconds formats d in seconds with one decimal, "0.4s".
