@@ -103,16 +103,23 @@ spec:
 		apps = append(apps, g)
 		fmt.Printf("    %s: %s %s (%s) on %s into pod %s\n", att.Name, att.Status.IfcName, att.Status.IPv4, att.Status.MACAddress, att.Spec.Node, pod.Name)
 	}
-	for i, from := range apps {
-		to := apps[(i+1)%len(apps)]
+	return apps, awaitRing(ctx, apps)
+}
+
+// awaitRing waits until each guest has a reply from the next (in order,
+// round): the first packets of a new tunnel may be lost while the userspace
+// datapath learns its neighbour.
+func awaitRing(ctx context.Context, guests []*kosinstall.Guest) error {
+	for i, from := range guests {
+		to := guests[(i+1)%len(guests)]
 		if err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
 			got, err := from.Ping(ctx, to.IP, 1, time.Second)
 			return got == 1, err
 		}); err != nil {
-			return apps, fmt.Errorf("no reply from %s to pod %s across the nodes: %w", to.IP, from.Attachment.Name, err)
+			return fmt.Errorf("no reply from %s to %s across the nodes: %w", to.IP, from.Attachment.Name, err)
 		}
 	}
-	return apps, nil
+	return nil
 }
 
 // forgetApps removes the names startApps gave the pods' network namespaces
@@ -136,18 +143,9 @@ func (d *demo) upgradeUnderApps(ctx context.Context, kube kubernetes.Interface, 
 	}
 	defer chats.stop()
 	say("Start the traffic: each pod pings the next on another node %d times a second, and holds %d TCP connections to the next one's echo (podnet chat, a line each way every 100 ms, each checked). Every second a line says how it goes; tcp is the connections alive of those opened, and the longest a connection waited for an echo.", time.Second/pingInterval, chatConns)
-	pairs, stopPings, err := watchPairs(apps)
+	pairs, stop, err := startTraffic(apps, chats.summary)
 	if err != nil {
 		return err
-	}
-	progress := startProgress(pairs, chats.summary)
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			progress.stop()
-			stopPings()
-		}
 	}
 	defer stop()
 	sleep(ctx, quietTime)
@@ -184,12 +182,13 @@ func (d *demo) upgradeUnderApps(ctx context.Context, kube kubernetes.Interface, 
 	return nil
 }
 
-// watchPairs starts each guest pinging the next (in order, round) and
-// returns the pairs and a function that stops them all, after which each
-// pair's stats hold what it measured.
-func watchPairs(guests []*kosinstall.Guest) ([]*pingPair, func(), error) {
+// startTraffic starts each guest pinging the next (in order, round), and a
+// progress line every second with what extra adds (if not nil). It returns
+// the pairs and a function that stops it all, after which each pair's stats
+// hold what it measured.
+func startTraffic(guests []*kosinstall.Guest, extra func() string) ([]*pingPair, func(), error) {
 	var pairs []*pingPair
-	stop := func() {
+	stopPings := func() {
 		for _, p := range pairs {
 			p.stats = p.watch.Stop()
 		}
@@ -198,12 +197,16 @@ func watchPairs(guests []*kosinstall.Guest) ([]*pingPair, func(), error) {
 		to := guests[(i+1)%len(guests)]
 		w, err := kosinstall.WatchPing(from, to.IP, pingInterval)
 		if err != nil {
-			stop()
+			stopPings()
 			return nil, nil, err
 		}
 		pairs = append(pairs, &pingPair{from: from, to: to, watch: w})
 	}
-	return pairs, sync.OnceFunc(stop), nil
+	progress := startProgress(pairs, extra)
+	return pairs, sync.OnceFunc(func() {
+		progress.stop()
+		stopPings()
+	}), nil
 }
 
 // pairTotals returns the longest gap and the pings lost and sent of the

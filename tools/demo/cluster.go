@@ -223,17 +223,8 @@ spec:
 		guests = append(guests, g)
 		fmt.Printf("    %s: %s %s (%s) on %s into namespace %s\n", att.Name, att.Status.IfcName, att.Status.IPv4, att.Status.MACAddress, att.Spec.Node, g.Name)
 	}
-	// The first packets of a new tunnel may be lost while the userspace
-	// datapath learns its neighbour: wait for a first reply of each pair
-	// the upgrade watches.
-	for i, from := range guests {
-		to := guests[(i+1)%len(guests)]
-		if err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
-			got, err := from.Ping(ctx, to.IP, 1, time.Second)
-			return got == 1, err
-		}); err != nil {
-			return nil, fmt.Errorf("no reply from %s to %s across the nodes: %w", to.IP, from.Name, err)
-		}
+	if err := awaitRing(ctx, guests); err != nil {
+		return nil, err
 	}
 	fmt.Printf("\n$ ip netns exec %s ping -c 3 %s\n", guests[0].Name, guests[1].IP)
 	ping := guests[0].Command(ctx, "ping", "-c", "3", "-W", "2", guests[1].IP.String())

@@ -104,18 +104,9 @@ func (d *demo) liveUpgrade(ctx context.Context, env *cluster.Cluster, kube kuber
 	}
 
 	say("Start pinging: each guest pings the next on another node, %d times a second, and keeps pinging through the upgrade. Every second a line says how it goes: per pair the replies of the pings sent so far (counted until 2 s ago, leaving each reply time to come), and in all the pings lost and the longest time any pair went without a reply.", time.Second/pingInterval)
-	pairs, stopPings, err := watchPairs(guests)
+	pairs, stop, err := startTraffic(guests, nil)
 	if err != nil {
 		return err
-	}
-	progress := startProgress(pairs, nil)
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			progress.stop()
-			stopPings()
-		}
 	}
 	defer stop()
 	sleep(ctx, quietTime)
