@@ -56,9 +56,10 @@ const (
 // by a Job of the CronJob, the etcd volumes lost and restored from S3 with
 // the doc's own commands, every object back and the network working; an
 // agent restarted while the KOS API is away, which is not killed and
-// becomes Ready once the API is back; and the KOS API down, which stalls a
+// becomes Ready once the API is back; the KOS API down, which stalls a
 // namespace's deletion until the documented emergency step, and the way
-// back.
+// back; and the uninstall of docs/install.md, after which every node is as
+// it was before the install.
 func TestIntegrationOperate(t *testing.T) {
 	began := time.Now()
 	root, err := testenv.RepoRoot()
@@ -192,9 +193,11 @@ func (o *operate) testBackupRestore(t *testing.T) {
 	if diff := cmp.Diff(o.objects(t, ""), before); diff != "" {
 		t.Errorf("the KOS objects after the restore differ from those backed up (-got +want):\n%s", diff)
 	}
-	// The doc: "then run channels apply as usual".
-	out := o.channelsCLI(t, append(append([]string{"apply", "channel"}, o.channels...), "--yes")...)
-	t.Logf("channels apply after the restore says no update required: %t", strings.Contains(out, "No update required"))
+	// As docs/backup.md says, channels apply of the installed release
+	// changes nothing.
+	if out := o.channelsCLI(t, append(append([]string{"apply", "channel"}, o.channels...), "--yes")...); !strings.Contains(out, "No update required") {
+		t.Errorf("channels apply after the restore has something to do:\n%s", out)
+	}
 	checkPings(t, o.guestsOf("blue"), 3, 1, time.Minute)
 }
 
@@ -470,9 +473,14 @@ func (o *operate) testAPIDown(t *testing.T) {
 	// APIService is made again.
 	back := time.Now()
 	o.scaleAPIServer(t, 2)
+	// As docs/operations.md says, channels apply of the installed
+	// release does not make the APIService again; a daemon that repairs
+	// drift does.
 	out = o.channelsCLI(t, append(append([]string{"apply", "channel"}, o.channels...), "--yes")...)
 	_, err = o.agg.ApiregistrationV1().APIServices().Get(ctx, kosinstall.APIService, metav1.GetOptions{})
-	t.Logf("after channels apply --yes: no update required %t, APIService: %v", strings.Contains(out, "No update required"), err)
+	if !strings.Contains(out, "No update required") || !apierrors.IsNotFound(err) {
+		t.Errorf("channels apply --yes with the APIService deleted: APIService %v; want No update required and none made:\n%s", err, out)
+	}
 	daemonCtx, stop := context.WithCancel(ctx)
 	var stdout, stderr bytes.Buffer
 	done := make(chan int, 1)
@@ -633,6 +641,12 @@ func forwardTCP(t, owner *testing.T, addr netip.Addr, target string) string {
 func (o *operate) testUninstall(t *testing.T) {
 	ctx := t.Context()
 	began := time.Now()
+	// The check sees what KOS did to each node.
+	for _, n := range o.env.Nodes {
+		if during := hostState(t, n); during == o.hostsBefore[n.Name] {
+			t.Errorf("node %s with KOS installed is as before the install:\n%s", n.Name, during)
+		}
+	}
 	ds, err := o.kube.AppsV1().DaemonSets(kosinstall.AgentNamespace).Get(ctx, "kos-agent", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -682,7 +696,8 @@ var hostPathsKOSUses = []string{"/opt/cni/bin/kos", "/var/run/kos", "/var/lib/ko
 // hostState describes what of node n KOS may change: its network
 // namespace's interfaces (but those of the cluster's own CNI, bridge cni0
 // and its pods' veths, which come and go with pods) with their addresses,
-// and the files under hostPathsKOSUses (an empty folder counts as none).
+// its IPv4 routes (but cni0's), and the files under hostPathsKOSUses (an
+// empty folder counts as none).
 func hostState(t *testing.T, n *cluster.Node) string {
 	t.Helper()
 	ctx := t.Context()
@@ -715,6 +730,15 @@ func hostState(t *testing.T, n *cluster.Node) string {
 			continue
 		}
 		fmt.Fprintf(&b, "address %s %s %s\n", f[1], f[2], f[3])
+	}
+	routes, err := node.Run(ctx, "ip", "-4", "route", "show")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(strings.TrimSpace(routes), "\n") {
+		if !strings.Contains(line+" ", " dev cni0 ") {
+			fmt.Fprintf(&b, "route %s\n", strings.TrimSpace(line))
+		}
 	}
 	for _, p := range hostPathsKOSUses {
 		root := n.HostPath(p)
