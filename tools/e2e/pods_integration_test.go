@@ -322,6 +322,10 @@ func (p *podsTest) testPodsInjection(t *testing.T) {
 				}
 				return nil
 			}
+			// Count the frames on n2's wire, so that "none arrived" means
+			// the switch refused them, not that they never reached the
+			// node.
+			wire := countOnWire(t, n2, from)
 			var err error
 			if netns == "" {
 				err = send()
@@ -330,6 +334,9 @@ func (p *podsTest) testPodsInjection(t *testing.T) {
 			}
 			if err != nil {
 				t.Fatalf("injecting from %s: %v", from, err)
+			}
+			if got := wire(); got < 20 {
+				t.Errorf("injecting from %s: %d of 20 frames reached %s's eth0, so what the pods count says nothing of KOS's filter", from, got, n2.Name)
 			}
 		}
 	}
@@ -372,8 +379,11 @@ func (p *podsTest) testPodsInjection(t *testing.T) {
 		}
 	}
 	// The non-member node's frames reach the switch's tunnel and are
-	// counted there; the host's may already be dropped on their way (what
-	// the test requires of them is that none arrives).
+	// counted there. The host's reach the node's eth0 (counted above, with
+	// the host's neighbour entry holding the node's MAC) and none arrives,
+	// but the counter does not see them: they go before the tunnel port's
+	// flows, for a reason not yet found, so the test requires no more of
+	// the counter than the 20 of the non-member node.
 	after := p.agentCounter(t, n2, "kos_agent_tunnel_drops_total")
 	t.Logf("%s's kos_agent_tunnel_drops_total: %v before, %v after the 40 injected frames", n2.Name, tunnelDrops, after)
 	if after < tunnelDrops+20 {
@@ -381,6 +391,39 @@ func (p *podsTest) testPodsInjection(t *testing.T) {
 	}
 	if after := p.agentCounter(t, n1, "kos_agent_spoofed_drops_total"); after < spoofDrops+40 {
 		t.Errorf("%s's kos_agent_spoofed_drops_total went from %v to %v, want at least the 40 spoofed datagrams more", n1.Name, spoofDrops, after)
+	}
+}
+
+// countOnWire counts the VXLAN datagrams from src that reach node n's eth0,
+// with a rule of the raw table's PREROUTING in the node's network namespace
+// (which sees what arrives there before Open vSwitch's userspace datapath
+// or the node's stack take it). It returns a function that removes the
+// rule and returns the count.
+func countOnWire(t *testing.T, n *cluster.Node, src netip.Addr) func() int {
+	t.Helper()
+	rule := []string{"PREROUTING", "-i", "eth0", "-s", src.String(), "-p", "udp", "--dport", "4789", "-m", "comment", "--comment", "kos-e2e-injection"}
+	ipt := func(args ...string) string {
+		out, err := exec.Command("ip", append([]string{"netns", "exec", n.Netns, "iptables", "-w", "-t", "raw"}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("node %s: iptables -t raw %s: %v: %s", n.Name, strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	ipt(append([]string{"-I"}, rule...)...)
+	return func() int {
+		out := ipt("-L", "PREROUTING", "-v", "-x", "-n")
+		ipt(append([]string{"-D"}, rule...)...)
+		for line := range strings.SplitSeq(out, "\n") {
+			if f := strings.Fields(line); len(f) > 0 && strings.Contains(line, "kos-e2e-injection") {
+				got, err := strconv.Atoi(f[0])
+				if err != nil {
+					t.Fatalf("node %s: no packet count in %q", n.Name, line)
+				}
+				return got
+			}
+		}
+		t.Fatalf("node %s: the counting rule is gone from PREROUTING:\n%s", n.Name, out)
+		return 0
 	}
 }
 
