@@ -188,8 +188,7 @@ func (d *Daemon) checkDrift(ctx context.Context, plan *Plan, full bool) (DriftRe
 		item    PlanItem
 		state   *addonDrift
 		targets []*target
-		// listed holds what the lists found; nil when every object is
-		// looked at.
+		// listed holds what the lists found; nil when they failed.
 		listed map[objectKey]listedObject
 	}
 	var repairs []repair
@@ -212,7 +211,15 @@ func (d *Daemon) checkDrift(ctx context.Context, plan *Plan, full bool) (DriftRe
 			st = &addonDrift{release: releaseOf(a), targets: targets, seen: map[objectKey]string{}, reported: reported}
 			d.drift.addons[a.Name] = st
 			res.Checked += len(targets)
-			repairs = append(repairs, repair{item: it, state: st, targets: targets})
+			// Every object is applied again; what the lists find tells
+			// which of those applies repaired drift, for the counts. A
+			// failed list only leaves the counts out.
+			listed, err := d.listFingerprints(ctx, a.Name, st)
+			if err != nil {
+				klog.FromContext(ctx).V(1).Info("Listing for the drift counts failed", "addon", a.Name, "err", err)
+				listed = nil
+			}
+			repairs = append(repairs, repair{item: it, state: st, targets: targets, listed: listed})
 			continue
 		}
 		listed, err := d.listFingerprints(ctx, a.Name, st)
@@ -313,6 +320,9 @@ func (d *Daemon) checkDrift(ctx context.Context, plan *Plan, full bool) (DriftRe
 				case !listed:
 					res.Deleted++
 					r.report(EventNote, name, "Repaired %s: it was deleted", t.key)
+				case isNamespace(t.key):
+					// Only its deletion is drift (see above); an apply
+					// may take its labels from another addon's.
 				case out.GetResourceVersion() != before.resourceVersion:
 					// The apply changed it back. (A change the apply
 					// leaves alone, such as a controller's annotation, is

@@ -93,7 +93,11 @@ the metric channels_drifted_object; --drift=repair re-applies the object;
 channels.kos.example.com/drift (repair, report or off) overrides --drift for
 it, and one annotated channels.kos.example.com/create-only: "true" is
 applied only when it does not exist, by installs, updates and repairs
-alike.
+alike. Without --interval, a run applies only addons whose release is
+newer, and an object deleted by hand stays deleted; --drift=repair --yes
+(no --interval) makes one daemon pass instead: it applies what is pending,
+re-applies every object of the installed addons, says how many it repaired
+and exits (--drift=report only reports them).
 
 An object that two addons of the channels declare, or that carries the
 channels.kos.example.com/addon label of another addon that still declares
@@ -131,6 +135,9 @@ with its current and offered release, whether it applies (apply) and why
   # Apply it.
   channels apply channel ./bootstrap-channel.yaml --yes
 
+  # Make again what someone deleted or changed of the installed addons, once.
+  channels apply channel ./bootstrap-channel.yaml --yes --drift=repair
+
   # As a daemon on a control-plane node, as kOps runs channels.
   channels apply channel s3://my-state-store/cluster/addons/bootstrap-channel.yaml --yes \
       --interval 1m --metrics-bind-address 127.0.0.1:8089 --node-name "$NODE_NAME" \
@@ -150,18 +157,18 @@ with its current and offered release, whether it applies (apply) and why
 				return cmdline.UsageErrorf(cmd, "--timeout must be positive, such as 5m")
 			}
 			opts := channels.ApplyOptions{Wait: wait, Timeout: timeout}
-			isDaemon, err := daemon.validate(cmd, yes)
+			isDaemon, once, err := daemon.validate(cmd, yes)
 			if err != nil {
 				return err
 			}
-			if isDaemon && allowDowngrade {
-				return cmdline.UsageErrorf(cmd, "--allow-downgrade is a one-off choice: run it without --interval")
+			if (isDaemon || once) && allowDowngrade {
+				return cmdline.UsageErrorf(cmd, "--allow-downgrade is a one-off choice: run it without --interval or --drift")
 			}
-			if isDaemon {
+			if isDaemon || once {
 				if cmd.Flags().Changed("output") || diff {
-					return cmdline.UsageErrorf(cmd, "--interval prints progress lines: -o and --diff do not apply")
+					return cmdline.UsageErrorf(cmd, "--interval and --drift print progress lines: -o and --diff do not apply")
 				}
-				return o.runDaemon(cmd.Context(), args, daemon, opts)
+				return o.runDaemon(cmd.Context(), args, daemon, opts, once)
 			}
 			return o.applyChannels(cmd, args, yes, diff, out, channels.DecideOptions{AllowDowngrade: allowDowngrade}, opts)
 		},

@@ -40,38 +40,47 @@ func addDaemonFlags(cmd *cobra.Command) *daemonFlags {
 	cmd.Flags().StringVar(&f.nodeName, "node-name", "", "With --interval, the node to set --node-labels on, as kOps runs channels on each control-plane node")
 	cmd.Flags().StringVar(&f.nodeLabels, "node-labels", "", "With --node-name, labels every pass sets on that node, comma-separated: key=value sets a value; a bare key, as kOps passes node-role.kubernetes.io/control-plane, adds the label with an empty value when the node lacks it and leaves its value alone otherwise")
 	cmd.Flags().IntVar(&f.fullCheckEvery, "full-check-every", channels.DefaultFullCheckEvery, "With --interval, re-apply every object of the installed addons every this many passes; the passes between re-apply only objects whose metadata changed")
-	cmd.Flags().StringVar(&f.drift, "drift", string(channels.DefaultDrift), "With --interval, what to do with objects of installed addons someone changed or deleted: report (a Warning Event, reason Drifted, on the object and the metric channels_drifted_object; nothing is changed, as kOps leaves edits until a new version), repair (re-apply them) or off; an object's annotation "+channels.DriftAnnotation+" overrides it")
+	cmd.Flags().StringVar(&f.drift, "drift", string(channels.DefaultDrift), "What to do with objects of installed addons someone changed or deleted, at each pass of --interval or, given without it (and with --yes), in one pass that checks every object and exits: report (a Warning Event, reason Drifted, on the object and the metric channels_drifted_object; nothing is changed, as kOps leaves edits until a new version), repair (re-apply them) or off; an object's annotation "+channels.DriftAnnotation+" overrides it")
 	return f
 }
 
 // validate checks the daemon flags; it returns whether they ask for a
-// daemon.
-func (f *daemonFlags) validate(cmd *cobra.Command, yes bool) (bool, error) {
+// daemon, and whether for one pass of it (--drift without --interval).
+func (f *daemonFlags) validate(cmd *cobra.Command, yes bool) (daemon, once bool, err error) {
 	if !cmd.Flags().Changed("interval") {
-		for _, name := range []string{"health-bind-address", "metrics-bind-address", "node-name", "node-labels", "full-check-every", "drift"} {
+		for _, name := range []string{"health-bind-address", "metrics-bind-address", "node-name", "node-labels", "full-check-every"} {
 			if cmd.Flags().Changed(name) {
-				return false, cmdline.UsageErrorf(cmd, "--%s needs --interval", name)
+				return false, false, cmdline.UsageErrorf(cmd, "--%s needs --interval", name)
 			}
 		}
-		return false, nil
+		if !cmd.Flags().Changed("drift") {
+			return false, false, nil
+		}
+		if !yes {
+			return false, false, cmdline.UsageErrorf(cmd, "--drift without --interval checks every object once and acts on it: it needs --yes")
+		}
+		if _, err := channels.ParseDriftMode(f.drift); err != nil {
+			return false, false, cmdline.UsageErrorf(cmd, "--drift: %v", err)
+		}
+		return false, true, nil
 	}
 	switch {
 	case f.interval <= 0:
-		return false, cmdline.UsageErrorf(cmd, "--interval must be positive, such as 1m")
+		return false, false, cmdline.UsageErrorf(cmd, "--interval must be positive, such as 1m")
 	case !yes:
-		return false, cmdline.UsageErrorf(cmd, "--interval applies changes again and again: it needs --yes")
+		return false, false, cmdline.UsageErrorf(cmd, "--interval applies changes again and again: it needs --yes")
 	case f.fullCheckEvery <= 0:
-		return false, cmdline.UsageErrorf(cmd, "--full-check-every must be 1 or more")
+		return false, false, cmdline.UsageErrorf(cmd, "--full-check-every must be 1 or more")
 	case f.nodeLabels != "" && f.nodeName == "":
-		return false, cmdline.UsageErrorf(cmd, "--node-labels needs --node-name")
+		return false, false, cmdline.UsageErrorf(cmd, "--node-labels needs --node-name")
 	}
 	if _, err := channels.ParseDriftMode(f.drift); err != nil {
-		return false, cmdline.UsageErrorf(cmd, "--drift: %v", err)
+		return false, false, cmdline.UsageErrorf(cmd, "--drift: %v", err)
 	}
 	if _, _, err := parseNodeLabels(f.nodeLabels); err != nil {
-		return false, cmdline.UsageErrorf(cmd, "--node-labels %q: %v; give key or key=value, comma-separated", f.nodeLabels, err)
+		return false, false, cmdline.UsageErrorf(cmd, "--node-labels %q: %v; give key or key=value, comma-separated", f.nodeLabels, err)
 	}
-	return true, nil
+	return true, false, nil
 }
 
 // parseNodeLabels reads --node-labels: key=value pairs, and bare keys, which
@@ -106,7 +115,10 @@ func parseNodeLabels(s string) (map[string]string, []string, error) {
 }
 
 // runDaemon applies the channels every interval until ctx is cancelled.
-func (o *options) runDaemon(ctx context.Context, locations []string, f *daemonFlags, apply channels.ApplyOptions) error {
+// runDaemon runs channels as a daemon, or with once a single pass of it:
+// what is pending is applied, and every object of the installed addons is
+// checked for drift and handled as --drift says.
+func (o *options) runDaemon(ctx context.Context, locations []string, f *daemonFlags, apply channels.ApplyOptions, once bool) error {
 	cfg, err := o.restConfig()
 	if err != nil {
 		return err
@@ -121,9 +133,13 @@ func (o *options) runDaemon(ctx context.Context, locations []string, f *daemonFl
 			fmt.Fprintln(o.stdout, stamp(e.String()))
 		}
 	}
+	interval := f.interval
+	if once {
+		interval = time.Minute // no second pass is made
+	}
 	d, err := channels.NewDaemon(cfg, channels.DaemonOptions{
 		Locations: locations,
-		Interval:  f.interval,
+		Interval:  interval,
 		Apply:     apply,
 		// The kubeconfig is read again each pass, for rotated credentials.
 		RESTConfig:     o.restConfig,
@@ -144,6 +160,15 @@ func (o *options) runDaemon(ctx context.Context, locations []string, f *daemonFl
 	})
 	if err != nil {
 		return err
+	}
+	if once {
+		// The first pass checks every object (a full check).
+		r := d.Pass(ctx)
+		if r.Err != nil {
+			return r.Err
+		}
+		fmt.Fprintf(o.stdout, "applied %d addons; %d objects repaired, %d reported drifted (--drift=%s)\n", len(r.Applied), r.Drift.Changed+r.Drift.Deleted, r.Drift.Reported, f.drift)
+		return nil
 	}
 	if f.healthAddress != "" && f.healthAddress != f.metricsAddress {
 		stop, err := o.serve(f.healthAddress, d.HealthHandler(), "/healthz and /readyz")
