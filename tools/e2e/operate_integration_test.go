@@ -24,7 +24,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 
-	"github.com/kos-sdn/kos/channels/cli"
 	networkv1alpha1 "github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/tools/cluster"
 	"github.com/kos-sdn/kos/tools/kosinstall"
@@ -474,30 +473,20 @@ func (o *operate) testAPIDown(t *testing.T) {
 	back := time.Now()
 	o.scaleAPIServer(t, 2)
 	// As docs/operations.md says, channels apply of the installed
-	// release does not make the APIService again; a daemon that repairs
+	// release does not make the APIService again; one pass that repairs
 	// drift does.
 	out = o.channelsCLI(t, append(append([]string{"apply", "channel"}, o.channels...), "--yes")...)
 	_, err = o.agg.ApiregistrationV1().APIServices().Get(ctx, kosinstall.APIService, metav1.GetOptions{})
 	if !strings.Contains(out, "No update required") || !apierrors.IsNotFound(err) {
 		t.Errorf("channels apply --yes with the APIService deleted: APIService %v; want No update required and none made:\n%s", err, out)
 	}
-	daemonCtx, stop := context.WithCancel(ctx)
-	var stdout, stderr bytes.Buffer
-	done := make(chan int, 1)
-	args := append(append([]string{"apply", "channel"}, o.channels...), "--yes", "--interval=5s", "--drift=repair", "--health-bind-address=", "--kubeconfig", o.env.Kubeconfig)
-	go func() { done <- cli.Main(daemonCtx, args, &stdout, &stderr) }()
+	out = o.channelsCLI(t, append(append([]string{"apply", "channel"}, o.channels...), "--yes", "--drift=repair")...)
+	if !strings.Contains(out, "objects repaired") || strings.Contains(out, " 0 objects repaired") {
+		t.Errorf("channels apply --yes --drift=repair with the APIService deleted repaired nothing:\n%s", out)
+	}
 	poll.Until(t, 3*time.Minute, "KOS ready again", func(ctx context.Context) error {
-		select {
-		case code := <-done:
-			done <- code
-			return fmt.Errorf("the channels daemon ended: exit code %d", code)
-		default:
-		}
 		return kosinstall.Ready(ctx, o.kube, o.agg)
 	})
-	stop()
-	code := <-done
-	t.Logf("channels %s: exit code %d\n%s%s", strings.Join(args, " "), code, stdout.String(), stderr.String())
 	figure(t, "operate-api-back", time.Since(back))
 	figure(t, "operate-api-down-whole", time.Since(down))
 
