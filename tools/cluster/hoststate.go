@@ -362,12 +362,18 @@ func unmountUnder(dir string) error {
 }
 
 // mountPointsUnder lists the mount points at or below dir, deepest first.
+// The mount table holds paths with symbolic links resolved, so dir is
+// resolved too: a checkout whose .cache links elsewhere has its nodes'
+// mounts under the link's target.
 func mountPointsUnder(dir string) ([]string, error) {
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil, fmt.Errorf("reading the mount table: %w", err)
 	}
 	dir = filepath.Clean(dir)
+	if resolved, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = resolved
+	}
 	var points []string
 	for line := range strings.SplitSeq(string(data), "\n") {
 		fields := strings.Fields(line)
