@@ -346,6 +346,11 @@ func sysctlPath(name string) string {
 	return filepath.Join(sysctlDir, strings.ReplaceAll(name, ".", "/"))
 }
 
+// UnmountUnder detaches every mount at or below dir, deepest first: what
+// a node left mounted in its folder (its mount namespace) when it was not
+// stopped through its record, before the folder is removed.
+func UnmountUnder(dir string) error { return unmountUnder(dir) }
+
 // unmountUnder detaches every mount at or below dir, deepest first.
 func unmountUnder(dir string) error {
 	points, err := mountPointsUnder(dir)

@@ -320,6 +320,11 @@ func purgeDir(o *options, purge bool) error {
 	if !purge {
 		return nil
 	}
+	// A node stopped without its record may have left its mount
+	// namespace mounted in the folder.
+	if err := cluster.UnmountUnder(o.dir); err != nil {
+		return fmt.Errorf("removing %s: %w", o.dir, err)
+	}
 	if err := os.RemoveAll(o.dir); err != nil {
 		return fmt.Errorf("removing %s: %w", o.dir, err)
 	}
