@@ -230,7 +230,7 @@ func (c *cleanup) deleteBridges(ctx context.Context, runDir, which string, bridg
 		if !exists {
 			continue
 		}
-		if _, err := ovsTool(ctx, runDir, "ovs-vsctl", "--timeout=30", "--if-exists", "del-br", br); err != nil {
+		if _, err := nodeovs.RunTool(ctx, runDir, "ovs-vsctl", "--timeout=30", "--if-exists", "del-br", br); err != nil {
 			return fmt.Errorf("deleting bridge %s: %w", br, err)
 		}
 		c.changed("Deleted bridge %s with its ports from %s", br, which)
@@ -301,7 +301,7 @@ func (c *cleanup) deleteFromDatabase(ctx context.Context, db string, hostOVSRuns
 	}
 	defer os.RemoveAll(runDir)
 	common := []string{"--no-chdir", "--detach", "-vconsole:off", "-vsyslog:off", "-vfile:info"}
-	if _, err := ovsTool(ctx, runDir, "ovsdb-server", append([]string{db,
+	if _, err := nodeovs.RunTool(ctx, runDir, "ovsdb-server", append([]string{db,
 		"--remote=punix:" + filepath.Join(runDir, "db.sock"),
 		"--pidfile=" + filepath.Join(runDir, "ovsdb-server.pid"),
 		"--log-file=" + filepath.Join(runDir, "ovsdb-server.log")}, common...)...); err != nil {
@@ -316,11 +316,11 @@ func (c *cleanup) deleteFromDatabase(ctx context.Context, db string, hostOVSRuns
 			if cleanupDatapath {
 				exit = append(exit, "--cleanup")
 			}
-			if _, serr := ovsTool(stopCtx, runDir, "ovs-appctl", exit...); serr != nil {
+			if _, serr := nodeovs.RunTool(stopCtx, runDir, "ovs-appctl", exit...); serr != nil {
 				err = errors.Join(err, fmt.Errorf("stopping ovs-vswitchd: %w", serr))
 			}
 		}
-		if _, serr := ovsTool(stopCtx, runDir, "ovs-appctl", "--timeout=30", "-t", "ovsdb-server", "exit"); serr != nil {
+		if _, serr := nodeovs.RunTool(stopCtx, runDir, "ovs-appctl", "--timeout=30", "-t", "ovsdb-server", "exit"); serr != nil {
 			err = errors.Join(err, fmt.Errorf("stopping ovsdb-server: %w", serr))
 		}
 	}()
@@ -341,7 +341,7 @@ func (c *cleanup) deleteFromDatabase(ctx context.Context, db string, hostOVSRuns
 		c.say("Not starting Open vSwitch on %s: the node's own one runs and owns the kernel's datapath", c.node(db))
 		return false, nil
 	}
-	if _, err := ovsTool(ctx, runDir, "ovs-vswitchd", append([]string{"unix:" + filepath.Join(runDir, "db.sock"),
+	if _, err := nodeovs.RunTool(ctx, runDir, "ovs-vswitchd", append([]string{"unix:" + filepath.Join(runDir, "db.sock"),
 		"--pidfile=" + filepath.Join(runDir, "ovs-vswitchd.pid"),
 		"--log-file=" + filepath.Join(runDir, "ovs-vswitchd.log")}, common...)...); err != nil {
 		return false, fmt.Errorf("starting ovs-vswitchd on %s: %w", db, err)
@@ -523,7 +523,7 @@ func dialUnix(path string) error {
 
 // bridgeExists asks the Open vSwitch in runDir whether bridge exists.
 func bridgeExists(ctx context.Context, runDir, bridge string) (bool, error) {
-	_, err := ovsTool(ctx, runDir, "ovs-vsctl", "--timeout=30", "br-exists", bridge)
+	_, err := nodeovs.RunTool(ctx, runDir, "ovs-vsctl", "--timeout=30", "br-exists", bridge)
 	var exit *exec.ExitError
 	if errors.As(err, &exit) && exit.ExitCode() == 2 {
 		return false, nil
@@ -538,7 +538,7 @@ func bridgeExists(ctx context.Context, runDir, bridge string) (bool, error) {
 // with its datapath_type ("" for the default, the kernel's). It needs
 // ovsdb-server only.
 func bridgeDatapaths(ctx context.Context, runDir string) (map[string]string, error) {
-	out, err := ovsTool(ctx, runDir, "ovs-vsctl", "--timeout=30", "--no-wait", "--format=csv", "--data=bare", "--no-headings", "--columns=name,datapath_type", "list", "Bridge")
+	out, err := nodeovs.RunTool(ctx, runDir, "ovs-vsctl", "--timeout=30", "--no-wait", "--format=csv", "--data=bare", "--no-headings", "--columns=name,datapath_type", "list", "Bridge")
 	if err != nil {
 		return nil, fmt.Errorf("listing bridges: %w", err)
 	}
@@ -560,38 +560,4 @@ func parseBridgeDatapaths(out string) (map[string]string, error) {
 		bridges[strings.Trim(name, `"`)] = strings.Trim(dp, `"`)
 	}
 	return bridges, nil
-}
-
-// ovsTool runs an Open vSwitch program against the instance whose run dir
-// is runDir, found on PATH or in the sbin folders that a PATH may lack, and
-// returns its standard output; the error holds what it said on
-// standard error.
-func ovsTool(ctx context.Context, runDir, name string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	program, err := exec.LookPath(name)
-	if err != nil {
-		for _, dir := range []string{"/usr/sbin", "/usr/local/sbin", "/sbin"} {
-			if _, serr := os.Stat(filepath.Join(dir, name)); serr == nil {
-				program, err = filepath.Join(dir, name), nil
-				break
-			}
-		}
-		if err != nil {
-			return "", fmt.Errorf("%s not found on PATH or in the sbin folders", name)
-		}
-	}
-	cmd := exec.CommandContext(ctx, program, args...)
-	cmd.Env = append(os.Environ(), "OVS_RUNDIR="+runDir, "OVS_DBDIR="+runDir, "OVS_LOGDIR="+runDir)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		msg := name + " " + strings.Join(args, " ")
-		if said := strings.TrimSpace(stderr.String()); said != "" {
-			msg += " (" + said + ")"
-		}
-		return "", fmt.Errorf("%s: %w", msg, err)
-	}
-	return strings.TrimSpace(string(out)), nil
 }

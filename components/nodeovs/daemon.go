@@ -45,6 +45,21 @@ func FindPrograms() (Programs, error) {
 	return p, errors.Join(errs...)
 }
 
+// RunTool runs the Open vSwitch program name (found as kos-ovs finds its
+// own) against the instance whose files are in runDir (OVS_RUNDIR,
+// OVS_DBDIR and OVS_LOGDIR), with at most a minute to finish, and returns
+// its standard output; the error holds what it said on standard error.
+func RunTool(ctx context.Context, runDir, name string, args ...string) (string, error) {
+	program, err := findProgram(name)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	env := append(os.Environ(), "OVS_RUNDIR="+runDir, "OVS_DBDIR="+runDir, "OVS_LOGDIR="+runDir)
+	return run(ctx, env, program, args...)
+}
+
 func findProgram(name string) (string, error) {
 	if p, err := exec.LookPath(name); err == nil {
 		return p, nil
