@@ -6,8 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -124,7 +122,7 @@ func (o *operate) testBackupRestore(t *testing.T) {
 	ctx := t.Context()
 	began := time.Now()
 	// An S3 server the pods reach, and the Secret the CronJob reads.
-	srv, err := testenv.StartS3(o.t.Context(), o.t.TempDir())
+	srv, err := testenv.StartS3At(o.t.Context(), o.t.TempDir(), o.env.Nodes[0].HostIP)
 	if err != nil {
 		t.Fatalf("starting the S3 server: %v", err)
 	}
@@ -136,7 +134,7 @@ func (o *operate) testBackupRestore(t *testing.T) {
 	if err := srv.CreateBucket(ctx, backupBucket); err != nil {
 		t.Fatal(err)
 	}
-	endpoint := "http://" + forwardTCP(t, o.t, o.env.Nodes[0].HostIP, strings.TrimPrefix(srv.Endpoint, "http://"))
+	endpoint := srv.Endpoint
 	o.kubectl(t, "-n", kosinstall.Namespace, "create", "secret", "generic", "kos-etcd-backup-s3",
 		"--from-literal=KOS_ETCD_BACKUP_S3=s3://"+backupBucket+"/"+backupPrefix,
 		"--from-literal=AWS_REGION="+srv.Region,
@@ -586,40 +584,6 @@ func docBlocks(t *testing.T, file, heading string) []string {
 		t.Fatalf("%s has no shell block under %q", file, heading)
 	}
 	return blocks
-}
-
-// forwardTCP listens on addr (an address of this host the pods reach) and
-// passes every connection on to target, until owner ends. It returns the
-// address it listens on.
-func forwardTCP(t, owner *testing.T, addr netip.Addr, target string) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", net.JoinHostPort(addr.String(), "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	owner.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				u, err := net.Dial("tcp", target)
-				if err != nil {
-					return
-				}
-				defer u.Close()
-				go func() {
-					io.Copy(u, c)
-					u.(*net.TCPConn).CloseWrite()
-				}()
-				io.Copy(c, u)
-			}()
-		}
-	}()
-	return ln.Addr().String()
 }
 
 // testUninstall uninstalls KOS as docs/install.md's "Uninstalling" says:

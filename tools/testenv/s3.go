@@ -5,10 +5,10 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -53,9 +53,15 @@ type S3Server struct {
 	client *s3.Client
 }
 
-// StartS3 builds versitygw when needed and starts it with its posix backend
-// in dir/buckets; its log goes to dir/versitygw.log.
+// StartS3 builds versitygw when needed and starts it on 127.0.0.1 with its
+// posix backend in dir/buckets; its log goes to dir/versitygw.log.
 func StartS3(ctx context.Context, dir string) (*S3Server, error) {
+	return StartS3At(ctx, dir, netip.MustParseAddr("127.0.0.1"))
+}
+
+// StartS3At is StartS3 on host, an address of this host: one a test
+// cluster's pods reach (a node's HostIP), for a Job that writes to S3.
+func StartS3At(ctx context.Context, dir string, host netip.Addr) (*S3Server, error) {
 	if err := lane.Require(lane.Integration, "S3 server"); err != nil {
 		return nil, err
 	}
@@ -78,7 +84,7 @@ func StartS3(ctx context.Context, dir string) (*S3Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		s, err := startS3(ctx, dir, binary, backend, port)
+		s, err := startS3(ctx, dir, binary, backend, netip.AddrPortFrom(host, uint16(port)))
 		if err == nil {
 			return s, nil
 		}
@@ -88,10 +94,10 @@ func StartS3(ctx context.Context, dir string) (*S3Server, error) {
 	}
 }
 
-// startS3 starts versitygw on port and waits until it answers. On failure it
+// startS3 starts versitygw at the address and waits until it answers. On failure it
 // returns the server too, stopped, so that the caller can tell why.
-func startS3(ctx context.Context, dir, binary, backend string, port int) (*S3Server, error) {
-	addr := "127.0.0.1:" + strconv.Itoa(port)
+func startS3(ctx context.Context, dir, binary, backend string, at netip.AddrPort) (*S3Server, error) {
+	addr := at.String()
 	args := []string{
 		"--port", addr,
 		"--access", s3AccessKey,
