@@ -182,7 +182,6 @@ func countFigure(t *testing.T, name string, n int, unit string) {
 // kill kills tg's process and waits for KOS to converge, then logs the
 // figures of the kill.
 func (s *standard) kill(t *testing.T, tg chaosTarget, pings *kosinstall.PingWatch, churn *churn, watch *attachmentWatch) {
-	ctx := t.Context()
 	restarts := containerRestarts(tg.pod, tg.container)
 	if restarts < 0 {
 		t.Fatalf("pod %s has no container %s", tg.pod.Name, tg.container)
@@ -232,6 +231,11 @@ func (s *standard) kill(t *testing.T, tg chaosTarget, pings *kosinstall.PingWatc
 		return kosinstall.Ready(ctx, s.kube, s.agg)
 	})
 	podsBack := time.Since(killed)
+	// The pods Ready and the APIService Available do not yet mean that
+	// the main kube-apiserver routes every request to a replica that
+	// answers: its view of the endpoints and its availability check
+	// follow the pods by a moment. What users see counts.
+	apiFailed := s.apiSteady(t, convergeTimeout)
 	churn.awaitProgress(t, killed, convergeTimeout)
 	poll.Until(t, convergeTimeout, "every guest's attachment ready", func(context.Context) error {
 		for name := range s.guests {
@@ -243,18 +247,49 @@ func (s *standard) kill(t *testing.T, tg chaosTarget, pings *kosinstall.PingWatc
 	})
 	poll.Until(t, time.Minute, "the ping answered again", func(context.Context) error { return pings.AnsweredSince(killed) })
 	converged := time.Since(killed)
-	if err := s.duplicateAddresses(ctx); err != nil {
+	if err := s.duplicateAddresses(t); err != nil {
 		t.Error(err)
 	}
 
 	window := pings.Window(killed, time.Now())
 	gap, sent, missed := window.LongestGap, window.Sent, window.Lost
-	t.Logf("%s: pods Ready again after %s, converged after %s; ping gap %s, %d of %d echo requests unanswered; slowest churn attachment since the kill ready after %s, %d churn writes failed",
+	t.Logf("%s: pods Ready again after %s, converged after %s; ping gap %s, %d of %d echo requests unanswered; slowest churn attachment since the kill ready after %s, %d churn writes failed; %d KOS API requests failed once the pods were Ready",
 		tg.name, podsBack.Round(100*time.Millisecond), converged.Round(100*time.Millisecond), gap.Round(10*time.Millisecond), missed, sent,
-		churn.slowestSince(killed).Round(100*time.Millisecond), churn.failedWrites()-failedBefore)
+		churn.slowestSince(killed).Round(100*time.Millisecond), churn.failedWrites()-failedBefore, apiFailed)
 	figure(t, "chaos-"+tg.name+"-ping-gap", gap)
 	countFigure(t, "chaos-"+tg.name+"-lost-pings", missed, "packets")
 	figure(t, "chaos-"+tg.name+"-converge", converged)
+	countFigure(t, "chaos-"+tg.name+"-api-errors-after-ready", apiFailed, "requests")
+}
+
+// steadyLists is how many lists in a row apiSteady wants answered.
+const steadyLists = 5
+
+// apiSteady waits until steadyLists lists of attachments in a row, a tenth
+// of a second apart, are answered through the main kube-apiserver, as a
+// user's would be, and returns how many failed on the way. Not so within
+// timeout fails the test.
+func (s *standard) apiSteady(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	failed, streak := 0, 0
+	poll.Until(t, timeout, fmt.Sprintf("the KOS API answering %d lists in a row", steadyLists), func(ctx context.Context) error {
+		for streak < steadyLists {
+			if _, err := s.network.NetworkV1alpha1().NetworkAttachments("").List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+				failed++
+				streak = 0
+				t.Logf("a list through the main kube-apiserver failed: %v", err)
+				return err
+			}
+			streak++
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		return nil
+	})
+	return failed
 }
 
 // containerTarget is the main process of container of pod.
@@ -576,8 +611,7 @@ func (c *churn) slowestSince(since time.Time) time.Duration {
 // of the attachments there are. The last two may take a moment to settle
 // after the churn; not settling within a minute is a failure.
 func (s *standard) checkAftermath(t *testing.T, when string) {
-	ctx := t.Context()
-	if err := s.duplicateAddresses(ctx); err != nil {
+	if err := s.duplicateAddresses(t); err != nil {
 		t.Fatal(err)
 	}
 	countFigure(t, "chaos-duplicate-addresses", 0, "addresses")
@@ -606,20 +640,16 @@ func (s *standard) checkAftermath(t *testing.T, when string) {
 		return errors.Join(errs...)
 	})
 	countFigure(t, "chaos-stale-flows-or-ports", 0, "flows")
-	if err := s.duplicateAddresses(ctx); err != nil {
+	if err := s.duplicateAddresses(t); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // duplicateAddresses returns an error naming every address that two
-// attachments of one VNI hold.
-func (s *standard) duplicateAddresses(ctx context.Context) error {
-	list, err := s.network.NetworkV1alpha1().NetworkAttachments("").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
+// attachments of one VNI hold, nil when there is none.
+func (s *standard) duplicateAddresses(t *testing.T) error {
 	holders := map[string][]string{}
-	for _, a := range list.Items {
+	for _, a := range s.allAttachments(t) {
 		if a.Status.IPv4 != "" {
 			addr := fmt.Sprintf("%d/%s", a.Status.AddressVNI, a.Status.IPv4)
 			holders[addr] = append(holders[addr], a.Namespace+"/"+a.Name)
@@ -636,6 +666,25 @@ func (s *standard) duplicateAddresses(ctx context.Context) error {
 		return fmt.Errorf("%d duplicate addresses: %s", len(dups), strings.Join(dups, "; "))
 	}
 	return nil
+}
+
+// allAttachments lists the attachments of every namespace. Right after a
+// kill the main kube-apiserver may answer 503 for a moment while its
+// aggregator catches up with the restarted replica (see apiSteady); a list
+// that fails is tried again for up to a minute, each failure logged.
+func (s *standard) allAttachments(t *testing.T) []networkv1alpha1.NetworkAttachment {
+	t.Helper()
+	var list *networkv1alpha1.NetworkAttachmentList
+	poll.Until(t, time.Minute, "the attachments listed", func(ctx context.Context) error {
+		l, err := s.network.NetworkV1alpha1().NetworkAttachments("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Logf("listing the attachments: %v", err)
+			return err
+		}
+		list = l
+		return nil
+	})
+	return list.Items
 }
 
 // lockProblems returns nil when every IPLock is held by the attachment
