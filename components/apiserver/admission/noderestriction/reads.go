@@ -159,22 +159,50 @@ func (s *Attachments) mayList(ctx context.Context, verb string, opts *metaintern
 
 // nodeHas reports whether node has an attachment in namespace (all when
 // "") for which keep is true. It reads the node's attachments, which the
-// server's cache indexes by node, as a consistent list: an attachment the
-// agent has seen is in it.
+// server's cache indexes by node: first as the cache holds them, which
+// answers at once, then, only when that finds none, as a consistent list,
+// so that an attachment the agent has seen is in it.
+//
+// The first read costs no round trip to etcd, where a consistent one asks
+// etcd for its current revision and waits until the cache has caught up:
+// every network informer of every agent starts with a list and a watch,
+// each checked here. A cache a moment behind can still hold an attachment
+// the node has just lost, and so allow a read that a consistent list would
+// refuse; that read is one the agent could have made a moment earlier, and
+// a watch is checked only when it starts in either case.
 func (s *Attachments) nodeHas(ctx context.Context, node, namespace string, keep func(*network.NetworkAttachment) bool) (bool, error) {
 	ctx = genericapirequest.WithNamespace(ctx, namespace)
-	obj, err := s.REST.List(ctx, &metainternalversion.ListOptions{FieldSelector: fields.OneTermEqualSelector(v1alpha1.FieldNode, node)})
-	if err != nil {
-		return false, fmt.Errorf("listing the attachments of node %q: %w", node, err)
-	}
-	list, ok := obj.(*network.NetworkAttachmentList)
-	if !ok {
-		return false, fmt.Errorf("listing the attachments of node %q: unexpected %T", node, obj)
-	}
-	for i := range list.Items {
-		if keep(&list.Items[i]) {
-			return true, nil
+	for _, rv := range nodeReads {
+		list, err := s.nodeAttachments(ctx, node, rv)
+		if err != nil {
+			return false, err
+		}
+		for i := range list.Items {
+			if keep(&list.Items[i]) {
+				return true, nil
+			}
 		}
 	}
 	return false, nil
+}
+
+// nodeReads are the resource versions nodeHas reads a node's attachments
+// at, in turn: "0", whatever the cache holds, then "", a consistent list.
+var nodeReads = []string{"0", ""}
+
+// nodeAttachments lists the attachments of node in the context's namespace
+// at resource version rv.
+func (s *Attachments) nodeAttachments(ctx context.Context, node, rv string) (*network.NetworkAttachmentList, error) {
+	obj, err := s.REST.List(ctx, &metainternalversion.ListOptions{
+		ResourceVersion: rv,
+		FieldSelector:   fields.OneTermEqualSelector(v1alpha1.FieldNode, node),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing the attachments of node %q: %w", node, err)
+	}
+	list, ok := obj.(*network.NetworkAttachmentList)
+	if !ok {
+		return nil, fmt.Errorf("listing the attachments of node %q: unexpected %T", node, obj)
+	}
+	return list, nil
 }
