@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
@@ -119,5 +120,53 @@ func TestSyncRemovesWhatReconcileProgrammed(t *testing.T) {
 				t.Errorf("the agent believes the fabric holds %d addresses, for %d attachments; want none", installed, owned)
 			}
 		})
+	}
+}
+
+// TestStatusWriteLeavesManagedFieldsOut checks that the agent's status write
+// carries no managed fields, which the server ignores on a write of
+// /status, and that leaving them out does not touch the cached attachment.
+func TestStatusWriteLeavesManagedFieldsOut(t *testing.T) {
+	const node = "node-a"
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), ktesting.NewLogger(t, ktesting.NewConfig())))
+	t.Cleanup(cancel)
+	att := &v1alpha1.NetworkAttachment{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: "ns", Name: "a", UID: "uid-a",
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "ipam", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status"}},
+		},
+		Spec:   v1alpha1.NetworkAttachmentSpec{Node: node, Subnet: "s"},
+		Status: v1alpha1.NetworkAttachmentStatus{IPv4: "10.0.0.1", AddressVNI: 7},
+	}
+	client := fake.NewSimpleClientset(att.DeepCopy())
+	a, err := New(Config{NodeName: node, HostIP: netip.MustParseAddr("192.168.100.1"), Client: client, Fabric: logging.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.state.stopNetworks)
+	if err := a.localInformer.GetIndexer().Add(att.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.sync(ctx, "ns/a"); err != nil {
+		t.Fatalf("syncing: %v", err)
+	}
+	var written []*v1alpha1.NetworkAttachment
+	for _, action := range client.Actions() {
+		if u, ok := action.(k8stesting.UpdateAction); ok && action.GetSubresource() == "status" {
+			written = append(written, u.GetObject().(*v1alpha1.NetworkAttachment))
+		}
+	}
+	if len(written) != 1 {
+		t.Fatalf("status writes = %d, want 1 (the interface)", len(written))
+	}
+	if written[0].Status.HostIP == "" || written[0].ManagedFields != nil {
+		t.Errorf("the status write: host IP %q, managed fields %v; want the host IP and no managed fields", written[0].Status.HostIP, written[0].ManagedFields)
+	}
+	obj, _, err := a.localInformer.GetIndexer().GetByKey("ns/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(obj.(*v1alpha1.NetworkAttachment).ManagedFields, att.ManagedFields); diff != "" {
+		t.Errorf("managed fields of the cached attachment (-got +want):\n%s", diff)
 	}
 }

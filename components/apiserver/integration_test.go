@@ -45,6 +45,7 @@ func TestIntegrationAPI(t *testing.T) {
 	t.Run("ConflictCheck", func(t *testing.T) { testConflictCheck(t, clients) })
 	t.Run("Immutability", func(t *testing.T) { testImmutability(t, clients) })
 	t.Run("StatusSpecSeparation", func(t *testing.T) { testStatusSpecSeparation(t, clients) })
+	t.Run("StatusWriteWithoutManagedFields", func(t *testing.T) { testStatusWriteWithoutManagedFields(t, clients) })
 	t.Run("WriteSections", func(t *testing.T) { testWriteSections(t, clients) })
 	t.Run("FieldSelectors", func(t *testing.T) { testFieldSelectors(t, clients) })
 	t.Run("DelegatedAuthorization", func(t *testing.T) { testDelegatedAuthorization(t, kos) })
@@ -429,6 +430,50 @@ func testImmutability(t *testing.T, clients apiClients) {
 	}
 	if diff := cmp.Diff(got.Spec, subnet.Spec); diff != "" {
 		t.Errorf("subnet spec after refused updates (-got +want):\n%s", diff)
+	}
+}
+
+// testStatusWriteWithoutManagedFields checks what the agent and IPAM rely on
+// when they leave the managed fields out of their status writes: a write of
+// /status takes them from the stored object, whatever the request says,
+// and adds the writer's entry.
+func testStatusWriteWithoutManagedFields(t *testing.T, clients apiClients) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	c := clients.direct.NetworkV1alpha1().NetworkAttachments(ns)
+	mustCreateAttachment(t, clients.direct, newAttachment(ns, "a1", "node-1", "s1"))
+	// fieldsOf returns the fields each manager owns, by manager and
+	// subresource.
+	fieldsOf := func(a *v1alpha1.NetworkAttachment) map[string]string {
+		out := map[string]string{}
+		for _, e := range a.ManagedFields {
+			out[e.Manager+" "+e.Subresource] = string(e.FieldsV1.Raw)
+		}
+		return out
+	}
+	for _, w := range []struct {
+		manager, fields string
+		write           func(*v1alpha1.NetworkAttachmentStatus)
+	}{
+		{"ipam", `{"f:status":{"f:addressVNI":{},"f:ipv4":{}}}`, func(st *v1alpha1.NetworkAttachmentStatus) { st.IPv4, st.AddressVNI = "10.0.0.9", 9 }},
+		{"agent", `{"f:status":{"f:hostIP":{}}}`, func(st *v1alpha1.NetworkAttachmentStatus) { st.HostIP = "192.168.0.9" }},
+	} {
+		current, err := c.Get(ctx, "a1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("getting the attachment: %v", err)
+		}
+		upd := current.DeepCopy()
+		upd.ManagedFields = nil
+		w.write(&upd.Status)
+		written, err := c.UpdateStatus(ctx, upd, metav1.UpdateOptions{FieldManager: w.manager})
+		if err != nil {
+			t.Fatalf("writing /status as %s: %v", w.manager, err)
+		}
+		want := fieldsOf(current)
+		want[w.manager+" status"] = w.fields
+		if diff := cmp.Diff(fieldsOf(written), want); diff != "" {
+			t.Errorf("managed fields after %s's write without them (-got +want):\n%s", w.manager, diff)
+		}
 	}
 }
 

@@ -987,3 +987,36 @@ func TestLockDeletedWakesWaiters(t *testing.T) {
 		t.Errorf("queued keys (-got +want):\n%s", diff)
 	}
 }
+
+// TestStatusWriteLeavesManagedFieldsOut checks that the controller's status
+// writes carry no managed fields, which the server ignores on a write of
+// /status, and that leaving them out does not touch the cached attachment.
+func TestStatusWriteLeavesManagedFieldsOut(t *testing.T) {
+	att := testAttachment()
+	att.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "creator", Operation: metav1.ManagedFieldsOperationUpdate}}
+	c, client, _ := newTestController(t, objects(validSubnet(), att), objects(validSubnet(), att))
+	if err := c.sync(context.Background(), cache.NewObjectName(testNS, attName)); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	var writes int
+	for _, a := range client.Actions() {
+		u, ok := a.(k8stesting.UpdateAction)
+		if !ok || a.GetSubresource() != "status" {
+			continue
+		}
+		writes++
+		if mf := u.GetObject().(*v1alpha1.NetworkAttachment).ManagedFields; mf != nil {
+			t.Errorf("managed fields of the status write = %v, want none", mf)
+		}
+	}
+	if writes != 1 {
+		t.Errorf("status writes = %d, want 1 (the address)", writes)
+	}
+	cached, err := c.attachments.NetworkAttachments(testNS).Get(attName)
+	if err != nil {
+		t.Fatalf("getting the cached attachment: %v", err)
+	}
+	if diff := cmp.Diff(cached.ManagedFields, att.ManagedFields); diff != "" {
+		t.Errorf("managed fields of the cached attachment (-got +want):\n%s", diff)
+	}
+}
