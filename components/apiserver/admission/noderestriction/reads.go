@@ -172,26 +172,31 @@ func (s *Attachments) mayList(ctx context.Context, verb string, opts *metaintern
 // a watch is checked only when it starts in either case.
 func (s *Attachments) nodeHas(ctx context.Context, node, namespace string, keep func(*network.NetworkAttachment) bool) (bool, error) {
 	ctx = genericapirequest.WithNamespace(ctx, namespace)
-	for _, rv := range nodeReads {
-		list, err := s.nodeAttachments(ctx, node, rv)
-		if err != nil {
-			return false, err
-		}
-		for i := range list.Items {
-			if keep(&list.Items[i]) {
-				return true, nil
-			}
-		}
+	// A cache that cannot answer (one still filling, say) leaves the
+	// question to the consistent list, as before the cache was read first.
+	if cached, err := s.nodeAttachments(ctx, node, "0"); err == nil && anyOf(cached, keep) {
+		return true, nil
 	}
-	return false, nil
+	current, err := s.nodeAttachments(ctx, node, "")
+	if err != nil {
+		return false, err
+	}
+	return anyOf(current, keep), nil
 }
 
-// nodeReads are the resource versions nodeHas reads a node's attachments
-// at, in turn: "0", whatever the cache holds, then "", a consistent list.
-var nodeReads = []string{"0", ""}
+// anyOf reports whether keep is true of an attachment of list.
+func anyOf(list *network.NetworkAttachmentList, keep func(*network.NetworkAttachment) bool) bool {
+	for i := range list.Items {
+		if keep(&list.Items[i]) {
+			return true
+		}
+	}
+	return false
+}
 
 // nodeAttachments lists the attachments of node in the context's namespace
-// at resource version rv.
+// at resource version rv: "0" for whatever the cache holds, "" for a
+// consistent list.
 func (s *Attachments) nodeAttachments(ctx context.Context, node, rv string) (*network.NetworkAttachmentList, error) {
 	obj, err := s.REST.List(ctx, &metainternalversion.ListOptions{
 		ResourceVersion: rv,

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -26,13 +27,18 @@ import (
 type readsStorage struct {
 	storage.Interface
 	cached, current []network.NetworkAttachment
-	asked           []string
+	// cacheErr, if not nil, is the answer at resource version "0".
+	cacheErr error
+	asked    []string
 }
 
 func (s *readsStorage) GetList(_ context.Context, _ string, opts storage.ListOptions, listObj runtime.Object) error {
 	s.asked = append(s.asked, opts.ResourceVersion)
 	from := s.current
 	if opts.ResourceVersion == "0" {
+		if s.cacheErr != nil {
+			return s.cacheErr
+		}
 		from = s.cached
 	}
 	list := listObj.(*network.NetworkAttachmentList)
@@ -61,18 +67,20 @@ func TestNodeHasReadsTheCacheFirst(t *testing.T) {
 	tests := []struct {
 		name            string
 		cached, current []network.NetworkAttachment
+		cacheErr        error
 		wantAsked       []string
 		wantErr         string // "" means allowed
 	}{
-		{"the cache shows the node in the network", []network.NetworkAttachment{inNetwork}, nil, []string{"0"}, ""},
-		{"only a consistent list does", nil, []network.NetworkAttachment{inNetwork}, []string{"0", ""}, ""},
-		{"the cache is behind an address", []network.NetworkAttachment{elsewhere}, []network.NetworkAttachment{inNetwork}, []string{"0", ""}, ""},
-		{"neither does", []network.NetworkAttachment{elsewhere}, []network.NetworkAttachment{elsewhere}, []string{"0", ""},
+		{"the cache shows the node in the network", []network.NetworkAttachment{inNetwork}, nil, nil, []string{"0"}, ""},
+		{"only a consistent list does", nil, []network.NetworkAttachment{inNetwork}, nil, []string{"0", ""}, ""},
+		{"the cache is behind an address", []network.NetworkAttachment{elsewhere}, []network.NetworkAttachment{inNetwork}, nil, []string{"0", ""}, ""},
+		{"the cache cannot answer", nil, []network.NetworkAttachment{inNetwork}, apierrors.NewTooManyRequests("not ready", 1), []string{"0", ""}, ""},
+		{"neither does", []network.NetworkAttachment{elsewhere}, []network.NetworkAttachment{elsewhere}, nil, []string{"0", ""},
 			`agent "` + agent + `" of node "n1" may list NetworkAttachments only by a field selector`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			backend := &readsStorage{cached: tt.cached, current: tt.current}
+			backend := &readsStorage{cached: tt.cached, current: tt.current, cacheErr: tt.cacheErr}
 			store := &genericregistry.Store{
 				NewFunc:     func() runtime.Object { return &network.NetworkAttachment{} },
 				NewListFunc: func() runtime.Object { return &network.NetworkAttachmentList{} },
