@@ -50,8 +50,14 @@ func Namespaces() []string { return []string{Namespace, AgentNamespace} }
 func NodeLabels() map[string]string { return maps.Clone(nodeLabels) }
 
 // Ready returns nil when KOS is ready: the Deployments, StatefulSets and
-// DaemonSets of its Namespaces have every desired pod Ready and up to date, and
-// APIService is Available. Otherwise its error says what is not.
+// DaemonSets of its Namespaces have every desired pod Ready and up to date,
+// APIService is Available, and a list of Subnets through kube-apiserver is
+// answered. Otherwise its error says what is not.
+//
+// The last is asked because the first two follow what kube-apiserver's
+// aggregator routes to by a moment: right after a kos-apiserver restarts,
+// its pod can be Ready and the APIService Available while a request
+// still gets 503.
 func Ready(ctx context.Context, kube kubernetes.Interface, agg aggregator.Interface) error {
 	if err := workloadsReady(ctx, kube); err != nil {
 		return err
@@ -60,15 +66,23 @@ func Ready(ctx context.Context, kube kubernetes.Interface, agg aggregator.Interf
 	if err != nil {
 		return err
 	}
+	available := false
 	for _, c := range svc.Status.Conditions {
 		if c.Type == apiregistrationv1.Available {
 			if c.Status != apiregistrationv1.ConditionTrue {
 				return fmt.Errorf("APIService %s not available: %s: %s", APIService, c.Reason, c.Message)
 			}
-			return nil
+			available = true
 		}
 	}
-	return fmt.Errorf("APIService %s has no Available condition yet", APIService)
+	if !available {
+		return fmt.Errorf("APIService %s has no Available condition yet", APIService)
+	}
+	err = kube.CoreV1().RESTClient().Get().AbsPath("/apis", svc.Spec.Group, svc.Spec.Version, "subnets").Param("limit", "1").Do(ctx).Error()
+	if err != nil {
+		return fmt.Errorf("APIService %s is Available, but a list of subnets through it failed: %w", APIService, err)
+	}
+	return nil
 }
 
 // workloadsReady returns nil when the KOS namespaces' Deployments,
