@@ -302,7 +302,7 @@ func (c *Controller) assign(ctx context.Context, att *v1alpha1.NetworkAttachment
 	c.inflight.put(key, &inflight{attUID: att.UID, subnetUID: subnet.UID, lockName: lock.Name, lockUID: lock.UID, seenRV: att.ResourceVersion})
 
 	_, addr, _ := ParseLockName(lock.Name)
-	updated := forStatusWrite(att)
+	updated := att.ForStatusWrite()
 	updated.Status.IPv4 = addr.String()
 	updated.Status.AddressVNI = subnet.Spec.VNI
 	updated.Status.LockUID = string(lock.UID)
@@ -327,17 +327,6 @@ func (c *Controller) assign(ctx context.Context, att *v1alpha1.NetworkAttachment
 	return nil
 }
 
-// forStatusWrite returns a copy of att to write its status with, without its
-// managed fields: on a write of a subresource the server takes them from the
-// stored object and ignores those of the request, as Kubernetes does, so
-// sending them would cost this controller their encoding and the server
-// their decoding (40 to 45% of an attachment's bytes) for nothing.
-func forStatusWrite(att *v1alpha1.NetworkAttachment) *v1alpha1.NetworkAttachment {
-	out := *att
-	out.ManagedFields = nil
-	return out.DeepCopy()
-}
-
 // statusAddress returns the address the attachment's status names and
 // whether the attachment may keep it in subnet: an IPv4 address on the
 // subnet's VNI, in its assignable range r, and the one spec.ipv4 asks for,
@@ -359,7 +348,7 @@ func statusAddress(att *v1alpha1.NetworkAttachment, subnet *v1alpha1.Subnet, r a
 // without problems: a new address comes in the same sync) and returns the
 // attachment written.
 func (c *Controller) clearAddress(ctx context.Context, att *v1alpha1.NetworkAttachment, why string) (*v1alpha1.NetworkAttachment, error) {
-	updated := forStatusWrite(att)
+	updated := att.ForStatusWrite()
 	st := &updated.Status
 	st.IPv4, st.AddressVNI, st.LockUID, st.SubnetCreationTime = "", 0, "", nil
 	st.AddressContention = false
@@ -601,7 +590,7 @@ func (c *Controller) writeNoAddress(ctx context.Context, att *v1alpha1.NetworkAt
 	if apiequality.Semantic.DeepEqual(&att.Status, want) {
 		return nil
 	}
-	updated := forStatusWrite(att)
+	updated := att.ForStatusWrite()
 	updated.Status = *want
 	result, err := c.client.NetworkV1alpha1().NetworkAttachments(att.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
 	if err != nil {
