@@ -231,10 +231,11 @@ func (s *standard) kill(t *testing.T, tg chaosTarget, pings *kosinstall.PingWatc
 		return kosinstall.Ready(ctx, s.kube, s.agg)
 	})
 	podsBack := time.Since(killed)
-	// The pods Ready and the APIService Available do not yet mean that
-	// the main kube-apiserver routes every request to a replica that
-	// answers: its view of the endpoints and its availability check
-	// follow the pods by a moment. What users see counts.
+	// Ready, one list answered included, does not yet mean that the main
+	// kube-apiserver routes every request to a replica that answers: its
+	// view of the endpoints and its availability check follow the pods by
+	// a moment, and after an etcd member's kill 503s came for seconds
+	// after Ready. What users see counts.
 	apiFailed := s.apiSteady(t, convergeTimeout)
 	churn.awaitProgress(t, killed, convergeTimeout)
 	poll.Until(t, convergeTimeout, "every guest's attachment ready", func(context.Context) error {
