@@ -14,6 +14,12 @@ export GOTOOLCHAIN=local
 # Go build cache holds each package once, which saves minutes on a cold run.
 export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath"
 
+# The figures the tests measure are written down as data (tools/figures),
+# one JSON line each, beside the run's other output.
+mkdir -p _output
+export KOS_FIGURES="$PWD/_output/figures.jsonl"
+: >"$KOS_FIGURES"
+
 began=$(date +%s)
 step() { printf '\n==> [%s] %s\n' "$(elapsed)" "$*"; }
 elapsed() { local s=$(( $(date +%s) - began )); printf '%dm%02ds' $((s / 60)) $((s % 60)); }
@@ -77,6 +83,8 @@ lap integration tools/lanes.sh integration
 
 step "cluster lane (make cluster): the packages that start nodes, one at a time"
 lap cluster tools/lanes.sh cluster
+
+step "figures measured: $(wc -l <"$KOS_FIGURES") in _output/figures.jsonl (go run ./tools/figures/table _output/figures.jsonl)"
 
 step "done: $([ "$status" -eq 0 ] && echo "every test passed" || echo "FAILED (see above)")"
 printf '%s\n' "${laps[@]}"

@@ -26,6 +26,7 @@ import (
 	"github.com/kos-sdn/kos/components/fabric/ovs"
 	kosinformers "github.com/kos-sdn/kos/components/generated/informers/externalversions"
 	"github.com/kos-sdn/kos/tools/cluster"
+	"github.com/kos-sdn/kos/tools/figures"
 	"github.com/kos-sdn/kos/tools/kosinstall"
 	"github.com/kos-sdn/kos/tools/ovsenv"
 	"github.com/kos-sdn/kos/tools/poll"
@@ -135,8 +136,8 @@ func (s *standard) testChaos(t *testing.T) {
 		t.Fatal("the churn made no attachment")
 	}
 	total := pings.Stats()
-	countFigure(t, "chaos-pings-sent", total.Sent, "packets")
-	countFigure(t, "chaos-pings-lost", total.Lost, "packets")
+	figures.Count(t, "chaos-pings-sent", total.Sent, "packets")
+	figures.Count(t, "chaos-pings-lost", total.Lost, "packets")
 
 	s.checkAftermath(t, "with the churn's last attachments")
 	began := time.Now()
@@ -170,13 +171,7 @@ func (s *standard) testChaos(t *testing.T) {
 		return nil
 	})
 	s.checkAftermath(t, "after the churn's attachments were deleted")
-	figure(t, "chaos-cleanup", time.Since(began))
-}
-
-// countFigure logs a measured count in the form figure logs durations:
-// "figure NAME N UNIT".
-func countFigure(t *testing.T, name string, n int, unit string) {
-	t.Logf("figure %s %d %s", name, n, unit)
+	figures.Duration(t, "chaos-cleanup", time.Since(began))
 }
 
 // kill kills tg's process and waits for KOS to converge, then logs the
@@ -257,10 +252,10 @@ func (s *standard) kill(t *testing.T, tg chaosTarget, pings *kosinstall.PingWatc
 	t.Logf("%s: pods Ready again after %s, converged after %s; ping gap %s, %d of %d echo requests unanswered; slowest churn attachment since the kill ready after %s, %d churn writes failed; %d KOS API requests failed once the pods were Ready",
 		tg.name, podsBack.Round(100*time.Millisecond), converged.Round(100*time.Millisecond), gap.Round(10*time.Millisecond), missed, sent,
 		churn.slowestSince(killed).Round(100*time.Millisecond), churn.failedWrites()-failedBefore, apiFailed)
-	figure(t, "chaos-"+tg.name+"-ping-gap", gap)
-	countFigure(t, "chaos-"+tg.name+"-lost-pings", missed, "packets")
-	figure(t, "chaos-"+tg.name+"-converge", converged)
-	countFigure(t, "chaos-"+tg.name+"-api-errors-after-ready", apiFailed, "requests")
+	figures.Duration(t, "chaos-"+tg.name+"-ping-gap", gap)
+	figures.Count(t, "chaos-"+tg.name+"-lost-pings", missed, "packets")
+	figures.Duration(t, "chaos-"+tg.name+"-converge", converged)
+	figures.Count(t, "chaos-"+tg.name+"-api-errors-after-ready", apiFailed, "requests")
 }
 
 // steadyLists is how many lists in a row apiSteady wants answered.
@@ -615,7 +610,7 @@ func (s *standard) checkAftermath(t *testing.T, when string) {
 	if err := s.duplicateAddresses(t); err != nil {
 		t.Fatal(err)
 	}
-	countFigure(t, "chaos-duplicate-addresses", 0, "addresses")
+	figures.Count(t, "chaos-duplicate-addresses", 0, "addresses")
 	poll.Until(t, 2*time.Minute, "every attachment ready "+when, func(ctx context.Context) error {
 		list, err := s.network.NetworkV1alpha1().NetworkAttachments("").List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -628,7 +623,7 @@ func (s *standard) checkAftermath(t *testing.T, when string) {
 		return errors.Join(errs...)
 	})
 	poll.Until(t, time.Minute, "no leaked or missing IPLock "+when, s.lockProblems)
-	countFigure(t, "chaos-leaked-iplocks", 0, "locks")
+	figures.Count(t, "chaos-leaked-iplocks", 0, "locks")
 	poll.Until(t, time.Minute, "no stale or missing port or flow on any node "+when, func(ctx context.Context) error {
 		list, err := s.network.NetworkV1alpha1().NetworkAttachments("").List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -640,7 +635,7 @@ func (s *standard) checkAftermath(t *testing.T, when string) {
 		}
 		return errors.Join(errs...)
 	})
-	countFigure(t, "chaos-stale-flows-or-ports", 0, "flows")
+	figures.Count(t, "chaos-stale-flows-or-ports", 0, "flows")
 	if err := s.duplicateAddresses(t); err != nil {
 		t.Fatal(err)
 	}

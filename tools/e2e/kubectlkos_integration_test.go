@@ -22,6 +22,7 @@ import (
 	networkv1alpha1 "github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/kubectlkos"
 	"github.com/kos-sdn/kos/tools/addons/release"
+	"github.com/kos-sdn/kos/tools/figures"
 	"github.com/kos-sdn/kos/tools/kosinstall"
 	"github.com/kos-sdn/kos/tools/poll"
 	"github.com/kos-sdn/kos/tools/testenv"
@@ -45,7 +46,7 @@ func TestIntegrationKubectlKos(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := startStandardCluster(t, false)
-	figure(t, "cluster-up", time.Since(began))
+	figures.Duration(t, "cluster-up", time.Since(began))
 	s := newStandard(t, env, root)
 	kk := &kubectlKOS{standard: s}
 	runStepsDumping(t, func() {
@@ -59,7 +60,7 @@ func TestIntegrationKubectlKos(t *testing.T) {
 		{"support bundle", kk.testSupportBundle},
 		{"without the rights", kk.testForbidden},
 	})
-	figure(t, "whole-test", time.Since(began))
+	figures.Duration(t, "whole-test", time.Since(began))
 }
 
 // kubectlKOS is the plugin test's state.
@@ -108,7 +109,7 @@ func (s *standard) installFromTree(t *testing.T) []string {
 	channels := []string{filepath.Join(tree, userspace), filepath.Join(tree, "bootstrap-channel.yaml")}
 	s.channelsCLI(t, append(append([]string{"apply", "channel"}, channels...), "--yes")...)
 	s.waitKOSReady(t, 6*time.Minute)
-	figure(t, "install-to-available", time.Since(began))
+	figures.Duration(t, "install-to-available", time.Since(began))
 	return channels
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kos-sdn/kos/tools/e2e/podnet/report"
+	"github.com/kos-sdn/kos/tools/figures"
 	"github.com/kos-sdn/kos/tools/kosinstall"
 	"github.com/kos-sdn/kos/tools/poll"
 )
@@ -78,8 +79,8 @@ func checkChats(t *testing.T, name string, chats []*chatWatch) {
 			t.Errorf("TCP from pod %s (%s): %d of %d connections died: %q", c.pod, name, r.Opened-r.Alive, r.Opened, r.Errors)
 		}
 	}
-	countFigure(t, "live-"+name+"-tcp-connections-survived", alive, fmt.Sprintf("of %d", opened))
-	figure(t, "live-"+name+"-tcp-longest-stall", stall)
+	figures.Count(t, "live-"+name+"-tcp-connections-survived", alive, fmt.Sprintf("of %d", opened))
+	figures.Duration(t, "live-"+name+"-tcp-longest-stall", stall)
 	if stall > liveMaxGap {
 		t.Errorf("TCP (%s): a connection went %s without an echo, want at most %s", name, stall, liveMaxGap)
 	}
@@ -146,7 +147,7 @@ func (tr *liveTraffic) check(t *testing.T, name string, since time.Time) {
 			t.Errorf("pings %s -> %s after %s: %v", w.from.Attachment.Name, w.to.Attachment.Name, name, err)
 		}
 	}
-	figure(t, "live-"+name+"-longest-ping-gap", longest)
-	countFigure(t, "live-"+name+"-pings-lost", lost, fmt.Sprintf("over %d pairs at one per %s", len(tr.watches), livePingInterval))
+	figures.Duration(t, "live-"+name+"-longest-ping-gap", longest)
+	figures.Count(t, "live-"+name+"-pings-lost", lost, fmt.Sprintf("over %d pairs at one per %s", len(tr.watches), livePingInterval))
 	checkChats(t, name, tr.chats)
 }

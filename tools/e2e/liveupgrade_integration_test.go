@@ -25,6 +25,7 @@ import (
 	"github.com/kos-sdn/kos/components/controllers/podnetwork"
 	"github.com/kos-sdn/kos/components/nodeovs"
 	"github.com/kos-sdn/kos/tools/addons/release"
+	"github.com/kos-sdn/kos/tools/figures"
 	"github.com/kos-sdn/kos/tools/kosimages/catalog"
 	"github.com/kos-sdn/kos/tools/kosinstall"
 	"github.com/kos-sdn/kos/tools/ovsenv"
@@ -98,7 +99,7 @@ func TestIntegrationLiveUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := startCluster(t, true, true)
-	figure(t, "live-cluster-up", time.Since(began))
+	figures.Duration(t, "live-cluster-up", time.Since(began))
 
 	lu := &liveUpgrade{standard: newStandard(t, env, root)}
 	info, err := lu.kube.Discovery().ServerVersion()
@@ -124,7 +125,7 @@ func TestIntegrationLiveUpgrade(t *testing.T) {
 		{"uninstalled", lu.testUninstall},
 		{"kOps's channels upgrade " + liveOld + " to " + liveNew + " under traffic", func(t *testing.T) { lu.pass(t, kops) }},
 	})
-	figure(t, "live-whole-test", time.Since(began))
+	figures.Duration(t, "live-whole-test", time.Since(began))
 }
 
 // liveUpgrade is the cluster the live upgrade runs on.
@@ -156,7 +157,7 @@ func (lu *liveUpgrade) testPublish(t *testing.T) {
 	began := time.Now()
 	repo := lu.env.Registry + "/" + registryPrefix
 	digests := lu.pushReleased(t, repo, liveOld)
-	figure(t, "live-images-"+liveOld+"-built-and-pushed", time.Since(began))
+	figures.Duration(t, "live-images-"+liveOld+"-built-and-pushed", time.Since(began))
 
 	newBegan := time.Now()
 	if _, released := catalog.Releases[liveNew]; released {
@@ -164,7 +165,7 @@ func (lu *liveUpgrade) testPublish(t *testing.T) {
 	} else {
 		maps.Copy(digests, lu.pushImages(t, repo))
 	}
-	figure(t, "live-images-"+liveNew+"-built-and-pushed", time.Since(newBegan))
+	figures.Duration(t, "live-images-"+liveNew+"-built-and-pushed", time.Since(newBegan))
 
 	lu.tree = filepath.Join(lu.t.TempDir(), "release")
 	written, err := release.Write(ctx, release.Options{Root: lu.root, Out: lu.tree, Registry: repo, Digests: digests})
@@ -183,7 +184,7 @@ func (lu *liveUpgrade) testPublish(t *testing.T) {
 	lu.kopsBin = kopsChannelsBin(t, lu.root)
 	lu.provideVolumes(t)
 	lu.podImage = pushPodnet(t, lu.env.Registry)
-	figure(t, "live-published", time.Since(began))
+	figures.Duration(t, "live-published", time.Since(began))
 }
 
 // kopsChannelsBin returns kOps's own channels command, built by
@@ -281,7 +282,7 @@ func (lu *liveUpgrade) pass(t *testing.T, d liveDriver) {
 	began := time.Now()
 	d.apply(t, lu.oldChannel)
 	lu.waitKOSReady(t, 8*time.Minute)
-	figure(t, "live-"+d.name+"-install-"+liveOld, time.Since(began))
+	figures.Duration(t, "live-"+d.name+"-install-"+liveOld, time.Since(began))
 	lu.checkInstalled(t, lu.oldChannel, kosinstall.AgentNamespace)
 
 	net := lu.newLiveNetwork(t, "e2e-live-"+d.name)
@@ -297,13 +298,13 @@ func (lu *liveUpgrade) pass(t *testing.T, d liveDriver) {
 	for _, w := range traffic.watches {
 		quiet = max(quiet, w.watch.Stats().LongestGap)
 	}
-	figure(t, "live-"+d.name+"-longest-ping-gap-before-the-upgrade", quiet)
+	figures.Duration(t, "live-"+d.name+"-longest-ping-gap-before-the-upgrade", quiet)
 
 	began = time.Now()
 	d.apply(t, lu.newChannel)
 	lu.waitKOSReady(t, 8*time.Minute)
 	lu.awaitAgents(t, liveNew)
-	figure(t, "live-"+d.name+"-upgrade-to-ready", time.Since(began))
+	figures.Duration(t, "live-"+d.name+"-upgrade-to-ready", time.Since(began))
 	upgraded := time.Now()
 	time.Sleep(10 * time.Second)
 	tr.stop()
@@ -395,13 +396,13 @@ func (lu *liveUpgrade) agentsRestartUnderPodTraffic(t *testing.T, pods *podsTest
 	began := time.Now()
 	lu.kubectl(t, "-n", kosinstall.AgentNamespace, "rollout", "restart", "daemonset/kos-agent")
 	lu.kubectl(t, "-n", kosinstall.AgentNamespace, "rollout", "status", "daemonset/kos-agent", "--timeout=5m")
-	figure(t, "live-agents-restarted", time.Since(began))
+	figures.Duration(t, "live-agents-restarted", time.Since(began))
 	time.Sleep(5 * time.Second)
 	checkChats(t, "pods-agents-restart", chats)
 	r := <-done
 	lost := pingLost(r.out)
 	t.Logf("pings %s -> %s (pods, across nodes) while every agent restarted: %d of %d lost", from, to, lost, count)
-	countFigure(t, "live-pod-pings-lost-agents-restart", lost, "pings")
+	figures.Count(t, "live-pod-pings-lost-agents-restart", lost, "pings")
 	if lost < 0 || lost > count/10 {
 		t.Errorf("pings between pods while the agents restarted: %d of %d lost (%v), want traffic to go on:\n%s", lost, count, r.err, r.out)
 	}
@@ -437,7 +438,7 @@ func (lu *liveUpgrade) testRollback(t *testing.T, net *liveNetwork) {
 	lu.channelsProcess(t, "apply", "channel", lu.https.URL+lu.oldChannel, "--allow-downgrade", "--yes", "--timeout=8m")
 	lu.waitKOSReady(t, 8*time.Minute)
 	lu.awaitAgents(t, liveOld)
-	figure(t, "live-ours-rollback-to-ready", time.Since(began))
+	figures.Duration(t, "live-ours-rollback-to-ready", time.Since(began))
 	rolled := time.Now()
 	time.Sleep(10 * time.Second)
 	traffic.check(t, "ours-rollback", rolled)
@@ -586,7 +587,7 @@ func (lu *liveUpgrade) testUninstall(t *testing.T) {
 		}
 	}
 	lu.provideVolumes(t)
-	figure(t, "live-uninstall", time.Since(began))
+	figures.Duration(t, "live-uninstall", time.Since(began))
 }
 
 // liveNetwork is a namespace of subnets and attachments with guests, on a

@@ -24,6 +24,7 @@ import (
 
 	networkv1alpha1 "github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/tools/cluster"
+	"github.com/kos-sdn/kos/tools/figures"
 	"github.com/kos-sdn/kos/tools/kosinstall"
 	"github.com/kos-sdn/kos/tools/ovsenv"
 	"github.com/kos-sdn/kos/tools/poll"
@@ -64,7 +65,7 @@ func TestIntegrationOperate(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := startStandardCluster(t, false)
-	figure(t, "operate-cluster-up", time.Since(began))
+	figures.Duration(t, "operate-cluster-up", time.Since(began))
 	o := &operate{standard: newStandard(t, env, root), hostsBefore: map[string]string{}}
 	for _, n := range env.Nodes {
 		o.hostsBefore[n.Name] = hostState(t, n)
@@ -80,7 +81,7 @@ func TestIntegrationOperate(t *testing.T) {
 		{"the KOS API down, and the way out", o.testAPIDown},
 		{"uninstall leaves the hosts as before", o.testUninstall},
 	})
-	figure(t, "operate-whole-test", time.Since(began))
+	figures.Duration(t, "operate-whole-test", time.Since(began))
 }
 
 // operate is the operations test's state.
@@ -157,7 +158,7 @@ func (o *operate) testBackupRestore(t *testing.T) {
 			t.Fatalf("the backup's log does not say %q", want)
 		}
 	}
-	figure(t, "operate-backup", time.Since(began))
+	figures.Duration(t, "operate-backup", time.Since(began))
 
 	// The disaster: the etcd members' disks are lost. First everything
 	// that writes stops, as the doc says.
@@ -183,9 +184,9 @@ func (o *operate) testBackupRestore(t *testing.T) {
 	o.shell(t, step2[1])
 	o.shell(t, docBlocks(t, doc, "### 3. Restore each member from the same snapshot")[0])
 	o.shell(t, docBlocks(t, doc, "### 4. Start again and check")[0])
-	figure(t, "operate-restore", time.Since(began))
+	figures.Duration(t, "operate-restore", time.Since(began))
 	o.waitKOSReady(t, 3*time.Minute)
-	figure(t, "operate-restore-to-ready", time.Since(began))
+	figures.Duration(t, "operate-restore-to-ready", time.Since(began))
 
 	if diff := cmp.Diff(o.objects(t, ""), before); diff != "" {
 		t.Errorf("the KOS objects after the restore differ from those backed up (-got +want):\n%s", diff)
@@ -317,13 +318,13 @@ func (o *operate) testAgentStartsWithoutAPI(t *testing.T) {
 		time.Sleep(2 * time.Second)
 	}
 	t.Logf("the agent ran %s with the KOS API away: not restarted, not Ready", since(started))
-	figure(t, "operate-agent-running-without-api", time.Since(started))
+	figures.Duration(t, "operate-agent-running-without-api", time.Since(started))
 
 	resumed := time.Now()
 	o.scaleAPIServer(t, 2)
-	figure(t, "operate-apiserver-ready-after-resume", time.Since(resumed))
+	figures.Duration(t, "operate-apiserver-ready-after-resume", time.Since(resumed))
 	o.waitAgentBack(t, node, pod.CreationTimestamp.Time, 3*time.Minute)
-	figure(t, "operate-agent-ready-after-resume", time.Since(resumed))
+	figures.Duration(t, "operate-agent-ready-after-resume", time.Since(resumed))
 	p, err := o.agentPod(ctx, node)
 	if err != nil {
 		t.Fatal(err)
@@ -339,7 +340,7 @@ func (o *operate) testAgentStartsWithoutAPI(t *testing.T) {
 		}
 	}
 	checkPings(t, o.guestsOf("blue"), 3, 1, time.Minute)
-	figure(t, "operate-agent-pinging-after-resume", time.Since(resumed))
+	figures.Duration(t, "operate-agent-pinging-after-resume", time.Since(resumed))
 }
 
 // agentPod returns the agent pod of node.
@@ -447,7 +448,7 @@ func (o *operate) testAPIDown(t *testing.T) {
 			t.Fatalf("namespace %s %s after its deletion: %v, want it stalled", name, since(deleted), err)
 		}
 	}
-	figure(t, "operate-namespace-stalled", time.Since(deleted))
+	figures.Duration(t, "operate-namespace-stalled", time.Since(deleted))
 
 	// The emergency step.
 	emergency := time.Now()
@@ -461,7 +462,7 @@ func (o *operate) testAPIDown(t *testing.T) {
 			return fmt.Errorf("still there (%v)", err)
 		})
 	}
-	figure(t, "operate-namespaces-gone-after-apiservice-deleted", time.Since(emergency))
+	figures.Duration(t, "operate-namespaces-gone-after-apiservice-deleted", time.Since(emergency))
 	out, err := o.kubectlErr(ctx, "get", "subnets", "-A")
 	t.Logf("without the APIService: %v\n%s", err, out)
 	checkPings(t, o.guestsOf("blue"), 3, 1, 30*time.Second)
@@ -485,8 +486,8 @@ func (o *operate) testAPIDown(t *testing.T) {
 	poll.Until(t, 3*time.Minute, "KOS ready again", func(ctx context.Context) error {
 		return kosinstall.Ready(ctx, o.kube, o.agg)
 	})
-	figure(t, "operate-api-back", time.Since(back))
-	figure(t, "operate-api-down-whole", time.Since(down))
+	figures.Duration(t, "operate-api-back", time.Since(back))
+	figures.Duration(t, "operate-api-down-whole", time.Since(down))
 
 	if diff := cmp.Diff(o.objects(t, standardNamespace), before); diff != "" {
 		t.Errorf("the KOS objects after the API came back differ (-got +want):\n%s", diff)
@@ -614,7 +615,7 @@ func (o *operate) testUninstall(t *testing.T) {
 	o.kubectl(t, "delete", "namespace", standardNamespace, "--timeout=2m")
 	o.channelsCLI(t, "delete", "addon", "kos-agent", "kos-controller-manager", "kos-apiserver", "kos-etcd", "--include-namespaces", "--include-crds", "--yes")
 	o.kubectl(t, "-n", kosinstall.AgentNamespace, "wait", "--for=delete", "pod", "-l", "app.kubernetes.io/name=kos-agent", "--timeout=5m")
-	figure(t, "operate-addons-deleted", time.Since(began))
+	figures.Duration(t, "operate-addons-deleted", time.Since(began))
 
 	example, err := os.ReadFile(filepath.Join(o.root, "docs", "examples", "kos-node-cleanup.yaml"))
 	if err != nil {
@@ -632,7 +633,7 @@ func (o *operate) testUninstall(t *testing.T) {
 	o.kubectl(t, "-n", "kos-node-cleanup", "rollout", "status", "daemonset/kos-node-cleanup", "--timeout=5m")
 	t.Logf("the clean-up's log:\n%s", o.kubectl(t, "-n", "kos-node-cleanup", "logs", "-l", "app.kubernetes.io/name=kos-node-cleanup", "-c", "cleanup", "--prefix"))
 	o.kubectl(t, "delete", "-f", manifest, "--timeout=2m")
-	figure(t, "operate-uninstall", time.Since(began))
+	figures.Duration(t, "operate-uninstall", time.Since(began))
 
 	for _, n := range o.env.Nodes {
 		if diff := cmp.Diff(hostState(t, n), o.hostsBefore[n.Name]); diff != "" {

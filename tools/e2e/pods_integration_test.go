@@ -34,6 +34,7 @@ import (
 	"github.com/kos-sdn/kos/tools/cluster"
 	"github.com/kos-sdn/kos/tools/e2e/frames"
 	"github.com/kos-sdn/kos/tools/e2e/podnet/report"
+	"github.com/kos-sdn/kos/tools/figures"
 	"github.com/kos-sdn/kos/tools/images"
 	"github.com/kos-sdn/kos/tools/kosinstall"
 	"github.com/kos-sdn/kos/tools/ovsenv"
@@ -82,7 +83,7 @@ func TestIntegrationPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := startCluster(t, false, true)
-	figure(t, "pods-cluster-up", time.Since(began))
+	figures.Duration(t, "pods-cluster-up", time.Since(began))
 
 	p := &podsTest{standard: newStandard(t, env, root), ips: map[string]netip.Addr{}}
 	runStepsDumping(t, func() {
@@ -102,7 +103,7 @@ func TestIntegrationPods(t *testing.T) {
 		{"a deleted pod leaves nothing", p.testPodsDelete},
 		{"a pod goes while its node's agent does not answer", p.testPodsDelWithoutAgent},
 	})
-	figure(t, "pods-whole-test", time.Since(began))
+	figures.Duration(t, "pods-whole-test", time.Since(began))
 }
 
 // podsTest is TestIntegrationPods's state.
@@ -189,7 +190,7 @@ func (p *podsTest) testPodsStart(t *testing.T) {
 	for _, name := range append(slices.Clone(p.blue), p.green) {
 		p.awaitRunning(t, name, 3*time.Minute)
 	}
-	figure(t, "pods-created-to-running", time.Since(began))
+	figures.Duration(t, "pods-created-to-running", time.Since(began))
 
 	// The interface holding the node's address (bridge br-ul of the
 	// userspace agent) carries the underlay's MTU; the pods' interfaces
@@ -548,7 +549,7 @@ func (p *podsTest) testPodsRestarts(t *testing.T) {
 		}
 		return nil
 	})
-	figure(t, "pods-agent-killed-to-ready", time.Since(killed))
+	figures.Duration(t, "pods-agent-killed-to-ready", time.Since(killed))
 
 	pid = vswitchdPID(t, node)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
@@ -559,7 +560,7 @@ func (p *podsTest) testPodsRestarts(t *testing.T) {
 		_, err := p.execErr(ctx, from, pingBin, "-c", "1", "-W", "1", p.ips[to].String())
 		return err
 	})
-	figure(t, "pods-vswitchd-killed-to-ping", time.Since(killed))
+	figures.Duration(t, "pods-vswitchd-killed-to-ping", time.Since(killed))
 	// And the bulk path too.
 	p.transfer(t, from, netip.AddrPortFrom(p.ips[to], 7777).String())
 }
@@ -607,7 +608,7 @@ func (p *podsTest) testPodsDelWithoutAgent(t *testing.T) {
 		}
 		return nil
 	})
-	figure(t, "pods-delete-without-agent", time.Since(began))
+	figures.Duration(t, "pods-delete-without-agent", time.Since(began))
 	resume()
 	p.awaitNoAttachmentsUID(t, pod, string(got.UID), time.Minute)
 }
@@ -700,7 +701,7 @@ func (p *podsTest) testPodsDelete(t *testing.T) {
 		}
 		return nil
 	})
-	figure(t, "pods-delete-to-clean", time.Since(began))
+	figures.Duration(t, "pods-delete-to-clean", time.Since(began))
 }
 
 // deleteAll deletes the pods, then their namespace with its networks and

@@ -26,6 +26,7 @@ import (
 	kosclient "github.com/kos-sdn/kos/components/generated/clientset/versioned"
 	"github.com/kos-sdn/kos/tools/addons/release"
 	"github.com/kos-sdn/kos/tools/cluster"
+	"github.com/kos-sdn/kos/tools/figures"
 	"github.com/kos-sdn/kos/tools/kosimages/catalog"
 	"github.com/kos-sdn/kos/tools/kosinstall"
 	"github.com/kos-sdn/kos/tools/ovsenv"
@@ -52,12 +53,6 @@ const (
 // a demo) must not find its guests under the same names.
 var guestPrefix = fmt.Sprintf("kos-e2e-%d-", os.Getpid())
 
-// figure logs one of the measured figures in a form scripts parse:
-// "figure NAME SECONDS s".
-func figure(t *testing.T, name string, d time.Duration) {
-	t.Logf("figure %s %.1f s", name, d.Seconds())
-}
-
 // TestIntegrationStandardRelease installs the standard KOS release on a
 // three-node cluster as an operator would: the images pushed to a registry
 // the nodes pull from, the release tree written for that registry and
@@ -72,7 +67,7 @@ func TestIntegrationStandardRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := startStandardCluster(t, false)
-	figure(t, "cluster-up", time.Since(began))
+	figures.Duration(t, "cluster-up", time.Since(began))
 
 	s := newStandard(t, env, root)
 	// At the failed step, while the guests are still there.
@@ -90,7 +85,7 @@ func TestIntegrationStandardRelease(t *testing.T) {
 		{"chaos: every KOS process killed in turn", s.testChaos},
 		{"re-apply from https changes nothing", s.testReapplyHTTPS},
 	})
-	figure(t, "whole-test", time.Since(began))
+	figures.Duration(t, "whole-test", time.Since(began))
 }
 
 // standard is the cluster the standard release is installed on, with what
@@ -138,7 +133,7 @@ func (s *standard) testPublish(t *testing.T) {
 	began := time.Now()
 	repo := s.env.Registry + "/" + registryPrefix
 	pushed := s.pushImages(t, repo)
-	figure(t, "images-built-and-pushed", time.Since(began))
+	figures.Duration(t, "images-built-and-pushed", time.Since(began))
 
 	// What the later steps use lives as long as the whole test.
 	tree := filepath.Join(s.t.TempDir(), "release")
@@ -157,7 +152,7 @@ func (s *standard) testPublish(t *testing.T) {
 	s.channelsBin = testenv.Build(t, "cmd/channels")
 
 	s.provideVolumes(t)
-	figure(t, "published", time.Since(began))
+	figures.Duration(t, "published", time.Since(began))
 }
 
 // pushImages builds today's KOS images and pushes them to repo in the
@@ -232,7 +227,7 @@ func (s *standard) testInstall(t *testing.T) {
 		}
 	}
 	s.waitKOSReady(t, 6*time.Minute)
-	figure(t, "install-to-available", time.Since(began))
+	figures.Duration(t, "install-to-available", time.Since(began))
 }
 
 // testTopology checks the standard releases' shape: three etcd members on
@@ -364,7 +359,7 @@ func (s *standard) testNetwork(t *testing.T) {
 	}
 	blue, red := s.guestsOf("blue"), s.guestsOf("red")
 	first := awaitPing(t, blue[0], blue[1].IP, time.Minute)
-	figure(t, "first-cross-node-ping", time.Since(began))
+	figures.Duration(t, "first-cross-node-ping", time.Since(began))
 	t.Logf("the first reply across nodes came %s after the first ping", first.Round(100*time.Millisecond))
 	checkPings(t, blue, 5, 1, 30*time.Second)
 	checkPings(t, red, 5, 1, 30*time.Second)
@@ -485,7 +480,7 @@ func (s *standard) testNodeStops(t *testing.T) {
 	if err := s.env.StopNode(ctx, s.stopped.Name); err != nil {
 		t.Fatalf("stopping node %s: %v", s.stopped.Name, err)
 	}
-	figure(t, "node-stop", time.Since(began))
+	figures.Duration(t, "node-stop", time.Since(began))
 	// A write through the KOS API, and the controllers act on it. A
 	// request in flight to the stopped etcd member fails (its connection
 	// times out), so the write is tried until it passes, as a client
@@ -506,10 +501,10 @@ func (s *standard) testNodeStops(t *testing.T) {
 		}
 		return nil
 	})
-	figure(t, "first-write-with-a-node-down", time.Since(began))
+	figures.Duration(t, "first-write-with-a-node-down", time.Since(began))
 	t.Logf("%d writes failed before one passed", failures)
 	s.plumb(t, late)
-	figure(t, "attachment-with-a-node-down", time.Since(began))
+	figures.Duration(t, "attachment-with-a-node-down", time.Since(began))
 	reads := 0
 	poll.Until(t, 2*time.Minute, "ten reads of the KOS API in a row to succeed", func(ctx context.Context) error {
 		if _, err := s.network.NetworkV1alpha1().Subnets(standardNamespace).List(ctx, metav1.ListOptions{}); err != nil {
@@ -542,22 +537,22 @@ func (s *standard) testNodeComesBack(t *testing.T) {
 		t.Fatalf("starting node %s: %v", back.Name, err)
 	}
 	s.stopped = nil
-	figure(t, "node-start", time.Since(began))
+	figures.Duration(t, "node-start", time.Since(began))
 	// Until the node's kubelet reports on its pods, they keep the status
 	// of before the stop, Ready; the node's interfaces are the ones its
 	// agent keeps only once the agent's first reconcile is done.
 	s.waitAgentBack(t, back.Name, began, 4*time.Minute)
 	s.waitKOSReady(t, 4*time.Minute)
-	figure(t, "node-back-to-kos-ready", time.Since(began))
+	figures.Duration(t, "node-back-to-kos-ready", time.Since(began))
 	for name, g := range s.guests {
 		if g.Attachment.Spec.Node == back.Name {
 			s.plumb(t, name)
 		}
 	}
-	figure(t, "node-back-to-guests-replumbed", time.Since(began))
+	figures.Duration(t, "node-back-to-guests-replumbed", time.Since(began))
 	checkPings(t, s.guestsOf("blue"), 5, 1, time.Minute)
 	checkPings(t, s.guestsOf("red"), 5, 1, time.Minute)
-	figure(t, "node-back-to-pinging", time.Since(began))
+	figures.Duration(t, "node-back-to-pinging", time.Since(began))
 }
 
 // waitAgentBack waits until the agent pod of node runs again after the node
