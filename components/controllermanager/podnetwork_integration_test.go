@@ -195,8 +195,15 @@ func TestIntegrationPodNetworks(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(list.Items) != 0 {
-		t.Errorf("%d attachments left in %s, such as %s for pod %s; want none (pod %s is unbound)",
+		t.Fatalf("%d attachments left in %s, such as %s for pod %s; want none (pod %s is unbound)",
 			len(list.Items), ns, list.Items[0].Name, list.Items[0].Annotations[podnetwork.PodAnnotation], idle.Name)
+	}
+	// Unused now, the subnets may go, and VNIs 170 and 171 are free for a
+	// run with -count.
+	for _, s := range []*v1alpha1.Subnet{blue, red} {
+		if err := c.NetworkV1alpha1().Subnets(ns).Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("deleting subnet %s once unused: %v", s.Name, err)
+		}
 	}
 }
 
