@@ -33,7 +33,10 @@ pod of that cluster. Its admission plugin NodeRestriction lets a node agent
 (--agent-identities) write only the status of its own node's attachments, and
 there only the interface and postCreateExec parts, and read only its node's
 attachments and those of the networks its node is in. Its admission plugin
-ResourceQuota enforces the main cluster's object-count ResourceQuotas on KOS
+PodAttachmentProtection lets only kos-controller-manager and the garbage
+collector (--pod-attachment-deleters) delete a pod's NetworkAttachment, so
+that a running pod keeps its interface, and a Subnet that attachments use
+cannot be deleted. Its admission plugin ResourceQuota enforces the main cluster's object-count ResourceQuotas on KOS
 objects (count/networkattachments.network.example.com and the like), which
 the main cluster's own quota admission never sees; kube-controller-manager
 counts them.`,

@@ -23,7 +23,7 @@ func TestCommandFlags(t *testing.T) {
 		"etcd-servers", "etcd-prefix", "etcd-cafile", "etcd-certfile", "etcd-keyfile",
 		"bind-address", "secure-port", "cert-dir", "tls-cert-file", "tls-private-key-file", "alternate-dns",
 		"kubeconfig", "authentication-kubeconfig", "authorization-kubeconfig",
-		"agent-identities", "enable-admission-plugins", "disable-admission-plugins",
+		"agent-identities", "pod-attachment-deleters", "enable-admission-plugins", "disable-admission-plugins",
 		"feature-gates", "v", "version", "help",
 	} {
 		if cmd.Flags().Lookup(name) == nil {
@@ -37,9 +37,14 @@ func TestCommandFlags(t *testing.T) {
 	if got, want := cmd.Flags().Lookup("agent-identities").DefValue, "[system:serviceaccount:kos-node:kos-agent,system:serviceaccount:example-com:kos-agent]"; got != want {
 		t.Errorf("--agent-identities defaults to %q, want %q", got, want)
 	}
-	// NodeRestriction and ResourceQuota are among the plugins on by default.
-	if usage := cmd.Flags().Lookup("enable-admission-plugins").Usage; !strings.Contains(usage, "ValidatingAdmissionWebhook, NodeRestriction, ResourceQuota).") {
-		t.Errorf("--enable-admission-plugins does not list NodeRestriction and ResourceQuota as on by default: %q", usage)
+	if got, want := cmd.Flags().Lookup("pod-attachment-deleters").DefValue,
+		"[system:serviceaccount:example-com:kos-controller-manager,system:serviceaccount:kube-system:generic-garbage-collector,system:kube-controller-manager]"; got != want {
+		t.Errorf("--pod-attachment-deleters defaults to %q, want %q", got, want)
+	}
+	// NodeRestriction, PodAttachmentProtection and ResourceQuota are among
+	// the plugins on by default.
+	if usage := cmd.Flags().Lookup("enable-admission-plugins").Usage; !strings.Contains(usage, "ValidatingAdmissionWebhook, NodeRestriction, PodAttachmentProtection, ResourceQuota).") {
+		t.Errorf("--enable-admission-plugins does not list NodeRestriction, PodAttachmentProtection and ResourceQuota as on by default: %q", usage)
 	}
 
 	if err := cmd.Help(); err != nil {

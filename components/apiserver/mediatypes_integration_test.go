@@ -35,7 +35,8 @@ func TestIntegrationMetadataClient(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, resource := range []string{"subnets", "networkattachments", "iplocks"} {
+			// Subnets last: one that attachments use cannot be deleted.
+			for _, resource := range []string{"networkattachments", "iplocks", "subnets"} {
 				gvr := v1alpha1.SchemeGroupVersion.WithResource(resource)
 				if _, err := meta.Resource(gvr).Namespace(ns).List(ctx, metav1.ListOptions{}); err != nil {
 					t.Errorf("listing %s with the metadata client: %v", resource, err)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/apiserver/admission/noderestriction"
+	"github.com/kos-sdn/kos/components/apiserver/admission/podattachments"
 	"github.com/kos-sdn/kos/components/apiserver/admission/quota"
 	generatedopenapi "github.com/kos-sdn/kos/components/generated/openapi"
 )
@@ -48,6 +49,11 @@ type Options struct {
 	// to NetworkAttachments the NodeRestriction admission plugin scopes to
 	// their node.
 	AgentIdentities []string
+	// PodAttachmentDeleters are the user names that the
+	// PodAttachmentProtection admission plugin lets delete a pod's
+	// NetworkAttachment: kos-controller-manager's and the garbage
+	// collector's.
+	PodAttachmentDeleters []string
 }
 
 // NewOptions returns the default settings of kos-apiserver.
@@ -57,12 +63,17 @@ func NewOptions() *Options {
 		ServerRun:   genericoptions.NewServerRunOptions(),
 		Logs:        logsapi.NewLoggingConfiguration(),
 
-		AgentIdentities: slices.Clone(noderestriction.DefaultAgents),
+		AgentIdentities:       slices.Clone(noderestriction.DefaultAgents),
+		PodAttachmentDeleters: slices.Clone(podattachments.DefaultDeleters),
 	}
 	// NodeRestriction is on by default, next to the generic plugins; it is
 	// made after the flags are parsed, so it sees --agent-identities.
 	noderestriction.Register(o.Recommended.Admission.Plugins, func() []string { return o.AgentIdentities })
 	o.Recommended.Admission.RecommendedPluginOrder = append(o.Recommended.Admission.RecommendedPluginOrder, noderestriction.PluginName)
+	// PodAttachmentProtection, on by default: a running pod's attachment
+	// is deleted only by kos-controller-manager or the garbage collector.
+	podattachments.Register(o.Recommended.Admission.Plugins, func() []string { return o.PodAttachmentDeleters })
+	o.Recommended.Admission.RecommendedPluginOrder = append(o.Recommended.Admission.RecommendedPluginOrder, podattachments.PluginName)
 	// ResourceQuota, on by default and last, so that only a request every
 	// other plugin admitted is charged: the main cluster's quota admission
 	// never sees a KOS object. It reads the main cluster's ResourceQuotas
@@ -112,6 +123,9 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 			"and only its interface and postCreateExec sections; it may list and watch NetworkAttachments only by a field selector naming its node (spec.node) "+
 			"or a network its node has an attachment in (status.addressVNI, spec.subnet), and get only those. "+
 			"Empty, or "+noderestriction.PluginName+" disabled, turns the restriction off.")
+	fss.FlagSet("admission").StringSliceVar(&o.PodAttachmentDeleters, "pod-attachment-deleters", o.PodAttachmentDeleters,
+		"The user names that may delete a NetworkAttachment whose controller owner is a Pod, or change that owner reference (admission plugin "+podattachments.PluginName+"): "+
+			"kos-controller-manager's and the garbage collector's of kube-controller-manager. Anyone may in a namespace being deleted.")
 	o.Recommended.Audit.AddFlags(fss.FlagSet("audit"))
 	o.Recommended.Features.AddFlags(fss.FlagSet("features"))
 	o.Recommended.EgressSelector.AddFlags(fss.FlagSet("egress selector"))

@@ -63,11 +63,11 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("creating the generic server: %w", err)
 	}
 	optsGetter := c.generic.RESTOptionsGetter
-	subnets, err := subnet.NewStorage(Scheme, optsGetter)
+	attachments, err := networkattachment.NewStorage(Scheme, optsGetter)
 	if err != nil {
 		return nil, err
 	}
-	attachments, err := networkattachment.NewStorage(Scheme, optsGetter)
+	subnets, err := subnet.NewStorage(Scheme, optsGetter, subnet.AttachmentUsers(attachments.NetworkAttachment))
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -51,9 +52,23 @@ func TestIntegrationRequestedAddresses(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitValidated(t, c, createSubnet(t, c, newSubnet(ns, "net", "10.172.0.0/24", 172)))
-	// VNI 172 is free again for a run with -count.
+	// VNI 172 is free again for a run with -count: the pods go, the
+	// manager deletes their attachments, and the subnet, in use until
+	// then, can go.
 	t.Cleanup(func() {
-		_ = c.NetworkV1alpha1().Subnets(ns).Delete(context.Background(), "net", metav1.DeleteOptions{})
+		ctx := context.Background()
+		if err := kube.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{}); err != nil {
+			t.Errorf("deleting the pods: %v", err)
+		}
+		// Not poll.Until: it ends with the test's context, done by now.
+		var err error
+		_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			err = c.NetworkV1alpha1().Subnets(ns).Delete(ctx, "net", metav1.DeleteOptions{})
+			return err == nil, nil
+		})
+		if err != nil {
+			t.Errorf("deleting subnet net once unused: %v", err)
+		}
 	})
 	createDefinition(t, dyn.Resource(podnetwork.NetworkAttachmentDefinitions).Namespace(ns), "net", `{"cniVersion":"1.0.0","type":"kos","subnet":"net"}`)
 	pods := kube.CoreV1().Pods(ns)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
@@ -251,66 +252,57 @@ func TestIntegrationExhaustion(t *testing.T) {
 	})
 }
 
-// TestIntegrationSubnetRecreated deletes a subnet with addressed
-// attachments and at once creates one of the same name with another CIDR
-// block and VNI: the attachments move to the new subnet and the old locks go.
-func TestIntegrationSubnetRecreated(t *testing.T) {
+// TestIntegrationSubnetInUse tries to delete a subnet with addressed
+// attachments: kos-apiserver refuses, and the attachments keep their
+// addresses and locks; once they are deleted, the subnet goes, and so do
+// their locks.
+func TestIntegrationSubnetInUse(t *testing.T) {
 	ctx := context.Background()
 	c := kosClient(t)
 	startManager(t, "manager", 2)
 	ns := newNamespace(t)
-	old := createSubnet(t, c, newSubnet(ns, "net", "10.120.0.0/24", 120))
-	waitValidated(t, c, old)
+	net := createSubnet(t, c, newSubnet(ns, "net", "10.120.0.0/24", 120))
+	waitValidated(t, c, net)
 	for i := range 10 {
-		createAttachment(t, c, newAttachment(ns, fmt.Sprintf("att-%d", i), old.Name))
+		createAttachment(t, c, newAttachment(ns, fmt.Sprintf("att-%d", i), net.Name))
 	}
-	poll.Until(t, time.Minute, "attachments addressed in the first subnet", func(ctx context.Context) error {
+	var addressed *snapshot
+	poll.Until(t, time.Minute, "attachments addressed", func(ctx context.Context) error {
 		snap, err := takeSnapshot(ctx, c, ns)
 		if err != nil {
 			return err
 		}
+		addressed = snap
 		return snap.addressesSettled()
 	})
 
-	if err := c.NetworkV1alpha1().Subnets(ns).Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
+	err := c.NetworkV1alpha1().Subnets(ns).Delete(ctx, net.Name, metav1.DeleteOptions{})
+	if want := "subnet in use: 10 NetworkAttachments use it (att-0, att-1, att-2, att-3, att-4 and 5 more)"; !apierrors.IsConflict(err) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("deleting the subnet in use: got %v, want a conflict saying %q", err, want)
+	}
+	// Stable, not a passing moment: the addresses and locks stay.
+	time.Sleep(time.Second)
+	after, err := takeSnapshot(ctx, c, ns)
+	if err != nil {
 		t.Fatal(err)
 	}
-	renewed := createSubnet(t, c, newSubnet(ns, "net", "10.121.0.0/24", 121))
-	poll.Until(t, time.Minute, "attachments addressed in the new subnet", func(ctx context.Context) error {
-		snap, err := takeSnapshot(ctx, c, ns)
-		if err != nil {
-			return err
-		}
-		if err := snap.addressesSettled(); err != nil {
-			return err
-		}
-		for _, a := range snap.attachments {
-			if a.Status.AddressVNI != 121 || !a.Status.SubnetCreationTime.Equal(&renewed.CreationTimestamp) {
-				return fmt.Errorf("attachment %s: VNI %d, subnet created %v; want 121 and %v", a.Name, a.Status.AddressVNI, a.Status.SubnetCreationTime, renewed.CreationTimestamp)
-			}
-		}
-		for _, l := range snap.locks {
-			if !strings.HasPrefix(l.Name, "v1-121-10-121-0-") {
-				return fmt.Errorf("lock %s remains", l.Name)
-			}
-		}
-		return nil
-	})
+	if diff := cmp.Diff(after.attachments, addressed.attachments); diff != "" {
+		t.Errorf("attachments after the refused delete of their subnet (-got +want):\n%s", diff)
+	}
+	if diff := cmp.Diff(after.locks, addressed.locks); diff != "" {
+		t.Errorf("locks after the refused delete of their subnet (-got +want):\n%s", diff)
+	}
 
-	// Without the subnet, the attachments lose their addresses and locks.
-	if err := c.NetworkV1alpha1().Subnets(ns).Delete(ctx, renewed.Name, metav1.DeleteOptions{}); err != nil {
+	if err := c.NetworkV1alpha1().NetworkAttachments(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, time.Minute, "attachments without a subnet", func(ctx context.Context) error {
+	if err := c.NetworkV1alpha1().Subnets(ns).Delete(ctx, net.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("deleting the subnet no attachment uses: %v", err)
+	}
+	poll.Until(t, time.Minute, "the attachments' locks released", func(ctx context.Context) error {
 		snap, err := takeSnapshot(ctx, c, ns)
 		if err != nil {
 			return err
-		}
-		for _, a := range snap.attachments {
-			want := v1alpha1.NetworkAttachmentStatus{Errors: v1alpha1.NetworkAttachmentErrors{IPAM: []string{ipam.ErrSubnetMissing}}}
-			if diff := cmp.Diff(a.Status, want, ignoreConditions); diff != "" {
-				return fmt.Errorf("attachment %s status (-got +want):\n%s", a.Name, diff)
-			}
 		}
 		if len(snap.locks) > 0 {
 			return fmt.Errorf("%d locks remain", len(snap.locks))

@@ -241,7 +241,10 @@ func (s *snapshot) hasRivals() bool {
 // subnet holds an address of that subnet backed by its own lock, or is
 // reported out of addresses in a subnet that is indeed full; unless every
 // attachment of a missing or unvalidated subnet has none; and unless every
-// lock is held by an existing attachment's status.
+// lock is held by an existing attachment's status. An attachment whose
+// subnet went after it got its address (kos-apiserver refuses to delete a
+// subnet in use, but an attachment created during the deletion slips past)
+// keeps the address and its lock, with the reason in errors.ipam.
 func (s *snapshot) addressesSettled() error {
 	subnets := map[string]*v1alpha1.Subnet{}
 	for i := range s.subnets {
@@ -253,9 +256,33 @@ func (s *snapshot) addressesSettled() error {
 	}
 	used := map[string]bool{}
 	held := map[string]int{}
+	lockOf := func(a *v1alpha1.NetworkAttachment, addr netip.Addr) error {
+		key := a.Namespace + "/" + a.Name
+		lockKey := a.Namespace + "/" + ipam.LockName(a.Status.AddressVNI, addr)
+		l := locks[lockKey]
+		if l == nil || string(l.UID) != a.Status.LockUID {
+			return fmt.Errorf("attachment %s has %s without its lock %s (UID %s)", key, addr, lockKey, a.Status.LockUID)
+		}
+		if ref := metav1.GetControllerOf(l); ref == nil || ref.UID != a.UID {
+			return fmt.Errorf("lock %s of attachment %s is controlled by %v", lockKey, key, ref)
+		}
+		used[lockKey] = true
+		return nil
+	}
 	for _, a := range s.attachments {
 		key := a.Namespace + "/" + a.Name
 		sub := subnets[a.Namespace+"/"+a.Spec.Subnet]
+		if a.Status.IPv4 != "" && len(a.Status.Errors.IPAM) > 0 {
+			// Kept, and the status says why.
+			addr, err := netip.ParseAddr(a.Status.IPv4)
+			if err != nil {
+				return fmt.Errorf("attachment %s: %w", key, err)
+			}
+			if err := lockOf(&a, addr); err != nil {
+				return err
+			}
+			continue
+		}
 		if sub == nil || !sub.Status.Validated {
 			if a.Status.IPv4 != "" {
 				return fmt.Errorf("attachment %s has address %s but its subnet %s is missing or not validated", key, a.Status.IPv4, a.Spec.Subnet)
@@ -279,15 +306,9 @@ func (s *snapshot) addressesSettled() error {
 		if block.Bits() <= 29 && (addr == block.Addr() || addr == block.Addr().Next() || addr == lastAddr(block)) {
 			return fmt.Errorf("attachment %s has %s, which %s never gives out", key, addr, block)
 		}
-		lockKey := a.Namespace + "/" + ipam.LockName(a.Status.AddressVNI, addr)
-		l := locks[lockKey]
-		if l == nil || string(l.UID) != a.Status.LockUID {
-			return fmt.Errorf("attachment %s has %s without its lock %s (UID %s)", key, addr, lockKey, a.Status.LockUID)
+		if err := lockOf(&a, addr); err != nil {
+			return err
 		}
-		if ref := metav1.GetControllerOf(l); ref == nil || ref.UID != a.UID {
-			return fmt.Errorf("lock %s of attachment %s is controlled by %v", lockKey, key, ref)
-		}
-		used[lockKey] = true
 		held[a.Namespace+"/"+a.Spec.Subnet]++
 	}
 	for _, a := range s.attachments {

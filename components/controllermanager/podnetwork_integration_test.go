@@ -36,9 +36,12 @@ import (
 // TestIntegrationPodNetworks runs the pod-network controller against a real
 // kube-apiserver, with the NetworkAttachmentDefinition CRD, and
 // kos-apiserver: pods bound to a node by hand (nothing runs them) get their
-// attachments, which follow the annotation, the definitions and the pod's
-// life. No garbage collector runs: the deletions are the controller's. The
-// manager runs as a ServiceAccount with the rights of
+// attachments, which keep their UIDs and addresses through edits of the
+// annotation and the definitions (which apply to new pods, as the pod's
+// AttachmentKept events say) and go with the pod. No garbage collector
+// runs: the deletions are the controller's. The manager runs as the
+// ServiceAccount example-com/kos-controller-manager, which kos-apiserver
+// lets delete pods' attachments, with the rights of
 // testdata/pod-network-clusterrole.yaml alone.
 func TestIntegrationPodNetworks(t *testing.T) {
 	ctx := context.Background()
@@ -110,18 +113,38 @@ func TestIntegrationPodNetworks(t *testing.T) {
 		return nil
 	})
 
-	// The annotation drops net1 and moves data0 to another subnet.
-	data0, err := c.NetworkV1alpha1().NetworkAttachments(ns).Get(ctx, "web-0-data0", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	// Edits apply to new sandboxes: the definition red moves to subnet
+	// blue, and the annotation drops net1 and gives data0 the definition
+	// blue; both attachments have addresses, so a sandbox may be using
+	// them, and they stay as they are.
+	before := map[string]*v1alpha1.NetworkAttachment{}
+	for _, name := range []string{"web-0-net1", "web-0-data0"} {
+		a, err := c.NetworkV1alpha1().NetworkAttachments(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[name] = a
 	}
+	updateDefinition(t, nads, "red", `{"cniVersion":"1.0.0","type":"kos","subnet":"blue"}`)
+	waitEventMessage(t, kube, ns, "web-0", podnetwork.ReasonAttachmentKept, fmt.Sprintf(
+		"Kept NetworkAttachment web-0-data0 (subnet red, address %s) of the running interface data0, which now asks for subnet blue on node node-1: a change applies to new sandboxes only; re-create the pod to apply it",
+		before["web-0-data0"].Status.IPv4))
 	annotate(t, pods, "web-0", "blue@data0")
-	waitAttachments(t, c, ns, web, map[string]string{"web-0-data0": "blue"})
-	if replaced, err := c.NetworkV1alpha1().NetworkAttachments(ns).Get(ctx, "web-0-data0", metav1.GetOptions{}); err != nil {
-		t.Fatal(err)
-	} else if replaced.UID == data0.UID {
-		t.Error("web-0-data0 moved to subnet blue without being made again")
+	waitEventMessage(t, kube, ns, "web-0", podnetwork.ReasonAttachmentKept, fmt.Sprintf(
+		"Kept NetworkAttachment web-0-net1 (subnet blue, address %s) of the running interface net1, which the pod no longer asks for: a change applies to new sandboxes only; the attachment goes with the pod",
+		before["web-0-net1"].Status.IPv4))
+	for name, was := range before {
+		a, err := c.NetworkV1alpha1().NetworkAttachments(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("%s after the edits: %v", name, err)
+		}
+		if a.UID != was.UID || !cmp.Equal(a.Spec, was.Spec) || a.Status.IPv4 != was.Status.IPv4 {
+			t.Errorf("%s after the edits: UID %s, spec %+v, address %s; want UID %s, spec %+v, address %s", name, a.UID, a.Spec, a.Status.IPv4, was.UID, was.Spec, was.Status.IPv4)
+		}
 	}
+	// A new pod takes the definition as it is now.
+	web1 := createPod(t, pods, "web-1", "node-2", "red")
+	waitAttachments(t, c, ns, web1, map[string]string{"web-1-net1": "blue"})
 
 	// A definition created after the pod that names it.
 	late := createPod(t, pods, "late", "node-2", "green")
@@ -137,7 +160,8 @@ func TestIntegrationPodNetworks(t *testing.T) {
 	waitAttachments(t, c, ns, late, nil)
 
 	// A pod being deleted (nothing runs it, so it stays until forced) gets
-	// no new attachment: the sync that deletes data0 creates no net2.
+	// no new attachment: the sync that keeps data0 creates no net2. Once
+	// gone, it loses its attachments.
 	if err := pods.Delete(ctx, "web-0", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -145,10 +169,15 @@ func TestIntegrationPodNetworks(t *testing.T) {
 		t.Fatalf("web-0 after a graceful delete: %v, %v; want it terminating", p, err)
 	}
 	annotate(t, pods, "web-0", "mac, red")
-	waitAttachments(t, c, ns, web, nil)
-	if err := pods.Delete(ctx, "web-0", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
-		t.Fatal(err)
+	waitEventMessage(t, kube, ns, "web-0", podnetwork.ReasonAttachmentKept, "Kept NetworkAttachment web-0-data0 (subnet red, address "+before["web-0-data0"].Status.IPv4+") of the running interface data0, which the pod no longer asks for")
+	waitAttachments(t, c, ns, web, map[string]string{"web-0-net1": "blue", "web-0-data0": "red"})
+	for _, p := range []string{"web-0", "web-1"} {
+		if err := pods.Delete(ctx, p, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			t.Fatal(err)
+		}
 	}
+	waitAttachments(t, c, ns, web, nil)
+	waitAttachments(t, c, ns, web1, nil)
 
 	events, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -166,13 +195,23 @@ func TestIntegrationPodNetworks(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(list.Items) != 0 {
-		t.Errorf("%d attachments left in %s, such as %s for pod %s; want none (pod %s is unbound)",
+		t.Fatalf("%d attachments left in %s, such as %s for pod %s; want none (pod %s is unbound)",
 			len(list.Items), ns, list.Items[0].Name, list.Items[0].Annotations[podnetwork.PodAnnotation], idle.Name)
+	}
+	// Unused now, the subnets may go, and VNIs 170 and 171 are free for a
+	// run with -count.
+	for _, s := range []*v1alpha1.Subnet{blue, red} {
+		if err := c.NetworkV1alpha1().Subnets(ns).Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("deleting subnet %s once unused: %v", s.Name, err)
+		}
 	}
 }
 
-// managerToken creates a ServiceAccount in ns bound to the ClusterRole of
-// testdata/pod-network-clusterrole.yaml and returns a token of it.
+// managerToken binds the ServiceAccount example-com/kos-controller-manager
+// (made unless it exists), the identity kos-apiserver lets delete pods'
+// attachments by default, to the ClusterRole of
+// testdata/pod-network-clusterrole.yaml, and returns a token of it. The
+// binding is named after ns, the namespace of the test.
 func managerToken(t *testing.T, kube kubernetes.Interface, ns string) string {
 	t.Helper()
 	ctx := context.Background()
@@ -192,14 +231,15 @@ func managerToken(t *testing.T, kube kubernetes.Interface, ns string) string {
 	} else if err != nil {
 		t.Fatalf("creating cluster role %s: %v", role.Name, err)
 	}
-	sa, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "kos-controller-manager"}}, metav1.CreateOptions{})
-	if err != nil {
+	const saNamespace = "example-com"
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: saNamespace, Name: "kos-controller-manager"}}
+	if _, err := kube.CoreV1().ServiceAccounts(saNamespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	binding := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: role.Name + "-" + ns},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa.Name}},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: saNamespace, Name: sa.Name}},
 	}
 	if _, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -207,7 +247,7 @@ func managerToken(t *testing.T, kube kubernetes.Interface, ns string) string {
 	t.Cleanup(func() {
 		_ = kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
 	})
-	tr, err := kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	tr, err := kube.CoreV1().ServiceAccounts(saNamespace).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("requesting a token: %v", err)
 	}
@@ -289,6 +329,43 @@ func waitAttachments(t *testing.T, c versioned.Interface, ns string, pod *corev1
 			return fmt.Errorf("attachments to subnets (-got +want):\n%s", diff)
 		}
 		return nil
+	})
+}
+
+// updateDefinition sets the CNI configuration of a definition.
+func updateDefinition(t *testing.T, nads dynamic.ResourceInterface, name, config string) {
+	t.Helper()
+	u, err := nads.Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(u.Object, config, "spec", "config"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nads.Update(context.Background(), u, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("updating NetworkAttachmentDefinition %s: %v", name, err)
+	}
+}
+
+// waitEventMessage waits for an Event of reason on the pod whose message
+// holds message.
+func waitEventMessage(t *testing.T, kube kubernetes.Interface, ns, pod, reason, message string) {
+	t.Helper()
+	poll.Until(t, time.Minute, fmt.Sprintf("a %s event on pod %s saying %q", reason, pod, message), func(ctx context.Context) error {
+		events, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		var seen []string
+		for _, e := range events.Items {
+			if e.InvolvedObject.Kind == "Pod" && e.InvolvedObject.Name == pod && e.Reason == reason {
+				if strings.Contains(e.Message, message) {
+					return nil
+				}
+				seen = append(seen, e.Message)
+			}
+		}
+		return fmt.Errorf("%s events of pod %s: %q", reason, pod, seen)
 	})
 }
 

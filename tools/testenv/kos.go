@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +19,16 @@ import (
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 )
+
+// podAttachmentDeleters are the users kos-apiserver lets delete a pod's
+// NetworkAttachment: its defaults (spelled out, as the API group is below),
+// and the admin, as whom tests run kos-controller-manager in-process.
+var podAttachmentDeleters = []string{
+	"system:serviceaccount:example-com:kos-controller-manager",
+	"system:serviceaccount:kube-system:generic-garbage-collector",
+	"system:kube-controller-manager",
+	adminUser,
+}
 
 // The KOS API group and version that kos-apiserver serves. They are spelled
 // out here, not imported, so that the test environment does not depend on
@@ -168,6 +179,7 @@ func (e *Env) StartKOS(ctx context.Context, opts KOSOptions) (*KOS, error) {
 		"--kubeconfig=" + e.Kubeconfig,
 		"--authentication-kubeconfig=" + e.Kubeconfig,
 		"--authorization-kubeconfig=" + e.Kubeconfig,
+		"--pod-attachment-deleters=" + strings.Join(podAttachmentDeleters, ","),
 		"--v=1",
 	}
 	if t := k.etcdTLS; t != nil {

@@ -7,9 +7,13 @@
 // address gets exactly that one, or none and a status.errors.ipam message
 // that says why (outside the subnet, or held by another attachment, which
 // it waits for). An address, once written, never changes into another: it
-// is kept, or cleared first. The controller also releases the locks that
-// attachments no longer use, including those of deleted attachments, since a
-// garbage collector may not run.
+// is kept, or cleared first, and it is cleared only when its lock went to
+// another attachment. A change of the subnet (deleted, made again with
+// another block or VNI, not validated) never takes a live attachment's
+// address: the attachment keeps it until it is deleted, and its
+// status.errors.ipam says why the subnet no longer gives it. The controller
+// also releases the locks that attachments no longer use, including those of
+// deleted attachments, since a garbage collector may not run.
 package ipam
 
 import (

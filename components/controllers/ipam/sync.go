@@ -41,6 +41,11 @@ const (
 	// ReasonNoAddress is the reason of the Warning event of an attachment
 	// that cannot get an address; the message says why.
 	ReasonNoAddress = "NoAddress"
+	// ReasonAddressKept is the reason of the Warning event of an attachment
+	// that keeps its address although its subnet no longer gives it (the
+	// subnet is gone, not validated, or another of the same name); the
+	// message says why.
+	ReasonAddressKept = "AddressKept"
 )
 
 // createAttempts bounds how many addresses one sync tries to lock when the
@@ -48,9 +53,12 @@ const (
 const createAttempts = 8
 
 // sync brings the address of the attachment named by ref up to date: it
-// keeps a valid address, gets one for an attachment without, clears it when
-// the subnet is gone or not validated, and releases the locks the attachment
-// no longer uses, or those of a deleted attachment.
+// keeps a valid address, gets one for an attachment without, and releases
+// the locks the attachment no longer uses, or those of a deleted attachment.
+// An attachment never loses its address to a change of its subnet: when the
+// subnet is gone, not validated or another one of the same name, the
+// attachment keeps the address and its lock until it is deleted (a pod may
+// be using it), and its status says what is wrong (keepAddress).
 func (c *Controller) sync(ctx context.Context, ref cache.ObjectName) error {
 	namespace, name := ref.Parts()
 	key := ref.String()
@@ -90,17 +98,22 @@ func (c *Controller) sync(ctx context.Context, ref cache.ObjectName) error {
 	}
 	switch {
 	case subnet == nil:
-		return c.unassign(ctx, att, owned, ErrSubnetMissing)
+		return c.noSubnet(ctx, att, owned, ErrSubnetMissing)
 	case !subnet.Status.Validated:
-		return c.unassign(ctx, att, owned, ErrSubnetNotValidated)
+		return c.noSubnet(ctx, att, owned, ErrSubnetNotValidated)
 	}
 	block, err := netip.ParsePrefix(subnet.Spec.IPv4)
 	if err != nil {
-		return c.unassign(ctx, att, owned, fmt.Sprintf("Referenced subnet has a malformed CIDR block %q", subnet.Spec.IPv4))
+		return c.noSubnet(ctx, att, owned, fmt.Sprintf("Referenced subnet has a malformed CIDR block %q", subnet.Spec.IPv4))
 	}
 	r, err := assignableRange(block)
 	if err != nil {
-		return c.unassign(ctx, att, owned, fmt.Sprintf("Referenced subnet has a malformed CIDR block %q", subnet.Spec.IPv4))
+		return c.noSubnet(ctx, att, owned, fmt.Sprintf("Referenced subnet has a malformed CIDR block %q", subnet.Spec.IPv4))
+	}
+	if _, keep := statusAddress(att, subnet, r); att.Status.IPv4 != "" && !keep {
+		// The subnet was made again with another block or VNI.
+		return c.keepAddress(ctx, att, owned, fmt.Sprintf("Address %s on VNI %d is not one of subnet %s (%s on VNI %d)",
+			att.Status.IPv4, att.Status.AddressVNI, subnet.Name, subnet.Spec.IPv4, subnet.Spec.VNI))
 	}
 
 	current, err := c.currentLock(ctx, att, subnet, r, rec)
@@ -200,20 +213,14 @@ func (c *Controller) ownedLocks(namespace, name string, uid types.UID) ([]*v1alp
 // assign gives the attachment an address of subnet. An address never
 // changes into another in one write: the address the status names stays
 // while it is one of subnet (when its lock went, the same address is locked
-// again), and an address of another subnet is cleared before a new one is
-// written. An attachment without an address gets the one spec.ipv4 asks
+// again; sync keeps an address that is not one of subnet's). An attachment
+// without an address gets the one spec.ipv4 asks
 // for, else a lock it already holds there (taken by a sync whose status
 // write failed), else a new lock on a random free address. What keeps it
 // from an address (a full subnet, a requested address outside the subnet or
 // held by another attachment) is reported in the status.
 func (c *Controller) assign(ctx context.Context, att *v1alpha1.NetworkAttachment, subnet *v1alpha1.Subnet, r addrRange, owned []*v1alpha1.IPLock, rec *inflight) error {
 	kept, keep := statusAddress(att, subnet, r)
-	if att.Status.IPv4 != "" && !keep {
-		var err error
-		if att, err = c.clearAddress(ctx, att, "the address is not one of the subnet's"); err != nil {
-			return err
-		}
-	}
 	// want is the one address the attachment may get, if there is one.
 	var want netip.Addr
 	switch {
@@ -568,6 +575,50 @@ func newLock(att *v1alpha1.NetworkAttachment, subnet *v1alpha1.Subnet, name stri
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// noSubnet handles an attachment whose subnet gives no address, for the
+// reason problem: one without an address says so in its status, one with
+// keeps it.
+func (c *Controller) noSubnet(ctx context.Context, att *v1alpha1.NetworkAttachment, owned []*v1alpha1.IPLock, problem string) error {
+	if att.Status.IPv4 == "" {
+		return c.unassign(ctx, att, owned, problem)
+	}
+	return c.keepAddress(ctx, att, owned, problem)
+}
+
+// keepAddress keeps the address of an attachment that its subnet no longer
+// gives, for the reason problem: a pod may be using the address, and
+// clearing it would take the pod's interface away for good (kos-apiserver
+// refuses to delete a subnet that attachments use, but a subnet made
+// again, or deleted in a race with a new attachment, still gets here). The
+// status keeps the address, its VNI and lock, and says problem in
+// errors.ipam; the lock the status names stays, and the attachment's other
+// locks go. The address goes when the attachment does.
+func (c *Controller) keepAddress(ctx context.Context, att *v1alpha1.NetworkAttachment, owned []*v1alpha1.IPLock, problem string) error {
+	c.inflight.forget(att.Namespace + "/" + att.Name)
+	if !slices.Equal(att.Status.Errors.IPAM, []string{problem}) || att.Status.AddressContention {
+		updated := att.ForStatusWrite()
+		updated.Status.Errors.IPAM = []string{problem}
+		updated.Status.AddressContention = false
+		result, err := c.client.NetworkV1alpha1().NetworkAttachments(att.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+		if err != nil {
+			return fmt.Errorf("writing the status of attachment %s/%s: %w", att.Namespace, att.Name, err)
+		}
+		klog.FromContext(ctx).V(2).Info("Kept an address its subnet no longer gives", "attachment", klog.KObj(result), "ipv4", result.Status.IPv4, "vni", result.Status.AddressVNI, "problem", problem)
+		c.recorder.Eventf(result, corev1.EventTypeWarning, ReasonAddressKept, "Kept address %s on VNI %d until the attachment is deleted: %s", result.Status.IPv4, result.Status.AddressVNI, problem)
+	}
+	named := ""
+	if addr, err := netip.ParseAddr(att.Status.IPv4); err == nil && addr.Is4() {
+		named = LockName(att.Status.AddressVNI, addr)
+	}
+	var stale []*v1alpha1.IPLock
+	for _, l := range owned {
+		if l.Name != named {
+			stale = append(stale, l)
+		}
+	}
+	return c.release(ctx, att, stale)
+}
 
 // unassign clears the attachment's address, reporting problem, and then
 // releases the locks it holds. The status goes first: a lock must not be

@@ -451,26 +451,21 @@ func TestSync(t *testing.T) {
 			wantRecord: &inflight{attUID: attUID, subnetUID: subnetUID, lockName: name2, lockUID: created2, seenRV: "11", writtenRV: "12"},
 		},
 		{
-			name: "address of another VNI (the subnet was made again): cleared, its lock released, then a new one",
+			name: "address of another VNI (the subnet was made again): kept with its lock, the status says why",
 			objs: objects(validSubnet(), testLockVNI(2, "10.0.0.5", attUID), addressed(testLockVNI(2, "10.0.0.5", attUID))),
 			wantActions: []string{
-				`update networkattachments/status a/att rv=10: no address, ""`,
-				"delete iplocks a/v1-2-10-0-0-5 (uid v1-2-10-0-0-5-uid)",
-				"create iplocks a/v1-1-10-0-0-2 (owner att-uid, subnet s)",
-				"update networkattachments/status a/att rv=11: 10.0.0.2 on VNI 1, lock created-v1-1-10-0-0-2",
+				`update networkattachments/status a/att rv=10: 10.0.0.5 on VNI 2, lock v1-2-10-0-0-5-uid, problems ["Address 10.0.0.5 on VNI 2 is not one of subnet s (10.0.0.0/24 on VNI 1)"]`,
 			},
-			wantRecord: &inflight{attUID: attUID, subnetUID: subnetUID, lockName: name2, lockUID: created2, seenRV: "11", writtenRV: "12"},
+			wantEvents: []string{"Warning AddressKept Kept address 10.0.0.5 on VNI 2 until the attachment is deleted: Address 10.0.0.5 on VNI 2 is not one of subnet s (10.0.0.0/24 on VNI 1)"},
 		},
 		{
-			name: "address outside the block (the subnet was made again): cleared, then a new one",
-			objs: objects(testSubnet("10.0.1.0/24", true), testLock("10.0.0.5", attUID), addressed(testLock("10.0.0.5", attUID))),
+			name: "address outside the block (the subnet was made again): kept, a surplus lock goes",
+			objs: objects(testSubnet("10.0.1.0/24", true), testLock("10.0.0.5", attUID), testLock("10.0.1.9", attUID), addressed(testLock("10.0.0.5", attUID))),
 			wantActions: []string{
-				`update networkattachments/status a/att rv=10: no address, ""`,
-				"delete iplocks a/v1-1-10-0-0-5 (uid v1-1-10-0-0-5-uid)",
-				"create iplocks a/v1-1-10-0-1-2 (owner att-uid, subnet s)",
-				"update networkattachments/status a/att rv=11: 10.0.1.2 on VNI 1, lock created-v1-1-10-0-1-2",
+				`update networkattachments/status a/att rv=10: 10.0.0.5 on VNI 1, lock v1-1-10-0-0-5-uid, problems ["Address 10.0.0.5 on VNI 1 is not one of subnet s (10.0.1.0/24 on VNI 1)"]`,
+				"delete iplocks a/v1-1-10-0-1-9 (uid v1-1-10-0-1-9-uid)",
 			},
-			wantRecord: &inflight{attUID: attUID, subnetUID: subnetUID, lockName: lockName(1, "10.0.1.2"), lockUID: createdUID(lockName(1, "10.0.1.2")), seenRV: "11", writtenRV: "12"},
+			wantEvents: []string{"Warning AddressKept Kept address 10.0.0.5 on VNI 1 until the attachment is deleted: Address 10.0.0.5 on VNI 1 is not one of subnet s (10.0.1.0/24 on VNI 1)"},
 		},
 		{
 			name: "subnet made again with the same block and VNI: the address stays",
@@ -485,8 +480,33 @@ func TestSync(t *testing.T) {
 			wantRecord: &inflight{attUID: attUID, subnetUID: subnetUID, lockName: name3, lockUID: l3.UID, seenRV: attRV, writtenRV: "11"},
 		},
 		{
-			name: "subnet missing: the status says so first, then the lock goes",
+			name: "subnet missing: the address and its lock stay, the status says why",
 			objs: objects(l2, addressed(l2)),
+			wantActions: []string{
+				`update networkattachments/status a/att rv=10: 10.0.0.2 on VNI 1, lock v1-1-10-0-0-2-uid, problems ["Referenced subnet does not exist"]`,
+			},
+			wantEvents: []string{"Warning AddressKept Kept address 10.0.0.2 on VNI 1 until the attachment is deleted: Referenced subnet does not exist"},
+		},
+		{
+			name: "subnet missing, the kept address's status says so already: no request",
+			objs: objects(l2, func() *v1alpha1.NetworkAttachment {
+				a := addressed(l2)
+				a.Status.Errors.IPAM = []string{ErrSubnetMissing}
+				return a
+			}()),
+		},
+		{
+			name: "subnet missing: a surplus lock goes, the address's stays",
+			objs: objects(l2, l3, addressed(l2)),
+			wantActions: []string{
+				`update networkattachments/status a/att rv=10: 10.0.0.2 on VNI 1, lock v1-1-10-0-0-2-uid, problems ["Referenced subnet does not exist"]`,
+				"delete iplocks a/v1-1-10-0-0-3 (uid v1-1-10-0-0-3-uid)",
+			},
+			wantEvents: []string{"Warning AddressKept Kept address 10.0.0.2 on VNI 1 until the attachment is deleted: Referenced subnet does not exist"},
+		},
+		{
+			name: "subnet missing, no address yet: the status says so, the lock goes",
+			objs: objects(l2, testAttachment()),
 			wantActions: []string{
 				`update networkattachments/status a/att rv=10: no address, "Referenced subnet does not exist"`,
 				"delete iplocks a/v1-1-10-0-0-2 (uid v1-1-10-0-0-2-uid)",
@@ -494,20 +514,19 @@ func TestSync(t *testing.T) {
 			wantEvents: []string{"Warning NoAddress Referenced subnet does not exist"},
 		},
 		{
-			name: "subnet not validated: the status says so first, then the lock goes",
+			name: "subnet not validated (made again): the address stays",
 			objs: objects(testSubnet("10.0.0.0/24", false), l2, addressed(l2)),
 			wantActions: []string{
-				`update networkattachments/status a/att rv=10: no address, "Referenced subnet is not validated"`,
-				"delete iplocks a/v1-1-10-0-0-2 (uid v1-1-10-0-0-2-uid)",
+				`update networkattachments/status a/att rv=10: 10.0.0.2 on VNI 1, lock v1-1-10-0-0-2-uid, problems ["Referenced subnet is not validated"]`,
 			},
-			wantEvents: []string{"Warning NoAddress Referenced subnet is not validated"},
+			wantEvents: []string{"Warning AddressKept Kept address 10.0.0.2 on VNI 1 until the attachment is deleted: Referenced subnet is not validated"},
 		},
 		{
-			name:     "subnet missing, status write fails: the lock stays, retried",
+			name:     "subnet missing, status write fails: retried",
 			objs:     objects(l2, addressed(l2)),
 			reactors: []reactor{fail("update", "networkattachments", conflict)},
 			wantActions: []string{
-				`update networkattachments/status a/att rv=10: no address, "Referenced subnet does not exist"`,
+				`update networkattachments/status a/att rv=10: 10.0.0.2 on VNI 1, lock v1-1-10-0-0-2-uid, problems ["Referenced subnet does not exist"]`,
 			},
 			wantErr: true,
 		},

@@ -6,8 +6,11 @@
 // pod's name and the interface's (AttachmentName), so that the node's agent
 // finds it when the CNI plugin asks for that interface. The pod is the
 // attachment's controller owner, so the garbage collector deletes it with
-// the pod; the controller also deletes the attachments of pods that are gone,
-// finished or no longer ask for them, since a garbage collector may not run.
+// the pod; the controller also deletes the attachments of pods that are gone
+// or finished, since a garbage collector may not run. A live pod keeps the
+// attachments its sandbox may be using: edits of its annotation or of a
+// definition apply to new sandboxes (see sync), and kos-apiserver lets no one
+// but this controller and the garbage collector delete a pod's attachment.
 //
 // It reads pods and NetworkAttachmentDefinitions from the main cluster and
 // writes only NetworkAttachments (and Events on pods): node agents need no

@@ -42,6 +42,11 @@ const (
 	// ReasonAttachmentDeleted is the reason of the Normal event of a pod
 	// one of whose attachments was deleted because it no longer asks for it.
 	ReasonAttachmentDeleted = "AttachmentDeleted"
+	// ReasonAttachmentKept is the reason of the Normal event of a pod whose
+	// definition or annotation changed under an interface it may be using:
+	// the interface keeps its attachment, and the change applies to the
+	// pod's next incarnation.
+	ReasonAttachmentKept = "AttachmentKept"
 )
 
 // problem is something wrong with what a pod asks for, told to its owner
@@ -64,11 +69,23 @@ type plan struct {
 
 // sync brings the attachments of the pod named by ref up to date: it creates
 // those the pod asks for and lacks, leaves those that match, and deletes
-// those it no longer asks for, those that no longer match (a later sync
-// creates them again) and those of a pod that is gone, finished or not (or
-// no longer) of this incarnation. Problems with what the pod asks for are
-// Events on the pod, not errors: the informers bring the changes that may
-// fix them. Only failed writes are retried.
+// those of a pod that is gone, finished or not (or no longer) of this
+// incarnation.
+//
+// A live pod's interface is never taken away: an attachment the pod no
+// longer asks for, or that no longer matches its definition or its ips
+// (another subnet, another address), stays while a sandbox may be using it
+// (inUse), and an AttachmentKept Event says that the change applies to new
+// sandboxes, which for KOS means the pod's next incarnation: a sandbox that
+// kubelet re-creates for the same pod finds the same attachment. Only an
+// attachment no sandbox can have used yet (no address, no interface) is
+// deleted, and a later sync makes the one now wanted; that lets a pod that
+// waits for an address (a definition naming a missing subnet) take the
+// fixed definition.
+//
+// Problems with what the pod asks for are Events on the pod, not errors:
+// the informers bring the changes that may fix them. Only failed writes are
+// retried.
 func (c *Controller) sync(ctx context.Context, ref cache.ObjectName) error {
 	namespace, name := ref.Parts()
 	pod, err := c.pods.Pods(namespace).Get(name)
@@ -90,7 +107,7 @@ func (c *Controller) sync(ctx context.Context, ref cache.ObjectName) error {
 	if pod == nil || !wantsNetworks(pod) {
 		var errs []error
 		for _, a := range attachments {
-			errs = append(errs, c.delete(ctx, pod, a, "the pod is gone, finished or not on a pod network"))
+			errs = append(errs, c.delete(ctx, pod, a, "the pod is gone, finished or not on a pod network", false))
 		}
 		return errors.Join(errs...)
 	}
@@ -112,15 +129,23 @@ func (c *Controller) sync(ctx context.Context, ref cache.ObjectName) error {
 	for _, a := range attachments {
 		switch w := p.want[a.Name]; {
 		case podOwner(a).UID != pod.UID:
-			errs = append(errs, c.delete(ctx, pod, a, "it belongs to an earlier pod of the same name"))
+			errs = append(errs, c.delete(ctx, pod, a, "it belongs to an earlier pod of the same name", false))
 		case w != nil && matches(a, w):
+		case p.keep.Has(a.Name):
+		case w != nil && inUse(a):
+			c.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonAttachmentKept,
+				"Kept NetworkAttachment %s (%s) of the running interface %s, which now asks for %s: a change applies to new sandboxes only; re-create the pod to apply it",
+				a.Name, describeAttachment(a), w.Annotations[InterfaceAnnotation], describeWant(w))
 		case w != nil:
 			// spec.node, spec.subnet and spec.ipv4 are immutable: the
 			// attachment is made again once its deletion is seen.
-			errs = append(errs, c.delete(ctx, pod, a, fmt.Sprintf("interface %s now wants %s", w.Annotations[InterfaceAnnotation], describeWant(w))))
-		case p.keep.Has(a.Name):
+			errs = append(errs, c.delete(ctx, pod, a, fmt.Sprintf("interface %s now wants %s", w.Annotations[InterfaceAnnotation], describeWant(w)), true))
+		case inUse(a):
+			c.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonAttachmentKept,
+				"Kept NetworkAttachment %s (%s) of the running interface %s, which the pod no longer asks for: a change applies to new sandboxes only; the attachment goes with the pod",
+				a.Name, describeAttachment(a), a.Annotations[InterfaceAnnotation])
 		default:
-			errs = append(errs, c.delete(ctx, pod, a, "the pod no longer asks for its interface"))
+			errs = append(errs, c.delete(ctx, pod, a, "the pod no longer asks for its interface", true))
 		}
 	}
 	if pod.DeletionTimestamp != nil {
@@ -242,6 +267,24 @@ func matches(a, want *v1alpha1.NetworkAttachment) bool {
 		a.Annotations[InterfaceAnnotation] == want.Annotations[InterfaceAnnotation]
 }
 
+// inUse reports whether a sandbox may be using an attachment of the pod: the
+// node's agent plugs a sandbox's interface only into an attachment that has
+// an address, and reports the interface in the status; an attachment that
+// has neither has no sandbox yet.
+func inUse(a *v1alpha1.NetworkAttachment) bool {
+	st := a.Status
+	return st.IPv4 != "" || st.IfcName != "" || st.MACAddress != "" || st.HostIP != ""
+}
+
+// describeAttachment says what an attachment holds, for an Event.
+func describeAttachment(a *v1alpha1.NetworkAttachment) string {
+	s := "subnet " + a.Spec.Subnet
+	if a.Status.IPv4 != "" {
+		s += ", address " + a.Status.IPv4
+	}
+	return s
+}
+
 // describeWant says what an attachment is wanted for, for an Event.
 func describeWant(want *v1alpha1.NetworkAttachment) string {
 	s := fmt.Sprintf("subnet %s on node %s", want.Spec.Subnet, want.Spec.Node)
@@ -283,15 +326,19 @@ func (c *Controller) create(ctx context.Context, pod *corev1.Pod, want *v1alpha1
 }
 
 // delete deletes an attachment of the pod (nil when gone) for the reason
-// given, unless the attachment was already replaced by another of its name.
-func (c *Controller) delete(ctx context.Context, pod *corev1.Pod, a *v1alpha1.NetworkAttachment, why string) error {
+// given, unless the attachment was already replaced by another of its name;
+// unchanged deletes it only as the cache holds it (its resourceVersion), so
+// that an attachment judged unused is not deleted once it got an address.
+func (c *Controller) delete(ctx context.Context, pod *corev1.Pod, a *v1alpha1.NetworkAttachment, why string, unchanged bool) error {
 	logger := klog.FromContext(ctx)
-	err := c.client.NetworkV1alpha1().NetworkAttachments(a.Namespace).Delete(ctx, a.Name, metav1.DeleteOptions{
-		Preconditions: &metav1.Preconditions{UID: &a.UID},
-	})
+	pre := &metav1.Preconditions{UID: &a.UID}
+	if unchanged {
+		pre.ResourceVersion = &a.ResourceVersion
+	}
+	err := c.client.NetworkV1alpha1().NetworkAttachments(a.Namespace).Delete(ctx, a.Name, metav1.DeleteOptions{Preconditions: pre})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		// Gone, or replaced by another attachment, whose event brings the
-		// pod back.
+		// Gone, replaced by another attachment or changed since: its
+		// event brings the pod back.
 		return nil
 	}
 	if err != nil {

@@ -78,6 +78,17 @@ func existingAt(pod *corev1.Pod, ifname, subnet, ipv4 string) *v1alpha1.NetworkA
 	return a
 }
 
+// plugged returns a with the address ipv4 and the interface the node's
+// agent reports once a sandbox may use it.
+func plugged(a *v1alpha1.NetworkAttachment, ipv4 string) *v1alpha1.NetworkAttachment {
+	a.Status.IPv4 = ipv4
+	a.Status.AddressVNI = 7
+	a.Status.MACAddress = "02:00:0a:01:00:05"
+	a.Status.IfcName = "kos0200a010005"
+	a.Status.HostIP = "192.0.2.1"
+	return a
+}
+
 // fixture is a controller whose caches hold the objects given, on fake
 // clientsets; the informers never start, so only sync runs.
 type fixture struct {
@@ -223,7 +234,7 @@ func TestSync(t *testing.T) {
 			wantWrites: []string{"delete web-0-data0", "delete web-0-net1"},
 		},
 		{
-			name:       "an interface no longer asked for goes",
+			name:       "an unused interface no longer asked for goes",
 			pods:       []*corev1.Pod{newPod("web-0", "blue")},
 			nads:       defs,
 			atts:       []*v1alpha1.NetworkAttachment{existing(web, "net1", "s-blue"), existing(web, "data0", "s-red")},
@@ -232,7 +243,27 @@ func TestSync(t *testing.T) {
 			wantEvents: []string{"Normal AttachmentDeleted Deleted NetworkAttachment web-0-data0: the pod no longer asks for its interface"},
 		},
 		{
-			name:       "a definition now of another subnet: delete first, create once the deletion is seen",
+			name: "a running interface no longer asked for stays",
+			pods: []*corev1.Pod{newPod("web-0", "blue")},
+			nads: defs,
+			atts: []*v1alpha1.NetworkAttachment{existing(web, "net1", "s-blue"), plugged(existing(web, "data0", "s-red"), "10.2.0.5")},
+			key:  "web-0",
+			wantEvents: []string{
+				"Normal AttachmentKept Kept NetworkAttachment web-0-data0 (subnet s-red, address 10.2.0.5) of the running interface data0, which the pod no longer asks for: a change applies to new sandboxes only; the attachment goes with the pod",
+			},
+		},
+		{
+			name: "a definition now of another subnet: a running interface keeps its attachment",
+			pods: []*corev1.Pod{newPod("web-0", "blue")},
+			nads: defs,
+			atts: []*v1alpha1.NetworkAttachment{plugged(existing(web, "net1", "s-old"), "10.9.0.5")},
+			key:  "web-0",
+			wantEvents: []string{
+				"Normal AttachmentKept Kept NetworkAttachment web-0-net1 (subnet s-old, address 10.9.0.5) of the running interface net1, which now asks for subnet s-blue on node node-1: a change applies to new sandboxes only; re-create the pod to apply it",
+			},
+		},
+		{
+			name:       "a definition now of another subnet: an attachment without an address is made again (delete first, create once the deletion is seen)",
 			pods:       []*corev1.Pod{newPod("web-0", "blue")},
 			nads:       defs,
 			atts:       []*v1alpha1.NetworkAttachment{existing(web, "net1", "s-old")},
@@ -241,10 +272,24 @@ func TestSync(t *testing.T) {
 			wantEvents: []string{"Normal AttachmentDeleted Deleted NetworkAttachment web-0-net1: interface net1 now wants subnet s-blue on node node-1"},
 		},
 		{
-			name:       "an earlier pod's attachments go first",
+			name: "an interface reported by its agent without an address is running",
+			pods: []*corev1.Pod{newPod("web-0", "blue")},
+			nads: defs,
+			atts: []*v1alpha1.NetworkAttachment{func() *v1alpha1.NetworkAttachment {
+				a := existing(web, "net1", "s-old")
+				a.Status.HostIP = "192.0.2.1"
+				return a
+			}()},
+			key: "web-0",
+			wantEvents: []string{
+				"Normal AttachmentKept Kept NetworkAttachment web-0-net1 (subnet s-old) of the running interface net1, which now asks for subnet s-blue on node node-1: a change applies to new sandboxes only; re-create the pod to apply it",
+			},
+		},
+		{
+			name:       "an earlier pod's attachments go first, running or not",
 			pods:       []*corev1.Pod{web2},
 			nads:       defs,
-			atts:       []*v1alpha1.NetworkAttachment{existing(web, "net1", "s-blue"), existing(web2, "data0", "s-red")},
+			atts:       []*v1alpha1.NetworkAttachment{plugged(existing(web, "net1", "s-blue"), "10.1.0.5"), existing(web2, "data0", "s-red")},
 			key:        "web-0",
 			wantWrites: []string{"delete web-0-net1"},
 			wantEvents: []string{"Normal AttachmentDeleted Deleted NetworkAttachment web-0-net1: it belongs to an earlier pod of the same name"},
@@ -257,6 +302,15 @@ func TestSync(t *testing.T) {
 			key:        "web-0",
 			wantWrites: []string{"delete web-0-data0"},
 			wantEvents: []string{"Normal AttachmentDeleted Deleted NetworkAttachment web-0-data0: the pod no longer asks for its interface"},
+		},
+		{
+			name:       "a finished pod loses its running attachments",
+			pods:       []*corev1.Pod{newPod("web-0", "blue", func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed })},
+			nads:       defs,
+			atts:       []*v1alpha1.NetworkAttachment{plugged(existing(web, "net1", "s-blue"), "10.1.0.5")},
+			key:        "web-0",
+			wantWrites: []string{"delete web-0-net1"},
+			wantEvents: []string{"Normal AttachmentDeleted Deleted NetworkAttachment web-0-net1: the pod is gone, finished or not on a pod network"},
 		},
 		{
 			name: "a missing definition keeps its attachment",
@@ -344,7 +398,7 @@ func TestSync(t *testing.T) {
 			key:  "web-0",
 		},
 		{
-			name:       "an interface that now asks for another address: delete first, create once the deletion is seen",
+			name:       "an interface waiting for an address that now asks for another: delete first, create once the deletion is seen",
 			pods:       []*corev1.Pod{newPod("web-0", `[{"name":"blue","ips":["10.1.0.6"]}]`)},
 			nads:       defs,
 			atts:       []*v1alpha1.NetworkAttachment{existingAt(web, "net1", "s-blue", "10.1.0.5")},
@@ -353,7 +407,17 @@ func TestSync(t *testing.T) {
 			wantEvents: []string{"Normal AttachmentDeleted Deleted NetworkAttachment web-0-net1: interface net1 now wants subnet s-blue on node node-1 at address 10.1.0.6"},
 		},
 		{
-			name:       "an interface that no longer asks for an address: delete first",
+			name: "a running interface that now asks for another address keeps its own",
+			pods: []*corev1.Pod{newPod("web-0", `[{"name":"blue","ips":["10.1.0.6"]}]`)},
+			nads: defs,
+			atts: []*v1alpha1.NetworkAttachment{plugged(existingAt(web, "net1", "s-blue", "10.1.0.5"), "10.1.0.5")},
+			key:  "web-0",
+			wantEvents: []string{
+				"Normal AttachmentKept Kept NetworkAttachment web-0-net1 (subnet s-blue, address 10.1.0.5) of the running interface net1, which now asks for subnet s-blue on node node-1 at address 10.1.0.6: a change applies to new sandboxes only; re-create the pod to apply it",
+			},
+		},
+		{
+			name:       "an interface waiting for an address that no longer asks for one: delete first",
 			pods:       []*corev1.Pod{newPod("web-0", "blue")},
 			nads:       defs,
 			atts:       []*v1alpha1.NetworkAttachment{existingAt(web, "net1", "s-blue", "10.1.0.5")},
@@ -397,7 +461,8 @@ func TestSync(t *testing.T) {
 }
 
 // TestSyncAttachment checks the whole attachment made, and the
-// precondition of a deletion.
+// preconditions of the deletion of an unused attachment: its UID and the
+// resourceVersion it was judged unused at.
 func TestSyncAttachment(t *testing.T) {
 	pod := newPod("web-0", "blue")
 	old := existing(newPod("web-0", ""), "net7", "s-blue")
@@ -431,7 +496,7 @@ func TestSyncAttachment(t *testing.T) {
 			deletes = append(deletes, d.DeleteOptions)
 		}
 	}
-	wantDeletes := []metav1.DeleteOptions{{Preconditions: &metav1.Preconditions{UID: &old.UID}}}
+	wantDeletes := []metav1.DeleteOptions{{Preconditions: &metav1.Preconditions{UID: &old.UID, ResourceVersion: ptr.To("5")}}}
 	if diff := cmp.Diff(deletes, wantDeletes); diff != "" {
 		t.Errorf("delete options (-got +want):\n%s", diff)
 	}

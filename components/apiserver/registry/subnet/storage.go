@@ -23,14 +23,15 @@ import (
 
 // Storage is the storage of Subnets: the main endpoint and /status.
 type Storage struct {
-	// Subnet serves subnets.
-	Subnet *registry.REST
+	// Subnet serves subnets; a subnet in use cannot be deleted.
+	Subnet *ProtectedREST
 	// Status serves subnets/status.
 	Status *registry.StatusREST
 }
 
-// NewStorage returns the storage of Subnets, kept where optsGetter says.
-func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (*Storage, error) {
+// NewStorage returns the storage of Subnets, kept where optsGetter says;
+// users tells which attachments use a subnet, whose deletion they keep.
+func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, users UsersFunc) (*Storage, error) {
 	strategy := newStrategy(scheme, clock.RealClock{})
 	store := &genericregistry.Store{
 		NewFunc:                   func() runtime.Object { return &network.Subnet{} },
@@ -56,7 +57,7 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (*
 	}
 	strategy.rivals = cachedRivals(store)
 	return &Storage{
-		Subnet: registry.NewREST(store, "sn"),
+		Subnet: NewProtectedREST(registry.NewREST(store, "sn"), users),
 		Status: registry.NewStatusREST(store, statusStrategy{strategy}),
 	}, nil
 }
