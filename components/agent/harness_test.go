@@ -115,8 +115,15 @@ func (a *api) subnet(name, cidr string, vni uint32) {
 		a.t.Fatalf("creating subnet %s: %v", name, err)
 	}
 	// Tests use fixed VNIs; another run in this process may reuse them.
+	// kos-apiserver refuses to delete a subnet in use: its attachments go
+	// first.
 	a.t.Cleanup(func() {
-		if err := a.client.NetworkV1alpha1().Subnets(a.ns).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+		ctx := context.Background()
+		inSubnet := metav1.ListOptions{FieldSelector: v1alpha1.FieldSubnet + "=" + name}
+		if err := a.client.NetworkV1alpha1().NetworkAttachments(a.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, inSubnet); err != nil {
+			a.t.Errorf("deleting the attachments of subnet %s: %v", name, err)
+		}
+		if err := a.client.NetworkV1alpha1().Subnets(a.ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 			a.t.Errorf("deleting subnet %s: %v", name, err)
 		}
 	})
