@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -115,16 +116,27 @@ func (a *api) subnet(name, cidr string, vni uint32) {
 		a.t.Fatalf("creating subnet %s: %v", name, err)
 	}
 	// Tests use fixed VNIs; another run in this process may reuse them.
-	// kos-apiserver refuses to delete a subnet in use: its attachments go
-	// first.
+	// kos-apiserver refuses to delete a subnet in use, so its attachments
+	// go first, and again while a pod-network controller of the test still
+	// makes its pods' attachments anew.
 	a.t.Cleanup(func() {
-		ctx := context.Background()
+		// Not poll.Until: the test's context is over when cleanups run.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
 		inSubnet := metav1.ListOptions{FieldSelector: v1alpha1.FieldSubnet + "=" + name}
-		if err := a.client.NetworkV1alpha1().NetworkAttachments(a.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, inSubnet); err != nil {
-			a.t.Errorf("deleting the attachments of subnet %s: %v", name, err)
-		}
-		if err := a.client.NetworkV1alpha1().Subnets(a.ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-			a.t.Errorf("deleting subnet %s: %v", name, err)
+		for {
+			err := a.client.NetworkV1alpha1().NetworkAttachments(a.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, inSubnet)
+			if err == nil {
+				err = a.client.NetworkV1alpha1().Subnets(a.ns).Delete(ctx, name, metav1.DeleteOptions{})
+			}
+			if err == nil || apierrors.IsNotFound(err) {
+				return
+			}
+			if ctx.Err() != nil {
+				a.t.Errorf("deleting subnet %s and its attachments: %v", name, err)
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
 	})
 }

@@ -65,9 +65,11 @@ func TestIntegrationPodChain(t *testing.T) {
 	}
 	installNADCRD(t, dyn)
 	k := newAPI(t)
-	startControllerManager(t)
 	const vni = 232
 	k.subnet("blue", "10.232.0.0/24", vni)
+	// Started after the subnet, so stopped before the subnet's cleanup,
+	// which would otherwise race it making the pods' attachments anew.
+	startControllerManager(t)
 
 	inst := ovsenv.StartT(t, ovsenv.Options{})
 	cfg := agentConfig(t, k.node("a"), hostA, ovs.New(ovs.Config{RunDir: inst.RunDir, DatapathType: "netdev", MTU: podMTU}))
