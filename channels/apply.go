@@ -62,6 +62,11 @@ type ApplyOptions struct {
 	Wait bool
 	// Timeout bounds the wait of each addon; 0 means DefaultTimeout.
 	Timeout time.Duration
+	// Adopt lets addons take over the objects of their manifests that
+	// exist and that neither channels nor kOps's channels made (a user's,
+	// Helm's); without it such an object fails its addon unless it, or
+	// its manifest, carries AdoptAnnotation.
+	Adopt bool
 }
 
 func (o ApplyOptions) timeout() time.Duration {
@@ -254,6 +259,9 @@ type rollout struct {
 func (c *Client) applyRun(ctx context.Context, plan *Plan, items []PlanItem, opts ApplyOptions, r *reporter, fail func(string, error)) []*rollout {
 	logger := klog.FromContext(ctx)
 	var ros []*rollout
+	// unread holds the releases whose manifests did not load: what they
+	// declare is unknown, so no addon of the run prunes what they may.
+	unread := map[*Addon]error{}
 	for _, it := range items {
 		if !it.Decision.Apply {
 			r.report(EventNote, it.Addon.Name, "Skipped: another run applied it meanwhile (%s)", it.Decision.Reason)
@@ -261,6 +269,7 @@ func (c *Client) applyRun(ctx context.Context, plan *Plan, items []PlanItem, opt
 		}
 		objs, err := releaseObjects(ctx, opts.Fetcher, it.Addon)
 		if err != nil {
+			unread[it.Addon] = err
 			fail(it.Addon.Name, err)
 			continue
 		}
@@ -272,6 +281,9 @@ func (c *Client) applyRun(ctx context.Context, plan *Plan, items []PlanItem, opt
 		maps.Copy(defined, definedKinds(ro.objs))
 	}
 	decl := newDeclarations(c, opts.Fetcher, plan, defined)
+	for a, err := range unread {
+		decl.set(a, nil, nil, err)
+	}
 	// keep drops the addons that failed.
 	keep := func(ros []*rollout, step func(*rollout) error) []*rollout {
 		out := ros[:0]
@@ -285,9 +297,9 @@ func (c *Client) applyRun(ctx context.Context, plan *Plan, items []PlanItem, opt
 		return out
 	}
 	ros = keep(ros, func(ro *rollout) error {
-		ro.writer = &addonWriter{client: c, parallelism: opts.Parallelism, shared: ro.item.shared, defined: defined, decl: decl}
+		ro.writer = &addonWriter{client: c, parallelism: opts.Parallelism, shared: ro.item.shared, defined: defined, decl: decl, adoptForeign: opts.Adopt}
 		rel, err := ro.writer.prepare(ctx, ro.objs)
-		decl.set(ro.item.Addon.Name, rel, ro.objs, err)
+		decl.set(ro.item.Addon, rel, ro.objs, err)
 		if err != nil {
 			return err
 		}
@@ -350,7 +362,8 @@ func (c *Client) applyRun(ctx context.Context, plan *Plan, items []PlanItem, opt
 // rolling update when the release asks, and writes the install record.
 func (c *Client) finishAddon(ctx context.Context, ro *rollout, r *reporter) error {
 	it, a := ro.item, ro.item.Addon
-	if err := ro.writer.prune(ctx, it, ro.done, r); err != nil {
+	kept, err := ro.writer.prune(ctx, it, ro.done, r)
+	if err != nil {
 		return err
 	}
 	if it.Current != nil && a.NeedsRollingUpdate != "" {
@@ -359,7 +372,9 @@ func (c *Client) finishAddon(ctx context.Context, ro *rollout, r *reporter) erro
 		}
 	}
 	rec := NewRecord(a)
-	rec.Inventory = ro.inv
+	// What prune kept still carries the addon's label: the record lists
+	// where it is, so that the next update looks at it again.
+	rec.Inventory = ro.inv.union(kept)
 	if err := c.WriteRecord(ctx, a.Namespace, a.Name, rec); err != nil {
 		return err
 	}
@@ -391,6 +406,9 @@ type addonWriter struct {
 	// decl knows what the addons of the run declare, for prune's keep-set
 	// and for ownership; nil outside a run (preview, drift, delete).
 	decl *declarations
+	// adoptForeign lets the addon take over objects neither channels nor
+	// kOps's channels made (ApplyOptions.Adopt).
+	adoptForeign bool
 }
 
 // applied is what a release applies: the objects to keep when pruning, and
