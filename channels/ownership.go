@@ -532,9 +532,9 @@ func (w *addonWriter) checkOwnership(ctx context.Context, ro *rollout, r *report
 	return errors.Join(errs...)
 }
 
-// ownership does checkOwnership's work, returning also the foreign objects
-// it found (adopted or not), and each refusal.
-func (w *addonWriter) ownership(ctx context.Context, ro *rollout, r *reporter) (foreign map[objectKey]bool, refused []error, err error) {
+// ownership does checkOwnership's work, returning also the objects the
+// release adopts, each with whom from (refused or not), and each refusal.
+func (w *addonWriter) ownership(ctx context.Context, ro *rollout, r *reporter) (adopted map[objectKey]string, refused []error, err error) {
 	a := ro.item.Addon
 	type where struct {
 		gvr       schema.GroupVersionResource
@@ -553,7 +553,7 @@ func (w *addonWriter) ownership(ctx context.Context, ro *rollout, r *reporter) (
 			once[keyOf(u)] = true
 		}
 	}
-	foreign = map[objectKey]bool{}
+	adopted = map[objectKey]string{}
 	selectors := []string{IdentityLabel + "," + IdentityLabel + "!=" + a.Name, "!" + IdentityLabel}
 	for wh := range lists {
 		for _, selector := range selectors {
@@ -577,7 +577,7 @@ func (w *addonWriter) ownership(ctx context.Context, ro *rollout, r *reporter) (
 						if madeByChannels(u, a.Selector) {
 							continue
 						}
-						foreign[key] = true
+						adopted[key] = "neither channels nor kOps made it"
 						switch {
 						case ro.adopt[key], adopts(u):
 							r.report(EventNote, a.Name, "Adopting %s, which neither channels nor kOps made: it is annotated %s", key, AdoptAnnotation)
@@ -590,6 +590,7 @@ func (w *addonWriter) ownership(ctx context.Context, ro *rollout, r *reporter) (
 						continue
 					}
 					if ro.adopt[key] {
+						adopted[key] = fmt.Sprintf("from addon %s", owner)
 						r.report(EventNote, a.Name, "Adopting %s from addon %q", key, owner)
 						continue
 					}
@@ -609,7 +610,7 @@ func (w *addonWriter) ownership(ctx context.Context, ro *rollout, r *reporter) (
 			}
 		}
 	}
-	return foreign, refused, nil
+	return adopted, refused, nil
 }
 
 // madeByChannels reports whether an object without IdentityLabel was made
