@@ -229,6 +229,9 @@ type rollout struct {
 	objs  []*unstructured.Unstructured
 	rel   *release
 	adopt map[objectKey]bool
+	// shared names, by object, the other addons that declare it too: of
+	// the run, and outside it (found by the ownership check).
+	shared map[objectKey]map[string]bool
 	// done is what the release applied, and inv its inventory to record.
 	done *applied
 	inv  *Inventory
@@ -312,11 +315,22 @@ func (c *Client) applyRun(ctx context.Context, plan *Plan, items []PlanItem, opt
 		return nil
 	})
 	dups := checkDuplicates(ros)
+	co := coDeclarers(ros)
 	ros = keep(ros, func(ro *rollout) error {
 		if err := dups[ro.item.Addon.Name]; err != nil {
 			return err
 		}
-		return ro.writer.checkOwnership(ctx, ro, r)
+		ro.shared = co[ro]
+		if ro.shared == nil {
+			ro.shared = map[objectKey]map[string]bool{}
+		}
+		if err := ro.writer.checkOwnership(ctx, ro, r); err != nil {
+			return err
+		}
+		// Each object records who else declares it, so that prune and
+		// delete keep it for them in runs without them.
+		ro.writer.declaredBy = declaredByValues(ro.item.Addon.Name, ro.shared)
+		return nil
 	})
 	ros = keep(ros, func(ro *rollout) error {
 		it, a := ro.item, ro.item.Addon
@@ -409,6 +423,10 @@ type addonWriter struct {
 	// adoptForeign lets the addon take over objects neither channels nor
 	// kOps's channels made (ApplyOptions.Adopt).
 	adoptForeign bool
+	// declaredBy holds, in a run, the DeclaredByAnnotation each object of
+	// the release is to carry (none when absent); nil outside a run, which
+	// leaves the annotation as it is.
+	declaredBy map[objectKey]string
 }
 
 // applied is what a release applies: the objects to keep when pruning, and
@@ -565,6 +583,9 @@ func (w *addonWriter) applyPhase(ctx context.Context, rel *release, p Phase) ([]
 			res, err = w.applyOne(ctx, targets[i])
 		}
 		results[i] = res
+		if err == nil && w.declaredBy != nil && !isNamespace(targets[i].key) {
+			err = w.syncDeclaredBy(ctx, targets[i], res, w.declaredBy[targets[i].key])
+		}
 		return err
 	})
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 	"sigs.k8s.io/yaml"
 )
 
@@ -159,7 +160,7 @@ func (c *Client) Preview(ctx context.Context, plan *Plan, opts PreviewOptions) (
 	dups := checkDuplicates(ros)
 	for _, ro := range ros {
 		name := ro.item.Addon.Name
-		adopted, refused, err := ro.writer.ownership(ctx, ro, nil)
+		adopted, _, refused, err := ro.writer.ownership(ctx, ro, nil)
 		if err != nil {
 			failed = append(failed, AddonError{Addon: name, Err: err})
 			continue
@@ -314,10 +315,14 @@ func (w *addonWriter) dryRun(ctx context.Context, t *target, ch *ObjectChange) e
 	if err != nil {
 		return fmt.Errorf("applying %s (dry run): %w", t.key, err)
 	}
-	if ch.Takeovers, err = takeovers(live, merged); err != nil {
+	var removed *fieldpath.Set
+	if ch.Takeovers, removed, err = takeoverFields(live, merged); err != nil {
 		return err
 	}
 	ch.Merged = comparable(merged)
+	// The dry-run cannot take fields over first, as applying does: the
+	// fields applying then removes are still in its answer.
+	removeFields(ch.Merged.Object, removed)
 	switch {
 	case live == nil:
 		ch.Action = ActionCreate

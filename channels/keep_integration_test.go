@@ -234,6 +234,9 @@ func TestIntegrationMoveAcrossChannelsIsAHandOver(t *testing.T) {
 
 	// The receiver declares it alike: shared, no annotation needed.
 	apply("b2.yaml", testRelease{Name: "xch-b", Version: "2.0.0", Manifest: manifest(configMap("xch", "own-b", "1"), moving)})
+	if got := configMapOf(t, "xch", "moving").Annotations[DeclaredByAnnotation]; got != "xch-a,xch-b" {
+		t.Errorf("moving is annotated %s=%q, want both addons", DeclaredByAnnotation, got)
+	}
 	// The sender applies it again (another change of its release).
 	apply("a2.yaml", testRelease{Name: "xch-a", Version: "1.1.0", Manifest: manifest(configMap("xch", "own-a", "2"), moving)})
 	if cm := configMapOf(t, "xch", "moving"); cm.Labels[IdentityLabel] != "xch-a" {

@@ -43,9 +43,8 @@ func adopts(u *unstructured.Unstructured) bool {
 // who may apply an object.
 //
 // Reading a recorded release costs a fetch of its channel and manifest, so
-// it is read only for an object it may hold: one of a kind and namespace its
-// record's inventory lists or, for a record without one (kOps's channels
-// wrote it), an object kOps's channels applied (see kopsMade). An addon
+// it is read only for an object it may hold, as the object itself says (see
+// mayHold): a run that prunes nothing shared reads nothing more. An addon
 // whose declarations cannot be read (its manifest did not load in this run,
 // its channel is gone) is taken to declare every object it may hold.
 type declarations struct {
@@ -266,44 +265,127 @@ func (d *declarations) findLocked(ctx context.Context, addon, channel, id, versi
 }
 
 // mayHold reports, without reading any release, whether an addon outside
-// the run may declare key: its install record's and pending release's
-// inventories list the key's kind and namespace or, for a record without
-// an inventory (kOps's channels wrote it), kOps's channels applied the
-// object (live; nil when not read).
-func (d *declarations) mayHold(ctx context.Context, addon string, key objectKey, live *unstructured.Unstructured) (bool, error) {
+// the run may declare the object live (nil when not read): the object says
+// the addon declared it when it was last applied (DeclaredByAnnotation),
+// or, for an install record without an inventory (kOps's channels wrote
+// it), kOps's channels applied the object. An object carries the label of
+// the addon that applied it last, so no other addon outside the run
+// declares it unless it shares it, which the annotation records.
+func (d *declarations) mayHold(ctx context.Context, addon string, live *unstructured.Unstructured) (bool, error) {
+	if live == nil {
+		return true, nil
+	}
+	if slices.Contains(declaredBy(live), addon) {
+		return true, nil
+	}
+	if !kopsMade(live) {
+		return false, nil
+	}
 	installed, err := d.readInstalled(ctx)
 	if err != nil {
 		return false, err
 	}
-	kind := key.GroupKind.String()
 	for _, in := range installed {
-		if in.Name != addon {
-			continue
-		}
-		invs := []*Inventory{in.Pending.inventory()}
-		if in.Record != nil || in.Invalid != "" {
-			var inv *Inventory
-			if in.Record != nil {
-				inv = in.Record.Inventory
-			}
-			if inv == nil || len(inv.Kinds) == 0 {
-				if live == nil || kopsMade(live) {
-					return true, nil
-				}
-				continue
-			}
-			invs = append(invs, inv)
-		}
-		for _, inv := range invs {
-			if inv == nil || !slices.Contains(inv.Kinds, kind) {
-				continue
-			}
-			if key.Namespace == "" || slices.Contains(inv.Namespaces, key.Namespace) {
-				return true, nil
-			}
+		if in.Name == addon && (in.Invalid != "" || in.Record != nil && (in.Record.Inventory == nil || in.Record.Inventory.Identity == "")) {
+			return true, nil
 		}
 	}
 	return false, nil
+}
+
+// DeclaredByAnnotation lists, comma-separated and sorted, every addon that
+// declared an object when it was last applied, when more than one did (two
+// addons declaring it alike, or one adopting it from another, see
+// AdoptAnnotation). The object's IdentityLabel names the one that applied
+// it; the others keep it from being pruned or deleted with the first
+// (it is handed over to them instead), even when they are not in the run.
+// channels sets it, as DeclaredByFieldManager; it is not meant to be
+// written in manifests.
+const DeclaredByAnnotation = "channels.kos.example.com/declared-by"
+
+// declaredBy reads an object's DeclaredByAnnotation.
+func declaredBy(u *unstructured.Unstructured) []string {
+	v := u.GetAnnotations()[DeclaredByAnnotation]
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
+}
+
+// declaredByValues returns the DeclaredByAnnotation of each object of a
+// release that other addons declare too (others, by key).
+func declaredByValues(self string, others map[objectKey]map[string]bool) map[objectKey]string {
+	out := map[objectKey]string{}
+	for key, by := range others {
+		if len(by) == 0 {
+			continue
+		}
+		names := map[string]bool{self: true}
+		for n := range by {
+			names[n] = true
+		}
+		out[key] = strings.Join(sortedStrings(names), ",")
+	}
+	return out
+}
+
+// DeclaredByFieldManager is the field manager that writes
+// DeclaredByAnnotation, apart from the applier (FieldManager): an apply of
+// a manifest, which never holds the annotation, leaves it alone, and drift
+// checks do not see it as a change.
+const DeclaredByFieldManager = "channels-declared-by"
+
+// syncDeclaredBy sets an applied object's DeclaredByAnnotation to want, or
+// removes it when want is empty, when it differs from out (the object as
+// applied).
+func (w *addonWriter) syncDeclaredBy(ctx context.Context, t *target, out *unstructured.Unstructured, want string) error {
+	if out == nil || out.GetAnnotations()[DeclaredByAnnotation] == want {
+		return nil
+	}
+	obj := &unstructured.Unstructured{}
+	obj.SetAPIVersion(t.obj.GetAPIVersion())
+	obj.SetKind(t.obj.GetKind())
+	obj.SetName(t.key.Name)
+	obj.SetNamespace(t.key.Namespace)
+	if want != "" {
+		obj.SetAnnotations(map[string]string{DeclaredByAnnotation: want})
+	}
+	_, err := resourceFor(w.client.Dynamic, t.mapping.Resource, t.key.Namespace).Apply(ctx, t.key.Name, obj, metav1.ApplyOptions{FieldManager: DeclaredByFieldManager, Force: true})
+	if err != nil {
+		return fmt.Errorf("recording who declares %s: %w", t.key, err)
+	}
+	return nil
+}
+
+// coDeclarers returns, for each addon of a run, the objects other addons
+// of the run declare too (Namespaces left out), with their names.
+func coDeclarers(ros []*rollout) map[*rollout]map[objectKey]map[string]bool {
+	claims := map[objectKey][]*rollout{}
+	for _, ro := range ros {
+		for _, u := range ro.objs {
+			if key := keyOf(u); !isNamespace(key) {
+				claims[key] = append(claims[key], ro)
+			}
+		}
+	}
+	out := map[*rollout]map[objectKey]map[string]bool{}
+	for key, by := range claims {
+		for _, ro := range by {
+			for _, o := range by {
+				if o == ro {
+					continue
+				}
+				if out[ro] == nil {
+					out[ro] = map[objectKey]map[string]bool{}
+				}
+				if out[ro][key] == nil {
+					out[ro][key] = map[string]bool{}
+				}
+				out[ro][key][o.item.Addon.Name] = true
+			}
+		}
+	}
+	return out
 }
 
 // kopsMade reports whether kOps's channels applied an object: it carries
@@ -332,7 +414,7 @@ const (
 
 // candidates names the addons other than self, and not ignored, whose
 // declarations may hold key: every addon of the run, and the recorded ones
-// outside it that mayHold it.
+// outside it that mayHold the object.
 func (d *declarations) candidates(ctx context.Context, key objectKey, self string, live *unstructured.Unstructured) ([]string, error) {
 	names := map[string]bool{}
 	for name := range d.items {
@@ -351,7 +433,7 @@ func (d *declarations) candidates(ctx context.Context, key objectKey, self strin
 			continue
 		}
 		if !d.fromRun(name) {
-			ok, err := d.mayHold(ctx, name, key, live)
+			ok, err := d.mayHold(ctx, name, live)
 			if err != nil {
 				return nil, err
 			}
@@ -524,17 +606,27 @@ func checkDuplicates(ros []*rollout) map[string]error {
 // those apply) and objects to create only (an existing one is left as it
 // is).
 func (w *addonWriter) checkOwnership(ctx context.Context, ro *rollout, r *reporter) error {
-	_, errs, err := w.ownership(ctx, ro, r)
+	_, shared, errs, err := w.ownership(ctx, ro, r)
 	if err != nil {
 		return err
+	}
+	for key, by := range shared {
+		for name := range by {
+			if ro.shared[key] == nil {
+				ro.shared[key] = map[string]bool{}
+			}
+			ro.shared[key][name] = true
+		}
 	}
 	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
 	return errors.Join(errs...)
 }
 
 // ownership does checkOwnership's work, returning also the objects the
-// release adopts, each with whom from (refused or not), and each refusal.
-func (w *addonWriter) ownership(ctx context.Context, ro *rollout, r *reporter) (adopted map[objectKey]string, refused []error, err error) {
+// release adopts, each with whom from (refused or not), the addons outside
+// the run that declare an object too (alike, or adopted from them), and
+// each refusal.
+func (w *addonWriter) ownership(ctx context.Context, ro *rollout, r *reporter) (adopted map[objectKey]string, shared map[objectKey]map[string]bool, refused []error, err error) {
 	a := ro.item.Addon
 	type where struct {
 		gvr       schema.GroupVersionResource
@@ -554,6 +646,16 @@ func (w *addonWriter) ownership(ctx context.Context, ro *rollout, r *reporter) (
 		}
 	}
 	adopted = map[objectKey]string{}
+	shared = map[objectKey]map[string]bool{}
+	share := func(key objectKey, owner string) {
+		if w.decl.fromRun(owner) {
+			return // the run's own sharing is coDeclarers'
+		}
+		if shared[key] == nil {
+			shared[key] = map[string]bool{}
+		}
+		shared[key][owner] = true
+	}
 	selectors := []string{IdentityLabel + "," + IdentityLabel + "!=" + a.Name, "!" + IdentityLabel}
 	for wh := range lists {
 		for _, selector := range selectors {
@@ -564,7 +666,7 @@ func (w *addonWriter) ownership(ctx context.Context, ro *rollout, r *reporter) (
 					if meta.IsNoMatchError(err) {
 						break
 					}
-					return nil, nil, fmt.Errorf("listing %s to check who owns it: %w", wh.gk, err)
+					return nil, nil, nil, fmt.Errorf("listing %s to check who owns it: %w", wh.gk, err)
 				}
 				for i := range list.Items {
 					u := &list.Items[i]
@@ -589,14 +691,17 @@ func (w *addonWriter) ownership(ctx context.Context, ro *rollout, r *reporter) (
 						}
 						continue
 					}
+					why, declares, err := w.owns(ctx, owner, key, ro)
+					if err != nil {
+						return nil, nil, nil, err
+					}
+					if declares {
+						share(key, owner)
+					}
 					if ro.adopt[key] {
 						adopted[key] = fmt.Sprintf("from addon %s", owner)
 						r.report(EventNote, a.Name, "Adopting %s from addon %q", key, owner)
 						continue
-					}
-					why, err := w.owns(ctx, owner, key, ro)
-					if err != nil {
-						return nil, nil, err
 					}
 					if why != "" {
 						refused = append(refused, fmt.Errorf("%s belongs to addon %q, which %s; addon %q declares it too: set annotation %s: \"true\" on it in this addon's manifest to take it over",
@@ -610,7 +715,7 @@ func (w *addonWriter) ownership(ctx context.Context, ro *rollout, r *reporter) (
 			}
 		}
 	}
-	return adopted, refused, nil
+	return adopted, shared, refused, nil
 }
 
 // madeByChannels reports whether an object without IdentityLabel was made
@@ -651,16 +756,16 @@ func foreignManagers(u *unstructured.Unstructured) string {
 	return strings.Join(sortedStrings(set), ", ")
 }
 
-// owns says why owner still owns key ("declares it differently", "is
-// installed and what it declares cannot be read: ..."), or "" when it has
-// let go of it or declares it alike (the object then has both as
-// declarers).
-func (w *addonWriter) owns(ctx context.Context, owner string, key objectKey, ro *rollout) (string, error) {
+// owns says why owner still owns key ("declares it differently", "may
+// still declare it (...)"), or "" when it has let go of it or declares it
+// alike (the object then has both as declarers), and whether owner
+// declares it.
+func (w *addonWriter) owns(ctx context.Context, owner string, key objectKey, ro *rollout) (string, bool, error) {
 	dc := w.decl.of(ctx, owner)
 	if dc.err == nil {
 		theirs, ok := dc.objs[key]
 		if !ok {
-			return "", nil
+			return "", false, nil
 		}
 		ignore := maps.Clone(dc.selector)
 		for k := range ro.item.Addon.Selector {
@@ -668,19 +773,19 @@ func (w *addonWriter) owns(ctx context.Context, owner string, key objectKey, ro 
 		}
 		for _, u := range ro.objs {
 			if keyOf(u) == key && sameDeclaration(u, theirs, ignore) {
-				return "", nil
+				return "", true, nil
 			}
 		}
-		return "declares it differently", nil
+		return "declares it differently", true, nil
 	}
 	recorded, err := w.decl.recorded(ctx, owner)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	if recorded || w.decl.fromRun(owner) {
-		return "may still declare it (what it declares is unknown: " + dc.err.Error() + ")", nil
+		return "may still declare it (what it declares is unknown: " + dc.err.Error() + ")", true, nil
 	}
-	return "", nil
+	return "", false, nil
 }
 
 // definitionUsers names the addons other than self whose install records

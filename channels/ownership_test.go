@@ -138,33 +138,36 @@ func TestProtection(t *testing.T) {
 }
 
 func TestMayHold(t *testing.T) {
-	cm := schema.GroupKind{Kind: "ConfigMap"}
 	d := &declarations{installedRead: true, installed: []Installed{
-		{Namespace: "kube-system", Name: "ours", Record: &Record{Inventory: &Inventory{Kinds: []string{"ConfigMap"}, Namespaces: []string{"app"}}}},
-		{Namespace: "kube-system", Name: "half", Pending: &Pending{Inventory: Inventory{Kinds: []string{"ConfigMap"}, Namespaces: []string{"half-ns"}}}},
+		{Namespace: "kube-system", Name: "ours", Record: &Record{Inventory: &Inventory{Kinds: []string{"ConfigMap"}, Namespaces: []string{"app"}, Identity: IdentityLabel + "=ours"}}},
 		{Namespace: "kube-system", Name: "kops", Record: &Record{Channel: "s3://state/addons/bootstrap-channel.yaml"}},
 	}}
-	kopsObj := &unstructured.Unstructured{}
-	kopsObj.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "kops"}})
-	userObj := &unstructured.Unstructured{}
+	obj := func(declaredBy string, managers ...string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		if declaredBy != "" {
+			u.SetAnnotations(map[string]string{DeclaredByAnnotation: declaredBy})
+		}
+		for _, m := range managers {
+			u.SetManagedFields(append(u.GetManagedFields(), metav1.ManagedFieldsEntry{Manager: m}))
+		}
+		return u
+	}
 	for _, tc := range []struct {
 		name  string
 		addon string
-		key   objectKey
 		live  *unstructured.Unstructured
 		want  bool
 	}{
-		{"a kind and namespace of the inventory", "ours", objectKey{GroupKind: cm, Namespace: "app", Name: "x"}, nil, true},
-		{"another namespace", "ours", objectKey{GroupKind: cm, Namespace: "other", Name: "x"}, nil, false},
-		{"another kind", "ours", objectKey{GroupKind: schema.GroupKind{Kind: "Secret"}, Namespace: "app", Name: "x"}, nil, false},
-		{"the pending inventory", "half", objectKey{GroupKind: cm, Namespace: "half-ns", Name: "x"}, nil, true},
-		{"a kOps record, an object kOps applied", "kops", objectKey{GroupKind: cm, Namespace: "app", Name: "x"}, kopsObj, true},
-		{"a kOps record, an object kOps never applied", "kops", objectKey{GroupKind: cm, Namespace: "app", Name: "x"}, userObj, false},
-		{"a kOps record, the object unknown", "kops", objectKey{GroupKind: cm, Namespace: "app", Name: "x"}, nil, true},
-		{"not recorded", "none", objectKey{GroupKind: cm, Namespace: "app", Name: "x"}, nil, false},
+		{"an object it shares", "ours", obj("other,ours", FieldManager), true},
+		{"an object others share", "ours", obj("a,b", FieldManager), false},
+		{"an object nobody shares", "ours", obj("", FieldManager), false},
+		{"a kOps record, an object kOps applied", "kops", obj("", "kops"), true},
+		{"a kOps record, an object kOps never applied", "kops", obj("", FieldManager), false},
+		{"our record, an object kOps applied", "ours", obj("", "kops"), false},
+		{"the object unknown", "ours", nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := d.mayHold(context.Background(), tc.addon, tc.key, tc.live)
+			got, err := d.mayHold(context.Background(), tc.addon, tc.live)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -172,6 +175,15 @@ func TestMayHold(t *testing.T) {
 				t.Errorf("mayHold = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestDeclaredByValues(t *testing.T) {
+	key := objectKey{GroupKind: schema.GroupKind{Kind: "ConfigMap"}, Namespace: "ns", Name: "x"}
+	other := objectKey{GroupKind: schema.GroupKind{Kind: "ConfigMap"}, Namespace: "ns", Name: "y"}
+	got := declaredByValues("b", map[objectKey]map[string]bool{key: {"c": true, "a": true}, other: {}})
+	if diff := cmp.Diff(got, map[objectKey]string{key: "a,b,c"}); diff != "" {
+		t.Errorf("declaredByValues (-got +want):\n%s", diff)
 	}
 }
 
