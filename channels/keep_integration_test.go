@@ -384,3 +384,60 @@ func TestIntegrationForeignObjectNeedsConsent(t *testing.T) {
 		t.Errorf("the annotated object was not adopted: %v", cm)
 	}
 }
+
+// TestIntegrationDeleteHandsSharedObjectOver uninstalls, one after the
+// other, two addons that declare one ConfigMap alike: the first uninstall
+// hands it to the other addon (same object, its label), the second
+// deletes it.
+func TestIntegrationDeleteHandsSharedObjectOver(t *testing.T) {
+	dir := t.TempDir()
+	createNamespace(t, "delshare")
+	ctx := context.Background()
+	c := newTestClient(t)
+	shared := configMap("delshare", "shared", "v")
+	loc := writeChannel(t, dir, "v1.yaml",
+		testRelease{Name: "delshare-a", Version: "1.0.0", Manifest: manifest(configMap("delshare", "a", "1"), shared)},
+		testRelease{Name: "delshare-b", Version: "1.0.0", Manifest: manifest(configMap("delshare", "b", "1"), shared)})
+	if res := run(t, c, loc); res.err != nil {
+		t.Fatal(res.err)
+	}
+	before := configMapOf(t, "delshare", "shared")
+	owner := before.Labels[IdentityLabel]
+	other := map[string]string{"delshare-a": "delshare-b", "delshare-b": "delshare-a"}[owner]
+	if other == "" {
+		t.Fatalf("shared is labelled %q, want one of the addons", owner)
+	}
+	if got := before.Annotations[DeclaredByAnnotation]; got != "delshare-a,delshare-b" {
+		t.Errorf("shared is annotated %s=%q, want both addons", DeclaredByAnnotation, got)
+	}
+
+	u, err := c.PlanUninstall(ctx, DefaultNamespace, owner, DeleteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for _, o := range u.Keep {
+		kept = append(kept, o.String()+": "+o.Reason)
+	}
+	if diff := cmp.Diff(kept, []string{"ConfigMap delshare/shared: addon " + other + " declares it, and will own it"}); diff != "" {
+		t.Errorf("kept (-got +want):\n%s", diff)
+	}
+	if err := c.Uninstall(ctx, u, DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	after := configMapOf(t, "delshare", "shared")
+	if after == nil || after.UID != before.UID || after.Labels[IdentityLabel] != other {
+		t.Fatalf("shared after uninstalling %s: %v, want the same object, %s's", owner, after, other)
+	}
+
+	u, err = c.PlanUninstall(ctx, DefaultNamespace, other, DeleteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Uninstall(ctx, u, DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(configMapNames(t, "delshare"), []string(nil)); diff != "" {
+		t.Errorf("ConfigMaps after uninstalling both (-got +want):\n%s", diff)
+	}
+}
