@@ -114,7 +114,11 @@ func newDeclared(a *Addon, rel *release, objs []*unstructured.Unstructured) *dec
 	}
 	for _, u := range objs {
 		key := keyOf(u)
-		dc.keys[key] = rel.ready[u]
+		if rel != nil {
+			dc.keys[key] = rel.ready[u]
+		} else {
+			dc.keys[key] = nil
+		}
 		dc.objs[key] = u
 		if adopts(u) {
 			dc.adopt[key] = true
@@ -141,9 +145,12 @@ func (dc *declared) union(b *declared) *declared {
 }
 
 // set records the release an addon of the run applies, or why it cannot.
+// A release whose manifest loaded but did not map (rel nil) still declares
+// its objects, unmapped; one whose manifest did not load (objs nil)
+// declares what is unknown.
 func (d *declarations) set(a *Addon, rel *release, objs []*unstructured.Unstructured, err error) {
 	dc := &declared{err: err}
-	if err == nil {
+	if err == nil || objs != nil {
 		dc = newDeclared(a, rel, objs)
 	}
 	d.mu.Lock()
@@ -220,7 +227,9 @@ func (d *declarations) recordedLocked(ctx context.Context, addon string) *declar
 			releases = append(releases, named{r.Channel, r.ID, r.Version, r.ManifestHash})
 		}
 		if p := in.Pending; p.namesRelease() {
-			releases = append(releases, named{p.Channel, p.ID, p.Version, p.ManifestHash})
+			if n := (named{p.Channel, p.ID, p.Version, p.ManifestHash}); !slices.Contains(releases, n) {
+				releases = append(releases, n)
+			}
 		} else if p != nil {
 			return &declared{err: errors.New("its pending release names no release")}
 		}
@@ -257,7 +266,8 @@ func (d *declarations) findLocked(ctx context.Context, addon, channel, id, versi
 		return nil, fmt.Errorf("reading the channel of its installed release: %w", lc.err)
 	}
 	for _, a := range lc.releases {
-		if a.Name == addon && a.ID == id && a.VersionString() == version && strings.EqualFold(a.ManifestHash, hash) {
+		// kOps's records hold no version.
+		if a.Name == addon && a.ID == id && (version == "" || a.VersionString() == version) && strings.EqualFold(a.ManifestHash, hash) {
 			return a, nil
 		}
 	}
@@ -609,6 +619,9 @@ func (w *addonWriter) checkOwnership(ctx context.Context, ro *rollout, r *report
 	_, shared, errs, err := w.ownership(ctx, ro, r)
 	if err != nil {
 		return err
+	}
+	if ro.shared == nil {
+		ro.shared = map[objectKey]map[string]bool{}
 	}
 	for key, by := range shared {
 		for name := range by {
