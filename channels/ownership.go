@@ -18,14 +18,17 @@ import (
 )
 
 // AdoptAnnotation, set to "true" on an object of a manifest, lets the addon
-// apply that object although another addon declares it: the object becomes
-// the adopting addon's (its IdentityLabel says so), and the other addon may
-// declare it too. Without it, an addon that declares an object another
-// addon of the run declares, or one that carries the IdentityLabel of an
-// addon that still declares it (or that is installed and not in the
-// channels, so that what it declares is unknown), fails with both names and
-// applies nothing. An object another addon stopped declaring moves without
-// it.
+// apply that object although another addon declares it differently: the
+// object becomes the adopting addon's (its IdentityLabel says so), and the
+// other addon may declare it too. Without it, an addon that declares an
+// object another addon of the run declares differently, or that carries
+// the IdentityLabel of an addon that still declares it differently (or
+// whose declarations cannot be read), fails with both names and applies
+// nothing; addons that declare an object alike share it (see
+// sameDeclaration). An object another addon stopped declaring moves
+// without it. Set on an object on the cluster (kubectl annotate), it lets
+// an addon take over that object although neither channels nor kOps's
+// channels made it (see madeByChannels).
 const AdoptAnnotation = "channels.kos.example.com/adopt"
 
 // adopts reports whether the manifest's object may be taken from another

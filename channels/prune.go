@@ -62,10 +62,15 @@ type candidate struct {
 // what a release applied under a selector the new release changed. Objects
 // a controller owns are left to their owner.
 //
-// Within a run (w.decl set), an object another addon of the channels
-// declares is kept, and applied as that addon's (handed over); a Namespace
-// or CRD that another addon's install record or pending release uses is
-// kept too.
+// Within a run (w.decl set), an object another addon declares (of the
+// channels, or recorded on the cluster, see declarations) is kept, and
+// applied as that addon's (handed over); one an addon may declare whose
+// declarations are unknown (its manifest did not load) is kept; a
+// Namespace or CRD that another addon's install record or pending release
+// uses is kept too. PersistentVolumeClaims and objects annotated
+// KeepAnnotation are always kept (see protection). It returns the kinds
+// and namespaces of the objects it kept that still carry the addon's
+// label, which its record must go on listing.
 //
 // A record written before identity labels existed (by an older release of
 // this tool, or by kOps) means the addon's objects may lack the label: then
@@ -338,12 +343,12 @@ func sortedKinds(set map[schema.GroupKind]bool) []schema.GroupKind {
 	return out
 }
 
-// keepForOthers sets why a candidate is kept when other addons need it: an
-// addon of the channels declares it (the keep-set of a run is the union of
-// every addon's release), and it is handed over to the first that does, or
-// an addon's install record or pending release uses it as a Namespace or a
-// CRD. An addon whose manifest cannot be read keeps every candidate: what
-// it declares is unknown.
+// keepForOthers sets why a candidate (live as listed) is kept when other
+// addons need it: another addon declares it (see declarations.others), and
+// it is handed over to the first that does, or an addon's install record or
+// pending release uses it as a Namespace or a CRD. An addon whose
+// declarations cannot be read keeps every candidate it may hold: what it
+// declares is unknown.
 func (w *addonWriter) keepForOthers(ctx context.Context, c *candidate, addon string, live *unstructured.Unstructured) error {
 	by, unknown, err := w.decl.others(ctx, c.key, addon, live)
 	if err != nil {
