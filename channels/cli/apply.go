@@ -59,9 +59,10 @@ prunes what only the failed release added. That rollback needs no
 
 Without --yes, the plan is printed and nothing is changed: every pending
 manifest is fetched and verified (hash, YAML, kinds the server serves),
-each object is dry-run with server-side apply, and the plan lists per object
-whether it would be created, updated, left unchanged or pruned; a manifest
-that would fail fails here, with the same error. --diff adds a unified diff
+each object is dry-run with server-side apply, the ownership checks run,
+and the plan lists per object whether it would be created, updated, left
+unchanged, adopted, pruned, handed over to another addon or kept (with
+why); a manifest that would fail fails here, with the same error. --diff adds a unified diff
 of each object that would change, without managed fields and the fields the
 server sets, as kubectl diff shows it; a Secret's values are masked (each key
 says only added, removed, changed or unchanged). With --yes, each
