@@ -272,6 +272,12 @@ func (c *Client) previewAddon(ctx context.Context, ro *rollout, creates map[stri
 					changes = append(changes, ch)
 					continue
 				case cand.handover != nil:
+					// As the receiver will have it: --diff shows the
+					// change of label and of anything it declares
+					// differently.
+					if err := w.dryRun(ctx, cand.handover, &ch); err != nil {
+						return nil, err
+					}
 					ch.Action, ch.Note = ActionHandOver, "to addon "+cand.handoverTo
 					changes = append(changes, ch)
 					continue

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -206,6 +207,9 @@ func TestIntegrationPlanEqualsApply(t *testing.T) {
 			for _, p := range previews {
 				for _, ch := range p.Objects {
 					rows = append(rows, planRow{p.Addon, ch.String(), ch.Action})
+					if to, ok := strings.CutPrefix(ch.Note, "to addon "); ch.Action == ActionHandOver && (!ok || ch.Merged == nil || ch.Merged.GetLabels()[IdentityLabel] != to) {
+						t.Errorf("hand-over row %s (%s) does not show the object as addon %q will have it: %v", ch, ch.Note, to, ch.Merged)
+					}
 					key := objectKey{GroupKind: ch.Kind, Namespace: ch.Namespace, Name: ch.Name}
 					if !seen[key] {
 						seen[key] = true
