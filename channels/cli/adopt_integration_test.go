@@ -30,6 +30,7 @@ spec:
   addons:
   - name: cli-adopt
     version: 1.0.0
+    namespace: cli-adopt
     selector: {k8s-addon: cli-adopt.addons.k8s.io}
     manifest: %s
     manifestHash: %s
@@ -60,6 +61,12 @@ spec:
 	if code, _, errOut := runCLI(t, "apply", "channel", loc, "--yes", "--wait=false", "--adopt"); code != 0 {
 		t.Fatalf("--yes --adopt: exit %d, %s", code, errOut)
 	}
+	// Other tests of the shared cluster list every install record.
+	t.Cleanup(func() {
+		if code, _, errOut := runCLI(t, "delete", "addon", "cli-adopt", "-n", "cli-adopt", "--yes"); code != 0 {
+			t.Errorf("deleting the addon: exit %d, %s", code, errOut)
+		}
+	})
 	got, err := k.CoreV1().ConfigMaps("default").Get(ctx, "cli-foreign", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
