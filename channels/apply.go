@@ -62,6 +62,11 @@ type ApplyOptions struct {
 	Wait bool
 	// Timeout bounds the wait of each addon; 0 means DefaultTimeout.
 	Timeout time.Duration
+	// Adopt lets addons take over the objects of their manifests that
+	// exist and that neither channels nor kOps's channels made (a user's,
+	// Helm's); without it such an object fails its addon unless it, or
+	// its manifest, carries AdoptAnnotation.
+	Adopt bool
 }
 
 func (o ApplyOptions) timeout() time.Duration {
@@ -224,6 +229,9 @@ type rollout struct {
 	objs  []*unstructured.Unstructured
 	rel   *release
 	adopt map[objectKey]bool
+	// shared names, by object, the other addons that declare it too: of
+	// the run, and outside it (found by the ownership check).
+	shared map[objectKey]map[string]bool
 	// done is what the release applied, and inv its inventory to record.
 	done *applied
 	inv  *Inventory
@@ -254,6 +262,9 @@ type rollout struct {
 func (c *Client) applyRun(ctx context.Context, plan *Plan, items []PlanItem, opts ApplyOptions, r *reporter, fail func(string, error)) []*rollout {
 	logger := klog.FromContext(ctx)
 	var ros []*rollout
+	// unread holds the releases whose manifests did not load: what they
+	// declare is unknown, so no addon of the run prunes what they may.
+	unread := map[*Addon]error{}
 	for _, it := range items {
 		if !it.Decision.Apply {
 			r.report(EventNote, it.Addon.Name, "Skipped: another run applied it meanwhile (%s)", it.Decision.Reason)
@@ -261,6 +272,7 @@ func (c *Client) applyRun(ctx context.Context, plan *Plan, items []PlanItem, opt
 		}
 		objs, err := releaseObjects(ctx, opts.Fetcher, it.Addon)
 		if err != nil {
+			unread[it.Addon] = err
 			fail(it.Addon.Name, err)
 			continue
 		}
@@ -272,6 +284,9 @@ func (c *Client) applyRun(ctx context.Context, plan *Plan, items []PlanItem, opt
 		maps.Copy(defined, definedKinds(ro.objs))
 	}
 	decl := newDeclarations(c, opts.Fetcher, plan, defined)
+	for a, err := range unread {
+		decl.set(a, nil, nil, err)
+	}
 	// keep drops the addons that failed.
 	keep := func(ros []*rollout, step func(*rollout) error) []*rollout {
 		out := ros[:0]
@@ -285,9 +300,9 @@ func (c *Client) applyRun(ctx context.Context, plan *Plan, items []PlanItem, opt
 		return out
 	}
 	ros = keep(ros, func(ro *rollout) error {
-		ro.writer = &addonWriter{client: c, parallelism: opts.Parallelism, shared: ro.item.shared, defined: defined, decl: decl}
+		ro.writer = &addonWriter{client: c, parallelism: opts.Parallelism, shared: ro.item.shared, defined: defined, decl: decl, adoptForeign: opts.Adopt}
 		rel, err := ro.writer.prepare(ctx, ro.objs)
-		decl.set(ro.item.Addon.Name, rel, ro.objs, err)
+		decl.set(ro.item.Addon, rel, ro.objs, err)
 		if err != nil {
 			return err
 		}
@@ -300,11 +315,22 @@ func (c *Client) applyRun(ctx context.Context, plan *Plan, items []PlanItem, opt
 		return nil
 	})
 	dups := checkDuplicates(ros)
+	co := coDeclarers(ros)
 	ros = keep(ros, func(ro *rollout) error {
 		if err := dups[ro.item.Addon.Name]; err != nil {
 			return err
 		}
-		return ro.writer.checkOwnership(ctx, ro, r)
+		ro.shared = co[ro]
+		if ro.shared == nil {
+			ro.shared = map[objectKey]map[string]bool{}
+		}
+		if err := ro.writer.checkOwnership(ctx, ro, r); err != nil {
+			return err
+		}
+		// Each object records who else declares it, so that prune and
+		// delete keep it for them in runs without them.
+		ro.writer.declaredBy = declaredByValues(ro.item.Addon.Name, ro.shared)
+		return nil
 	})
 	ros = keep(ros, func(ro *rollout) error {
 		it, a := ro.item, ro.item.Addon
@@ -350,7 +376,8 @@ func (c *Client) applyRun(ctx context.Context, plan *Plan, items []PlanItem, opt
 // rolling update when the release asks, and writes the install record.
 func (c *Client) finishAddon(ctx context.Context, ro *rollout, r *reporter) error {
 	it, a := ro.item, ro.item.Addon
-	if err := ro.writer.prune(ctx, it, ro.done, r); err != nil {
+	kept, err := ro.writer.prune(ctx, it, ro.done, r)
+	if err != nil {
 		return err
 	}
 	if it.Current != nil && a.NeedsRollingUpdate != "" {
@@ -359,7 +386,9 @@ func (c *Client) finishAddon(ctx context.Context, ro *rollout, r *reporter) erro
 		}
 	}
 	rec := NewRecord(a)
-	rec.Inventory = ro.inv
+	// What prune kept still carries the addon's label: the record lists
+	// where it is, so that the next update looks at it again.
+	rec.Inventory = ro.inv.union(kept)
 	if err := c.WriteRecord(ctx, a.Namespace, a.Name, rec); err != nil {
 		return err
 	}
@@ -391,6 +420,13 @@ type addonWriter struct {
 	// decl knows what the addons of the run declare, for prune's keep-set
 	// and for ownership; nil outside a run (preview, drift, delete).
 	decl *declarations
+	// adoptForeign lets the addon take over objects neither channels nor
+	// kOps's channels made (ApplyOptions.Adopt).
+	adoptForeign bool
+	// declaredBy holds, in a run, the DeclaredByAnnotation each object of
+	// the release is to carry (none when absent); nil outside a run, which
+	// leaves the annotation as it is.
+	declaredBy map[objectKey]string
 }
 
 // applied is what a release applies: the objects to keep when pruning, and
@@ -547,6 +583,9 @@ func (w *addonWriter) applyPhase(ctx context.Context, rel *release, p Phase) ([]
 			res, err = w.applyOne(ctx, targets[i])
 		}
 		results[i] = res
+		if err == nil && w.declaredBy != nil && !isNamespace(targets[i].key) {
+			err = w.syncDeclaredBy(ctx, targets[i], res, w.declaredBy[targets[i].key])
+		}
 		return err
 	})
 	if err != nil {

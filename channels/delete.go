@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -41,8 +42,12 @@ type DeleteOptions struct {
 	Parallelism int
 	// Along names the other addons (of the same record namespace) deleted
 	// in the same run: their records do not keep a Namespace or CRD from
-	// being deleted, since they go too.
+	// being deleted, and their releases do not keep objects, since they go
+	// too.
 	Along []string
+	// Fetcher reads the releases other addons' install records name, to
+	// tell whether they declare an object; nil means NewFetcher().
+	Fetcher *Fetcher
 }
 
 // Uninstall is what deleting one addon does: the objects to delete, in
@@ -58,6 +63,9 @@ type Uninstall struct {
 	Keep []UninstallObject
 
 	candidates []candidate
+	// handovers are objects another addon declares: applied as that
+	// addon's instead of deleted.
+	handovers []candidate
 }
 
 // UninstallObject is one object an uninstall found.
@@ -158,6 +166,16 @@ func (c *Client) PlanUninstall(ctx context.Context, namespace, name string, opts
 	if err != nil {
 		return nil, err
 	}
+	// What other recorded addons declare is kept, and handed over to them.
+	fetcher := opts.Fetcher
+	if fetcher == nil {
+		fetcher = NewFetcher()
+	}
+	decl := newDeclarations(c, fetcher, nil, nil)
+	decl.ignore = map[string]bool{name: true}
+	for _, a := range opts.Along {
+		decl.ignore[a] = true
+	}
 	// A Namespace or CRD another addon's record uses is never deleted.
 	var installed []Installed
 	if opts.Namespaces || opts.CRDs {
@@ -181,6 +199,16 @@ func (c *Client) PlanUninstall(ctx context.Context, namespace, name string, opts
 			if users := definitionUsers(installed, name, cand.key, cand.defines); cand.skip == "" && len(users) > 0 {
 				cand.skip = "the install record of addon " + strings.Join(users, ", ") + " uses it"
 			}
+			if cand.skip == "" && !isNamespace(cand.key) && cand.key.GroupKind != crdKind {
+				if err := keepDeclared(ctx, decl, &cand, name); err != nil {
+					return nil, err
+				}
+				if cand.handover != nil {
+					u.handovers = append(u.handovers, cand)
+					u.Keep = append(u.Keep, UninstallObject{Kind: cand.key.GroupKind, Namespace: cand.key.Namespace, Name: cand.key.Name, Reason: "addon " + cand.handoverTo + " declares it, and will own it"})
+					continue
+				}
+			}
 			o := UninstallObject{Kind: cand.key.GroupKind, Namespace: cand.key.Namespace, Name: cand.key.Name, Reason: cand.skip}
 			if cand.skip != "" {
 				u.Keep = append(u.Keep, o)
@@ -202,6 +230,26 @@ func (c *Client) PlanUninstall(ctx context.Context, namespace, name string, opts
 	}
 	sort.Slice(u.Keep, func(i, j int) bool { return u.Keep[i].String() < u.Keep[j].String() })
 	return u, nil
+}
+
+// keepDeclared keeps a candidate another recorded addon declares (handed
+// over to the first, by name, whose release maps it) or may declare (its
+// release cannot be read), setting why.
+func keepDeclared(ctx context.Context, decl *declarations, c *candidate, addon string) error {
+	by, unknown, err := decl.others(ctx, c.key, addon, c.live)
+	if err != nil {
+		return err
+	}
+	names := slices.Sorted(maps.Keys(by))
+	switch {
+	case len(names) > 0 && by[names[0]] != nil:
+		c.handover, c.handoverTo = by[names[0]], names[0]
+	case len(names) > 0:
+		c.skip = "addon " + strings.Join(names, ", ") + " declares it"
+	case len(unknown) > 0:
+		c.skip = "what addon " + strings.Join(unknown, ", ") + " declares is unknown"
+	}
+	return nil
 }
 
 // keepReason says why an object the lists found is kept, or "".
@@ -245,12 +293,14 @@ func listOwned(ctx context.Context, dyn dynamic.Interface, q pruneQuery, addon s
 			if obj.GetDeletionTimestamp() != nil {
 				continue
 			}
-			c := candidate{key: objectKey{GroupKind: gk, Namespace: obj.GetNamespace(), Name: obj.GetName()}, uid: obj.GetUID(), mapping: q.mapping, defines: definedKindOf(obj)}
+			c := candidate{key: objectKey{GroupKind: gk, Namespace: obj.GetNamespace(), Name: obj.GetName()}, uid: obj.GetUID(), mapping: q.mapping, defines: definedKindOf(obj), live: obj}
 			switch id, ok := obj.GetLabels()[IdentityLabel]; {
 			case ownedByController(obj):
 				c.skip = "a controller owns it"
 			case ok && id != addon:
 				c.skip = fmt.Sprintf("it belongs to addon %q", id)
+			default:
+				c.skip = protection(obj, false)
 			}
 			out = append(out, c)
 		}
@@ -277,6 +327,12 @@ func (c *Client) Uninstall(ctx context.Context, u *Uninstall, opts DeleteOptions
 	r := newReporter(opts.OnEvent)
 	return c.withLease(ctx, opts.Identity, r, func(ctx context.Context) error {
 		w := &addonWriter{client: c, parallelism: opts.Parallelism}
+		for _, h := range u.handovers {
+			if _, err := w.applyOne(ctx, h.handover); err != nil {
+				return fmt.Errorf("handing %s over to addon %q: %w", h.key, h.handoverTo, err)
+			}
+			r.report(EventNote, u.Name, "Not deleting %s: addon %s declares it, and now owns it", h.key, h.handoverTo)
+		}
 		// Phase by phase, in the order PlanUninstall sorted them.
 		var errs []error
 		for start := 0; start < len(u.candidates); {

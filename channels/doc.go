@@ -5,6 +5,9 @@
 // from files, https:// and s3:// locations; picks, for each addon, the newest
 // release whose kubernetesVersion range fits the cluster; decides against the
 // install record on the cluster whether to apply it; applies it with
-// server-side apply in phases; prunes what the new release dropped; and writes
-// the install record as an annotation on a namespace, in a format kOps reads.
+// server-side apply in phases; prunes what the new release dropped, keeping
+// what it cannot prove unowned (what another addon, in the run or recorded on
+// the cluster, declares or may declare; PersistentVolumeClaims; objects
+// annotated KeepAnnotation); and writes the install record as an annotation
+// on a namespace, in a format kOps reads.
 package channels

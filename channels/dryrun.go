@@ -2,6 +2,7 @@ package channels
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 	"sigs.k8s.io/yaml"
 )
 
@@ -27,6 +29,15 @@ const (
 	ActionUpdate    Action = "update"
 	ActionUnchanged Action = "unchanged"
 	ActionPrune     Action = "prune"
+	// ActionAdopt takes over an object that exists and that another addon
+	// or no addon owns (see AdoptAnnotation, ApplyOptions.Adopt).
+	ActionAdopt Action = "adopt"
+	// ActionHandOver leaves an object the release drops to another addon
+	// that declares it, applying it as that addon's.
+	ActionHandOver Action = "hand-over"
+	// ActionKeep leaves in place an object the release drops, which
+	// pruning may not delete (the note says why).
+	ActionKeep Action = "keep"
 )
 
 // ObjectChange is what applying a release does to one object.
@@ -67,6 +78,9 @@ type PreviewOptions struct {
 	Fetcher *Fetcher
 	// Parallelism bounds the requests in flight; 0 means 16.
 	Parallelism int
+	// Adopt previews ApplyOptions.Adopt: objects neither channels nor
+	// kOps made are adopted instead of refused.
+	Adopt bool
 }
 
 // Preview works out, without changing anything, what Apply would do to the
@@ -99,9 +113,11 @@ func (c *Client) Preview(ctx context.Context, plan *Plan, opts PreviewOptions) (
 	creates := map[string]string{}
 	defines := map[schema.GroupKind]string{}
 	scopes := map[schema.GroupKind]bool{}
+	unread := map[*Addon]error{}
 	for i, it := range pending {
 		var err error
 		if objs[i], err = releaseObjects(ctx, opts.Fetcher, it.Addon); err != nil {
+			unread[it.Addon] = err
 			failed = append(failed, AddonError{Addon: it.Addon.Name, Err: err})
 			continue
 		}
@@ -115,19 +131,55 @@ func (c *Client) Preview(ctx context.Context, plan *Plan, opts PreviewOptions) (
 		}
 		maps.Copy(scopes, definedKinds(objs[i]))
 	}
-	// What prune keeps, as Apply works it out.
+	// Who owns what, and what prune keeps, as Apply works them out.
 	decl := newDeclarations(c, opts.Fetcher, plan, scopes)
+	for a, err := range unread {
+		decl.set(a, nil, nil, err)
+	}
+	var ros []*rollout
 	for i, it := range pending {
 		if objs[i] == nil {
 			continue
 		}
 		it.shared = plan.sharingSelector(it.Addon)
-		changes, err := c.previewAddon(ctx, it, objs[i], creates, defines, scopes, decl, opts)
+		w := &addonWriter{client: c, parallelism: opts.Parallelism, shared: it.shared, defined: scopes, decl: decl, adoptForeign: opts.Adopt}
+		rel, err := w.prepare(ctx, objs[i])
+		decl.set(it.Addon, rel, objs[i], err)
 		if err != nil {
 			failed = append(failed, AddonError{Addon: it.Addon.Name, Err: err})
 			continue
 		}
-		out = append(out, AddonPreview{Addon: it.Addon.Name, Objects: changes})
+		ro := &rollout{item: it, writer: w, objs: objs[i], rel: rel, done: rel.done, adopt: map[objectKey]bool{}}
+		for _, u := range ro.objs {
+			if adopts(u) {
+				ro.adopt[keyOf(u)] = true
+			}
+		}
+		ros = append(ros, ro)
+	}
+	dups := checkDuplicates(ros)
+	for _, ro := range ros {
+		name := ro.item.Addon.Name
+		adopted, _, refused, err := ro.writer.ownership(ctx, ro, nil)
+		if err != nil {
+			failed = append(failed, AddonError{Addon: name, Err: err})
+			continue
+		}
+		if err := dups[name]; err != nil {
+			refused = append(refused, err)
+		}
+		changes, err := c.previewAddon(ctx, ro, creates, defines, adopted, opts)
+		if err != nil {
+			failed = append(failed, AddonError{Addon: name, Err: err})
+			continue
+		}
+		out = append(out, AddonPreview{Addon: name, Objects: changes})
+		// As Apply would refuse it; its rows still show what it meant
+		// to do.
+		if len(refused) > 0 {
+			sort.Slice(refused, func(i, j int) bool { return refused[i].Error() < refused[j].Error() })
+			failed = append(failed, AddonError{Addon: name, Err: errors.Join(refused...)})
+		}
 	}
 	if len(failed) > 0 {
 		return out, &ApplyError{Failed: failed}
@@ -135,18 +187,14 @@ func (c *Client) Preview(ctx context.Context, plan *Plan, opts PreviewOptions) (
 	return out, nil
 }
 
-// previewAddon previews the objects objs of a pending addon; creates names
-// the namespaces the plan's pending addons create, and defines the kinds
-// their CRDs define, by addon, with scopes saying whether each is
-// namespaced; decl is what the plan's addons declare, which prune keeps.
-func (c *Client) previewAddon(ctx context.Context, it PlanItem, objs []*unstructured.Unstructured, creates map[string]string, defines map[schema.GroupKind]string, scopes map[schema.GroupKind]bool, decl *declarations, opts PreviewOptions) ([]ObjectChange, error) {
-	a := it.Addon
-	w := &addonWriter{client: c, parallelism: opts.Parallelism, shared: it.shared, defined: scopes, decl: decl}
+// previewAddon previews the objects of a pending addon's prepared release;
+// creates names the namespaces the plan's pending addons create, and
+// defines the kinds their CRDs define, by addon; adopted holds the
+// objects it takes over, each with whom from.
+func (c *Client) previewAddon(ctx context.Context, ro *rollout, creates map[string]string, defines map[schema.GroupKind]string, adopted map[objectKey]string, opts PreviewOptions) ([]ObjectChange, error) {
+	it, a, w, rel, objs := ro.item, ro.item.Addon, ro.writer, ro.rel, ro.objs
 	own := definedKinds(objs)
-	rel, err := w.prepare(ctx, objs)
-	if err != nil {
-		return nil, err
-	}
+	var err error
 	var pki []ObjectChange
 	if a.NeedsPKI {
 		if pki, err = c.previewPKI(ctx, a, defines[issuerKind.GroupKind()]); err != nil {
@@ -184,6 +232,9 @@ func (c *Client) previewAddon(ctx context.Context, it PlanItem, objs []*unstruct
 			if err := w.dryRun(ctx, t, &ch); err != nil {
 				return err
 			}
+			if from := adopted[key]; from != "" && ch.Action != ActionCreate {
+				ch.Action, ch.Note = ActionAdopt, from
+			}
 		}
 		changes[i] = ch
 		return nil
@@ -210,11 +261,27 @@ func (c *Client) previewAddon(ctx context.Context, it PlanItem, objs []*unstruct
 		seen := map[objectKey]bool{}
 		for _, cs := range found {
 			for _, cand := range cs {
-				if cand.skip != "" || cand.handover != nil || seen[cand.key] {
+				if seen[cand.key] {
 					continue
 				}
 				seen[cand.key] = true
 				ch := ObjectChange{Action: ActionPrune, Kind: cand.key.GroupKind, Namespace: cand.key.Namespace, Name: cand.key.Name}
+				switch {
+				case cand.skip != "":
+					ch.Action, ch.Note = ActionKeep, cand.skip
+					changes = append(changes, ch)
+					continue
+				case cand.handover != nil:
+					// As the receiver will have it: --diff shows the
+					// change of label and of anything it declares
+					// differently.
+					if err := w.dryRun(ctx, cand.handover, &ch); err != nil {
+						return nil, err
+					}
+					ch.Action, ch.Note = ActionHandOver, "to addon "+cand.handoverTo
+					changes = append(changes, ch)
+					continue
+				}
 				live, err := resourceFor(c.Dynamic, cand.mapping.Resource, cand.key.Namespace).Get(ctx, cand.key.Name, metav1.GetOptions{})
 				if err != nil && !apierrors.IsNotFound(err) {
 					return nil, fmt.Errorf("reading %s: %w", cand.key, err)
@@ -229,7 +296,8 @@ func (c *Client) previewAddon(ctx context.Context, it PlanItem, objs []*unstruct
 	changes = append(pki, changes...)
 	// In the order Apply goes: phase by phase, then pruning.
 	order := func(ch ObjectChange) int {
-		if ch.Action == ActionPrune {
+		switch ch.Action {
+		case ActionPrune, ActionKeep, ActionHandOver:
 			return int(phaseCount)
 		}
 		return int(PhaseOf(ch.Kind))
@@ -253,10 +321,14 @@ func (w *addonWriter) dryRun(ctx context.Context, t *target, ch *ObjectChange) e
 	if err != nil {
 		return fmt.Errorf("applying %s (dry run): %w", t.key, err)
 	}
-	if ch.Takeovers, err = takeovers(live, merged); err != nil {
+	var removed *fieldpath.Set
+	if ch.Takeovers, removed, err = takeoverFields(live, merged); err != nil {
 		return err
 	}
 	ch.Merged = comparable(merged)
+	// The dry-run cannot take fields over first, as applying does: the
+	// fields applying then removes are still in its answer.
+	removeFields(ch.Merged.Object, removed)
 	switch {
 	case live == nil:
 		ch.Action = ActionCreate

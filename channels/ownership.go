@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -15,14 +18,17 @@ import (
 )
 
 // AdoptAnnotation, set to "true" on an object of a manifest, lets the addon
-// apply that object although another addon declares it: the object becomes
-// the adopting addon's (its IdentityLabel says so), and the other addon may
-// declare it too. Without it, an addon that declares an object another
-// addon of the run declares, or one that carries the IdentityLabel of an
-// addon that still declares it (or that is installed and not in the
-// channels, so that what it declares is unknown), fails with both names and
-// applies nothing. An object another addon stopped declaring moves without
-// it.
+// apply that object although another addon declares it differently: the
+// object becomes the adopting addon's (its IdentityLabel says so), and the
+// other addon may declare it too. Without it, an addon that declares an
+// object another addon of the run declares differently, or that carries
+// the IdentityLabel of an addon that still declares it differently (or
+// whose declarations cannot be read), fails with both names and applies
+// nothing; addons that declare an object alike share it (see
+// sameDeclaration). An object another addon stopped declaring moves
+// without it. Set on an object on the cluster (kubectl annotate), it lets
+// an addon take over that object although neither channels nor kOps's
+// channels made it (see madeByChannels).
 const AdoptAnnotation = "channels.kos.example.com/adopt"
 
 // adopts reports whether the manifest's object may be taken from another
@@ -31,16 +37,28 @@ func adopts(u *unstructured.Unstructured) bool {
 	return u.GetAnnotations()[AdoptAnnotation] == "true"
 }
 
-// declarations knows, for one run, which objects the addons of its plan
-// declare: the addons being applied from their prepared releases, the
-// up-to-date ones by reading their manifests when first asked. The union
-// is what prune keeps, and what settles who may apply an object.
+// declarations knows which objects addons declare: for one run, the addons
+// of its plan (those being applied from their prepared releases, the
+// up-to-date ones by reading their manifests when first asked), and every
+// other addon recorded on the cluster (not in the channels, or whose
+// release the run refuses) by the releases its install record and pending
+// release name. The union is what prune and delete keep, and what settles
+// who may apply an object.
+//
+// Reading a recorded release costs a fetch of its channel and manifest, so
+// it is read only for an object it may hold, as the object itself says (see
+// mayHold): a run that prunes nothing shared reads nothing more. An addon
+// whose declarations cannot be read (its manifest did not load in this run,
+// its channel is gone) is taken to declare every object it may hold.
 type declarations struct {
 	client  *Client
 	fetcher *Fetcher
 	items   map[string]PlanItem
 	// defined holds the kinds the CRDs of the run's releases define.
 	defined map[schema.GroupKind]bool
+	// ignore names addons whose declarations do not count: those an
+	// uninstall deletes.
+	ignore map[string]bool
 
 	// mu guards everything below; lookups may run from prune's workers.
 	mu      sync.Mutex
@@ -50,6 +68,14 @@ type declarations struct {
 	installed     []Installed
 	installedRead bool
 	installedErr  error
+	// channels holds the channels read for recorded releases, by location.
+	channels map[string]loadedChannel
+}
+
+// loadedChannel is a channel read for a recorded release, or why not.
+type loadedChannel struct {
+	releases []*Addon
+	err      error
 }
 
 // declared is what one addon's release declares.
@@ -58,105 +84,395 @@ type declared struct {
 	// of kinds the run's CRDs define (not mapped before those exist).
 	keys  map[objectKey]*target
 	adopt map[objectKey]bool
+	// objs holds every object as the addon declares it, for telling
+	// identical declarations from differing ones.
+	objs map[objectKey]*unstructured.Unstructured
+	// selector holds the keys of the addon's selector, which differ
+	// between addons that declare one object identically.
+	selector map[string]bool
 	// err says why the declarations are unknown; keys is then nil.
 	err error
 }
 
 func newDeclarations(c *Client, f *Fetcher, plan *Plan, defined map[schema.GroupKind]bool) *declarations {
-	d := &declarations{client: c, fetcher: f, items: map[string]PlanItem{}, defined: defined, byAddon: map[string]*declared{}}
-	for _, it := range plan.Items {
-		d.items[it.Addon.Name] = it
+	d := &declarations{client: c, fetcher: f, items: map[string]PlanItem{}, defined: defined, byAddon: map[string]*declared{}, channels: map[string]loadedChannel{}}
+	if plan != nil {
+		for _, it := range plan.Items {
+			d.items[it.Addon.Name] = it
+		}
 	}
 	return d
 }
 
-// set records the release an addon of the run applies, or why it cannot.
-func (d *declarations) set(addon string, rel *release, objs []*unstructured.Unstructured, err error) {
-	dc := &declared{err: err}
-	if err == nil {
-		dc.keys = make(map[objectKey]*target, len(objs))
-		dc.adopt = map[objectKey]bool{}
-		for _, u := range objs {
-			key := keyOf(u)
+// newDeclared is what a release declares, from its objects and their targets.
+func newDeclared(a *Addon, rel *release, objs []*unstructured.Unstructured) *declared {
+	dc := &declared{
+		keys:     make(map[objectKey]*target, len(objs)),
+		adopt:    map[objectKey]bool{},
+		objs:     make(map[objectKey]*unstructured.Unstructured, len(objs)),
+		selector: map[string]bool{},
+	}
+	for k := range a.Selector {
+		dc.selector[k] = true
+	}
+	for _, u := range objs {
+		key := keyOf(u)
+		if rel != nil {
 			dc.keys[key] = rel.ready[u]
-			if adopts(u) {
-				dc.adopt[key] = true
-			}
+		} else {
+			dc.keys[key] = nil
 		}
+		dc.objs[key] = u
+		if adopts(u) {
+			dc.adopt[key] = true
+		}
+	}
+	return dc
+}
+
+// union merges the declarations of two releases of one addon (its record's
+// and its pending release's); b's target wins.
+func (dc *declared) union(b *declared) *declared {
+	if dc == nil {
+		return b
+	}
+	for k, t := range b.keys {
+		dc.keys[k] = t
+		dc.objs[k] = b.objs[k]
+		dc.adopt[k] = dc.adopt[k] || b.adopt[k]
+	}
+	for k := range b.selector {
+		dc.selector[k] = true
+	}
+	return dc
+}
+
+// set records the release an addon of the run applies, or why it cannot.
+// A release whose manifest loaded but did not map (rel nil) still declares
+// its objects, unmapped; one whose manifest did not load (objs nil)
+// declares what is unknown.
+func (d *declarations) set(a *Addon, rel *release, objs []*unstructured.Unstructured, err error) {
+	dc := &declared{err: err}
+	if err == nil || objs != nil {
+		dc = newDeclared(a, rel, objs)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.byAddon[addon] = dc
+	d.byAddon[a.Name] = dc
 }
 
-// of returns what an addon of the plan declares. An addon of the plan that
-// is up to date, or to apply and not set by the run (a preview), has its
-// manifest read the first time; the declarations of any other addon (not in
-// the channels, or whose installed release is not the one the channels
-// offer) are unknown.
+// fromRun reports whether what an addon declares comes from the run: it is
+// in the plan, and to be applied or up to date. Any other addon declares
+// what its install record and pending release name.
+func (d *declarations) fromRun(addon string) bool {
+	it, ok := d.items[addon]
+	return ok && (it.Decision.Apply || it.Decision.Reason == ReasonUpToDate)
+}
+
+// of returns what an addon declares. An addon of the plan that is up to
+// date, or to apply and not set by the run (a preview), has its manifest
+// read the first time; any other addon has the releases its install record
+// and pending release name read (see recordedLocked).
 func (d *declarations) of(ctx context.Context, addon string) *declared {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if dc, ok := d.byAddon[addon]; ok {
 		return dc
 	}
-	dc := &declared{}
-	it, ok := d.items[addon]
-	switch {
-	case !ok:
-		dc.err = errors.New("it is not in the channels")
-	case !it.Decision.Apply && it.Decision.Reason != ReasonUpToDate:
-		dc.err = fmt.Errorf("its installed release is not the one the channels offer (%s)", it.Decision.Reason)
-	default:
-		objs, err := releaseObjects(ctx, d.fetcher, it.Addon)
-		var rel *release
-		if err == nil {
-			w := &addonWriter{client: d.client, parallelism: defaultParallelism, defined: d.defined}
-			rel, err = w.prepare(ctx, objs)
+	var dc *declared
+	if d.fromRun(addon) {
+		a := d.items[addon].Addon
+		dc = d.readRelease(ctx, a)
+		if dc.err != nil {
+			dc.err = fmt.Errorf("reading its manifest: %w", dc.err)
 		}
-		if err != nil {
-			dc.err = fmt.Errorf("reading its manifest: %w", err)
-			break
-		}
-		dc.keys = make(map[objectKey]*target, len(objs))
-		dc.adopt = map[objectKey]bool{}
-		for _, u := range objs {
-			dc.keys[keyOf(u)] = rel.ready[u]
-			if adopts(u) {
-				dc.adopt[keyOf(u)] = true
-			}
-		}
+	} else {
+		dc = d.recordedLocked(ctx, addon)
 	}
 	d.byAddon[addon] = dc
 	return dc
 }
 
-// others returns the addons of the plan other than self that declare key,
-// each with its target (nil when not mapped), and the up-to-date addons
-// whose manifests could not be read, each with why.
-func (d *declarations) others(ctx context.Context, key objectKey, self string) (by map[string]*target, unknown []string) {
-	names := make([]string, 0, len(d.items))
-	for name := range d.items {
-		if name != self {
-			names = append(names, name)
+// readRelease fetches, verifies, decodes and maps the manifest of a
+// release.
+func (d *declarations) readRelease(ctx context.Context, a *Addon) *declared {
+	objs, err := releaseObjects(ctx, d.fetcher, a)
+	var rel *release
+	if err == nil {
+		w := &addonWriter{client: d.client, parallelism: defaultParallelism, defined: d.defined}
+		rel, err = w.prepare(ctx, objs)
+	}
+	if err != nil {
+		return &declared{err: err}
+	}
+	return newDeclared(a, rel, objs)
+}
+
+// recordedLocked reads what an addon outside the run declares: the union of
+// the releases its install record and its pending release name, each found
+// in the channel the record names (read once per run) by name, id, version
+// and manifest hash, and its manifest verified as for applying.
+func (d *declarations) recordedLocked(ctx context.Context, addon string) *declared {
+	installed, err := d.readInstalledLocked(ctx)
+	if err != nil {
+		return &declared{err: err}
+	}
+	type named struct{ channel, id, version, hash string }
+	var releases []named
+	for _, in := range installed {
+		if in.Name != addon {
+			continue
+		}
+		if in.Invalid != "" {
+			return &declared{err: errors.New("its install record does not parse")}
+		}
+		if r := in.Record; r != nil {
+			releases = append(releases, named{r.Channel, r.ID, r.Version, r.ManifestHash})
+		}
+		if p := in.Pending; p.namesRelease() {
+			if n := (named{p.Channel, p.ID, p.Version, p.ManifestHash}); !slices.Contains(releases, n) {
+				releases = append(releases, n)
+			}
+		} else if p != nil {
+			return &declared{err: errors.New("its pending release names no release")}
 		}
 	}
-	sort.Strings(names)
-	by = map[string]*target{}
-	for _, name := range names {
-		it := d.items[name]
-		if !it.Decision.Apply && it.Decision.Reason != ReasonUpToDate {
-			// Refused (a downgrade, a newer tool's record): what it
-			// declares is not known, and its objects carry its label.
+	if len(releases) == 0 {
+		return &declared{err: errors.New("it has no install record")}
+	}
+	var dc *declared
+	for _, r := range releases {
+		a, err := d.findLocked(ctx, addon, r.channel, r.id, r.version, r.hash)
+		if err != nil {
+			return &declared{err: err}
+		}
+		got := d.readRelease(ctx, a)
+		if got.err != nil {
+			return &declared{err: fmt.Errorf("reading its installed release: %w", got.err)}
+		}
+		dc = dc.union(got)
+	}
+	return dc
+}
+
+// findLocked finds a recorded release in its channel.
+func (d *declarations) findLocked(ctx context.Context, addon, channel, id, version, hash string) (*Addon, error) {
+	if channel == "" {
+		return nil, errors.New("its install record names no channel")
+	}
+	lc, ok := d.channels[channel]
+	if !ok {
+		lc.releases, lc.err = Load(ctx, d.fetcher, channel)
+		d.channels[channel] = lc
+	}
+	if lc.err != nil {
+		return nil, fmt.Errorf("reading the channel of its installed release: %w", lc.err)
+	}
+	for _, a := range lc.releases {
+		// kOps's records hold no version.
+		if a.Name == addon && a.ID == id && (version == "" || a.VersionString() == version) && strings.EqualFold(a.ManifestHash, hash) {
+			return a, nil
+		}
+	}
+	return nil, fmt.Errorf("channel %s no longer lists its installed release %s", channel, describeRelease(version, id))
+}
+
+// mayHold reports, without reading any release, whether an addon outside
+// the run may declare the object live (nil when not read): the object says
+// the addon declared it when it was last applied (DeclaredByAnnotation),
+// or, for an install record without an inventory (kOps's channels wrote
+// it), kOps's channels applied the object. An object carries the label of
+// the addon that applied it last, so no other addon outside the run
+// declares it unless it shares it, which the annotation records.
+func (d *declarations) mayHold(ctx context.Context, addon string, live *unstructured.Unstructured) (bool, error) {
+	if live == nil {
+		return true, nil
+	}
+	if slices.Contains(declaredBy(live), addon) {
+		return true, nil
+	}
+	if !kopsMade(live) {
+		return false, nil
+	}
+	installed, err := d.readInstalled(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, in := range installed {
+		if in.Name == addon && (in.Invalid != "" || in.Record != nil && (in.Record.Inventory == nil || in.Record.Inventory.Identity == "")) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// DeclaredByAnnotation lists, comma-separated and sorted, every addon that
+// declared an object when it was last applied, when more than one did (two
+// addons declaring it alike, or one adopting it from another, see
+// AdoptAnnotation). The object's IdentityLabel names the one that applied
+// it; the others keep it from being pruned or deleted with the first
+// (it is handed over to them instead), even when they are not in the run.
+// channels sets it, as DeclaredByFieldManager; it is not meant to be
+// written in manifests.
+const DeclaredByAnnotation = "channels.kos.example.com/declared-by"
+
+// declaredBy reads an object's DeclaredByAnnotation.
+func declaredBy(u *unstructured.Unstructured) []string {
+	v := u.GetAnnotations()[DeclaredByAnnotation]
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
+}
+
+// declaredByValues returns the DeclaredByAnnotation of each object of a
+// release that other addons declare too (others, by key).
+func declaredByValues(self string, others map[objectKey]map[string]bool) map[objectKey]string {
+	out := map[objectKey]string{}
+	for key, by := range others {
+		if len(by) == 0 {
 			continue
 		}
-		dc := d.of(ctx, name)
-		switch {
-		case dc.err != nil && it.Decision.Apply:
-			// Failed before its release was read: its objects carry its
-			// label.
+		names := map[string]bool{self: true}
+		for n := range by {
+			names[n] = true
+		}
+		out[key] = strings.Join(sortedStrings(names), ",")
+	}
+	return out
+}
+
+// DeclaredByFieldManager is the field manager that writes
+// DeclaredByAnnotation, apart from the applier (FieldManager): an apply of
+// a manifest, which never holds the annotation, leaves it alone, and drift
+// checks do not see it as a change.
+const DeclaredByFieldManager = "channels-declared-by"
+
+// syncDeclaredBy sets an applied object's DeclaredByAnnotation to want, or
+// removes it when want is empty, when it differs from out (the object as
+// applied).
+func (w *addonWriter) syncDeclaredBy(ctx context.Context, t *target, out *unstructured.Unstructured, want string) error {
+	if out == nil || out.GetAnnotations()[DeclaredByAnnotation] == want {
+		return nil
+	}
+	obj := &unstructured.Unstructured{}
+	obj.SetAPIVersion(t.obj.GetAPIVersion())
+	obj.SetKind(t.obj.GetKind())
+	obj.SetName(t.key.Name)
+	obj.SetNamespace(t.key.Namespace)
+	if want != "" {
+		obj.SetAnnotations(map[string]string{DeclaredByAnnotation: want})
+	}
+	_, err := resourceFor(w.client.Dynamic, t.mapping.Resource, t.key.Namespace).Apply(ctx, t.key.Name, obj, metav1.ApplyOptions{FieldManager: DeclaredByFieldManager, Force: true})
+	if err != nil {
+		return fmt.Errorf("recording who declares %s: %w", t.key, err)
+	}
+	return nil
+}
+
+// coDeclarers returns, for each addon of a run, the objects other addons
+// of the run declare too (Namespaces left out), with their names.
+func coDeclarers(ros []*rollout) map[*rollout]map[objectKey]map[string]bool {
+	claims := map[objectKey][]*rollout{}
+	for _, ro := range ros {
+		for _, u := range ro.objs {
+			if key := keyOf(u); !isNamespace(key) {
+				claims[key] = append(claims[key], ro)
+			}
+		}
+	}
+	out := map[*rollout]map[objectKey]map[string]bool{}
+	for key, by := range claims {
+		for _, ro := range by {
+			for _, o := range by {
+				if o == ro {
+					continue
+				}
+				if out[ro] == nil {
+					out[ro] = map[objectKey]map[string]bool{}
+				}
+				if out[ro][key] == nil {
+					out[ro][key] = map[string]bool{}
+				}
+				out[ro][key][o.item.Addon.Name] = true
+			}
+		}
+	}
+	return out
+}
+
+// kopsMade reports whether kOps's channels applied an object: it carries
+// the labels kOps stamps on its addons' objects, or fields of its field
+// manager.
+func kopsMade(u *unstructured.Unstructured) bool {
+	l := u.GetLabels()
+	if _, ok := l[kopsAddonLabel]; ok || l[managedByLabel] == "kops" {
+		return true
+	}
+	for _, e := range u.GetManagedFields() {
+		if e.Manager == kopsFieldManager {
+			return true
+		}
+	}
+	return false
+}
+
+// The labels kOps gives its addons' objects, and the field manager its
+// channels applies with.
+const (
+	kopsAddonLabel   = "addon.kops.k8s.io/name"
+	managedByLabel   = "app.kubernetes.io/managed-by"
+	kopsFieldManager = "kops"
+)
+
+// candidates names the addons other than self, and not ignored, whose
+// declarations may hold key: every addon of the run, and the recorded ones
+// outside it that mayHold the object.
+func (d *declarations) candidates(ctx context.Context, key objectKey, self string, live *unstructured.Unstructured) ([]string, error) {
+	names := map[string]bool{}
+	for name := range d.items {
+		names[name] = true
+	}
+	installed, err := d.readInstalled(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, in := range installed {
+		names[in.Name] = true
+	}
+	var out []string
+	for _, name := range sortedStrings(names) {
+		if name == self || d.ignore[name] {
 			continue
-		case dc.err != nil:
+		}
+		if !d.fromRun(name) {
+			ok, err := d.mayHold(ctx, name, live)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				continue
+			}
+		}
+		out = append(out, name)
+	}
+	return out, nil
+}
+
+// others returns the addons other than self that declare key, each with its
+// target (nil when not mapped), and the addons whose declarations may hold
+// it but cannot be read, each with why: an addon of the run whose manifest
+// did not load, a recorded one whose release cannot be read. live is the
+// object on the cluster, nil when not read.
+func (d *declarations) others(ctx context.Context, key objectKey, self string, live *unstructured.Unstructured) (by map[string]*target, unknown []string, err error) {
+	names, err := d.candidates(ctx, key, self, live)
+	if err != nil {
+		return nil, nil, err
+	}
+	by = map[string]*target{}
+	for _, name := range names {
+		dc := d.of(ctx, name)
+		if dc.err != nil {
 			unknown = append(unknown, fmt.Sprintf("%s (%v)", name, dc.err))
 			continue
 		}
@@ -164,7 +480,7 @@ func (d *declarations) others(ctx context.Context, key objectKey, self string) (
 			by[name] = t
 		}
 	}
-	return by, unknown
+	return by, unknown, nil
 }
 
 // readInstalled returns every install record and pending release on the
@@ -172,6 +488,10 @@ func (d *declarations) others(ctx context.Context, key objectKey, self string) (
 func (d *declarations) readInstalled(ctx context.Context) ([]Installed, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	return d.readInstalledLocked(ctx)
+}
+
+func (d *declarations) readInstalledLocked(ctx context.Context) ([]Installed, error) {
 	if !d.installedRead {
 		d.installed, d.installedErr = d.client.Installed(ctx)
 		d.installedRead = true
@@ -194,22 +514,65 @@ func (d *declarations) recorded(ctx context.Context, addon string) (bool, error)
 	return false, nil
 }
 
+// sameDeclaration reports whether two addons declare an object alike: equal
+// but for the labels that name the addon (IdentityLabel, kOps's
+// addon.kops.k8s.io/name, and the keys of either addon's selector, given as
+// ignore) and AdoptAnnotation. kOps ships such objects in two addons (its
+// scaleway-secret); they are one object with two declarers.
+func sameDeclaration(a, b *unstructured.Unstructured, ignore map[string]bool) bool {
+	return reflect.DeepEqual(declaredContent(a, ignore), declaredContent(b, ignore))
+}
+
+func declaredContent(u *unstructured.Unstructured, ignore map[string]bool) map[string]any {
+	c := u.DeepCopy()
+	l := c.GetLabels()
+	for k := range l {
+		if k == IdentityLabel || k == kopsAddonLabel || ignore[k] {
+			delete(l, k)
+		}
+	}
+	c.SetLabels(l)
+	an := c.GetAnnotations()
+	delete(an, AdoptAnnotation)
+	c.SetAnnotations(an)
+	return c.Object
+}
+
 // checkDuplicates refuses, for the addons of a run, every object two of
-// them declare that an addon declares without AdoptAnnotation: the error
-// of each such addon names the other. Namespaces are left out: every addon
-// declares the namespaces it uses, as kOps's channels applies them.
+// them declare differently, unless an addon declares it with
+// AdoptAnnotation: the error of each such addon names the others. An
+// object they all declare alike (see sameDeclaration) is one object with
+// several declarers, and needs no annotation. Namespaces are left out:
+// every addon declares the namespaces it uses, as kOps's channels applies
+// them.
 func checkDuplicates(ros []*rollout) map[string]error {
 	claims := map[objectKey][]*rollout{}
+	objs := map[*rollout]map[objectKey]*unstructured.Unstructured{}
 	for _, ro := range ros {
+		objs[ro] = map[objectKey]*unstructured.Unstructured{}
 		for _, u := range ro.objs {
 			if key := keyOf(u); !isNamespace(key) {
 				claims[key] = append(claims[key], ro)
+				objs[ro][key] = u
 			}
 		}
 	}
 	errs := map[string][]error{}
 	for key, by := range claims {
 		if len(by) < 2 {
+			continue
+		}
+		ignore := map[string]bool{}
+		for _, ro := range by {
+			for k := range ro.item.Addon.Selector {
+				ignore[k] = true
+			}
+		}
+		alike := true
+		for _, ro := range by[1:] {
+			alike = alike && sameDeclaration(objs[by[0]][key], objs[ro][key], ignore)
+		}
+		if alike {
 			continue
 		}
 		for _, ro := range by {
@@ -222,7 +585,7 @@ func checkDuplicates(ros []*rollout) map[string]error {
 					others = append(others, fmt.Sprintf("%q", o.item.Addon.Name))
 				}
 			}
-			errs[ro.item.Addon.Name] = append(errs[ro.item.Addon.Name], fmt.Errorf("%s is declared by addon %q and by addon %s: set annotation %s: \"true\" on it in the manifest of each addon that is to share it, or drop it from all but one",
+			errs[ro.item.Addon.Name] = append(errs[ro.item.Addon.Name], fmt.Errorf("%s is declared differently by addon %q and by addon %s: declare it alike in each, set annotation %s: \"true\" on it in the manifest of each addon that is to take it over, or drop it from all but one",
 				key, ro.item.Addon.Name, strings.Join(others, ", "), AdoptAnnotation))
 		}
 	}
@@ -234,17 +597,52 @@ func checkDuplicates(ros []*rollout) map[string]error {
 	return out
 }
 
-// checkOwnership refuses the objects of a release that exist carrying the
-// IdentityLabel of another addon that still declares them, unless the
-// manifest adopts them (AdoptAnnotation). An owner's declarations are those
-// of the run (decl); an owner outside the channels is taken to declare its
-// objects while it has an install record or a pending release, and an
-// object of an addon that has neither is a leftover, free to take. It lists
-// the objects of every kind and namespace the release applies to with one
-// list each, selecting objects labelled as another addon's; Namespaces,
-// which every addon declares, are left out, and so are the kinds the run's
-// CRDs define (none of their objects can be found before those apply).
+// checkOwnership refuses the objects of a release that exist and are not
+// free to take:
+//
+//   - an object carrying the IdentityLabel of another addon that still
+//     declares it differently (an addon declaring it alike shares it), or
+//     whose declarations cannot be read while it is installed, unless the
+//     manifest adopts it (AdoptAnnotation). An owner's declarations are
+//     those of the run or, for an addon outside it, those of the releases
+//     its install record and pending release name (see declarations); an
+//     object of an addon that has neither is a leftover, free to take;
+//   - a foreign object, which neither channels nor kOps's channels made
+//     (see madeByChannels), unless the manifest or the object itself
+//     carries AdoptAnnotation or the run adopts foreign objects
+//     (ApplyOptions.Adopt).
+//
+// It lists the objects of every kind and namespace the release applies to,
+// twice: those labelled as another addon's, and those without the label;
+// Namespaces, which every addon declares, are left out, and so are the
+// kinds the run's CRDs define (none of their objects can be found before
+// those apply) and objects to create only (an existing one is left as it
+// is).
 func (w *addonWriter) checkOwnership(ctx context.Context, ro *rollout, r *reporter) error {
+	_, shared, errs, err := w.ownership(ctx, ro, r)
+	if err != nil {
+		return err
+	}
+	if ro.shared == nil {
+		ro.shared = map[objectKey]map[string]bool{}
+	}
+	for key, by := range shared {
+		for name := range by {
+			if ro.shared[key] == nil {
+				ro.shared[key] = map[string]bool{}
+			}
+			ro.shared[key][name] = true
+		}
+	}
+	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
+	return errors.Join(errs...)
+}
+
+// ownership does checkOwnership's work, returning also the objects the
+// release adopts, each with whom from (refused or not), the addons outside
+// the run that declare an object too (alike, or adopted from them), and
+// each refusal.
+func (w *addonWriter) ownership(ctx context.Context, ro *rollout, r *reporter) (adopted map[objectKey]string, shared map[objectKey]map[string]bool, refused []error, err error) {
 	a := ro.item.Addon
 	type where struct {
 		gvr       schema.GroupVersionResource
@@ -257,66 +655,153 @@ func (w *addonWriter) checkOwnership(ctx context.Context, ro *rollout, r *report
 			lists[where{gvr: t.mapping.Resource, gk: t.key.GroupKind, namespace: t.key.Namespace}] = true
 		}
 	}
-	selector := IdentityLabel + "," + IdentityLabel + "!=" + a.Name
-	var errs []error
-	for wh := range lists {
-		opts := metav1.ListOptions{LabelSelector: selector, Limit: listLimit}
-		for {
-			list, err := resourceFor(w.client.Dynamic, wh.gvr, wh.namespace).List(ctx, opts)
-			if err != nil {
-				if meta.IsNoMatchError(err) {
-					break
-				}
-				return fmt.Errorf("listing %s to check who owns it: %w", wh.gk, err)
-			}
-			for i := range list.Items {
-				u := &list.Items[i]
-				key := objectKey{GroupKind: wh.gk, Namespace: u.GetNamespace(), Name: u.GetName()}
-				if _, ok := ro.rel.done.keep[key]; !ok || u.GetDeletionTimestamp() != nil {
-					continue
-				}
-				owner := u.GetLabels()[IdentityLabel]
-				if ro.adopt[key] {
-					r.report(EventNote, a.Name, "Adopting %s from addon %q", key, owner)
-					continue
-				}
-				why, err := w.owns(ctx, owner, key)
-				if err != nil {
-					return err
-				}
-				if why != "" {
-					errs = append(errs, fmt.Errorf("%s belongs to addon %q, which %s; addon %q declares it too: set annotation %s: \"true\" on it in this addon's manifest to take it over",
-						key, owner, why, a.Name, AdoptAnnotation))
-				}
-			}
-			if list.GetContinue() == "" {
-				break
-			}
-			opts.Continue = list.GetContinue()
+	once := map[objectKey]bool{}
+	for _, u := range ro.objs {
+		if createOnly(u) {
+			once[keyOf(u)] = true
 		}
 	}
-	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
-	return errors.Join(errs...)
+	adopted = map[objectKey]string{}
+	shared = map[objectKey]map[string]bool{}
+	share := func(key objectKey, owner string) {
+		if w.decl.fromRun(owner) {
+			return // the run's own sharing is coDeclarers'
+		}
+		if shared[key] == nil {
+			shared[key] = map[string]bool{}
+		}
+		shared[key][owner] = true
+	}
+	selectors := []string{IdentityLabel + "," + IdentityLabel + "!=" + a.Name, "!" + IdentityLabel}
+	for wh := range lists {
+		for _, selector := range selectors {
+			opts := metav1.ListOptions{LabelSelector: selector, Limit: listLimit}
+			for {
+				list, err := resourceFor(w.client.Dynamic, wh.gvr, wh.namespace).List(ctx, opts)
+				if err != nil {
+					if meta.IsNoMatchError(err) {
+						break
+					}
+					return nil, nil, nil, fmt.Errorf("listing %s to check who owns it: %w", wh.gk, err)
+				}
+				for i := range list.Items {
+					u := &list.Items[i]
+					key := objectKey{GroupKind: wh.gk, Namespace: u.GetNamespace(), Name: u.GetName()}
+					if _, ok := ro.rel.done.keep[key]; !ok || u.GetDeletionTimestamp() != nil || once[key] {
+						continue
+					}
+					owner, labeled := u.GetLabels()[IdentityLabel]
+					if !labeled {
+						if madeByChannels(u, a.Selector) {
+							continue
+						}
+						adopted[key] = "neither channels nor kOps made it"
+						switch {
+						case ro.adopt[key], adopts(u):
+							r.report(EventNote, a.Name, "Adopting %s, which neither channels nor kOps made: it is annotated %s", key, AdoptAnnotation)
+						case w.adoptForeign:
+							r.report(EventNote, a.Name, "Adopting %s, which neither channels nor kOps made (adopt asked)", key)
+						default:
+							refused = append(refused, fmt.Errorf("%s exists and neither channels nor kOps's channels made it (fields of %s): annotate it %s=true (kubectl annotate), or adopt with --adopt, to let addon %q take it over",
+								key, foreignManagers(u), AdoptAnnotation, a.Name))
+						}
+						continue
+					}
+					why, declares, err := w.owns(ctx, owner, key, ro)
+					if err != nil {
+						return nil, nil, nil, err
+					}
+					if declares {
+						share(key, owner)
+					}
+					if ro.adopt[key] {
+						adopted[key] = fmt.Sprintf("from addon %s", owner)
+						r.report(EventNote, a.Name, "Adopting %s from addon %q", key, owner)
+						continue
+					}
+					if why != "" {
+						refused = append(refused, fmt.Errorf("%s belongs to addon %q, which %s; addon %q declares it too: set annotation %s: \"true\" on it in this addon's manifest to take it over",
+							key, owner, why, a.Name, AdoptAnnotation))
+					}
+				}
+				if list.GetContinue() == "" {
+					break
+				}
+				opts.Continue = list.GetContinue()
+			}
+		}
+	}
+	return adopted, shared, refused, nil
 }
 
-// owns says why owner still owns key ("declares it", "is installed and not
-// in the channels", ...), or "" when it has let go of it.
-func (w *addonWriter) owns(ctx context.Context, owner string, key objectKey) (string, error) {
+// madeByChannels reports whether an object without IdentityLabel was made
+// by channels (an older release of this tool, which stamped the addon's
+// selector alone, or one that applied it as FieldManager) or by kOps's
+// channels (see kopsMade).
+func madeByChannels(u *unstructured.Unstructured, selector map[string]string) bool {
+	if kopsMade(u) {
+		return true
+	}
+	for _, e := range u.GetManagedFields() {
+		if e.Manager == FieldManager {
+			return true
+		}
+	}
+	if len(selector) == 0 {
+		return false
+	}
+	l := u.GetLabels()
+	for k, v := range selector {
+		if got, ok := l[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// foreignManagers names the field managers of an object, for the message
+// that refuses to adopt it.
+func foreignManagers(u *unstructured.Unstructured) string {
+	set := map[string]bool{}
+	for _, e := range u.GetManagedFields() {
+		set[e.Manager] = true
+	}
+	if len(set) == 0 {
+		return "no manager"
+	}
+	return strings.Join(sortedStrings(set), ", ")
+}
+
+// owns says why owner still owns key ("declares it differently", "may
+// still declare it (...)"), or "" when it has let go of it or declares it
+// alike (the object then has both as declarers), and whether owner
+// declares it.
+func (w *addonWriter) owns(ctx context.Context, owner string, key objectKey, ro *rollout) (string, bool, error) {
 	dc := w.decl.of(ctx, owner)
 	if dc.err == nil {
-		if _, ok := dc.keys[key]; ok {
-			return "declares it", nil
+		theirs, ok := dc.objs[key]
+		if !ok {
+			return "", false, nil
 		}
-		return "", nil
+		ignore := maps.Clone(dc.selector)
+		for k := range ro.item.Addon.Selector {
+			ignore[k] = true
+		}
+		for _, u := range ro.objs {
+			if keyOf(u) == key && sameDeclaration(u, theirs, ignore) {
+				return "", true, nil
+			}
+		}
+		return "declares it differently", true, nil
 	}
 	recorded, err := w.decl.recorded(ctx, owner)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
-	if recorded {
-		return "is installed and may still declare it: " + dc.err.Error(), nil
+	if recorded || w.decl.fromRun(owner) {
+		return "may still declare it (what it declares is unknown: " + dc.err.Error() + ")", true, nil
 	}
-	return "", nil
+	return "", false, nil
 }
 
 // definitionUsers names the addons other than self whose install records

@@ -160,25 +160,42 @@ func TestIntegrationObjectMovesBetweenAddons(t *testing.T) {
 		t.Errorf("ConfigMap moving: owner and value %q, want %q", got, want)
 	}
 
-	// And back, across two runs: mv-b drops it first (it is pruned), then
-	// mv-a declares it again (it is created).
+	// And back, across two runs: mv-b drops it while mv-a, which declares
+	// it, fails before its manifest is read (its hash does not match).
+	// What mv-a declares is unknown, so mv-b keeps it.
+	back := manifest(configMap("mv-app", "mv-a", "a"), configMap("mv-app", "moving", "a"))
 	loc = writeChannel(t, dir, "v3.yaml",
-		testRelease{Name: "mv-a", Version: "2.0.0", Manifest: configMap("mv-app", "mv-a", "a")},
+		testRelease{Name: "mv-a", Version: "3.0.0", Manifest: back, Hash: strings.Repeat("0", 64)},
 		testRelease{Name: "mv-b", Version: "3.0.0", Manifest: configMap("mv-app", "mv-b", "b")})
-	if res := run(t, newTestClient(t), loc); res.err != nil {
-		t.Fatalf("third run: %v", res.err)
+	res = run(t, newTestClient(t), loc)
+	if failed := failedAddons(t, res.err); len(failed) != 1 || failed["mv-a"] == "" {
+		t.Fatalf("third run failed %v, want mv-a alone", failed)
 	}
-	if diff := cmp.Diff(configMapNames(t, "mv-app"), []string{"mv-a", "mv-b"}); diff != "" {
-		t.Errorf("after mv-b dropped it (-got +want):\n%s", diff)
+	kept := configMapOf(t, "mv-app", "moving")
+	if kept == nil || kept.UID != before.UID {
+		t.Fatalf("ConfigMap moving was pruned while mv-a, which declares it, failed; events %v", res.events)
 	}
+	if diff := cmp.Diff(res.of(EventPruned), []string(nil)); diff != "" {
+		t.Errorf("pruned (-got +want):\n%s", diff)
+	}
+	if notes := strings.Join(res.of(EventNote), "\n"); !strings.Contains(notes, "Not pruning ConfigMap mv-app/moving: what addon mv-a") {
+		t.Errorf("notes %q, want one saying why moving is kept", notes)
+	}
+	// It stays mv-b's until mv-a takes it, so mv-b's record still lists
+	// where it is.
+	if rec := recordOf(t, DefaultNamespace, "mv-b"); !strings.Contains(rec, `"ConfigMap"`) || !strings.Contains(rec, `"mv-app"`) {
+		t.Errorf("mv-b's record %s lists no ConfigMap in mv-app", rec)
+	}
+	// Once mv-a's manifest loads, it takes it: the same object.
 	loc = writeChannel(t, dir, "v4.yaml",
-		testRelease{Name: "mv-a", Version: "3.0.0", Manifest: manifest(configMap("mv-app", "mv-a", "a"), configMap("mv-app", "moving", "a"))},
+		testRelease{Name: "mv-a", Version: "3.0.0", Manifest: back},
 		testRelease{Name: "mv-b", Version: "3.0.0", Manifest: configMap("mv-app", "mv-b", "b")})
 	if res := run(t, newTestClient(t), loc); res.err != nil {
 		t.Fatalf("fourth run: %v", res.err)
 	}
-	if cm := configMapOf(t, "mv-app", "moving"); cm == nil || cm.Labels[IdentityLabel] != "mv-a" {
-		t.Errorf("ConfigMap moving after mv-a declared it again: %v", cm)
+	cm := configMapOf(t, "mv-app", "moving")
+	if cm == nil || cm.UID != before.UID || cm.Labels[IdentityLabel] != "mv-a" || cm.Data["key"] != "a" {
+		t.Errorf("ConfigMap moving after mv-a's manifest loaded: %v, want the same object (uid %s), mv-a's with value a", cm, before.UID)
 	}
 }
 

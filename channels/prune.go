@@ -26,6 +26,9 @@ type pruneQuery struct {
 	namespace     string // "" lists cluster-scoped kinds, or all namespaces
 	labelSelector string
 	fieldSelector string
+	// named is set for the kinds of the release's prune spec, which may
+	// delete PersistentVolumeClaims.
+	named bool
 }
 
 // candidate is an object pruning deletes, unless skip says why not.
@@ -41,6 +44,13 @@ type candidate struct {
 	handoverTo string
 	// defines is the kind a CRD defines; empty for other objects.
 	defines schema.GroupKind
+	// mine is set when the object carries the addon's IdentityLabel: kept,
+	// it stays the addon's, and its kind and namespace stay in the
+	// addon's inventory.
+	mine bool
+	// live is the object as listed, for delete's ownership checks; nil
+	// when not kept.
+	live *unstructured.Unstructured
 }
 
 // prune deletes the objects of an addon that its new release does not have.
@@ -52,10 +62,15 @@ type candidate struct {
 // what a release applied under a selector the new release changed. Objects
 // a controller owns are left to their owner.
 //
-// Within a run (w.decl set), an object another addon of the channels
-// declares is kept, and applied as that addon's (handed over); a Namespace
-// or CRD that another addon's install record or pending release uses is
-// kept too.
+// Within a run (w.decl set), an object another addon declares (of the
+// channels, or recorded on the cluster, see declarations) is kept, and
+// applied as that addon's (handed over); one an addon may declare whose
+// declarations are unknown (its manifest did not load) is kept; a
+// Namespace or CRD that another addon's install record or pending release
+// uses is kept too. PersistentVolumeClaims and objects annotated
+// KeepAnnotation are always kept (see protection). It returns the kinds
+// and namespaces of the objects it kept that still carry the addon's
+// label, which its record must go on listing.
 //
 // A record written before identity labels existed (by an older release of
 // this tool, or by kOps) means the addon's objects may lack the label: then
@@ -63,21 +78,21 @@ type candidate struct {
 // pruned unless they carry another addon's identity, or carry none while
 // another addon of the channels has the same selector (whose objects they
 // may be).
-func (w *addonWriter) prune(ctx context.Context, it PlanItem, in *applied, r *reporter) error {
+func (w *addonWriter) prune(ctx context.Context, it PlanItem, in *applied, r *reporter) (*Inventory, error) {
 	a, current := it.Addon, it.Current
 	if len(a.Selector) == 0 {
 		if a.Prune != nil {
-			return fmt.Errorf("refusing to prune addon %q: its selector is empty", a.Name)
+			return nil, fmt.Errorf("refusing to prune addon %q: its selector is empty", a.Name)
 		}
 		if current != nil && current.Inventory != nil && len(current.Inventory.Kinds) > 0 {
 			r.report(EventNote, a.Name, "Not pruning: the addon has no selector")
 		}
-		return nil
+		return nil, nil
 	}
 	legacy := current != nil && (current.Inventory == nil || current.Inventory.Identity == "")
 	queries, err := w.pruneQueries(ctx, it, legacy, in, r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	found := make([][]candidate, len(queries))
 	err = w.each(ctx, len(queries), func(ctx context.Context, i int) error {
@@ -86,7 +101,7 @@ func (w *addonWriter) prune(ctx context.Context, it PlanItem, in *applied, r *re
 		return err
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 
 	// Delete in the reverse of apply order: webhooks before the servers they
@@ -94,6 +109,7 @@ func (w *addonWriter) prune(ctx context.Context, it PlanItem, in *applied, r *re
 	var byPhase [phaseCount][]candidate
 	var handovers []candidate
 	seen := map[types.UID]bool{}
+	kept := &applied{kinds: map[schema.GroupKind]bool{}, namespaces: map[string]bool{}}
 	for _, cs := range found {
 		for _, c := range cs {
 			if seen[c.uid] {
@@ -102,6 +118,12 @@ func (w *addonWriter) prune(ctx context.Context, it PlanItem, in *applied, r *re
 			seen[c.uid] = true
 			if c.skip != "" {
 				r.report(EventNote, a.Name, "Not pruning %s: %s", c.key, c.skip)
+				if c.mine {
+					kept.kinds[c.key.GroupKind] = true
+					if c.key.Namespace != "" {
+						kept.namespaces[c.key.Namespace] = true
+					}
+				}
 				continue
 			}
 			if c.handover != nil {
@@ -114,7 +136,7 @@ func (w *addonWriter) prune(ctx context.Context, it PlanItem, in *applied, r *re
 	}
 	for _, c := range handovers {
 		if _, err := w.applyOne(ctx, c.handover); err != nil {
-			return fmt.Errorf("handing %s over: %w", c.key, err)
+			return nil, fmt.Errorf("handing %s over: %w", c.key, err)
 		}
 		r.report(EventNote, a.Name, "Not pruning %s: addon %s declares it, and now owns it", c.key, c.handoverTo)
 	}
@@ -129,10 +151,10 @@ func (w *addonWriter) prune(ctx context.Context, it PlanItem, in *applied, r *re
 			return err
 		})
 		if err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return kept.record(a.Name), nil
 }
 
 // pruneQueries works out the lists prune makes.
@@ -220,7 +242,7 @@ func (w *addonWriter) pruneQueries(ctx context.Context, it PlanItem, legacy bool
 		if !ok {
 			continue
 		}
-		q := pruneQuery{mapping: m, labelSelector: sel, fieldSelector: k.FieldSelector}
+		q := pruneQuery{mapping: m, labelSelector: sel, fieldSelector: k.FieldSelector, named: true}
 		if m.Scope.Name() != meta.RESTScopeNameNamespace || len(k.Namespaces) == 0 {
 			queries = append(queries, q)
 			continue
@@ -276,14 +298,18 @@ func (w *addonWriter) list(ctx context.Context, q pruneQuery, in *applied, addon
 			}
 			c := candidate{key: key, uid: u.GetUID(), mapping: q.mapping, defines: definedKindOf(u)}
 			identity, labeled := u.GetLabels()[IdentityLabel]
+			c.mine = labeled
 			switch {
 			case labeled && identity != addon:
 				continue
 			case !labeled && len(shared) > 0:
 				c.skip = fmt.Sprintf("it carries no %s label and addon %s has the same selector; delete it by hand if it is this addon's", IdentityLabel, strings.Join(shared, ", "))
 			}
+			if c.skip == "" {
+				c.skip = protection(u, q.named)
+			}
 			if c.skip == "" && w.decl != nil {
-				if err := w.keepForOthers(ctx, &c, addon); err != nil {
+				if err := w.keepForOthers(ctx, &c, addon, u); err != nil {
 					return nil, err
 				}
 			}
@@ -317,14 +343,17 @@ func sortedKinds(set map[schema.GroupKind]bool) []schema.GroupKind {
 	return out
 }
 
-// keepForOthers sets why a candidate is kept when other addons need it: an
-// addon of the channels declares it (the keep-set of a run is the union of
-// every addon's release), and it is handed over to the first that does, or
-// an addon's install record or pending release uses it as a Namespace or a
-// CRD. An addon whose manifest cannot be read keeps every candidate: what
-// it declares is unknown.
-func (w *addonWriter) keepForOthers(ctx context.Context, c *candidate, addon string) error {
-	by, unknown := w.decl.others(ctx, c.key, addon)
+// keepForOthers sets why a candidate (live as listed) is kept when other
+// addons need it: another addon declares it (see declarations.others), and
+// it is handed over to the first that does, or an addon's install record or
+// pending release uses it as a Namespace or a CRD. An addon whose
+// declarations cannot be read keeps every candidate it may hold: what it
+// declares is unknown.
+func (w *addonWriter) keepForOthers(ctx context.Context, c *candidate, addon string, live *unstructured.Unstructured) error {
+	by, unknown, err := w.decl.others(ctx, c.key, addon, live)
+	if err != nil {
+		return err
+	}
 	if len(by) > 0 {
 		names := make([]string, 0, len(by))
 		for name := range by {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/util/csaupgrade"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+	"sigs.k8s.io/structured-merge-diff/v6/value"
 )
 
 // takenOver are the field managers whose fields applying takes over: kOps's
@@ -191,16 +192,24 @@ type Takeover struct {
 // no third manager owns (install records and pending inventories excepted,
 // as takeOverPatch leaves them out).
 func takeovers(live, merged *unstructured.Unstructured) ([]Takeover, error) {
+	out, _, err := takeoverFields(live, merged)
+	return out, err
+}
+
+// takeoverFields is takeovers, returning also every field applying
+// removes.
+func takeoverFields(live, merged *unstructured.Unstructured) ([]Takeover, *fieldpath.Set, error) {
+	all := fieldpath.NewSet()
 	if live == nil {
-		return nil, nil
+		return nil, all, nil
 	}
 	before, err := fieldsByManager(live)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	after, err := fieldsByManager(merged)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ours := after[FieldManager]
 	if ours == nil {
@@ -235,8 +244,82 @@ func takeovers(live, merged *unstructured.Unstructured) ([]Takeover, error) {
 		if len(t.TakenOver)+len(t.Removed) > 0 {
 			out = append(out, t)
 		}
+		all = all.Union(removed)
 	}
-	return out, nil
+	return out, all, nil
+}
+
+// removeFields deletes the fields of set from obj, as applying removes
+// them: a field named in a map, an item of an associative list by its
+// keys or its value, an item of an atomic list by its index; parents
+// first, so that a removed list item takes its fields with it.
+func removeFields(obj map[string]any, set *fieldpath.Set) {
+	var paths []fieldpath.Path
+	set.Iterate(func(p fieldpath.Path) { paths = append(paths, p.Copy()) })
+	sort.SliceStable(paths, func(i, j int) bool { return len(paths[i]) < len(paths[j]) })
+	for _, p := range paths {
+		removePath(obj, p)
+	}
+}
+
+// removePath removes one path from node, returning node as changed (a list
+// that loses an item is a new slice); a path not found changes nothing.
+func removePath(node any, p fieldpath.Path) any {
+	if len(p) == 0 {
+		return node
+	}
+	pe, rest := p[0], p[1:]
+	switch n := node.(type) {
+	case map[string]any:
+		if pe.FieldName == nil {
+			return node
+		}
+		child, ok := n[*pe.FieldName]
+		switch {
+		case !ok:
+		case len(rest) == 0:
+			delete(n, *pe.FieldName)
+		default:
+			n[*pe.FieldName] = removePath(child, rest)
+		}
+		return n
+	case []any:
+		for i, item := range n {
+			if !matches(pe, i, item) {
+				continue
+			}
+			if len(rest) == 0 {
+				return append(n[:i:i], n[i+1:]...)
+			}
+			n[i] = removePath(item, rest)
+			return n
+		}
+	}
+	return node
+}
+
+// matches reports whether the item at index i of a list is the one pe
+// selects.
+func matches(pe fieldpath.PathElement, i int, item any) bool {
+	switch {
+	case pe.Index != nil:
+		return *pe.Index == i
+	case pe.Value != nil:
+		return value.Equals(*pe.Value, value.NewValueInterface(item))
+	case pe.Key != nil:
+		m, ok := item.(map[string]any)
+		if !ok {
+			return false
+		}
+		for _, f := range *pe.Key {
+			v, ok := m[f.Name]
+			if !ok || !value.Equals(f.Value, value.NewValueInterface(v)) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
 }
 
 // fieldsByManager returns the fields each manager owns on obj, outside

@@ -1,11 +1,13 @@
 package channels
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 )
 
 func TestTakeovers(t *testing.T) {
@@ -63,6 +65,54 @@ func TestTakeovers(t *testing.T) {
 			}
 			if diff := cmp.Diff(got, tt.want); diff != "" {
 				t.Errorf("takeovers (-got +want):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestRemoveFields(t *testing.T) {
+	obj := func() map[string]any {
+		return map[string]any{
+			"data": map[string]any{"kept": "1", "old": "gone"},
+			"spec": map[string]any{
+				"containers": []any{
+					map[string]any{"name": "a", "image": "x", "args": []any{"-v"}},
+					map[string]any{"name": "b", "image": "y"},
+				},
+				"finalizers": []any{"one", "two"},
+			},
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		fields string
+		want   func(map[string]any)
+	}{
+		{"a field of a map", `{"f:data":{"f:old":{}}}`, func(o map[string]any) {
+			delete(o["data"].(map[string]any), "old")
+		}},
+		{"a field of a keyed item", `{"f:spec":{"f:containers":{"k:{\"name\":\"a\"}":{"f:args":{}}}}}`, func(o map[string]any) {
+			delete(o["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any), "args")
+		}},
+		{"a keyed item with its fields", `{"f:spec":{"f:containers":{"k:{\"name\":\"b\"}":{".":{},"f:name":{},"f:image":{}}}}}`, func(o map[string]any) {
+			spec := o["spec"].(map[string]any)
+			spec["containers"] = spec["containers"].([]any)[:1]
+		}},
+		{"an item of a set", `{"f:spec":{"f:finalizers":{"v:\"one\"":{}}}}`, func(o map[string]any) {
+			o["spec"].(map[string]any)["finalizers"] = []any{"two"}
+		}},
+		{"a field not there", `{"f:status":{"f:phase":{}}}`, func(map[string]any) {}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			set := &fieldpath.Set{}
+			if err := set.FromJSON(strings.NewReader(tc.fields)); err != nil {
+				t.Fatal(err)
+			}
+			got, want := obj(), obj()
+			removeFields(got, set)
+			tc.want(want)
+			if diff := cmp.Diff(got, want); diff != "" {
+				t.Errorf("after removing (-got +want):\n%s", diff)
 			}
 		})
 	}

@@ -31,6 +31,7 @@ func newApplyChannelCommand(o *options) *cobra.Command {
 		diff           bool
 		wait           bool
 		allowDowngrade bool
+		adopt          bool
 		timeout        time.Duration
 	)
 	var out *outputFlags
@@ -58,9 +59,10 @@ prunes what only the failed release added. That rollback needs no
 
 Without --yes, the plan is printed and nothing is changed: every pending
 manifest is fetched and verified (hash, YAML, kinds the server serves),
-each object is dry-run with server-side apply, and the plan lists per object
-whether it would be created, updated, left unchanged or pruned; a manifest
-that would fail fails here, with the same error. --diff adds a unified diff
+each object is dry-run with server-side apply, the ownership checks run,
+and the plan lists per object whether it would be created, updated, left
+unchanged, adopted, pruned, handed over to another addon or kept (with
+why); a manifest that would fail fails here, with the same error. --diff adds a unified diff
 of each object that would change, without managed fields and the fields the
 server sets, as kubectl diff shows it; a Secret's values are masked (each key
 says only added, removed, changed or unchanged). With --yes, each
@@ -103,10 +105,17 @@ An object that two addons of the channels declare, or that carries the
 channels.kos.example.com/addon label of another addon that still declares
 it (or is installed and not in the channels), fails the addon with both
 names and nothing of it is applied, unless the manifest annotates it
-channels.kos.example.com/adopt: "true" (then the addon takes it over). An
-object another addon stopped declaring moves without it. Pruning keeps
-every object some addon of the channels declares, and a Namespace or CRD
-another addon's install record uses. The Namespaces and CRDs of every addon
+channels.kos.example.com/adopt: "true" (then the addon takes it over); two
+addons that declare an object alike share it. An object another addon
+stopped declaring moves without it. An object that exists and that neither
+channels nor kOps's channels made (a user's, Helm's) shows as adopt in the
+plan and fails its addon unless it carries that annotation or --adopt is
+given. Pruning keeps every object an addon of the channels or an addon
+recorded on the cluster declares (or may: one whose manifest does not load),
+handing it over to that addon, a Namespace or CRD another addon's install
+record uses, an object annotated channels.kos.example.com/keep: "true", and
+every PersistentVolumeClaim whose manifest does not annotate it
+channels.kos.example.com/deletable: "true". The Namespaces and CRDs of every addon
 to apply are applied, and the CRDs Established, before any other object of
 the run, so that an addon may use another's CRD (cert-manager's Issuer for
 needsPKI too) in the same run. /healthz (the daemon
@@ -156,7 +165,7 @@ with its current and offered release, whether it applies (apply) and why
 			if timeout <= 0 {
 				return cmdline.UsageErrorf(cmd, "--timeout must be positive, such as 5m")
 			}
-			opts := channels.ApplyOptions{Wait: wait, Timeout: timeout}
+			opts := channels.ApplyOptions{Wait: wait, Timeout: timeout, Adopt: adopt}
 			isDaemon, once, err := daemon.validate(cmd, yes)
 			if err != nil {
 				return err
@@ -177,6 +186,7 @@ with its current and offered release, whether it applies (apply) and why
 	cmd.Flags().BoolVar(&diff, "diff", false, "Print a unified diff of each object the plan changes")
 	cmd.Flags().BoolVar(&allowDowngrade, "allow-downgrade", false, "Apply releases older than the installed ones (rolling back to the recorded release after a failed upgrade needs no flag)")
 	cmd.Flags().BoolVar(&wait, "wait", true, "Wait until each addon's objects are ready before pruning and recording it; --wait=false for a cluster without worker nodes yet (kOps bootstrap)")
+	cmd.Flags().BoolVar(&adopt, "adopt", false, "Take over the objects of the releases that exist and that neither channels nor kOps's channels made (a user's, Helm's); without it they fail their addon unless annotated "+channels.AdoptAnnotation+"=true")
 	cmd.Flags().DurationVar(&timeout, "timeout", channels.DefaultTimeout, "How long each addon's objects may take to become ready, with --wait")
 	out = addOutputFlags(cmd)
 	daemon = addDaemonFlags(cmd)
@@ -222,7 +232,7 @@ func (o *options) applyChannels(cmd *cobra.Command, locations []string, yes, dif
 	var previews map[string]channels.AddonPreview
 	var failed *channels.ApplyError
 	if len(plan.Pending()) > 0 && (!yes || diff) {
-		got, err := client.Preview(ctx, plan, channels.PreviewOptions{Fetcher: fetcher})
+		got, err := client.Preview(ctx, plan, channels.PreviewOptions{Fetcher: fetcher, Adopt: opts.Adopt})
 		if err != nil && !errors.As(err, &failed) {
 			return withHint(err, "nothing was changed: fix the release and run again")
 		}

@@ -45,7 +45,12 @@ As when pruning, objects a controller owns and objects of another addon are
 kept, and so are the addon's Namespaces and CustomResourceDefinitions unless
 --include-namespaces or --include-crds asks (deleting them deletes
 everything in them, or every custom resource of them). The record
-namespace and Kubernetes' own namespaces are never deleted.
+namespace and Kubernetes' own namespaces are never deleted. An object
+another installed addon declares is kept and handed over to it (and one
+that an installed addon may declare, its release unreadable, is kept);
+PersistentVolumeClaims are kept unless their manifest annotates them
+` + channels.DeletableAnnotation + `: "true", and any object annotated
+` + channels.KeepAnnotation + `: "true" is kept.
 
 Without --yes the objects are listed and nothing is changed. With --yes
 they are deleted, webhooks and APIServices first, and the install record is

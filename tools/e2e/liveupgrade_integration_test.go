@@ -415,9 +415,10 @@ const backupClaim = "kos-etcd-backup"
 // testRollback rolls KOS back from liveNew to liveOld with ours, as
 // docs/install.md says ("Rolling back a successful upgrade"), while the
 // pods and guests ping and the pods hold TCP connections across nodes: no
-// pod is on a KOS network any more (deleteAll did that), the backup claim
-// is taken out of the addon so that it stays, and the liveOld channel is
-// applied with --allow-downgrade. No Subnet or attachment is lost or
+// pod is on a KOS network any more (deleteAll did that), and the liveOld
+// channel is applied with --allow-downgrade; the backup claim stays with no
+// step of ours (channels never prunes a claim its manifest does not mark
+// deletable). No Subnet or attachment is lost or
 // changes, traffic goes on as through the upgrade (the same limits and
 // figures, named live-ours-rollback-*), the records and agents are
 // liveOld's again, the backup CronJob is pruned and its claim kept.
@@ -430,7 +431,6 @@ func (lu *liveUpgrade) testRollback(t *testing.T, net *liveNetwork) {
 	if len(left.Items) > 0 {
 		t.Fatalf("attachment %s/%s of a pod on a KOS network is left before the rollback", left.Items[0].Namespace, left.Items[0].Name)
 	}
-	lu.kubectl(t, "-n", kosinstall.Namespace, "label", "pvc", backupClaim, channels.IdentityLabel+"-")
 	before := net.snapshot(t)
 	traffic := net.startTraffic(t)
 
