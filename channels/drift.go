@@ -286,7 +286,7 @@ func (d *Daemon) checkDrift(ctx context.Context, plan *Plan, full bool) (DriftRe
 			items[i] = repairs[i].item
 		}
 		// Another run may have updated an addon since the plan was made.
-		if err := d.client.decide(ctx, items, DecideOptions{}); err != nil {
+		if err := d.client.decide(ctx, items, d.decideOptions()); err != nil {
 			return err
 		}
 		w := &addonWriter{client: d.client, parallelism: d.opts.Apply.Parallelism}

@@ -271,8 +271,9 @@ func writeRangeChannel(t *testing.T, dir, file, range100, range110 string) strin
 // TestIntegrationKOpsChannelsAboveEveryRange runs kOps's channels and ours
 // on a cluster whose Kubernetes minor is above the top of every range of a
 // channel, after either installed release 1.1.0 of the addon. With both
-// releases capped there (what channels lint passes), neither tool finds
-// anything to do and 1.1.0 stays. With 1.0.0's range left open-ended (the
+// releases capped there (what channels lint passes), neither tool changes
+// anything and 1.1.0 stays; kOps's finds nothing to do, ours fails naming
+// the cluster's version and the range offered (the cliff is not silent). With 1.0.0's range left open-ended (the
 // time bomb lint refuses), ours refuses the downgrade and kOps's channels,
 // which takes the last entry that fits whatever its version, installs 1.0.0.
 func TestIntegrationKOpsChannelsAboveEveryRange(t *testing.T) {
@@ -339,9 +340,19 @@ func TestIntegrationKOpsChannelsAboveEveryRange(t *testing.T) {
 				t.Fatalf("after %s installed: version %q, record %q", installer, got, record)
 			}
 
+			// Neither tool changes anything; kOps's says there is nothing
+			// to do, ours that the cluster fell off the channel's ranges.
 			for _, name := range []string{"kops", "ours", "kops", "ours"} {
-				if out := apply(tools[name], capped); !strings.Contains(out, "No update required") {
-					t.Errorf("%s on the capped channel has something to do:\n%s", name, out)
+				if name == "kops" {
+					if out := apply(tools[name], capped); !strings.Contains(out, "No update required") {
+						t.Errorf("kops on the capped channel has something to do:\n%s", out)
+					}
+					continue
+				}
+				out, code := tools[name].run(t, "apply", "channel", capped, "--yes", "--wait=false")
+				want := fmt.Sprintf(`addon "above-every-range": no release fits Kubernetes %s: the channels offer 1.1.0 (k8s-1.20) for >=1.20.0 %s`, version, top)
+				if code != 1 || !strings.Contains(out, want) || strings.Contains(out, "No update required") {
+					t.Errorf("ours on the capped channel: exit %d, want 1 and %q:\n%s", code, want, out)
 				}
 			}
 			if got := installedVersion(); got != "1.1.0" || installRecords(t, k)["above-every-range"] != record {
