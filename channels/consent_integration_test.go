@@ -2,6 +2,7 @@ package channels
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -264,4 +265,118 @@ func recordIn(t *testing.T, k kubernetes.Interface, name string) string {
 		t.Fatal(err)
 	}
 	return ns.Annotations[AnnotationPrefix+name]
+}
+
+// TestIntegrationUpgradePathRefusesJump installs release 0.1.0 of an
+// addon, then applies a channel of 0.1.0, 0.2.0 and 0.3.0, which upgrades
+// only from 0.2.0 on (upgradesFrom): the plan and the run refuse the jump
+// with exit 1, naming 0.2.0 as the release to go through, and change
+// nothing. Through 0.2.0, the same channel then reaches 0.3.0.
+func TestIntegrationUpgradePathRefusesJump(t *testing.T) {
+	const ns = "path-app"
+	env := testenv.Shared(t)
+	k := kube(t)
+	ours := tool{name: "ours", bin: testenv.Build(t, "cmd/channels"), kubeconfig: env.Kubeconfig, home: t.TempDir()}
+	dir := t.TempDir()
+	rel := func(version, upgradesFrom string) testRelease {
+		return testRelease{Name: "path", Version: version, UpgradesFrom: upgradesFrom, Manifest: manifest(namespace(ns), configMap(ns, "path-config", version))}
+	}
+	first := writeChannel(t, dir, "first.yaml", rel("0.1.0", ""))
+	second := writeChannel(t, dir, "second.yaml", rel("0.1.0", ""), rel("0.2.0", ""))
+	all := writeChannel(t, dir, "all.yaml", rel("0.1.0", ""), rel("0.2.0", ""), rel("0.3.0", "0.2.0"))
+
+	ours.mustRun(t, "apply", "channel", first, "--yes")
+	const refusal = "0.3.0 skipped: upgrade path: 0.3.0 upgrades from 0.2.0 or later, not from 0.1.0: upgrade to 0.2.0 first (a channel whose newest path is 0.2.0)"
+	for _, args := range [][]string{{"apply", "channel", all}, {"apply", "channel", all, "--yes"}} {
+		out, code := ours.run(t, args...)
+		if code != 1 || !strings.Contains(out, refusal) || !strings.Contains(out, `error: 1 addon is left behind the channels: addon "path": upgrade path:`) {
+			t.Errorf("%s over 0.1.0: exit %d, want 1 with %q and the error:\n%s", strings.Join(args, " "), code, refusal, out)
+		}
+	}
+	if got := configValueOf(t, k, ns, "path-config"); got != "0.1.0" {
+		t.Errorf("the refused jump changed path-config to %q", got)
+	}
+	if got := recordOf(t, "kube-system", "path"); !strings.Contains(got, `"version":"0.1.0"`) {
+		t.Errorf("record after the refused jump = %s", got)
+	}
+
+	ours.mustRun(t, "apply", "channel", second, "--yes")
+	out := ours.mustRun(t, "apply", "channel", all, "--yes")
+	if !strings.Contains(out, "path: Updated 0.2.0 -> 0.3.0") {
+		t.Errorf("0.3.0 over 0.2.0:\n%s", out)
+	}
+}
+
+// TestIntegrationNoReleaseFits applies a channel whose only range of one
+// addon ends below the cluster's Kubernetes version, next to an addon that
+// fits: the plan and the run apply the fitting addon, and fail with exit 1
+// naming the cluster's version and the range offered, never "No update
+// required". A daemon's pass fails too (/readyz), sets
+// channels_addon_blocked and posts one Warning Event NoReleaseFits however
+// many passes see it.
+func TestIntegrationNoReleaseFits(t *testing.T) {
+	const ns = "cliff-app"
+	env := testenv.Shared(t)
+	k := kube(t)
+	info, err := k.Discovery().ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	version, err := ServerVersion(info.GitVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	below := fmt.Sprintf(">=1.20.0 <1.%d.0", version.Minor)
+	ours := tool{name: "ours", bin: testenv.Build(t, "cmd/channels"), kubeconfig: env.Kubeconfig, home: t.TempDir()}
+	dir := t.TempDir()
+	loc := writeChannel(t, dir, "cliff.yaml",
+		testRelease{Name: "cliff", Version: "0.3.0", ID: "k8s-1.20", KubernetesVersion: below, Manifest: manifest(namespace(ns), configMap(ns, "cliff-config", "0.3.0"))},
+		testRelease{Name: "cliff-fits", Version: "1.0.0", Manifest: manifest(namespace(ns), configMap(ns, "cliff-fits", "1.0.0"))},
+	)
+	want := fmt.Sprintf(`addon "cliff": no release fits Kubernetes %s: the channels offer 0.3.0 (k8s-1.20) for %s`, version, below)
+
+	for _, args := range [][]string{{"apply", "channel", loc}, {"apply", "channel", loc, "--yes"}, {"apply", "channel", loc, "--yes"}} {
+		out, code := ours.run(t, args...)
+		if code != 1 || !strings.Contains(out, want) || strings.Contains(out, "No update required") {
+			t.Errorf("%s: exit %d, want 1 with %q:\n%s", strings.Join(args, " "), code, want, out)
+		}
+	}
+	if got := recordOf(t, "kube-system", "cliff-fits"); !strings.Contains(got, `"version":"1.0.0"`) {
+		t.Errorf("the addon that fits was not applied next to the one that does not: record %q", got)
+	}
+
+	d, err := NewDaemon(env.RESTConfig, DaemonOptions{Locations: []string{loc}, Interval: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for pass := 1; pass <= 2; pass++ {
+		res := d.Pass(context.Background())
+		var blocked *BlockedError
+		if !errors.As(res.Err, &blocked) || !strings.Contains(res.Err.Error(), want) || d.Ready() {
+			t.Errorf("daemon pass %d: err %v, ready %v; want a *BlockedError with %q, not ready", pass, res.Err, d.Ready(), want)
+		}
+	}
+	families, err := d.Metrics().Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var series []string
+	for _, f := range families {
+		if f.GetName() != "channels_addon_blocked" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			series = append(series, fmt.Sprintf("%s %v", strings.Join(labels, ","), m.GetGauge().GetValue()))
+		}
+	}
+	if diff := cmp.Diff(series, []string{"addon=cliff,reason=NoReleaseFits 1"}); diff != "" {
+		t.Errorf("channels_addon_blocked (-got +want):\n%s", diff)
+	}
+	if got := eventsFor(t, k, "NoReleaseFits", "cliff"); len(got) != 1 || !strings.Contains(got[0], want[len(`addon "cliff": `):]) {
+		t.Errorf("NoReleaseFits events = %q, want one naming the version and range", got)
+	}
 }

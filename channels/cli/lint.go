@@ -30,7 +30,15 @@ does (the last entry that fits), and lint refuses:
   split      an addon's entries that fit one Kubernetes version come from
              several channels: kOps's channels applies channels one at a
              time, so the addon switches between them on every pass;
-  kops       kOps's channels would choose another version than apply.
+  kops       kOps's channels would choose another version than apply;
+  upgrade-path
+             a release names the oldest version it upgrades from
+             (upgradesFrom), the channels list older releases, but on some
+             Kubernetes version no release in between fits, so a cluster
+             with an older release cannot upgrade.
+
+A malformed upgradesFrom (not a version, or not below the release's own)
+fails the channel's loading, as apply does.
 
 Each problem is printed once, on one line, naming the entries, at the first
 Kubernetes version it shows on. No cluster is contacted.
