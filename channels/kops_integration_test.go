@@ -373,3 +373,70 @@ func TestIntegrationKOpsChannelsAboveEveryRange(t *testing.T) {
 		})
 	}
 }
+
+// TestIntegrationKOpsChannelsReadUpgradesFrom shows that kOps's channels
+// (v1.32.0) loads and applies a channel whose releases carry upgradesFrom,
+// the field ours refuses jumps by: kOps decodes channels leniently and
+// ignores it. Ours then finds the record kOps wrote up to date; and after
+// ours went 0.1.0 -> 0.2.0 -> 0.3.0 on another addon, kOps's channels finds
+// nothing to do.
+func TestIntegrationKOpsChannelsReadUpgradesFrom(t *testing.T) {
+	kopsBin := kopsChannels(t)
+	oursBin := testenv.Build(t, "cmd/channels")
+	env, err := testenv.Start(context.Background(), testenv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	k, err := kubernetes.NewForConfig(env.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kops := tool{name: "kops", bin: kopsBin, kubeconfig: env.Kubeconfig, home: t.TempDir()}
+	ours := tool{name: "ours", bin: oursBin, kubeconfig: env.Kubeconfig, home: t.TempDir()}
+	dir := t.TempDir()
+	channel := func(file, name string, versions ...string) string {
+		var releases []testRelease
+		for _, v := range versions {
+			r := testRelease{Name: name, Version: v, ID: "k8s-1.20",
+				Manifest: kstyleObject("ConfigMap", "v1", name, fmt.Sprintf("data: {version: %q}\n", v))}
+			if v == "0.3.0" {
+				r.UpgradesFrom = "0.2.0"
+			}
+			releases = append(releases, r)
+		}
+		loc := writeChannel(t, dir, file, releases...)
+		data, err := os.ReadFile(loc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(file, "path") && !strings.Contains(string(data), "upgradesFrom: 0.2.0") {
+			t.Fatalf("channel %s does not carry upgradesFrom:\n%s", file, data)
+		}
+		return "file://" + loc
+	}
+
+	kopsFirst := channel("kops-path.yaml", "kstyle-path", "0.1.0", "0.2.0", "0.3.0")
+	out := kops.mustRun(t, "apply", "channel", kopsFirst, "--yes")
+	if strings.Contains(out, "No update required") {
+		t.Errorf("kOps's channels did not apply the channel with upgradesFrom:\n%s", out)
+	}
+	if record := installRecords(t, k)["kstyle-path"]; !strings.Contains(record, `"manifestHash"`) {
+		t.Fatalf("kOps's channels wrote no record for the channel with upgradesFrom: %q", record)
+	}
+	if out := ours.mustRun(t, "apply", "channel", kopsFirst, "--yes", "--wait=false"); !strings.Contains(out, "No update required") {
+		t.Errorf("ours after kOps's channels applied the channel with upgradesFrom:\n%s", out)
+	}
+	if out := kops.mustRun(t, "get", "addons"); !strings.Contains(out, "kstyle-path") {
+		t.Errorf("kOps's get addons does not list the addon:\n%s", out)
+	}
+
+	ours.mustRun(t, "apply", "channel", channel("ours-old.yaml", "kstyle-path2", "0.1.0", "0.2.0"), "--yes", "--wait=false")
+	oursPath := channel("ours-path.yaml", "kstyle-path2", "0.1.0", "0.2.0", "0.3.0")
+	if out := ours.mustRun(t, "apply", "channel", oursPath, "--yes", "--wait=false"); !strings.Contains(out, "kstyle-path2: Updated 0.2.0 -> 0.3.0") {
+		t.Errorf("ours through the path:\n%s", out)
+	}
+	if out := kops.mustRun(t, "apply", "channel", oursPath, "--yes"); !strings.Contains(out, "No update required") {
+		t.Errorf("kOps's channels after ours upgraded through the path:\n%s", out)
+	}
+}
