@@ -433,7 +433,7 @@ func TestIntegrationKOpsChannelsReadUpgradesFrom(t *testing.T) {
 
 	ours.mustRun(t, "apply", "channel", channel("ours-old.yaml", "kstyle-path2", "0.1.0", "0.2.0"), "--yes", "--wait=false")
 	oursPath := channel("ours-path.yaml", "kstyle-path2", "0.1.0", "0.2.0", "0.3.0")
-	if out := ours.mustRun(t, "apply", "channel", oursPath, "--yes", "--wait=false"); !strings.Contains(out, "kstyle-path2: Updated 0.2.0 -> 0.3.0") {
+	if out := ours.mustRun(t, "apply", "channel", oursPath, "--yes", "--wait=false"); !strings.Contains(out, "kstyle-path2: Updated 0.2.0 (k8s-1.20) -> 0.3.0 (k8s-1.20)") {
 		t.Errorf("ours through the path:\n%s", out)
 	}
 	if out := kops.mustRun(t, "apply", "channel", oursPath, "--yes"); !strings.Contains(out, "No update required") {
