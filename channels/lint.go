@@ -242,3 +242,40 @@ func missingStep(a *Addon, releases, fitting []*Addon) bool {
 	}
 	return true
 }
+
+// LintEnd names the problems and warnings of LintRangeEnds.
+const LintEnd = "end"
+
+// LintRangeEnds checks where the kubernetesVersion ranges of each addon
+// end, against current, the newest Kubernetes minor released: an addon
+// none of whose releases fits current is a problem (a cluster on it gets
+// no release: the cliff), and one none of whose releases fits the next
+// minor is a warning (a cluster upgraded to it will fall off). Both are
+// sorted by addon.
+func LintRangeEnds(releases []*Addon, current semver.Version) (problems, warnings []LintProblem) {
+	current = semver.Version{Major: current.Major, Minor: current.Minor}
+	next := semver.Version{Major: current.Major, Minor: current.Minor + 1}
+	byName := map[string][]*Addon{}
+	var names []string
+	for _, a := range releases {
+		if _, ok := byName[a.Name]; !ok {
+			names = append(names, a.Name)
+		}
+		byName[a.Name] = append(byName[a.Name], a)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		rels := byName[name]
+		switch {
+		case len(fitting(rels, current)) == 0:
+			problems = append(problems, LintProblem{Addon: name, Rule: LintEnd, Message: fmt.Sprintf(
+				"no release fits Kubernetes %d.%d, the newest minor: %s; a cluster on it gets no release of the addon; claim it in a release tested there",
+				current.Major, current.Minor, NoFit{Name: name, KubeVersion: current, Releases: rels}.offers())})
+		case len(fitting(rels, next)) == 0:
+			warnings = append(warnings, LintProblem{Addon: name, Rule: LintEnd, Message: fmt.Sprintf(
+				"no release fits Kubernetes %d.%d, the next minor: a cluster upgraded to it will get no release of the addon (channels then fails, naming it) until a release tested there claims it",
+				next.Major, next.Minor)})
+		}
+	}
+	return problems, warnings
+}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/blang/semver/v4"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -296,5 +297,30 @@ func TestLoadUpgradesFrom(t *testing.T) {
 				t.Errorf("UpgradesFrom = %q, want %q", from, tt.want)
 			}
 		})
+	}
+}
+
+func TestLintRangeEnds(t *testing.T) {
+	releases := lintChannel(t, "/c/0.yaml",
+		lintEntry{"capped-next", "0.1.0", "k8s-1.29", ">=1.29.0 <1.38.0"},
+		lintEntry{"capped-now", "0.1.0", "k8s-1.29", ">=1.29.0 <1.37.0"},
+		lintEntry{"open", "0.1.0", "", ">=1.29.0"},
+		lintEntry{"later", "0.1.0", "k8s-1.29", ">=1.29.0 <1.37.0"},
+		lintEntry{"later", "0.2.0", "k8s-1.37", ">=1.37.0 <1.40.0"},
+	)
+	problems, warnings := LintRangeEnds(releases, semver.MustParse("1.37.4"))
+	var got []string
+	for _, p := range problems {
+		got = append(got, "problem "+p.String())
+	}
+	for _, w := range warnings {
+		got = append(got, "warning "+w.String())
+	}
+	want := []string{
+		"problem capped-now: end: no release fits Kubernetes 1.37, the newest minor: the channels offer 0.1.0 (k8s-1.29) for >=1.29.0 <1.37.0; a cluster on it gets no release of the addon; claim it in a release tested there",
+		"warning capped-next: end: no release fits Kubernetes 1.38, the next minor: a cluster upgraded to it will get no release of the addon (channels then fails, naming it) until a release tested there claims it",
+	}
+	if diff := cmp.Diff(got, want); diff != "" {
+		t.Errorf("LintRangeEnds (-got +want):\n%s", diff)
 	}
 }

@@ -102,6 +102,13 @@ type NoFit struct {
 // Error names the cluster's version and, newest release first, the
 // kubernetesVersion ranges the channels offer.
 func (n NoFit) Error() string {
+	return fmt.Sprintf("no release fits Kubernetes %s: %s; the addon is left as it is until a channel offers a release for Kubernetes %d.%d",
+		n.KubeVersion, n.offers(), n.KubeVersion.Major, n.KubeVersion.Minor)
+}
+
+// offers says which ranges the releases claim, with the newest release of
+// each, newest first: "the channels offer 0.3.0 for >=1.29.0 <1.38.0".
+func (n NoFit) offers() string {
 	type offer struct {
 		newest *Addon
 		ranges string
@@ -125,8 +132,7 @@ func (n NoFit) Error() string {
 	for i, o := range offers {
 		parts[i] = fmt.Sprintf("%s for %s", describeRelease(o.newest.VersionString(), o.newest.ID), o.ranges)
 	}
-	return fmt.Sprintf("no release fits Kubernetes %s: the channels offer %s; the addon is left as it is until a channel offers a release for Kubernetes %d.%d",
-		n.KubeVersion, strings.Join(parts, ", "), n.KubeVersion.Major, n.KubeVersion.Minor)
+	return "the channels offer " + strings.Join(parts, ", ")
 }
 
 // Unfit returns the addons of releases none of whose releases fits
