@@ -98,7 +98,8 @@ type DecideOptions struct {
 //     unless opts.AllowDowngrade;
 //   - a pending release that names its release (see decidePending): c is
 //     that release: apply it, to finish it (or, when it became ready,
-//     ReasonComplete); c is newer: apply it, replacing it; c goes back from
+//     ReasonComplete); c is newer: apply it, replacing it (unless a jump,
+//     as below); c goes back from
 //     it: a rollback, applied when the pending release failed and a person
 //     runs the command (re-applying the recorded release after a failed
 //     upgrade restores it and prunes what only the failed one added), and
