@@ -37,6 +37,9 @@ type Addon struct {
 	// NeedsPKI asks, as in kOps, for a CA Secret and a cert-manager Issuer
 	// for the addon before its manifest is applied.
 	NeedsPKI bool
+	// UpgradesFrom is the oldest installed version the release upgrades
+	// from; nil when it upgrades from any.
+	UpgradesFrom *semver.Version
 	// Channel is the location of the channel the release came from.
 	Channel string
 	// Inline holds the manifest's bytes when the location was itself a plain

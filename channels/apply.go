@@ -235,6 +235,8 @@ type rollout struct {
 	// done is what the release applied, and inv its inventory to record.
 	done *applied
 	inv  *Inventory
+	// pending is the pending release on the cluster while it is applied.
+	pending *Pending
 	// objects are the applied objects as the server returned them, for the
 	// readiness gate.
 	objects []*unstructured.Unstructured
@@ -332,8 +334,17 @@ func (c *Client) applyRun(ctx context.Context, plan *Plan, items []PlanItem, opt
 		ro.writer.declaredBy = declaredByValues(ro.item.Addon.Name, ro.shared)
 		return nil
 	})
+	// A pending release that became ready since its run's wait ended is
+	// completed as it is: its objects are neither applied again (which
+	// would undo what made them ready, such as a replica count scaled by
+	// hand) nor waited for; it is pruned and recorded.
+	completing := func(ro *rollout) bool { return ro.item.Decision.completes() }
 	ros = keep(ros, func(ro *rollout) error {
 		it, a := ro.item, ro.item.Addon
+		if completing(ro) {
+			ro.inv = ro.done.record(a.Name)
+			return nil
+		}
 		logger.V(2).Info("Applying addon", "addon", a.Name, "objects", len(ro.objs), "reason", it.Decision.Reason)
 		// As kubectl's ApplySet does, record which release is being
 		// applied and where its objects will be before creating any,
@@ -347,13 +358,18 @@ func (c *Client) applyRun(ctx context.Context, plan *Plan, items []PlanItem, opt
 		if it.Current != nil && it.Current.Inventory != nil && it.Current.Inventory.Identity != "" {
 			known = it.Current.Inventory.union(known)
 		}
+		ro.pending = it.Pending
 		if !it.Pending.is(a) || !known.covers(ro.inv) {
-			return c.writePending(ctx, a.Namespace, a.Name, newPending(a, ro.inv.union(known)))
+			ro.pending = newPending(a, ro.inv.union(known))
+			return c.writePending(ctx, a.Namespace, a.Name, ro.pending)
 		}
 		return nil
 	})
 	applyPhase := func(p Phase) {
 		ros = keep(ros, func(ro *rollout) error {
+			if completing(ro) {
+				return nil
+			}
 			out, err := ro.writer.applyPhase(ctx, ro.rel, p)
 			ro.objects = append(ro.objects, out...)
 			return err
@@ -361,13 +377,27 @@ func (c *Client) applyRun(ctx context.Context, plan *Plan, items []PlanItem, opt
 	}
 	applyPhase(PhaseDefinitions)
 	ros = keep(ros, func(ro *rollout) error {
-		if !ro.item.Addon.NeedsPKI {
+		if !ro.item.Addon.NeedsPKI || completing(ro) {
 			return nil
 		}
 		return c.installPKI(ctx, ro.item.Addon, defined[issuerKind.GroupKind()])
 	})
 	for p := PhaseDefinitions + 1; p < phaseCount; p++ {
 		applyPhase(p)
+	}
+	if opts.Wait {
+		// Every object is applied: say so before waiting, so that a
+		// release whose wait ends before it is ready, and that becomes
+		// ready later, is completed by the next run rather than rolled
+		// back (see Client.weigh).
+		ros = keep(ros, func(ro *rollout) error {
+			if completing(ro) || ro.pending.Applied {
+				return nil
+			}
+			applied := *ro.pending
+			applied.Applied, applied.Ready = true, false
+			return c.writePending(ctx, ro.item.Addon.Namespace, ro.item.Addon.Name, &applied)
+		})
 	}
 	return ros
 }
@@ -398,8 +428,12 @@ func (c *Client) finishAddon(ctx context.Context, ro *rollout, r *reporter) erro
 		unfinished = " (" + it.Pending.release() + " " + ReasonUnfinished + ")"
 	}
 	switch {
+	case it.Decision.completes():
+		r.report(EventApplied, a.Name, "Completed %s (ready since its run's wait ended)", release)
 	case it.Current == nil:
 		r.report(EventApplied, a.Name, "Installed %s%s", release, unfinished)
+	case it.Decision.rollsBack() && NewRecord(a).same(it.Current):
+		r.report(EventApplied, a.Name, "Rolled back to %s%s", release, unfinished)
 	case unfinished != "" && NewRecord(a).same(it.Current):
 		r.report(EventApplied, a.Name, "Restored %s%s", release, unfinished)
 	default:

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -59,6 +60,11 @@ type DaemonOptions struct {
 	// that someone changed or deleted; empty means DefaultDrift (report).
 	// Objects may say otherwise (DriftAnnotation).
 	Drift DriftMode
+	// AllowDowngrade is the operator's consent for the daemon to go back:
+	// to apply a release older than the installed one, or older than a
+	// release a run left pending (failed or not). Without it the daemon
+	// never rolls back; it reports the addon and waits.
+	AllowDowngrade bool
 	// OnPass, when set, is called after each pass with its result.
 	OnPass func(PassResult)
 }
@@ -75,6 +81,11 @@ type PassResult struct {
 	Applied, Failed []string
 	// Drift is what the drift check found and repaired.
 	Drift DriftResult
+	// Blocked, when not nil, is a *BlockedError naming the addons the pass
+	// left behind the channels until someone acts (Plan.Problems); Err
+	// holds it too. The daemon then keeps its Interval: passing again
+	// sooner changes nothing.
+	Blocked error
 }
 
 // Daemon applies channels again and again: kOps runs its channels this way
@@ -89,6 +100,9 @@ type Daemon struct {
 	opts    DaemonOptions
 	metrics *Metrics
 	drift   *driftState
+	// blocked holds, by addon, why the last pass left it behind the
+	// channels, so that an Event is posted when that starts or changes.
+	blocked map[string]blockedState
 	// last is the result of the last pass, read by the health handlers.
 	last    atomic.Pointer[PassResult]
 	settled bool
@@ -119,7 +133,7 @@ func NewDaemon(config *rest.Config, opts DaemonOptions) (*Daemon, error) {
 		return nil, err
 	}
 	metrics := NewMetrics()
-	d := &Daemon{config: config, opts: opts, metrics: metrics, drift: newDriftState(metrics)}
+	d := &Daemon{config: config, opts: opts, metrics: metrics, drift: newDriftState(metrics), blocked: map[string]blockedState{}}
 	// Refuse a configuration no client can be built from now, not at the
 	// first pass.
 	if err := d.connect(config); err != nil {
@@ -190,7 +204,8 @@ func (d *Daemon) Pass(ctx context.Context) PassResult {
 	d.passes++
 	res := PassResult{Number: d.passes}
 	began := time.Now()
-	res.Err = d.pass(ctx, &res)
+	err := d.pass(ctx, &res)
+	res.Err = errors.Join(err, res.Blocked)
 	res.Duration = time.Since(began)
 	// A pass cut short by ctx says nothing about the cluster. /readyz
 	// changes before the metrics do, so one who saw the metrics change
@@ -199,11 +214,13 @@ func (d *Daemon) Pass(ctx context.Context) PassResult {
 		d.last.Store(&res)
 	}
 	d.metrics.observePass(res, began)
-	if res.Err == nil {
+	if err == nil {
 		d.settled = true
-	} else {
-		klog.FromContext(ctx).V(1).Info("Pass failed", "pass", res.Number, "err", res.Err)
 	}
+	if res.Err == nil {
+		return res
+	}
+	klog.FromContext(ctx).V(1).Info("Pass failed", "pass", res.Number, "err", res.Err)
 	return res
 }
 
@@ -231,11 +248,15 @@ func (d *Daemon) pass(ctx context.Context, res *PassResult) error {
 		}
 		releases = append(releases, got...)
 	}
-	plan, err := c.Plan(ctx, releases)
+	plan, err := c.PlanWith(ctx, releases, d.decideOptions())
 	if err != nil {
 		return err
 	}
 	var errs []error
+	res.Blocked = plan.Problems()
+	if err := d.reportBlocked(ctx, plan); err != nil {
+		errs = append(errs, err)
+	}
 	if len(plan.Pending()) > 0 {
 		failed := map[string]bool{}
 		err := c.Apply(ctx, plan, d.opts.Apply)
@@ -348,4 +369,72 @@ func (d *Daemon) handleHealth(mux *http.ServeMux) {
 			fmt.Fprintf(w, "ok: pass %d succeeded\n", last.Number)
 		}
 	})
+}
+
+// decideOptions are the rules of the daemon's plans: it never goes back on
+// its own (Unattended), only with the operator's consent.
+func (d *Daemon) decideOptions() DecideOptions {
+	return DecideOptions{AllowDowngrade: d.opts.AllowDowngrade, Unattended: true}
+}
+
+// reportBlocked sets the metric channels_addon_blocked for every addon the
+// plan leaves behind its channels, and posts a Warning Event on the
+// addon's record namespace when an addon becomes blocked or its reason
+// changes; an addon no longer blocked loses its series.
+func (d *Daemon) reportBlocked(ctx context.Context, plan *Plan) error {
+	now := map[string]blockedState{}
+	var errs []error
+	for _, b := range plan.blocked() {
+		st := blockedState{kind: b.kind, message: b.err.Error()}
+		d.metrics.setBlocked(b.name, b.kind, true)
+		if was, ok := d.blocked[b.name]; ok && was == st {
+			now[b.name] = st
+			continue
+		}
+		klog.FromContext(ctx).Info("Addon left behind its channels", "addon", b.name, "reason", b.kind, "message", st.message)
+		if err := d.client.postBlockedEvent(ctx, d.opts.Apply.Identity, b); err != nil {
+			// Not remembered: the next pass posts it again.
+			errs = append(errs, err)
+			st.message = ""
+		}
+		now[b.name] = st
+	}
+	for name, was := range d.blocked {
+		if st, ok := now[name]; !ok || st.kind != was.kind {
+			d.metrics.setBlocked(name, was.kind, false)
+		}
+	}
+	d.blocked = now
+	return errors.Join(errs...)
+}
+
+// blockedState is why an addon was blocked at the last pass.
+type blockedState struct {
+	kind, message string
+}
+
+// postBlockedEvent posts a Warning Event on the record namespace of an
+// addon that a plan leaves behind its channels; its reason is the kind of
+// block (NoReleaseFits, UpgradePathRefused, RollbackRefused). Events of a
+// Namespace, which is cluster-scoped, go to the default namespace, where
+// kubectl looks for them.
+func (c *Client) postBlockedEvent(ctx context.Context, instance string, b blockedAddon) error {
+	now := metav1.Now()
+	ev := &corev1.Event{
+		ObjectMeta:          metav1.ObjectMeta{GenerateName: b.namespace + ".", Namespace: metav1.NamespaceDefault},
+		InvolvedObject:      corev1.ObjectReference{APIVersion: "v1", Kind: "Namespace", Name: b.namespace},
+		Reason:              b.kind,
+		Message:             fmt.Sprintf("addon %s: %v", b.name, b.err),
+		Type:                corev1.EventTypeWarning,
+		Source:              corev1.EventSource{Component: FieldManager},
+		ReportingController: FieldManager,
+		ReportingInstance:   instance,
+		FirstTimestamp:      now,
+		LastTimestamp:       now,
+		Count:               1,
+	}
+	if _, err := c.Kube.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("posting the event of blocked addon %s: %w", b.name, err)
+	}
+	return nil
 }

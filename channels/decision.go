@@ -1,13 +1,21 @@
 package channels
 
 import (
+	"errors"
+	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/blang/semver/v4"
 )
 
 // The reasons Decide gives, as the plan shows them. A pending release that
-// did not finish gives "<version> did not finish" (ReasonUnfinished).
+// did not finish gives "<version> did not finish" (ReasonUnfinished); going
+// back from it gives "rollback: <version> did not finish" (ReasonRollback),
+// or, in a daemon without consent, "rollback refused: ..."
+// (ReasonRollbackRefused); completing it gives "complete: <version> became
+// ready" (ReasonComplete); a jump gives "upgrade path: ..."
+// (ReasonUpgradePath).
 const (
 	ReasonInstall          = "install"
 	ReasonUpgrade          = "upgrade"
@@ -18,52 +26,89 @@ const (
 	ReasonDowngradeAllowed = "downgrade allowed"
 	ReasonNewerTool        = "record from a newer tool"
 	ReasonUnfinished       = "did not finish"
+	ReasonRollback         = "rollback"
+	ReasonRollbackRefused  = "rollback refused"
+	ReasonComplete         = "complete"
+	ReasonUpgradePath      = "upgrade path"
 )
 
 // Decision says whether to apply a release, and why.
 type Decision struct {
 	// Apply is true when the release is to be applied.
 	Apply bool
-	// Reason is short text for the plan, one of the Reason constants, or
-	// "<Unfinished> did not finish".
+	// Reason is short text for the plan: one of the Reason constants, or
+	// one of them followed by ": " and details.
 	Reason string
 	// Unfinished names the pending release (its version, or its id) that a
 	// run started and did not finish, when that is why Apply is set.
 	Unfinished string
+	// Blocked is set when the release is not applied and the addon stays
+	// behind its channels until someone acts (a jump the release does not
+	// allow, a rollback a daemon does not make on its own): unlike a
+	// refused downgrade, the run reports it as an error (Plan.Problems).
+	Blocked bool
 }
 
 // Notable reports whether the plan should show the reason of an applied
-// release next to it: it replaces a release that did not finish, or goes
-// below the recorded one.
+// release next to it: it replaces or completes a release that did not
+// finish, or goes below the recorded one.
 func (d Decision) Notable() bool {
 	return d.Apply && (d.Unfinished != "" || d.Reason == ReasonDowngradeAllowed)
 }
 
-// DecideOptions tune Decide. The zero value follows kOps's rules.
+// completes reports whether the decision records a pending release that
+// became ready since its run's wait ended.
+func (d Decision) completes() bool {
+	return d.Apply && strings.HasPrefix(d.Reason, ReasonComplete+":")
+}
+
+// rollsBack reports whether the decision goes back from a pending release.
+func (d Decision) rollsBack() bool {
+	return d.Apply && strings.HasPrefix(d.Reason, ReasonRollback+":")
+}
+
+// DecideOptions tune Decide. The zero value follows kOps's rules, with the
+// pending release added, as a person running the command gets them.
 type DecideOptions struct {
-	// AllowDowngrade applies a release older than the recorded one, which
-	// is otherwise refused: the operator's explicit choice to go back.
+	// AllowDowngrade is the operator's consent to go back from a release
+	// that installed successfully: to apply a release older than the
+	// recorded one, or older than a pending release that became ready.
+	// Without it both are refused. In a daemon (Unattended) it also lets
+	// the daemon go back from a pending release that failed.
 	AllowDowngrade bool
+	// Unattended is set by a run no person watches (the daemon): it never
+	// goes back from a pending release on its own, not even one that
+	// failed, unless AllowDowngrade. It reports the addon and waits.
+	Unattended bool
+
+	// offered are the releases of the channels that fit the cluster, where
+	// Decide looks for the release a jump must go through.
+	offered []*Addon
 }
 
 // Decide weighs release c against r, the install record of its addon on the
 // cluster, and p, the release a run started applying and did not finish. r
 // is nil when there is none, and the caller passes nil too for a record that
 // does not parse; p is nil when no run left one. The rules are kOps's, with
-// the pending release added:
+// the pending release, consent and upgrade paths added:
 //
 //   - a record with systemGeneration above CurrentSystemGeneration was
 //     written by a newer tool: never touch it;
 //   - both versioned and c older than r: never apply (never downgrade),
 //     unless opts.AllowDowngrade;
-//   - a pending release that names its release: apply, whether it is c
-//     (to finish it) or another (to replace it: re-applying the recorded
-//     release after a failed upgrade restores it and prunes what only the
-//     failed one added). Going back to the recorded release is no
-//     downgrade, so a rollback needs no AllowDowngrade; going below it does;
+//   - a pending release that names its release (see decidePending): c is
+//     that release: apply it, to finish it (or, when it became ready,
+//     ReasonComplete); c is newer: apply it, replacing it (unless a jump,
+//     as below); c goes back from
+//     it: a rollback, applied when the pending release failed and a person
+//     runs the command (re-applying the recorded release after a failed
+//     upgrade restores it and prunes what only the failed one added), and
+//     otherwise only with opts.AllowDowngrade;
 //   - no record: apply;
-//   - both versioned: a newer release applies, and an equal one applies when
-//     the ids differ or the manifest hashes do;
+//   - both versioned: a newer release applies, unless it names an
+//     UpgradesFrom above the recorded version (a jump: blocked, naming the
+//     release to go through), and an equal one applies when the ids differ
+//     or the manifest hashes do;
 //   - either without a version (kOps 1.22 and later write records without
 //     one): apply when the ids or the manifest hashes differ. Plan first
 //     looks such a record's version up in the channel it names
@@ -100,12 +145,15 @@ func Decide(c *Addon, r *Record, p *Pending, opts DecideOptions) Decision {
 		return Decision{Apply: true, Reason: ReasonDowngradeAllowed}
 	}
 	if p.namesRelease() {
-		return Decision{Apply: true, Reason: p.release() + " " + ReasonUnfinished, Unfinished: p.release()}
+		return decidePending(c, installed, p, opts)
 	}
 	switch {
 	case r == nil:
 		return Decision{Apply: true, Reason: ReasonInstall}
 	case newer > 0:
+		if d, ok := upgradePath(c, installed, opts.offered); !ok {
+			return d
+		}
 		return Decision{Apply: true, Reason: ReasonUpgrade}
 	case c.ID != r.ID:
 		return Decision{Apply: true, Reason: ReasonIDChanged}
@@ -114,4 +162,180 @@ func Decide(c *Addon, r *Record, p *Pending, opts DecideOptions) Decision {
 	default:
 		return Decision{Reason: ReasonUpToDate}
 	}
+}
+
+// decidePending decides for a candidate c not below the installed version
+// when a run left pending release p:
+//
+//	c is p, ready now (p.Ready)         apply: complete (records it)
+//	c is p                              apply: finish it
+//	c newer than p                      apply, unless a jump from installed
+//	c goes back from p, consented       apply: rollback
+//	c goes back from p, p ready         refused (Plan weighs p instead)
+//	c goes back from p, Unattended      refused, blocked: the daemon waits
+//	c goes back from p, p failed        apply: rollback (a person's way out)
+//
+// c goes back from p when it is older, or when either has no version (no
+// order is known, so consent is asked for as for going back).
+func decidePending(c *Addon, installed *semver.Version, p *Pending, opts DecideOptions) Decision {
+	rel := p.release()
+	unfinished := rel + " " + ReasonUnfinished
+	switch {
+	case p.is(c) && p.Ready:
+		return Decision{Apply: true, Reason: ReasonComplete + ": " + rel + " became ready", Unfinished: rel}
+	case p.is(c):
+		return Decision{Apply: true, Reason: unfinished, Unfinished: rel}
+	case !goesBack(c, p):
+		if d, ok := upgradePath(c, installed, opts.offered); !ok {
+			return d
+		}
+		return Decision{Apply: true, Reason: unfinished, Unfinished: rel}
+	case opts.AllowDowngrade:
+		return Decision{Apply: true, Reason: ReasonRollback + ": " + unfinished, Unfinished: rel}
+	case p.Ready:
+		return Decision{Reason: ReasonRollbackRefused + ": " + rel + " became ready; going back from it needs --allow-downgrade", Blocked: true}
+	case opts.Unattended:
+		return Decision{Reason: ReasonRollbackRefused + ": " + unfinished + "; a daemon does not roll back on its own: fix the release, or roll back once with apply channel --yes", Blocked: true}
+	default:
+		return Decision{Apply: true, Reason: ReasonRollback + ": " + unfinished, Unfinished: rel}
+	}
+}
+
+// goesBack reports whether applying c would go back from pending release p:
+// c is older, or the two cannot be ordered.
+func goesBack(c *Addon, p *Pending) bool {
+	if c.Version == nil || p.Version == "" {
+		return true
+	}
+	v, err := semver.ParseTolerant(p.Version)
+	if err != nil {
+		return true
+	}
+	return c.Version.LT(v)
+}
+
+// upgradePath checks that c upgrades from the installed version: it does
+// unless c names an UpgradesFrom above it. A jump is blocked with a reason
+// naming the release to go through, found among offered when they hold one.
+func upgradePath(c *Addon, installed *semver.Version, offered []*Addon) (Decision, bool) {
+	if c.UpgradesFrom == nil || installed == nil || !installed.LT(*c.UpgradesFrom) {
+		return Decision{}, true
+	}
+	return Decision{
+		Reason:  fmt.Sprintf("%s: %s upgrades from %s or later, not from %s: %s", ReasonUpgradePath, c.Version, c.UpgradesFrom, installed, through(c, *installed, offered)),
+		Blocked: true,
+	}, false
+}
+
+// through says which release to apply before c when installed is below c's
+// UpgradesFrom: the newest release of the addon among offered, between
+// UpgradesFrom and c, that upgrades from installed; else the oldest one
+// between them (which names its own step in turn); else any release from
+// UpgradesFrom on.
+func through(c *Addon, installed semver.Version, offered []*Addon) string {
+	var direct, first *Addon
+	for _, a := range offered {
+		if a.Name != c.Name || a.Version == nil || a.Version.LT(*c.UpgradesFrom) || !a.Version.LT(*c.Version) {
+			continue
+		}
+		if (a.UpgradesFrom == nil || !installed.LT(*a.UpgradesFrom)) && (direct == nil || a.Version.GT(*direct.Version)) {
+			direct = a
+		}
+		if first == nil || a.Version.LT(*first.Version) {
+			first = a
+		}
+	}
+	switch {
+	case direct != nil:
+		return fmt.Sprintf("upgrade to %s first (a channel whose newest %s is %s)", direct.Version, c.Name, direct.Version)
+	case first != nil:
+		return fmt.Sprintf("upgrade to %s first, and on from there (a channel whose newest %s is %s)", first.Version, c.Name, first.Version)
+	default:
+		return fmt.Sprintf("upgrade to a release from %s on first; the channels list none", c.UpgradesFrom)
+	}
+}
+
+// BlockedError names the addons a plan leaves behind their channels until
+// someone acts: no release fits the cluster (NoFit), a jump the release
+// does not allow, a rollback a daemon does not make on its own. The other
+// addons are planned (and applied) as usual.
+type BlockedError struct {
+	Blocked []AddonError
+}
+
+// Error names every blocked addon and why, on one line.
+func (e *BlockedError) Error() string {
+	parts := make([]string, len(e.Blocked))
+	for i, b := range e.Blocked {
+		parts[i] = fmt.Sprintf("addon %q: %v", b.Addon, b.Err)
+	}
+	noun := "addon is"
+	if len(e.Blocked) > 1 {
+		noun = "addons are"
+	}
+	return fmt.Sprintf("%d %s left behind the channels: %s", len(e.Blocked), noun, strings.Join(parts, "; "))
+}
+
+// Unwrap returns the reasons of the blocked addons.
+func (e *BlockedError) Unwrap() []error {
+	errs := make([]error, len(e.Blocked))
+	for i, b := range e.Blocked {
+		errs[i] = b.Err
+	}
+	return errs
+}
+
+// Problems returns a *BlockedError naming the addons the plan leaves behind
+// its channels, sorted by name, or nil when there is none.
+func (p *Plan) Problems() error {
+	all := p.blocked()
+	if len(all) == 0 {
+		return nil
+	}
+	errs := make([]AddonError, len(all))
+	for i, b := range all {
+		errs[i] = AddonError{Addon: b.name, Err: b.err}
+	}
+	return &BlockedError{Blocked: errs}
+}
+
+// The kinds of blocked addons, as the metric channels_addon_blocked and the
+// reasons of the daemon's Events name them.
+const (
+	blockedNoFit    = "NoReleaseFits"
+	blockedPath     = "UpgradePathRefused"
+	blockedRollback = "RollbackRefused"
+)
+
+// blockedAddon is an addon a plan leaves behind its channels.
+type blockedAddon struct {
+	name, namespace string
+	// kind is one of the blocked constants.
+	kind string
+	err  error
+}
+
+// blocked lists the addons the plan leaves behind its channels, sorted by
+// name.
+func (p *Plan) blocked() []blockedAddon {
+	var out []blockedAddon
+	for _, n := range p.Unfit {
+		ns := DefaultNamespace
+		if len(n.Releases) > 0 {
+			ns = n.Releases[0].Namespace
+		}
+		out = append(out, blockedAddon{name: n.Name, namespace: ns, kind: blockedNoFit, err: n})
+	}
+	for _, it := range p.Items {
+		if !it.Decision.Blocked {
+			continue
+		}
+		kind := blockedPath
+		if strings.HasPrefix(it.Decision.Reason, ReasonRollbackRefused) {
+			kind = blockedRollback
+		}
+		out = append(out, blockedAddon{name: it.Addon.Name, namespace: it.Addon.Namespace, kind: kind, err: errors.New(it.Decision.Reason)})
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/blang/semver/v4"
+	"github.com/google/go-cmp/cmp"
 )
 
 func TestDecide(t *testing.T) {
@@ -21,7 +22,20 @@ func TestDecide(t *testing.T) {
 	pending := func(version, id, hash string) *Pending {
 		return &Pending{Version: version, ID: id, ManifestHash: hash, Inventory: Inventory{Kinds: []string{"ConfigMap"}}}
 	}
+	ready := func(version, id, hash string) *Pending {
+		p := pending(version, id, hash)
+		p.Applied, p.Ready = true, true
+		return p
+	}
+	from := func(a *Addon, upgradesFrom string) *Addon {
+		v := semver.MustParse(upgradesFrom)
+		a.UpgradesFrom = &v
+		return a
+	}
+	offering := func(releases ...*Addon) DecideOptions { return DecideOptions{offered: releases} }
 	allow := DecideOptions{AllowDowngrade: true}
+	daemon := DecideOptions{Unattended: true}
+	daemonAllow := DecideOptions{Unattended: true, AllowDowngrade: true}
 	tests := []struct {
 		name string
 		c    *Addon
@@ -56,25 +70,62 @@ func TestDecide(t *testing.T) {
 
 		// A run left a pending release that did not finish.
 		{"rollback: pending upgrade failed, the recorded release again", release("1.0.0", "k8s-1.29", "aa"), record("1.0.0", "k8s-1.29", "aa"), pending("2.0.0", "k8s-1.29", "bb"), DecideOptions{},
-			Decision{Apply: true, Reason: "2.0.0 did not finish", Unfinished: "2.0.0"}},
+			Decision{Apply: true, Reason: "rollback: 2.0.0 did not finish", Unfinished: "2.0.0"}},
 		{"pending equals the candidate: apply to finish", release("2.0.0", "k8s-1.29", "bb"), record("1.0.0", "k8s-1.29", "aa"), pending("2.0.0", "k8s-1.29", "bb"), DecideOptions{},
 			Decision{Apply: true, Reason: "2.0.0 did not finish", Unfinished: "2.0.0"}},
 		{"pending of the recorded release (a rollback that died)", release("1.0.0", "k8s-1.29", "aa"), record("1.0.0", "k8s-1.29", "aa"), pending("1.0.0", "k8s-1.29", "aa"), DecideOptions{},
 			Decision{Apply: true, Reason: "1.0.0 did not finish", Unfinished: "1.0.0"}},
 		{"pending, newer candidate", release("3.0.0", "k8s-1.29", "cc"), record("1.0.0", "k8s-1.29", "aa"), pending("2.0.0", "k8s-1.29", "bb"), DecideOptions{},
 			Decision{Apply: true, Reason: "2.0.0 did not finish", Unfinished: "2.0.0"}},
-		{"pending, candidate between record and pending", release("1.5.0", "k8s-1.29", "cc"), record("1.0.0", "k8s-1.29", "aa"), pending("2.0.0", "k8s-1.29", "bb"), DecideOptions{},
-			Decision{Apply: true, Reason: "2.0.0 did not finish", Unfinished: "2.0.0"}},
+		{"pending, candidate between record and pending: a rollback of the pending one", release("1.5.0", "k8s-1.29", "cc"), record("1.0.0", "k8s-1.29", "aa"), pending("2.0.0", "k8s-1.29", "bb"), DecideOptions{},
+			Decision{Apply: true, Reason: "rollback: 2.0.0 did not finish", Unfinished: "2.0.0"}},
 		{"pending of a first install", release("1.0.0", "k8s-1.29", "aa"), nil, pending("1.0.0", "k8s-1.29", "aa"), DecideOptions{},
 			Decision{Apply: true, Reason: "1.0.0 did not finish", Unfinished: "1.0.0"}},
-		{"pending without a version shows its id", release("1.0.0", "k8s-1.29", "aa"), record("1.0.0", "k8s-1.29", "aa"), pending("", "k8s-1.31", "bb"), DecideOptions{},
-			Decision{Apply: true, Reason: "k8s-1.31 did not finish", Unfinished: "k8s-1.31"}},
+		{"pending without a version shows its id, and cannot be ordered: a rollback", release("1.0.0", "k8s-1.29", "aa"), record("1.0.0", "k8s-1.29", "aa"), pending("", "k8s-1.31", "bb"), DecideOptions{},
+			Decision{Apply: true, Reason: "rollback: k8s-1.31 did not finish", Unfinished: "k8s-1.31"}},
 		{"pending of an older tool names no release: as without", release("1.0.0", "k8s-1.29", "aa"), record("1.0.0", "k8s-1.29", "aa"), pending("", "", ""), DecideOptions{},
 			Decision{Reason: ReasonUpToDate}},
 		{"pending does not make a downgrade below the record", release("0.9.0", "k8s-1.29", "cc"), record("1.0.0", "k8s-1.29", "aa"), pending("2.0.0", "k8s-1.29", "bb"), DecideOptions{},
 			Decision{Reason: ReasonDowngrade}},
 		{"pending and a record of a newer tool", release("1.0.0", "k8s-1.29", "aa"), &Record{Version: "1.0.0", ID: "k8s-1.29", ManifestHash: "aa", SystemGeneration: 2}, pending("2.0.0", "k8s-1.29", "bb"), DecideOptions{},
 			Decision{Reason: ReasonNewerTool}},
+
+		// A pending release that became ready since its run's wait ended.
+		{"ready pending release weighed: complete it", release("2.0.0", "k8s-1.29", "bb"), record("1.0.0", "k8s-1.29", "aa"), ready("2.0.0", "k8s-1.29", "bb"), DecideOptions{},
+			Decision{Apply: true, Reason: "complete: 2.0.0 became ready", Unfinished: "2.0.0"}},
+		{"ready pending release, the recorded one offered: no rollback without consent", release("1.0.0", "k8s-1.29", "aa"), record("1.0.0", "k8s-1.29", "aa"), ready("2.0.0", "k8s-1.29", "bb"), DecideOptions{},
+			Decision{Reason: "rollback refused: 2.0.0 became ready; going back from it needs --allow-downgrade", Blocked: true}},
+		{"ready pending release, the recorded one offered, consented", release("1.0.0", "k8s-1.29", "aa"), record("1.0.0", "k8s-1.29", "aa"), ready("2.0.0", "k8s-1.29", "bb"), allow,
+			Decision{Apply: true, Reason: "rollback: 2.0.0 did not finish", Unfinished: "2.0.0"}},
+		{"ready pending release, a newer one offered", release("3.0.0", "k8s-1.29", "cc"), record("1.0.0", "k8s-1.29", "aa"), ready("2.0.0", "k8s-1.29", "bb"), DecideOptions{},
+			Decision{Apply: true, Reason: "2.0.0 did not finish", Unfinished: "2.0.0"}},
+
+		// A daemon never goes back on its own.
+		{"daemon: failed pending release, the recorded one offered: refused", release("1.0.0", "k8s-1.29", "aa"), record("1.0.0", "k8s-1.29", "aa"), pending("2.0.0", "k8s-1.29", "bb"), daemon,
+			Decision{Reason: "rollback refused: 2.0.0 did not finish; a daemon does not roll back on its own: fix the release, or roll back once with apply channel --yes", Blocked: true}},
+		{"daemon: failed pending release, consented", release("1.0.0", "k8s-1.29", "aa"), record("1.0.0", "k8s-1.29", "aa"), pending("2.0.0", "k8s-1.29", "bb"), daemonAllow,
+			Decision{Apply: true, Reason: "rollback: 2.0.0 did not finish", Unfinished: "2.0.0"}},
+		{"daemon: failed pending release offered again: finish it", release("2.0.0", "k8s-1.29", "bb"), record("1.0.0", "k8s-1.29", "aa"), pending("2.0.0", "k8s-1.29", "bb"), daemon,
+			Decision{Apply: true, Reason: "2.0.0 did not finish", Unfinished: "2.0.0"}},
+		{"daemon: failed pending release, a newer one offered", release("3.0.0", "k8s-1.29", "cc"), record("1.0.0", "k8s-1.29", "aa"), pending("2.0.0", "k8s-1.29", "bb"), daemon,
+			Decision{Apply: true, Reason: "2.0.0 did not finish", Unfinished: "2.0.0"}},
+		{"daemon: downgrade refused", release("0.9.0", "k8s-1.29", "bb"), record("1.0.0", "k8s-1.29", "aa"), nil, daemon, Decision{Reason: ReasonDowngrade}},
+		{"daemon: downgrade consented", release("0.9.0", "k8s-1.29", "bb"), record("1.0.0", "k8s-1.29", "aa"), nil, daemonAllow, Decision{Apply: true, Reason: ReasonDowngradeAllowed}},
+		{"daemon: upgrade", release("1.1.0", "k8s-1.29", "bb"), record("1.0.0", "k8s-1.29", "aa"), nil, daemon, Decision{Apply: true, Reason: ReasonUpgrade}},
+
+		// Upgrade paths.
+		{"upgradesFrom met", from(release("0.3.0", "", "cc"), "0.2.0"), record("0.2.0", "", "bb"), nil, DecideOptions{}, Decision{Apply: true, Reason: ReasonUpgrade}},
+		{"upgradesFrom met by a newer patch", from(release("0.3.0", "", "cc"), "0.2.0"), record("0.2.1", "", "bb"), nil, DecideOptions{}, Decision{Apply: true, Reason: ReasonUpgrade}},
+		{"a jump, the release to go through offered", from(release("0.3.0", "", "cc"), "0.2.0"), record("0.1.0", "", "aa"), nil, offering(release("0.1.0", "", "aa"), release("0.2.0", "", "bb"), release("0.2.1", "", "b1")),
+			Decision{Reason: "upgrade path: 0.3.0 upgrades from 0.2.0 or later, not from 0.1.0: upgrade to 0.2.1 first (a channel whose newest dns is 0.2.1)", Blocked: true}},
+		{"a jump, the release between a jump too", from(release("0.4.0", "", "dd"), "0.3.0"), record("0.1.0", "", "aa"), nil, offering(release("0.2.0", "", "bb"), from(release("0.3.0", "", "cc"), "0.2.0")),
+			Decision{Reason: "upgrade path: 0.4.0 upgrades from 0.3.0 or later, not from 0.1.0: upgrade to 0.3.0 first, and on from there (a channel whose newest dns is 0.3.0)", Blocked: true}},
+		{"a jump, nothing between offered", from(release("0.3.0", "", "cc"), "0.2.0"), record("0.1.0", "", "aa"), nil, DecideOptions{},
+			Decision{Reason: "upgrade path: 0.3.0 upgrades from 0.2.0 or later, not from 0.1.0: upgrade to a release from 0.2.0 on first; the channels list none", Blocked: true}},
+		{"a jump over a failed pending release", from(release("0.3.0", "", "cc"), "0.2.0"), record("0.1.0", "", "aa"), pending("0.2.0", "", "bb"), offering(release("0.2.0", "", "bb")),
+			Decision{Reason: "upgrade path: 0.3.0 upgrades from 0.2.0 or later, not from 0.1.0: upgrade to 0.2.0 first (a channel whose newest dns is 0.2.0)", Blocked: true}},
+		{"upgradesFrom on a first install", from(release("0.3.0", "", "cc"), "0.2.0"), nil, nil, DecideOptions{}, Decision{Apply: true, Reason: ReasonInstall}},
+		{"upgradesFrom over a record without version", from(release("0.3.0", "k8s-1.29", "cc"), "0.2.0"), record("", "k8s-1.29", "aa"), nil, DecideOptions{}, Decision{Apply: true, Reason: ReasonManifestChanged}},
 
 		// The operator chooses to go back.
 		{"downgrade allowed", release("0.9.0", "k8s-1.29", "bb"), record("1.0.0", "k8s-1.29", "aa"), nil, allow, Decision{Apply: true, Reason: ReasonDowngradeAllowed}},
@@ -84,8 +135,8 @@ func TestDecide(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := Decide(tt.c, tt.r, tt.p, tt.opts); got != tt.want {
-				t.Errorf("Decide: got %+v, want %+v", got, tt.want)
+			if diff := cmp.Diff(Decide(tt.c, tt.r, tt.p, tt.opts), tt.want); diff != "" {
+				t.Errorf("Decide (-got +want):\n%s", diff)
 			}
 		})
 	}

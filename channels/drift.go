@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 
 	"k8s.io/klog/v2"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
 )
 
 // DriftMode says what a daemon does with an object of an installed addon
@@ -111,7 +113,8 @@ type addonDrift struct {
 	// an object whose drift is reported, after the last look at it.
 	seen map[objectKey]string
 	// reported holds the objects whose drift is reported and not undone,
-	// with how they drifted ("changed" or "deleted").
+	// with how they drifted ("changed", "deleted" or "controller") and by
+	// whom (see reportDrift).
 	reported map[objectKey]string
 }
 
@@ -124,8 +127,8 @@ func newDriftState(m *Metrics) *driftState {
 // new release was applied, or the release changed.
 func (s *driftState) forget(addon string) {
 	if st := s.addons[addon]; st != nil && s.metrics != nil {
-		for key, how := range st.reported {
-			s.metrics.setDrifted(addon, key, how, false)
+		for key, reported := range st.reported {
+			s.metrics.setDrifted(addon, key, driftLabel(reported), false)
 		}
 	}
 	delete(s.addons, addon)
@@ -252,20 +255,59 @@ func (d *Daemon) checkDrift(ctx context.Context, plan *Plan, full bool) (DriftRe
 	var toRepair []repair
 	for _, rp := range repairs {
 		var fix []*target
+		name := rp.item.Addon.Name
 		for _, t := range rp.targets {
-			switch driftMode(t.obj, d.opts.Drift) {
-			case DriftRepair:
-				if _, present := rp.listed[t.key]; createOnly(t.obj) && present {
-					rp.state.seen[t.key] = rp.listed[t.key].fingerprint
-					continue
-				}
-				fix = append(fix, t)
-			case DriftReport:
-				reported, err := d.reportDrift(ctx, rp.item.Addon.Name, rp.state, t)
+			mode := driftMode(t.obj, d.opts.Drift)
+			if mode == DriftOff {
+				continue
+			}
+			if _, present := rp.listed[t.key]; mode == DriftRepair && createOnly(t.obj) && present {
+				rp.state.seen[t.key] = rp.listed[t.key].fingerprint
+				continue
+			}
+			f, err := d.inspect(ctx, t)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("addon %q: %w", name, err))
+				continue
+			}
+			if mode == DriftReport {
+				reported, err := d.reportDrift(ctx, name, rp.state, t, f)
 				res.Reported += reported
 				if err != nil {
-					errs = append(errs, fmt.Errorf("addon %q: %w", rp.item.Addon.Name, err))
+					errs = append(errs, fmt.Errorf("addon %q: %w", name, err))
 				}
+				continue
+			}
+			// Repair: what people changed is reverted, what controllers
+			// set is reported and left to them.
+			ctrl := driftFinding{how: f.how, controllers: f.controllers, live: f.live}
+			if len(f.controllers) == 0 {
+				ctrl.how = ""
+			}
+			reported, err := d.reportDrift(ctx, name, rp.state, t, ctrl)
+			res.Reported += reported
+			if err != nil {
+				errs = append(errs, fmt.Errorf("addon %q: %w", name, err))
+			}
+			switch {
+			case f.how == "" || f.byController():
+				continue
+			case len(f.controllers) > 0:
+				managers := sets.New[string]()
+				for _, o := range f.controllers {
+					managers.Insert(o.Manager)
+				}
+				obj, err := withoutFieldsOf(t.obj, f.live, managers)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("addon %q: %s: %w", name, t.key, err))
+					continue
+				}
+				fix = append(fix, &target{obj: obj, key: t.key, mapping: t.mapping})
+			default:
+				fix = append(fix, t)
+			}
+			if len(f.people) > 0 {
+				klog.FromContext(ctx).V(1).Info("Object changed by hand; repairing it", "addon", name, "object", t.key.String(), "people", describeOwners(f.people))
 			}
 		}
 		if len(fix) > 0 {
@@ -286,7 +328,7 @@ func (d *Daemon) checkDrift(ctx context.Context, plan *Plan, full bool) (DriftRe
 			items[i] = repairs[i].item
 		}
 		// Another run may have updated an addon since the plan was made.
-		if err := d.client.decide(ctx, items, DecideOptions{}); err != nil {
+		if err := d.client.decide(ctx, items, d.decideOptions()); err != nil {
 			return err
 		}
 		w := &addonWriter{client: d.client, parallelism: d.opts.Apply.Parallelism}
@@ -347,63 +389,80 @@ func (d *Daemon) checkDrift(ctx context.Context, plan *Plan, full bool) (DriftRe
 	return res, errors.Join(errs...)
 }
 
-// reportDrift looks at one object whose drift is to be reported: it reads
-// it and dry-runs its apply, and when it is gone, or the apply would change
-// it, and that was not reported yet, posts an Event on it and sets its
-// metric; when it is back as its release has it, it clears the metric. It
-// returns how many objects it newly reported (0 or 1).
-func (d *Daemon) reportDrift(ctx context.Context, addon string, st *addonDrift, t *target) (int, error) {
-	ri := resourceFor(d.client.Dynamic, t.mapping.Resource, t.key.Namespace)
-	live, err := ri.Get(ctx, t.key.Name, metav1.GetOptions{})
-	how := ""
-	switch {
-	case apierrors.IsNotFound(err):
-		how, live = "deleted", nil
-		st.seen[t.key] = ""
-	case err != nil:
-		return 0, fmt.Errorf("reading %s to check for drift: %w", t.key, err)
-	case live.GetDeletionTimestamp() != nil:
-		how = "deleted"
-		st.seen[t.key] = ""
-	default:
-		st.seen[t.key] = fingerprint(live)
-		if isNamespace(t.key) || createOnly(t.obj) {
-			break
-		}
-		merged, err := ri.Apply(ctx, t.key.Name, t.obj, metav1.ApplyOptions{FieldManager: FieldManager, Force: true, DryRun: []string{metav1.DryRunAll}})
-		if err != nil {
-			return 0, fmt.Errorf("applying %s (dry run) to check for drift: %w", t.key, err)
-		}
-		if !equalObjects(comparable(live), comparable(merged)) {
-			how = "changed"
-		}
+// reportDrift records what inspect found of one object whose drift is
+// reported rather than repaired: when it is gone, or changed, and that was
+// not reported yet, it posts an Event on it naming who changed it and sets
+// its metric (drift "deleted", "changed", or "controller" when only
+// controllers changed it); when it is back as its release has it, it
+// clears the metric. It returns how many objects it newly reported (0 or
+// 1).
+func (d *Daemon) reportDrift(ctx context.Context, addon string, st *addonDrift, t *target, f driftFinding) (int, error) {
+	st.seen[t.key] = ""
+	if f.live != nil {
+		st.seen[t.key] = fingerprint(f.live)
+	}
+	label := f.how
+	if f.byController() {
+		label = "controller"
+	}
+	now := ""
+	if label != "" {
+		now = label + "\x00" + describeOwners(append(append([]fieldOwner(nil), f.people...), f.controllers...))
 	}
 	before := st.reported[t.key]
 	switch {
-	case how == before:
+	case now == before:
 		return 0, nil
-	case how == "":
+	case now == "":
 		delete(st.reported, t.key)
-		d.metrics.setDrifted(addon, t.key, before, false)
+		d.metrics.setDrifted(addon, t.key, driftLabel(before), false)
 		return 0, nil
 	}
 	if before != "" {
-		d.metrics.setDrifted(addon, t.key, before, false)
+		d.metrics.setDrifted(addon, t.key, driftLabel(before), false)
 	}
-	st.reported[t.key] = how
-	d.metrics.setDrifted(addon, t.key, how, true)
-	klog.FromContext(ctx).Info("Object drifted from its release; not repaired", "addon", addon, "object", t.key.String(), "drift", how)
-	if err := d.client.postDriftEvent(ctx, d.opts.Apply.Identity, addon, t, live, how); err != nil {
+	st.reported[t.key] = now
+	d.metrics.setDrifted(addon, t.key, label, true)
+	klog.FromContext(ctx).Info("Object drifted from its release; not repaired", "addon", addon, "object", t.key.String(), "drift", label,
+		"people", describeOwners(f.people), "controllers", describeOwners(f.controllers))
+	if err := d.client.postDriftEvent(ctx, d.opts.Apply.Identity, addon, t, f); err != nil {
 		return 1, err
 	}
 	return 1, nil
+}
+
+// driftLabel is the drift label of a reported state (see reportDrift).
+func driftLabel(reported string) string {
+	label, _, _ := strings.Cut(reported, "\x00")
+	return label
+}
+
+// driftMessage says how an object drifted, for its Event: who changed
+// which fields, and whether they were people or controllers.
+func driftMessage(key objectKey, addon string, f driftFinding) string {
+	switch {
+	case f.how == "deleted":
+		return fmt.Sprintf("%s was deleted: it is missing from the release of addon %s, which is not re-applied (drift mode report); the next release of the addon applies it", key, addon)
+	case f.byController():
+		return fmt.Sprintf("%s has fields of the release of addon %s that controllers set since (%s): channels leaves them to their controllers, even in drift mode repair", key, addon, describeOwners(f.controllers))
+	}
+	by := "by hand"
+	if len(f.people) > 0 {
+		by += " (" + describeOwners(f.people) + ")"
+	}
+	msg := fmt.Sprintf("%s was changed %s: it differs from the release of addon %s, which is not re-applied (drift mode report); the next release of the addon applies it", key, by, addon)
+	if len(f.controllers) > 0 {
+		msg += "; fields controllers set (" + describeOwners(f.controllers) + ") are left to them"
+	}
+	return msg
 }
 
 // postDriftEvent posts a Warning Event, reason Drifted, on an object that
 // drifted from its release; a deleted object's Event names it without its
 // UID. Events of cluster-scoped objects go to the default namespace, as
 // kubectl looks for them.
-func (c *Client) postDriftEvent(ctx context.Context, instance, addon string, t *target, live *unstructured.Unstructured, how string) error {
+func (c *Client) postDriftEvent(ctx context.Context, instance, addon string, t *target, f driftFinding) error {
+	live := f.live
 	namespace := t.key.Namespace
 	if namespace == "" {
 		namespace = metav1.NamespaceDefault
@@ -417,11 +476,10 @@ func (c *Client) postDriftEvent(ctx context.Context, instance, addon string, t *
 	}
 	now := metav1.Now()
 	ev := &corev1.Event{
-		ObjectMeta:     metav1.ObjectMeta{GenerateName: t.key.Name + ".", Namespace: namespace},
-		InvolvedObject: ref,
-		Reason:         DriftEventReason,
-		Message: fmt.Sprintf("%s was %s by hand: it differs from the release of addon %s, which is not re-applied (drift mode report); the next release of the addon applies it",
-			t.key, how, addon),
+		ObjectMeta:          metav1.ObjectMeta{GenerateName: t.key.Name + ".", Namespace: namespace},
+		InvolvedObject:      ref,
+		Reason:              DriftEventReason,
+		Message:             driftMessage(t.key, addon, f),
 		Type:                corev1.EventTypeWarning,
 		Source:              corev1.EventSource{Component: FieldManager},
 		ReportingController: FieldManager,

@@ -1,9 +1,15 @@
 package channels
 
 import (
+	"errors"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
 )
 
 func TestFingerprint(t *testing.T) {
@@ -40,5 +46,83 @@ func TestFingerprint(t *testing.T) {
 	b := &metav1.ObjectMeta{UID: "u1", ResourceVersion: "11"}
 	if fingerprint(a) == fingerprint(b) {
 		t.Error("objects without a generation: a new resourceVersion leaves the fingerprint")
+	}
+}
+
+func TestIsPerson(t *testing.T) {
+	for manager, want := range map[string]bool{
+		"kubectl": true, "kubectl-edit": true, "kubectl-patch": true, "kubectl-client-side-apply": true, "kubectl-scale": true, "k9s": true,
+		"kube-controller-manager": false, "cainjector": false, "channels": false, "kops": false, "": false,
+	} {
+		if got := IsPerson(manager); got != want {
+			t.Errorf("IsPerson(%q) = %v, want %v", manager, got, want)
+		}
+	}
+}
+
+func TestConflictOwners(t *testing.T) {
+	err := &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure, Code: 409, Reason: metav1.StatusReasonConflict,
+		Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{
+			{Type: metav1.CauseTypeFieldManagerConflict, Message: `conflict with "kubectl-edit" using apps/v1`, Field: `.spec.template.spec.containers[name="c"].image`},
+			{Type: metav1.CauseTypeFieldManagerConflict, Message: `conflict with "kube-controller-manager" with subresource "scale" using apps/v1`, Field: ".spec.replicas"},
+		}},
+	}}
+	got, perr := conflictOwners(err)
+	if perr != nil {
+		t.Fatal(perr)
+	}
+	want := []fieldOwner{
+		{Manager: "kubectl-edit", Field: `.spec.template.spec.containers[name="c"].image`},
+		{Manager: "kube-controller-manager", Field: ".spec.replicas"},
+	}
+	if diff := cmp.Diff(got, want); diff != "" {
+		t.Errorf("conflictOwners (-got +want):\n%s", diff)
+	}
+	if got := describeOwners(got); got != `kube-controller-manager: .spec.replicas; kubectl-edit: .spec.template.spec.containers[name="c"].image` {
+		t.Errorf("describeOwners = %q", got)
+	}
+	if _, err := conflictOwners(apierrors.NewConflict(schema.GroupResource{Resource: "x"}, "y", errors.New("z"))); err == nil {
+		t.Error("conflictOwners of a conflict without causes: no error")
+	}
+}
+
+func TestWithoutFieldsOf(t *testing.T) {
+	release := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apps/v1", "kind": "Deployment",
+		"metadata": map[string]any{"name": "app", "labels": map[string]any{"a": "1"}},
+		"spec": map[string]any{
+			"replicas": int64(2),
+			"template": map[string]any{"spec": map[string]any{"containers": []any{
+				map[string]any{"name": "c", "image": "pause", "args": []any{"x"}},
+				map[string]any{"name": "d", "image": "pause"},
+			}}},
+		},
+	}}
+	live := release.DeepCopy()
+	live.SetManagedFields([]metav1.ManagedFieldsEntry{
+		{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "scale",
+			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:replicas":{}}}`)}},
+		{Manager: "injector", Operation: metav1.ManagedFieldsOperationUpdate,
+			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:template":{"f:spec":{"f:containers":{"k:{\"name\":\"d\"}":{".":{},"f:image":{}}}}}}}`)}},
+		{Manager: "kubectl-edit", Operation: metav1.ManagedFieldsOperationUpdate,
+			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{"f:a":{}}}}`)}},
+	})
+	got, err := withoutFieldsOf(release, live, sets.New("kube-controller-manager", "injector"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := release.DeepCopy()
+	unstructured.RemoveNestedField(want.Object, "spec", "replicas")
+	containers, _, _ := unstructured.NestedSlice(want.Object, "spec", "template", "spec", "containers")
+	delete(containers[1].(map[string]any), "image")
+	if err := unstructured.SetNestedSlice(want.Object, containers, "spec", "template", "spec", "containers"); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(got.Object, want.Object); diff != "" {
+		t.Errorf("withoutFieldsOf (-got +want):\n%s", diff)
+	}
+	if _, ok, _ := unstructured.NestedInt64(release.Object, "spec", "replicas"); !ok {
+		t.Error("withoutFieldsOf changed the release's object")
 	}
 }

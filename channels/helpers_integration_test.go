@@ -35,6 +35,9 @@ type testRelease struct {
 	Hash               string
 	Prune              *api.PruneSpec
 	NeedsRollingUpdate api.NeedsRollingUpdate
+	// KubernetesVersion and UpgradesFrom are the entry's, when set.
+	KubernetesVersion string
+	UpgradesFrom      string
 }
 
 // selectorOf is the selector writeChannel gives an addon.
@@ -72,6 +75,8 @@ func writeChannel(t *testing.T, dir, file string, releases ...testRelease) strin
 			ManifestHash:       hash,
 			Prune:              r.Prune,
 			NeedsRollingUpdate: r.NeedsRollingUpdate,
+			KubernetesVersion:  r.KubernetesVersion,
+			UpgradesFrom:       r.UpgradesFrom,
 		}
 		if r.Namespace != "" {
 			spec.Namespace = &r.Namespace

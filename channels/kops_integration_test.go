@@ -271,8 +271,9 @@ func writeRangeChannel(t *testing.T, dir, file, range100, range110 string) strin
 // TestIntegrationKOpsChannelsAboveEveryRange runs kOps's channels and ours
 // on a cluster whose Kubernetes minor is above the top of every range of a
 // channel, after either installed release 1.1.0 of the addon. With both
-// releases capped there (what channels lint passes), neither tool finds
-// anything to do and 1.1.0 stays. With 1.0.0's range left open-ended (the
+// releases capped there (what channels lint passes), neither tool changes
+// anything and 1.1.0 stays; kOps's finds nothing to do, ours fails naming
+// the cluster's version and the range offered (the cliff is not silent). With 1.0.0's range left open-ended (the
 // time bomb lint refuses), ours refuses the downgrade and kOps's channels,
 // which takes the last entry that fits whatever its version, installs 1.0.0.
 func TestIntegrationKOpsChannelsAboveEveryRange(t *testing.T) {
@@ -339,9 +340,19 @@ func TestIntegrationKOpsChannelsAboveEveryRange(t *testing.T) {
 				t.Fatalf("after %s installed: version %q, record %q", installer, got, record)
 			}
 
+			// Neither tool changes anything; kOps's says there is nothing
+			// to do, ours that the cluster fell off the channel's ranges.
 			for _, name := range []string{"kops", "ours", "kops", "ours"} {
-				if out := apply(tools[name], capped); !strings.Contains(out, "No update required") {
-					t.Errorf("%s on the capped channel has something to do:\n%s", name, out)
+				if name == "kops" {
+					if out := apply(tools[name], capped); !strings.Contains(out, "No update required") {
+						t.Errorf("kops on the capped channel has something to do:\n%s", out)
+					}
+					continue
+				}
+				out, code := tools[name].run(t, "apply", "channel", capped, "--yes", "--wait=false")
+				want := fmt.Sprintf(`addon "above-every-range": no release fits Kubernetes %s: the channels offer 1.1.0 (k8s-1.20) for >=1.20.0 %s`, version, top)
+				if code != 1 || !strings.Contains(out, want) || strings.Contains(out, "No update required") {
+					t.Errorf("ours on the capped channel: exit %d, want 1 and %q:\n%s", code, want, out)
 				}
 			}
 			if got := installedVersion(); got != "1.1.0" || installRecords(t, k)["above-every-range"] != record {
@@ -360,5 +371,72 @@ func TestIntegrationKOpsChannelsAboveEveryRange(t *testing.T) {
 				t.Errorf("kOps's channels on the time-bombed channel left %s; it takes the last entry that fits, 1.0.0, which is why lint refuses the channel", got)
 			}
 		})
+	}
+}
+
+// TestIntegrationKOpsChannelsReadUpgradesFrom shows that kOps's channels
+// (v1.32.0) loads and applies a channel whose releases carry upgradesFrom,
+// the field ours refuses jumps by: kOps decodes channels leniently and
+// ignores it. Ours then finds the record kOps wrote up to date; and after
+// ours went 0.1.0 -> 0.2.0 -> 0.3.0 on another addon, kOps's channels finds
+// nothing to do.
+func TestIntegrationKOpsChannelsReadUpgradesFrom(t *testing.T) {
+	kopsBin := kopsChannels(t)
+	oursBin := testenv.Build(t, "cmd/channels")
+	env, err := testenv.Start(context.Background(), testenv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	k, err := kubernetes.NewForConfig(env.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kops := tool{name: "kops", bin: kopsBin, kubeconfig: env.Kubeconfig, home: t.TempDir()}
+	ours := tool{name: "ours", bin: oursBin, kubeconfig: env.Kubeconfig, home: t.TempDir()}
+	dir := t.TempDir()
+	channel := func(file, name string, versions ...string) string {
+		var releases []testRelease
+		for _, v := range versions {
+			r := testRelease{Name: name, Version: v, ID: "k8s-1.20",
+				Manifest: kstyleObject("ConfigMap", "v1", name, fmt.Sprintf("data: {version: %q}\n", v))}
+			if v == "0.3.0" {
+				r.UpgradesFrom = "0.2.0"
+			}
+			releases = append(releases, r)
+		}
+		loc := writeChannel(t, dir, file, releases...)
+		data, err := os.ReadFile(loc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(file, "path") && !strings.Contains(string(data), "upgradesFrom: 0.2.0") {
+			t.Fatalf("channel %s does not carry upgradesFrom:\n%s", file, data)
+		}
+		return "file://" + loc
+	}
+
+	kopsFirst := channel("kops-path.yaml", "kstyle-path", "0.1.0", "0.2.0", "0.3.0")
+	out := kops.mustRun(t, "apply", "channel", kopsFirst, "--yes")
+	if strings.Contains(out, "No update required") {
+		t.Errorf("kOps's channels did not apply the channel with upgradesFrom:\n%s", out)
+	}
+	if record := installRecords(t, k)["kstyle-path"]; !strings.Contains(record, `"manifestHash"`) {
+		t.Fatalf("kOps's channels wrote no record for the channel with upgradesFrom: %q", record)
+	}
+	if out := ours.mustRun(t, "apply", "channel", kopsFirst, "--yes", "--wait=false"); !strings.Contains(out, "No update required") {
+		t.Errorf("ours after kOps's channels applied the channel with upgradesFrom:\n%s", out)
+	}
+	if out := kops.mustRun(t, "get", "addons"); !strings.Contains(out, "kstyle-path") {
+		t.Errorf("kOps's get addons does not list the addon:\n%s", out)
+	}
+
+	ours.mustRun(t, "apply", "channel", channel("ours-old.yaml", "kstyle-path2", "0.1.0", "0.2.0"), "--yes", "--wait=false")
+	oursPath := channel("ours-path.yaml", "kstyle-path2", "0.1.0", "0.2.0", "0.3.0")
+	if out := ours.mustRun(t, "apply", "channel", oursPath, "--yes", "--wait=false"); !strings.Contains(out, "kstyle-path2: Updated 0.2.0 (k8s-1.20) -> 0.3.0 (k8s-1.20)") {
+		t.Errorf("ours through the path:\n%s", out)
+	}
+	if out := kops.mustRun(t, "apply", "channel", oursPath, "--yes"); !strings.Contains(out, "No update required") {
+		t.Errorf("kOps's channels after ours upgraded through the path:\n%s", out)
 	}
 }

@@ -26,6 +26,11 @@ const (
 	// LintKOps: kOps's channels, which takes the last entry that fits,
 	// would choose another release than channels, which takes the newest.
 	LintKOps = "kops"
+	// LintUpgradePath: a release names the oldest version it upgrades from
+	// (upgradesFrom), the channels list older releases, but on some
+	// Kubernetes version no release to go through fits: a cluster with an
+	// older release installed cannot reach it.
+	LintUpgradePath = "upgrade-path"
 )
 
 // lintMaxMinor is the last Kubernetes 1.x minor Lint looks at: far enough
@@ -58,7 +63,9 @@ func (p LintProblem) String() string {
 //     range falls back to an old open-ended one;
 //   - two fitting entries of one version (LintTie);
 //   - fitting entries of one addon from several channels (LintSplit);
-//   - kOps's pick differing in version from ours (LintKOps).
+//   - kOps's pick differing in version from ours (LintKOps);
+//   - a release whose upgradesFrom no fitting release lets a cluster reach
+//     from the older releases listed (LintUpgradePath).
 //
 // Each problem is reported once, at the first Kubernetes version it shows
 // on. The result is sorted by addon, then rule; none means the channels are
@@ -91,6 +98,7 @@ func lintAddon(name string, releases []*Addon) []LintProblem {
 	splits := map[[2]string]bool{} // pairs of channels reported
 	ours, kops := &lintPicks{}, &lintPicks{}
 	kopsDiffers := false
+	noPath := map[*Addon]bool{}
 	for _, k := range lintVersions() {
 		var fitting []*Addon
 		for _, a := range releases {
@@ -101,6 +109,14 @@ func lintAddon(name string, releases []*Addon) []LintProblem {
 		if len(fitting) == 0 {
 			// Nothing to apply: neither tool touches the addon.
 			continue
+		}
+		for _, a := range fitting {
+			if noPath[a] || !missingStep(a, releases, fitting) {
+				continue
+			}
+			noPath[a] = true
+			report(LintUpgradePath, "%s upgrades from %s or later (upgradesFrom), and the channels list older releases, but on Kubernetes %s no release from %s below %s fits: a cluster with an older one installed cannot upgrade; list a release in between for that Kubernetes version",
+				describeEntry(a), a.UpgradesFrom, k, a.UpgradesFrom, a.Version)
 		}
 		for i, a := range fitting {
 			for _, b := range fitting[:i] {
@@ -200,4 +216,66 @@ func describeEntry(a *Addon) string {
 	}
 	details = append(details, r)
 	return fmt.Sprintf("%s (%s) of %s", describeRelease(a.VersionString(), ""), strings.Join(details, ", "), a.Channel)
+}
+
+// missingStep reports whether a names an UpgradesFrom, releases hold one
+// older than it, and none of fitting lies between it and a: the release a
+// cluster installed below UpgradesFrom must go through.
+func missingStep(a *Addon, releases, fitting []*Addon) bool {
+	if a.UpgradesFrom == nil || a.Version == nil {
+		return false
+	}
+	older := false
+	for _, b := range releases {
+		if b.Version != nil && b.Version.LT(*a.UpgradesFrom) {
+			older = true
+			break
+		}
+	}
+	if !older {
+		return false
+	}
+	for _, b := range fitting {
+		if b.Version != nil && !b.Version.LT(*a.UpgradesFrom) && b.Version.LT(*a.Version) {
+			return false
+		}
+	}
+	return true
+}
+
+// LintEnd names the problems and warnings of LintRangeEnds.
+const LintEnd = "end"
+
+// LintRangeEnds checks where the kubernetesVersion ranges of each addon
+// end, against current, the newest Kubernetes minor released: an addon
+// none of whose releases fits current is a problem (a cluster on it gets
+// no release: the cliff), and one none of whose releases fits the next
+// minor is a warning (a cluster upgraded to it will fall off). Both are
+// sorted by addon.
+func LintRangeEnds(releases []*Addon, current semver.Version) (problems, warnings []LintProblem) {
+	current = semver.Version{Major: current.Major, Minor: current.Minor}
+	next := semver.Version{Major: current.Major, Minor: current.Minor + 1}
+	byName := map[string][]*Addon{}
+	var names []string
+	for _, a := range releases {
+		if _, ok := byName[a.Name]; !ok {
+			names = append(names, a.Name)
+		}
+		byName[a.Name] = append(byName[a.Name], a)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		rels := byName[name]
+		switch {
+		case len(fitting(rels, current)) == 0:
+			problems = append(problems, LintProblem{Addon: name, Rule: LintEnd, Message: fmt.Sprintf(
+				"no release fits Kubernetes %d.%d, the newest minor: %s; a cluster on it gets no release of the addon; claim it in a release tested there",
+				current.Major, current.Minor, NoFit{Name: name, KubeVersion: current, Releases: rels}.offers())})
+		case len(fitting(rels, next)) == 0:
+			warnings = append(warnings, LintProblem{Addon: name, Rule: LintEnd, Message: fmt.Sprintf(
+				"no release fits Kubernetes %d.%d, the next minor: a cluster upgraded to it will get no release of the addon (channels then fails, naming it) until a release tested there claims it",
+				next.Major, next.Minor)})
+		}
+	}
+	return problems, warnings
 }

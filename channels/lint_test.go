@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/blang/semver/v4"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -201,4 +202,125 @@ func lintLines(problems []LintProblem) string {
 		b.WriteString(p.String() + "\n")
 	}
 	return b.String()
+}
+
+func TestLintUpgradePath(t *testing.T) {
+	entry := func(version, kubernetesVersion, upgradesFrom string) string {
+		e := fmt.Sprintf("  - {name: dns, version: %s, manifest: dns-%s.yaml, manifestHash: \"%s\", kubernetesVersion: %q, selector: {k8s-addon: dns}", version, version, strings.Repeat("0", 64), kubernetesVersion)
+		if upgradesFrom != "" {
+			e += ", upgradesFrom: " + upgradesFrom
+		}
+		return e + "}\n"
+	}
+	tests := []struct {
+		name    string
+		entries []string
+		want    []string
+	}{{
+		name: "the release to go through fits wherever the jump does",
+		entries: []string{
+			entry("0.1.0", ">=1.29.0 <1.40.0", ""),
+			entry("0.2.0", ">=1.29.0 <1.40.0", ""),
+			entry("0.3.0", ">=1.29.0 <1.40.0", "0.2.0"),
+		},
+	}, {
+		name: "nothing older listed: nothing to go through",
+		entries: []string{
+			entry("0.3.0", ">=1.29.0 <1.40.0", "0.2.0"),
+		},
+	}, {
+		name: "the release in between is missing",
+		entries: []string{
+			entry("0.1.0", ">=1.29.0 <1.40.0", ""),
+			entry("0.3.0", ">=1.29.0 <1.40.0", "0.2.0"),
+		},
+		want: []string{"dns: upgrade-path: 0.3.0 (>=1.29.0 <1.40.0) of /c/0.yaml upgrades from 0.2.0 or later (upgradesFrom), and the channels list older releases, but on Kubernetes 1.29.0 no release from 0.2.0 below 0.3.0 fits: a cluster with an older one installed cannot upgrade; list a release in between for that Kubernetes version"},
+	}, {
+		name: "the release in between ends before the jump does",
+		entries: []string{
+			entry("0.1.0", ">=1.29.0 <1.38.0", ""),
+			entry("0.2.0", ">=1.29.0 <1.38.0", ""),
+			entry("0.3.0", ">=1.29.0 <1.40.0", "0.2.0"),
+		},
+		want: []string{"dns: upgrade-path: 0.3.0 (>=1.29.0 <1.40.0) of /c/0.yaml upgrades from 0.2.0 or later (upgradesFrom), and the channels list older releases, but on Kubernetes 1.38.0 no release from 0.2.0 below 0.3.0 fits: a cluster with an older one installed cannot upgrade; list a release in between for that Kubernetes version"},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			releases, err := Parse("/c/0.yaml", []byte("kind: Addons\nmetadata: {name: test}\nspec:\n  addons:\n"+strings.Join(tt.entries, "")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, p := range Lint(releases) {
+				got = append(got, p.String())
+			}
+			if diff := cmp.Diff(got, tt.want); diff != "" {
+				t.Errorf("Lint (-got +want):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestLoadUpgradesFrom(t *testing.T) {
+	channel := func(entry string) []byte {
+		return []byte("kind: Addons\nmetadata: {name: test}\nspec:\n  addons:\n  - {name: dns, manifest: dns.yaml, selector: {k8s-addon: dns}, " + entry + "}\n")
+	}
+	tests := []struct {
+		entry   string
+		want    string
+		wantErr string
+	}{
+		{entry: "version: 0.3.0, upgradesFrom: 0.2.0", want: "0.2.0"},
+		{entry: "version: 0.3.0, upgradesFrom: \"0.2\"", want: "0.2.0"},
+		{entry: "version: 0.3.0", want: ""},
+		{entry: "version: 0.3.0, upgradesFrom: \">=0.2.0\"", wantErr: `upgradesFrom ">=0.2.0" is not a semantic version such as 0.2.0`},
+		{entry: "upgradesFrom: 0.2.0", wantErr: `upgradesFrom "0.2.0" needs the release to have a version`},
+		{entry: "version: 0.3.0, upgradesFrom: 0.3.0", wantErr: "upgradesFrom 0.3.0 is not below the release's version 0.3.0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.entry, func(t *testing.T) {
+			got, err := Parse("/c/0.yaml", channel(tt.entry))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Parse: %v, want an error with %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			from := ""
+			if got[0].UpgradesFrom != nil {
+				from = got[0].UpgradesFrom.String()
+			}
+			if from != tt.want {
+				t.Errorf("UpgradesFrom = %q, want %q", from, tt.want)
+			}
+		})
+	}
+}
+
+func TestLintRangeEnds(t *testing.T) {
+	releases := lintChannel(t, "/c/0.yaml",
+		lintEntry{"capped-next", "0.1.0", "k8s-1.29", ">=1.29.0 <1.38.0"},
+		lintEntry{"capped-now", "0.1.0", "k8s-1.29", ">=1.29.0 <1.37.0"},
+		lintEntry{"open", "0.1.0", "", ">=1.29.0"},
+		lintEntry{"later", "0.1.0", "k8s-1.29", ">=1.29.0 <1.37.0"},
+		lintEntry{"later", "0.2.0", "k8s-1.37", ">=1.37.0 <1.40.0"},
+	)
+	problems, warnings := LintRangeEnds(releases, semver.MustParse("1.37.4"))
+	var got []string
+	for _, p := range problems {
+		got = append(got, "problem "+p.String())
+	}
+	for _, w := range warnings {
+		got = append(got, "warning "+w.String())
+	}
+	want := []string{
+		"problem capped-now: end: no release fits Kubernetes 1.37, the newest minor: the channels offer 0.1.0 (k8s-1.29) for >=1.29.0 <1.37.0; a cluster on it gets no release of the addon; claim it in a release tested there",
+		"warning capped-next: end: no release fits Kubernetes 1.38, the next minor: a cluster upgraded to it will get no release of the addon (channels then fails, naming it) until a release tested there claims it",
+	}
+	if diff := cmp.Diff(got, want); diff != "" {
+		t.Errorf("LintRangeEnds (-got +want):\n%s", diff)
+	}
 }

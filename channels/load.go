@@ -186,6 +186,19 @@ func resolve(location, channelName string, i int, spec *api.AddonSpec, warn func
 			a.Version = &v
 		}
 	}
+	if spec.UpgradesFrom != "" {
+		v, err := semver.ParseTolerant(spec.UpgradesFrom)
+		switch {
+		case err != nil:
+			problem("upgradesFrom %q is not a semantic version such as 0.2.0 (the oldest installed version the release upgrades from)", spec.UpgradesFrom)
+		case a.Version == nil:
+			problem("upgradesFrom %q needs the release to have a version", spec.UpgradesFrom)
+		case !v.LT(*a.Version):
+			problem("upgradesFrom %s is not below the release's version %s", v, a.Version)
+		default:
+			a.UpgradesFrom = &v
+		}
+	}
 	if a.KubernetesVersion != "" {
 		if _, err := semver.ParseRange(a.KubernetesVersion); err != nil {
 			// kOps skips such an entry with a warning rather than failing

@@ -23,6 +23,7 @@ type Metrics struct {
 	driftRepaired *prometheus.CounterVec
 	driftReported prometheus.Counter
 	drifted       *prometheus.GaugeVec
+	blocked       *prometheus.GaugeVec
 }
 
 // NewMetrics creates and registers the metrics.
@@ -60,8 +61,11 @@ func NewMetrics() *Metrics {
 		drifted: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "channels_drifted_object", Help: "1 for each applied object found changed or deleted and not repaired (drift mode report), until its addon is applied again or the edit undone.",
 		}, []string{"addon", "kind", "namespace", "name", "drift"}),
+		blocked: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "channels_addon_blocked", Help: "1 for each addon the last pass left behind its channels until someone acts, by reason: NoReleaseFits (no release's kubernetesVersion fits the cluster), UpgradePathRefused (a jump the release does not allow), RollbackRefused (the daemon does not roll back on its own).",
+		}, []string{"addon", "reason"}),
 	}
-	m.registry.MustRegister(m.passes, m.applied, m.failed, m.duration, m.lastSuccess, m.ready, m.driftChecked, m.driftRepaired, m.driftReported, m.drifted,
+	m.registry.MustRegister(m.passes, m.applied, m.failed, m.duration, m.lastSuccess, m.ready, m.driftChecked, m.driftRepaired, m.driftReported, m.drifted, m.blocked,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Show both results from the start.
 	m.passes.WithLabelValues("success")
@@ -108,4 +112,14 @@ func (m *Metrics) setDrifted(addon string, key objectKey, how string, on bool) {
 		return
 	}
 	m.drifted.DeleteLabelValues(values...)
+}
+
+// setBlocked sets (on) or removes the channels_addon_blocked series of an
+// addon.
+func (m *Metrics) setBlocked(addon, reason string, on bool) {
+	if on {
+		m.blocked.WithLabelValues(addon, reason).Set(1)
+		return
+	}
+	m.blocked.DeleteLabelValues(addon, reason)
 }

@@ -19,6 +19,9 @@ type Plan struct {
 	ServerVersion semver.Version
 	// Items holds one entry per addon, sorted by name.
 	Items []PlanItem
+	// Unfit lists the addons the channels list but offer no release of
+	// that fits the cluster (see Problems).
+	Unfit []NoFit
 
 	// options are what the plan was decided with; Apply decides again
 	// with them once it holds the lease.
@@ -78,6 +81,7 @@ func (c *Client) PlanWith(ctx context.Context, releases []*Addon, opts DecideOpt
 		return nil, err
 	}
 	selected := Select(releases, version)
+	opts.offered = fitting(releases, version)
 	items := make([]PlanItem, len(selected))
 	for i, a := range selected {
 		items[i] = PlanItem{Addon: a}
@@ -85,7 +89,7 @@ func (c *Client) PlanWith(ctx context.Context, releases []*Addon, opts DecideOpt
 	if err := c.decide(ctx, items, opts); err != nil {
 		return nil, err
 	}
-	return &Plan{ServerVersion: version, Items: items, options: opts}, nil
+	return &Plan{ServerVersion: version, Items: items, Unfit: Unfit(releases, version), options: opts}, nil
 }
 
 // decide reads the install records and pending releases of items and sets
@@ -104,7 +108,7 @@ func (c *Client) decide(ctx context.Context, items []PlanItem, opts DecideOption
 		a := items[i].Addon
 		items[i].Current = versions.fill(ctx, a.Name, rs.lookup(a.Namespace, a.Name))
 		items[i].Pending = rs.pending(a.Namespace, a.Name)
-		items[i].Decision = Decide(a, items[i].Current, items[i].Pending, opts)
+		c.weigh(ctx, &items[i], versions, opts)
 	}
 	return nil
 }

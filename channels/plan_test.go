@@ -57,7 +57,7 @@ func TestPlanWriteTable(t *testing.T) {
 			},
 			want: "" +
 				"NAME  CURRENT  UPDATE\n" +
-				"dns   1.0.0    1.0.0 (2.0.0 did not finish)\n" +
+				"dns   1.0.0    1.0.0 (rollback: 2.0.0 did not finish)\n" +
 				"old   2.0.0    1.0.0 (downgrade allowed)\n",
 		},
 		{

@@ -86,7 +86,16 @@ type Pending struct {
 	Channel      string `json:"channel,omitempty"`
 	ID           string `json:"id,omitempty"`
 	ManifestHash string `json:"manifestHash,omitempty"`
+	// Applied is set once every object of the release was applied and the
+	// run went on to wait for them to be ready: a release left pending with
+	// it only failed its wait, and may have become ready since.
+	Applied bool `json:"applied,omitempty"`
 	Inventory
+
+	// Ready is not part of the annotation: Plan sets it when Applied is
+	// set and every object of the release is there and ready now, so that
+	// the release is completed rather than rolled back.
+	Ready bool `json:"-"`
 }
 
 // newPending is the pending annotation of release a with inventory inv.

@@ -20,7 +20,9 @@ const recordChannelTimeout = 15 * time.Second
 // recordVersions; one that cannot be read, or has no such entry, leaves the
 // record as it is, and Decide falls back to kOps's rule.
 type recordVersions struct {
-	fetch func(ctx context.Context, location string) ([]*Addon, error)
+	// fetcher reads manifests, for checking a pending release (pending.go).
+	fetcher *Fetcher
+	fetch   func(ctx context.Context, location string) ([]*Addon, error)
 	// channels caches what fetch returned, by location (nil when it
 	// failed).
 	channels map[string][]*Addon
@@ -29,6 +31,7 @@ type recordVersions struct {
 func newRecordVersions() *recordVersions {
 	f := NewFetcher()
 	return &recordVersions{
+		fetcher:  f,
 		fetch:    func(ctx context.Context, loc string) ([]*Addon, error) { return Load(ctx, f, loc) },
 		channels: map[string][]*Addon{},
 	}
@@ -41,17 +44,7 @@ func (rv *recordVersions) fill(ctx context.Context, name string, r *Record) *Rec
 	if r == nil || r.Version != "" || r.Channel == "" || r.ManifestHash == "" {
 		return r
 	}
-	releases, ok := rv.channels[r.Channel]
-	if !ok {
-		ctx, cancel := context.WithTimeout(ctx, recordChannelTimeout)
-		defer cancel()
-		var err error
-		if releases, err = rv.fetch(ctx, r.Channel); err != nil {
-			klog.FromContext(ctx).V(2).Info("Cannot read the channel of an install record without a version", "addon", name, "channel", r.Channel, "err", err)
-		}
-		rv.channels[r.Channel] = releases
-	}
-	for _, a := range releases {
+	for _, a := range rv.load(ctx, name, r.Channel) {
 		if a.Name == name && a.ID == r.ID && a.Version != nil && strings.EqualFold(a.ManifestHash, r.ManifestHash) {
 			filled := *r
 			filled.Version = a.VersionString()
@@ -59,4 +52,20 @@ func (rv *recordVersions) fill(ctx context.Context, name string, r *Record) *Rec
 		}
 	}
 	return r
+}
+
+// load returns the releases of the channel at location, reading it once per
+// recordVersions; nil when it cannot be read.
+func (rv *recordVersions) load(ctx context.Context, name, location string) []*Addon {
+	releases, ok := rv.channels[location]
+	if !ok {
+		ctx, cancel := context.WithTimeout(ctx, recordChannelTimeout)
+		defer cancel()
+		var err error
+		if releases, err = rv.fetch(ctx, location); err != nil {
+			klog.FromContext(ctx).V(2).Info("Cannot read the channel of an install record or pending release", "addon", name, "channel", location, "err", err)
+		}
+		rv.channels[location] = releases
+	}
+	return releases
 }

@@ -17,10 +17,10 @@ import (
 // Deployment that never becomes ready (no node runs its pod), and then
 // applies the channel of release 1 again. Release 2 fails its readiness
 // wait and keeps release 1's record, but its pending release stays: the
-// channel of release 1 then applies (it used to print "No update
-// required" while release 2's objects ran), restores release 1's ConfigMap,
-// prunes what only release 2 added, and leaves the record of release 1 and
-// no pending release. Going below the record is a downgrade, refused unless
+// channel of release 1 then applies, by hand and without a flag (the plan
+// names it a rollback), restores release 1's ConfigMap, prunes what only
+// release 2 added, and leaves the record of release 1 and no pending
+// release. Going below the record is a downgrade, refused unless
 // --allow-downgrade is given.
 func TestIntegrationRollbackAfterFailedUpgrade(t *testing.T) {
 	const ns = "rollback-app"
@@ -88,7 +88,7 @@ func TestIntegrationRollbackAfterFailedUpgrade(t *testing.T) {
 
 	// The plan of release 1's channel applies it, and says why.
 	out = ours.mustRun(t, "apply", "channel", v1)
-	if strings.Contains(out, "No update required") || !strings.Contains(out, "1.0.0 (2.0.0 did not finish)") {
+	if strings.Contains(out, "No update required") || !strings.Contains(out, "1.0.0 (rollback: 2.0.0 did not finish)") {
 		t.Errorf("the plan of release 1 after the failed release 2 does not apply it:\n%s", out)
 	}
 	if !strings.Contains(out, "prune ConfigMap rollback-app/rollback-extra") || !strings.Contains(out, "prune Deployment.apps rollback-app/rollback-extra") {
@@ -97,7 +97,7 @@ func TestIntegrationRollbackAfterFailedUpgrade(t *testing.T) {
 
 	out = ours.mustRun(t, "apply", "channel", v1, "--yes")
 	for _, want := range []string{
-		"rollback: Restored 1.0.0 (2.0.0 did not finish)",
+		"rollback: Rolled back to 1.0.0 (2.0.0 did not finish)",
 		"rollback: Pruned ConfigMap rollback-app/rollback-extra",
 		"rollback: Pruned Deployment.apps rollback-app/rollback-extra",
 	} {

@@ -3,6 +3,7 @@ package channels
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/blang/semver/v4"
 	"k8s.io/klog/v2"
@@ -46,6 +47,19 @@ func Select(releases []*Addon, kubeVersion semver.Version) []*Addon {
 	return selected
 }
 
+// fitting returns the releases whose kubernetesVersion range contains
+// kubeVersion, in their order.
+func fitting(releases []*Addon, kubeVersion semver.Version) []*Addon {
+	kubeVersion = semver.Version{Major: kubeVersion.Major, Minor: kubeVersion.Minor, Patch: kubeVersion.Patch}
+	var out []*Addon
+	for _, a := range releases {
+		if fits(a, kubeVersion) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
 // fits reports whether a's kubernetesVersion range contains kubeVersion.
 func fits(a *Addon, kubeVersion semver.Version) bool {
 	if a.KubernetesVersion == "" {
@@ -70,4 +84,75 @@ func newer(a, b *Addon) bool {
 	default:
 		return a.Version.GT(*b.Version)
 	}
+}
+
+// NoFit is an addon the channels list none of whose releases fits the
+// cluster's Kubernetes version: the cliff a cluster upgraded past every
+// range falls off. Nothing of the addon is applied, and the run says so
+// rather than finding nothing to do.
+type NoFit struct {
+	// Name is the addon's name.
+	Name string
+	// KubeVersion is the cluster's version, as ranges are matched against it.
+	KubeVersion semver.Version
+	// Releases are the addon's releases, in channel order.
+	Releases []*Addon
+}
+
+// Error names the cluster's version and, newest release first, the
+// kubernetesVersion ranges the channels offer.
+func (n NoFit) Error() string {
+	return fmt.Sprintf("no release fits Kubernetes %s: %s; the addon is left as it is until a channel offers a release for Kubernetes %d.%d",
+		n.KubeVersion, n.offers(), n.KubeVersion.Major, n.KubeVersion.Minor)
+}
+
+// offers says which ranges the releases claim, with the newest release of
+// each, newest first: "the channels offer 0.3.0 for >=1.29.0 <1.38.0".
+func (n NoFit) offers() string {
+	type offer struct {
+		newest *Addon
+		ranges string
+	}
+	var offers []*offer
+	byRange := map[string]*offer{}
+	for _, a := range n.Releases {
+		r := a.KubernetesVersion
+		o, ok := byRange[r]
+		if !ok {
+			o = &offer{newest: a, ranges: r}
+			byRange[r] = o
+			offers = append(offers, o)
+		}
+		if newer(a, o.newest) {
+			o.newest = a
+		}
+	}
+	sort.SliceStable(offers, func(i, j int) bool { return newer(offers[i].newest, offers[j].newest) })
+	parts := make([]string, len(offers))
+	for i, o := range offers {
+		parts[i] = fmt.Sprintf("%s for %s", describeRelease(o.newest.VersionString(), o.newest.ID), o.ranges)
+	}
+	return "the channels offer " + strings.Join(parts, ", ")
+}
+
+// Unfit returns the addons of releases none of whose releases fits
+// kubeVersion (see Select), sorted by name.
+func Unfit(releases []*Addon, kubeVersion semver.Version) []NoFit {
+	kubeVersion = semver.Version{Major: kubeVersion.Major, Minor: kubeVersion.Minor, Patch: kubeVersion.Patch}
+	fitting := map[string]bool{}
+	byName := map[string][]*Addon{}
+	for _, a := range releases {
+		byName[a.Name] = append(byName[a.Name], a)
+		if fits(a, kubeVersion) {
+			fitting[a.Name] = true
+		}
+	}
+	var out []NoFit
+	for name, rels := range byName {
+		if !fitting[name] {
+			out = append(out, NoFit{Name: name, KubeVersion: kubeVersion, Releases: rels})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
 }

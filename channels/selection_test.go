@@ -2,6 +2,7 @@ package channels
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"testing"
 
@@ -113,5 +114,78 @@ func TestServerVersion(t *testing.T) {
 				t.Errorf("got %s, want %s", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestUnfit(t *testing.T) {
+	v := func(s string) *semver.Version {
+		sv := semver.MustParse(s)
+		return &sv
+	}
+	rel := func(name, version, id, kubernetesVersion string) *Addon {
+		return &Addon{Name: name, Version: v(version), ID: id, KubernetesVersion: kubernetesVersion}
+	}
+	releases := []*Addon{
+		rel("etcd", "0.1.0", "k8s-1.29", ">=1.29.0 <1.38.0"),
+		rel("etcd", "0.3.0", "k8s-1.29", ">=1.29.0 <1.38.0"),
+		rel("apiserver", "0.1.0", "k8s-1.29", ">=1.29.0 <1.30.0"),
+		rel("apiserver", "0.3.0", "k8s-1.30", ">=1.30.0 <1.38.0"),
+		rel("apiserver", "0.2.0", "k8s-1.29", ">=1.29.0 <1.30.0"),
+		rel("open", "1.0.0", "", ""),
+	}
+	tests := []struct {
+		name    string
+		version string
+		want    []string
+	}{
+		{"every addon fits", "1.37.5", nil},
+		{"past every range: the cliff", "1.38.0", []string{
+			`apiserver: no release fits Kubernetes 1.38.0: the channels offer 0.3.0 (k8s-1.30) for >=1.30.0 <1.38.0, 0.2.0 (k8s-1.29) for >=1.29.0 <1.30.0; the addon is left as it is until a channel offers a release for Kubernetes 1.38`,
+			`etcd: no release fits Kubernetes 1.38.0: the channels offer 0.3.0 (k8s-1.29) for >=1.29.0 <1.38.0; the addon is left as it is until a channel offers a release for Kubernetes 1.38`,
+		}},
+		{"pre-release of the next minor", "1.38.0-beta.0", []string{
+			`apiserver: no release fits Kubernetes 1.38.0: the channels offer 0.3.0 (k8s-1.30) for >=1.30.0 <1.38.0, 0.2.0 (k8s-1.29) for >=1.29.0 <1.30.0; the addon is left as it is until a channel offers a release for Kubernetes 1.38`,
+			`etcd: no release fits Kubernetes 1.38.0: the channels offer 0.3.0 (k8s-1.29) for >=1.29.0 <1.38.0; the addon is left as it is until a channel offers a release for Kubernetes 1.38`,
+		}},
+		{"below every range of one addon", "1.28.0", []string{
+			`apiserver: no release fits Kubernetes 1.28.0: the channels offer 0.3.0 (k8s-1.30) for >=1.30.0 <1.38.0, 0.2.0 (k8s-1.29) for >=1.29.0 <1.30.0; the addon is left as it is until a channel offers a release for Kubernetes 1.28`,
+			`etcd: no release fits Kubernetes 1.28.0: the channels offer 0.3.0 (k8s-1.29) for >=1.29.0 <1.38.0; the addon is left as it is until a channel offers a release for Kubernetes 1.28`,
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			for _, n := range Unfit(releases, semver.MustParse(tt.version)) {
+				got = append(got, n.Name+": "+n.Error())
+			}
+			if diff := cmp.Diff(got, tt.want); diff != "" {
+				t.Errorf("Unfit at %s (-got +want):\n%s", tt.version, diff)
+			}
+		})
+	}
+}
+
+func TestPlanProblems(t *testing.T) {
+	v := semver.MustParse("0.3.0")
+	p := &Plan{
+		Unfit: []NoFit{{Name: "zeta", KubeVersion: semver.MustParse("1.38.0"), Releases: []*Addon{{Name: "zeta", Version: &v, KubernetesVersion: "<1.38.0"}}}},
+		Items: []PlanItem{
+			{Addon: &Addon{Name: "alpha"}, Decision: Decision{Reason: "upgrade path: 0.3.0 upgrades from 0.2.0 or later, not from 0.1.0: upgrade to 0.2.0 first", Blocked: true}},
+			{Addon: &Addon{Name: "beta"}, Decision: Decision{Reason: ReasonDowngrade}},
+			{Addon: &Addon{Name: "gamma"}, Decision: Decision{Apply: true, Reason: ReasonUpgrade}},
+		},
+	}
+	err := p.Problems()
+	want := `2 addons are left behind the channels: addon "alpha": upgrade path: 0.3.0 upgrades from 0.2.0 or later, not from 0.1.0: upgrade to 0.2.0 first; ` +
+		`addon "zeta": no release fits Kubernetes 1.38.0: the channels offer 0.3.0 for <1.38.0; the addon is left as it is until a channel offers a release for Kubernetes 1.38`
+	if err == nil || err.Error() != want {
+		t.Errorf("Problems() = %v\nwant %s", err, want)
+	}
+	var nf NoFit
+	if !errors.As(err, &nf) || nf.Name != "zeta" {
+		t.Errorf("Problems() does not wrap the NoFit of zeta: %#v", err)
+	}
+	if err := (&Plan{Items: p.Items[1:]}).Problems(); err != nil {
+		t.Errorf("Problems() of a plan without blocked addons = %v, want nil", err)
 	}
 }

@@ -65,6 +65,12 @@ type AddonSpec struct {
 	NeedsPKI bool `json:"needsPKI,omitempty"`
 	// Prune adds kinds to prune beyond those the addon applied.
 	Prune *PruneSpec `json:"prune,omitempty"`
+	// UpgradesFrom is the oldest installed version this release upgrades
+	// from (a version such as 0.2.0, not a range): an addon installed at an
+	// older version must go through a release in between first. Empty
+	// means any. kOps's channels ignores the field (it decodes channels
+	// leniently), so a channel carrying it still loads there.
+	UpgradesFrom string `json:"upgradesFrom,omitempty"`
 }
 
 // PruneSpec says which objects, beyond the ones the addon applied before,

@@ -45,17 +45,29 @@ range fits the cluster is compared with the addon's install record (the
 annotation addons.k8s.io/NAME on the addon's namespace, kube-system by
 default). A release is applied when it is newer, or of the same version with
 another id or manifest hash. A release older than the installed one is not
-applied unless --allow-downgrade is given. Across several channels, the
-newest release of each addon wins.
+applied unless --allow-downgrade is given: going back from a release that
+installed successfully is the operator's choice. A release that names the
+oldest version it upgrades from (upgradesFrom) is not applied over an older
+one: the plan names the release to go through first. Across several
+channels, the newest release of each addon wins. An addon the channels list
+but none of whose kubernetesVersion ranges fits the cluster is an error
+naming the cluster's version and the ranges offered (the other addons are
+applied, and the command exits 1).
 
 Before an addon's objects are applied, the release is written as pending
 (the annotation inventory.channels.kos.example.com/NAME, which get addons
 shows); the install record replaces it once the release is ready. A pending
 release that is still there did not finish, and the next run applies the
 addon whatever its record says ("0.2.0 did not finish"): re-applying the
-channel of the recorded release after a failed upgrade rolls back to it and
-prunes what only the failed release added. That rollback needs no
---allow-downgrade, since the record never left the old release.
+channel of the recorded release after a failed upgrade rolls back to it
+("rollback: 0.2.0 did not finish") and prunes what only the failed release
+added. That rollback needs no --allow-downgrade, since the failed release
+never installed; a pending release whose objects all became ready after its
+run's wait ended is completed (recorded) instead, and going back from it
+needs --allow-downgrade. As a daemon (--interval), channels never rolls back
+on its own, not even a failed release: it reports the addon (/readyz, the
+metric channels_addon_blocked and a Warning Event on the record namespace)
+and waits, unless --allow-downgrade is given.
 
 Without --yes, the plan is printed and nothing is changed: every pending
 manifest is fetched and verified (hash, YAML, kinds the server serves),
@@ -170,21 +182,18 @@ with its current and offered release, whether it applies (apply) and why
 			if err != nil {
 				return err
 			}
-			if (isDaemon || once) && allowDowngrade {
-				return cmdline.UsageErrorf(cmd, "--allow-downgrade is a one-off choice: run it without --interval or --drift")
-			}
 			if isDaemon || once {
 				if cmd.Flags().Changed("output") || diff {
 					return cmdline.UsageErrorf(cmd, "--interval and --drift print progress lines: -o and --diff do not apply")
 				}
-				return o.runDaemon(cmd.Context(), args, daemon, opts, once)
+				return o.runDaemon(cmd.Context(), args, daemon, opts, once, allowDowngrade)
 			}
 			return o.applyChannels(cmd, args, yes, diff, out, channels.DecideOptions{AllowDowngrade: allowDowngrade}, opts)
 		},
 	}
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "Apply the changes; without it, only print the plan")
 	cmd.Flags().BoolVar(&diff, "diff", false, "Print a unified diff of each object the plan changes")
-	cmd.Flags().BoolVar(&allowDowngrade, "allow-downgrade", false, "Apply releases older than the installed ones (rolling back to the recorded release after a failed upgrade needs no flag)")
+	cmd.Flags().BoolVar(&allowDowngrade, "allow-downgrade", false, "Consent to go back: apply releases older than the installed ones, or than a pending release that became ready; with --interval, also let the daemon roll back a failed pending release (run by hand, rolling back to the recorded release after a failed upgrade needs no flag)")
 	cmd.Flags().BoolVar(&wait, "wait", true, "Wait until each addon's objects are ready before pruning and recording it; --wait=false for a cluster without worker nodes yet (kOps bootstrap)")
 	cmd.Flags().BoolVar(&adopt, "adopt", false, "Take over the objects of the releases that exist and that neither channels nor kOps's channels made (a user's, Helm's); without it they fail their addon unless annotated "+channels.AdoptAnnotation+"=true")
 	cmd.Flags().DurationVar(&timeout, "timeout", channels.DefaultTimeout, "How long each addon's objects may take to become ready, with --wait")
@@ -263,13 +272,20 @@ func (o *options) applyChannels(cmd *cobra.Command, locations []string, yes, dif
 	if failed != nil {
 		return withHint(failed, "nothing was changed: fix the release and run again")
 	}
+	// Addons left behind the channels (no release fits the cluster, a
+	// jump, ...) fail the run, after the others are applied: an upgraded
+	// cluster must not silently stop being managed.
+	blocked := plan.Problems()
 	if len(plan.Pending()) == 0 {
+		if blocked != nil {
+			return blocked
+		}
 		fmt.Fprintln(msgs, "No update required")
 		return nil
 	}
 	if !yes {
 		fmt.Fprintln(msgs, "\nMust specify --yes to apply changes")
-		return nil
+		return blocked
 	}
 	fmt.Fprintln(msgs)
 	opts.Fetcher = fetcher
@@ -281,7 +297,10 @@ func (o *options) applyChannels(cmd *cobra.Command, locations []string, yes, dif
 	}
 	err = client.Apply(ctx, plan, opts)
 	if errors.As(err, &failed) {
-		return withHint(err, "addons that failed keep their install records: fix the cause and run again")
+		return withHint(errors.Join(err, blocked), "addons that failed keep their install records: fix the cause and run again")
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	return blocked
 }

@@ -279,7 +279,6 @@ func TestIntegrationCLIErrors(t *testing.T) {
 		{name: "daemon without --yes", args: []string{"apply", "channel", "x.yaml", "--interval", "1m"}, wantCode: 2, wantErr: "--interval applies changes again and again: it needs --yes"},
 		{name: "daemon flag without --interval", args: []string{"apply", "channel", "x.yaml", "--node-name", "n1"}, wantCode: 2, wantErr: "--node-name needs --interval"},
 		{name: "health listener without --interval", args: []string{"apply", "channel", "x.yaml", "--health-bind-address", "127.0.0.1:0"}, wantCode: 2, wantErr: "--health-bind-address needs --interval"},
-		{name: "downgrades allowed in a daemon", args: []string{"apply", "channel", "x.yaml", "--yes", "--interval", "1m", "--allow-downgrade"}, wantCode: 2, wantErr: "--allow-downgrade is a one-off choice: run it without --interval"},
 		{name: "bad node labels", args: []string{"apply", "channel", "x.yaml", "--yes", "--interval", "1m", "--node-name", "n1", "--node-labels", "a=b=c"}, wantCode: 2, wantErr: "--node-labels"},
 		{name: "delete without a name", args: []string{"delete", "addon"}, wantCode: 2, wantErr: "give the name of at least one addon"},
 		{name: "unknown subcommand", args: []string{"get", "widgets"}, wantCode: 2, wantErr: `unknown command "widgets" for "channels get"`},

@@ -114,11 +114,10 @@ func parseNodeLabels(s string) (map[string]string, []string, error) {
 	return values, keys, nil
 }
 
-// runDaemon applies the channels every interval until ctx is cancelled.
 // runDaemon runs channels as a daemon, or with once a single pass of it:
 // what is pending is applied, and every object of the installed addons is
 // checked for drift and handled as --drift says.
-func (o *options) runDaemon(ctx context.Context, locations []string, f *daemonFlags, apply channels.ApplyOptions, once bool) error {
+func (o *options) runDaemon(ctx context.Context, locations []string, f *daemonFlags, apply channels.ApplyOptions, once, allowDowngrade bool) error {
 	cfg, err := o.restConfig()
 	if err != nil {
 		return err
@@ -148,6 +147,7 @@ func (o *options) runDaemon(ctx context.Context, locations []string, f *daemonFl
 		NodeLabelKeys:  nodeLabelKeys,
 		FullCheckEvery: f.fullCheckEvery,
 		Drift:          channels.DriftMode(f.drift),
+		AllowDowngrade: allowDowngrade,
 		OnPass: func(r channels.PassResult) {
 			if r.Err != nil {
 				fmt.Fprintln(o.stderr, stamp(fmt.Sprintf("pass %d failed after %s: %s", r.Number, r.Duration.Round(time.Millisecond), oneLine(r.Err.Error()))))

@@ -3,8 +3,10 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"strings"
 
+	"github.com/blang/semver/v4"
 	"github.com/spf13/cobra"
 
 	"github.com/kos-sdn/kos/channels"
@@ -12,7 +14,8 @@ import (
 )
 
 func newLintCommand(o *options) *cobra.Command {
-	return &cobra.Command{
+	var kubernetesVersion string
+	cmd := &cobra.Command{
 		Use:   "lint CHANNEL...",
 		Short: "Check that channels are safe to apply on every Kubernetes version, with channels and with kOps's channels",
 		Long: `Check channels meant to be applied together (given in the order they are
@@ -30,7 +33,21 @@ does (the last entry that fits), and lint refuses:
   split      an addon's entries that fit one Kubernetes version come from
              several channels: kOps's channels applies channels one at a
              time, so the addon switches between them on every pass;
-  kops       kOps's channels would choose another version than apply.
+  kops       kOps's channels would choose another version than apply;
+  upgrade-path
+             a release names the oldest version it upgrades from
+             (upgradesFrom), the channels list older releases, but on some
+             Kubernetes version no release in between fits, so a cluster
+             with an older release cannot upgrade.
+
+A malformed upgradesFrom (not a version, or not below the release's own)
+fails the channel's loading, as apply does.
+
+Lint also checks where each addon's ranges end against --kubernetes-version,
+the newest Kubernetes minor (by default the one channels is built for): an
+addon no release of which fits it fails (rule end: clusters on it get
+nothing), and one no release of which fits the next minor is a warning on
+stderr (a cluster upgraded to it will fall off the channel).
 
 Each problem is printed once, on one line, naming the entries, at the first
 Kubernetes version it shows on. No cluster is contacted.
@@ -47,13 +64,45 @@ when a channel does not load or the command is used wrongly.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return o.lint(cmd, args)
+			var current *semver.Version
+			if kubernetesVersion != "" {
+				v, err := semver.ParseTolerant(kubernetesVersion)
+				if err != nil {
+					return cmdline.UsageErrorf(cmd, "--kubernetes-version %q is not a version such as 1.37", kubernetesVersion)
+				}
+				current = &v
+			}
+			return o.lint(cmd, args, current)
 		},
 	}
+	cmd.Flags().StringVar(&kubernetesVersion, "kubernetes-version", builtKubernetes(), "The newest Kubernetes minor, which every addon must have a release for (the next minor only warns); empty checks no range end")
+	return cmd
 }
 
-// lint loads the channels at locations and prints what channels.Lint finds.
-func (o *options) lint(cmd *cobra.Command, locations []string) error {
+// builtKubernetes is the Kubernetes minor of the client library channels is
+// built with (k8s.io/client-go v0.37.x is Kubernetes 1.37), "" when the
+// binary does not say.
+func builtKubernetes() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	for _, d := range info.Deps {
+		if d.Path != "k8s.io/client-go" {
+			continue
+		}
+		v, err := semver.ParseTolerant(d.Version)
+		if err != nil || v.Major != 0 {
+			return ""
+		}
+		return fmt.Sprintf("1.%d", v.Minor)
+	}
+	return ""
+}
+
+// lint loads the channels at locations and prints what channels.Lint finds
+// and, when current is set, what channels.LintRangeEnds does.
+func (o *options) lint(cmd *cobra.Command, locations []string, current *semver.Version) error {
 	fetcher := channels.NewFetcher()
 	fetcher.Warn = func(msg string) { fmt.Fprintln(o.stderr, "warning: "+msg) }
 	var releases []*channels.Addon
@@ -65,6 +114,13 @@ func (o *options) lint(cmd *cobra.Command, locations []string) error {
 		releases = append(releases, got...)
 	}
 	problems := channels.Lint(releases)
+	if current != nil {
+		ends, warnings := channels.LintRangeEnds(releases, *current)
+		problems = append(problems, ends...)
+		for _, w := range warnings {
+			fmt.Fprintln(o.stderr, "warning: "+w.String())
+		}
+	}
 	for _, p := range problems {
 		fmt.Fprintln(o.stdout, p)
 	}

@@ -37,6 +37,10 @@ func TestLint(t *testing.T) {
 		{"clean", []string{clean}, 0, clean + ": ok\n", ""},
 		{"time bomb", []string{bomb}, 1, "dns: downgrade: on Kubernetes 1.38.0 channels and kOps's channels choose 0.1.0 (k8s-1.29, >=1.29.0) of " + bomb, "error: 1 problem(s) in " + bomb + "\n"},
 		{"split", []string{clean, clean2}, 1, "dns: split: 0.1.0 (k8s-1.29, >=1.29.0 <1.38.0) of " + clean + " and 0.2.0 (k8s-1.29, >=1.29.0 <1.38.0) of " + clean2 + " both fit Kubernetes 1.29.0 but are in different channels", "error: 1 problem(s) in "},
+		{"ranges end at the next minor: a warning", []string{clean, "--kubernetes-version=1.37"}, 0, clean + ": ok\n", "warning: dns: end: no release fits Kubernetes 1.38, the next minor: a cluster upgraded to it will get no release of the addon"},
+		{"ranges end at the newest minor: a problem", []string{clean, "--kubernetes-version=1.38.2"}, 1, "dns: end: no release fits Kubernetes 1.38, the newest minor: the channels offer 0.2.0 (k8s-1.29) for >=1.29.0 <1.38.0;", "error: 1 problem(s) in "},
+		{"range ends not checked", []string{clean, "--kubernetes-version="}, 0, clean + ": ok\n", ""},
+		{"bad kubernetes version", []string{clean, "--kubernetes-version=banana"}, 2, "", `--kubernetes-version "banana" is not a version`},
 		{"does not load", []string{filepath.Join(dir, "missing.yaml")}, 2, "", "error: reading channel: "},
 		{"no channel", nil, 2, "", "give at least one channel location"},
 	}

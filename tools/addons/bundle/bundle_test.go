@@ -205,3 +205,28 @@ func copyTree(files map[string]string) map[string]string {
 	}
 	return out
 }
+
+func TestGenerateKeepsUpgradesFrom(t *testing.T) {
+	tree := map[string]string{}
+	for k, v := range testTree {
+		tree[k] = v
+	}
+	tree["addons/alpha/addon.yaml"] += `  - name: alpha
+    version: 2.0.0
+    upgradesFrom: 1.0.0
+    kubernetesVersion: ">=1.29.0"
+    id: k8s-1.29
+    manifest: 2.0.0.yaml
+    selector:
+      addon: alpha
+    namespace: example-com
+`
+	tree["addons/alpha/2.0.0.yaml"] = configMap("alpha", "two")
+	root := writeTree(t, tree)
+	if _, err := Generate(context.Background(), root, testChannels); err != nil {
+		t.Fatalf("Generate: %v", err)
+	}
+	if got := readFile(t, root, "main-channel.yaml"); !strings.Contains(got, "upgradesFrom: 1.0.0") {
+		t.Errorf("main-channel.yaml lost alpha 2.0.0's upgradesFrom:\n%s", got)
+	}
+}

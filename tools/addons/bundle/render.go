@@ -69,6 +69,10 @@ func channelEntry(a *channels.Addon, channelDir string) (*api.AddonSpec, error) 
 	}
 	manifest = filepath.ToSlash(manifest)
 	name, namespace := a.Name, a.Namespace
+	var upgradesFrom string
+	if a.UpgradesFrom != nil {
+		upgradesFrom = a.UpgradesFrom.String()
+	}
 	return &api.AddonSpec{
 		Name:               &name,
 		Namespace:          &namespace,
@@ -81,5 +85,6 @@ func channelEntry(a *channels.Addon, channelDir string) (*api.AddonSpec, error) 
 		NeedsRollingUpdate: a.NeedsRollingUpdate,
 		NeedsPKI:           a.NeedsPKI,
 		Prune:              a.Prune,
+		UpgradesFrom:       upgradesFrom,
 	}, nil
 }
