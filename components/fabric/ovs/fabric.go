@@ -412,7 +412,7 @@ func (f *Fabric) List(ctx context.Context) (*fabric.Inventory, error) {
 	if err != nil {
 		return nil, err
 	}
-	flows, err := f.ovs.dumpFlows(ctx, f.bridge, allKOSFlows())
+	flows, err := f.ovs.dumpFlows(ctx, f.bridge, attachmentFlows())
 	if err != nil {
 		return nil, err
 	}
@@ -482,6 +482,9 @@ func (f *Fabric) List(ctx context.Context) (*fabric.Inventory, error) {
 		if !p.seen {
 			inv.PartialLocal = append(inv.PartialLocal, p.att)
 		}
+	}
+	if inv.Policies, err = f.policyVNIs(ctx); err != nil {
+		return nil, err
 	}
 	inv.Sort()
 	return inv, nil

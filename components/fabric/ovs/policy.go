@@ -1,0 +1,61 @@
+package ovs
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+
+	goovs "github.com/digitalocean/go-openvswitch/ovs"
+	"k8s.io/klog/v2"
+
+	"github.com/kos-sdn/kos/components/fabric"
+	"github.com/kos-sdn/kos/components/fabric/ovs/policy"
+)
+
+// SetPolicy replaces the flows of a network's policy in one bundle that
+// deletes the old flows by their cookie and adds the new ones. OVS applies
+// a bundle atomically (its classifier is versioned): a packet meets either
+// the old flows or the new, so no denied connection can open while they
+// change, and the flows that pass established connections are in both.
+// A policy that isolates no attachment leaves no flows.
+func (f *Fabric) SetPolicy(ctx context.Context, p fabric.NetworkPolicy) error {
+	c := policyCookie(p.VNI)
+	flows, err := policy.Compile(p, policyPipeline(c))
+	if err != nil {
+		return fmt.Errorf("compiling the policy of VNI %d: %w", p.VNI, err)
+	}
+	if err := f.flows.apply(ctx, []*goovs.MatchFlow{flowsWithCookie(c)}, flows); err != nil {
+		return fmt.Errorf("setting the policy of VNI %d: %w", p.VNI, err)
+	}
+	klog.FromContext(ctx).V(4).Info("Set the policy of a network", "bridge", f.bridge, "vni", p.VNI, "policies", len(p.Policies), "flows", len(flows))
+	return nil
+}
+
+// cookiePattern finds the cookies in what ovs-ofctl dump-flows prints.
+var cookiePattern = regexp.MustCompile(`cookie=0x([0-9a-f]+)`)
+
+// policyVNIs returns the VNIs of the networks with policy on the bridge, by
+// their gates. It reads only the cookies of what ovs-ofctl prints: the
+// library's parser does not know every field of policy flows.
+func (f *Fabric) policyVNIs(ctx context.Context) ([]uint32, error) {
+	match, err := policyGates().MarshalText()
+	if err != nil {
+		return nil, fmt.Errorf("reading the networks with policy: %w", err)
+	}
+	out, err := f.ovs.ofctl(ctx, "dump-flows", f.bridge, string(match))
+	if err != nil {
+		return nil, fmt.Errorf("reading the networks with policy: %w", err)
+	}
+	var vnis []uint32
+	for _, m := range cookiePattern.FindAllSubmatch(out, -1) {
+		c, err := strconv.ParseUint(string(m[1]), 16, 64)
+		if err != nil {
+			continue
+		}
+		if kind, vni, _, ok := parseCookie(c); ok && kind == kindPolicy {
+			vnis = append(vnis, vni)
+		}
+	}
+	return vnis, nil
+}
