@@ -130,13 +130,13 @@ func Compile(p fabric.NetworkPolicy, pl Pipeline) ([]*goovs.Flow, error) {
 		goovs.SetState(goovs.CTStateRelated), goovs.SetState(goovs.CTStateNew), goovs.SetState(goovs.CTStateInvalid)
 	notNew := goovs.UnsetState(goovs.CTStateNew)
 
-	b.add(pl.Forward, GatePriority, goovs.ProtocolIPv4, network(checkedMatch),
+	b.add(pl.Forward, GatePriority, newMatch(goovs.ProtocolIPv4, network(checkedMatch)...),
 		goovs.ConnectionTracking(fmt.Sprintf("table=%d,zone=%d", pl.State, zone)))
-	b.add(pl.State, invalidPriority, goovs.ProtocolIPv4, network(ct(inv, trk)), goovs.Drop())
-	b.add(pl.State, passPriority, goovs.ProtocolIPv4, network(ct(est, trk)), pass...)
-	b.add(pl.State, passPriority, goovs.ProtocolIPv4, network(ct(notNew, rel, trk)), pass...)
-	b.add(pl.State, newPriority, goovs.ProtocolIPv4, network(ct(nw, trk)), goovs.Resubmit(0, pl.Egress))
-	b.add(pl.State, untrackPriority, goovs.ProtocolIPv4, network(), goovs.Drop())
+	b.add(pl.State, invalidPriority, newMatch(goovs.ProtocolIPv4, network(ct(inv, trk))...), goovs.Drop())
+	b.add(pl.State, passPriority, newMatch(goovs.ProtocolIPv4, network(ct(est, trk))...), pass...)
+	b.add(pl.State, passPriority, newMatch(goovs.ProtocolIPv4, network(ct(notNew, rel, trk))...), pass...)
+	b.add(pl.State, newPriority, newMatch(goovs.ProtocolIPv4, network(ct(nw, trk))...), goovs.Resubmit(0, pl.Egress))
+	b.add(pl.State, untrackPriority, newMatch(goovs.ProtocolIPv4, network()...), goovs.Drop())
 
 	egress := direction{
 		table:    pl.Egress,
@@ -177,10 +177,28 @@ type direction struct {
 	next []goovs.Action
 }
 
-// match is one flow's match: a protocol and fields.
+// match is one flow's match: a protocol and fields, and the text that
+// tells it from others, made once however many rules share it.
 type match struct {
 	protocol goovs.Protocol
 	fields   []goovs.Match
+	key      string
+}
+
+func newMatch(protocol goovs.Protocol, fields ...goovs.Match) match {
+	var sb strings.Builder
+	sb.WriteString(string(protocol))
+	for _, m := range fields {
+		text, err := m.MarshalText()
+		if err != nil {
+			// The matches made here always marshal; a failure would
+			// show in the flow itself when it is installed.
+			text = []byte(m.GoString())
+		}
+		sb.WriteByte(',')
+		sb.Write(text)
+	}
+	return match{protocol: protocol, fields: fields, key: sb.String()}
 }
 
 // direction adds the flows of one direction of p: each rule's, each
@@ -188,32 +206,50 @@ type match struct {
 // what no policy isolates.
 func (b *builder) direction(p fabric.NetworkPolicy, d direction) error {
 	network := goovs.TunnelID(uint64(p.VNI))
+	// The matches of attachments and peers, each made once.
+	locals, peers := map[netip.Addr]match{}, map[netip.Prefix]match{}
+	local := func(ip netip.Addr) match {
+		m, ok := locals[ip]
+		if !ok {
+			m = newMatch(goovs.ProtocolIPv4, network, d.local(ip))
+			locals[ip] = m
+		}
+		return m
+	}
+	peer := func(pr netip.Prefix) match {
+		m, ok := peers[pr]
+		if !ok {
+			m = newMatch(goovs.ProtocolIPv4, network, d.peer(pr))
+			peers[pr] = m
+		}
+		return m
+	}
 	isolated := map[netip.Addr]bool{}
 	rules := 0
 	for _, pol := range p.Policies {
 		if !d.isolates(pol) || len(pol.Selected) == 0 {
 			continue
 		}
-		locals := make([]match, 0, len(pol.Selected))
+		selected := make([]match, 0, len(pol.Selected))
 		for _, ip := range sortedUnique(pol.Selected, netip.Addr.Compare) {
 			isolated[ip] = true
-			locals = append(locals, match{goovs.ProtocolIPv4, []goovs.Match{network, d.local(ip)}})
+			selected = append(selected, local(ip))
 		}
 		for _, r := range d.rules(pol) {
-			peers, anyPeer := peerMatches(r.Peers, network, d.peer)
-			if !anyPeer && len(peers) == 0 {
+			allowed, anyPeer := peerMatches(r.Peers, peer)
+			if !anyPeer && len(allowed) == 0 {
 				continue // the rule allows nothing
 			}
-			dims := [][]match{locals}
+			dims := [][]match{selected}
 			if !anyPeer {
-				dims = append(dims, peers)
+				dims = append(dims, allowed)
 			}
 			if len(r.Ports) > 0 {
 				dims = append(dims, portMatches(r.Ports, network))
 			}
 			if len(dims) == 1 {
-				for _, m := range locals {
-					b.add(d.table, directPriority, m.protocol, m.fields, d.next...)
+				for _, m := range selected {
+					b.add(d.table, directPriority, m, d.next...)
 				}
 				continue
 			}
@@ -224,23 +260,23 @@ func (b *builder) direction(p fabric.NetworkPolicy, d direction) error {
 			id := p.VNI<<conjIDBits | uint32(rules)
 			for k, dim := range dims {
 				for _, m := range dim {
-					b.add(d.table, conjPriority, m.protocol, m.fields, goovs.Conjunction(int(id), k+1, len(dims)))
+					b.conjoin(d.table, m, id, k+1, len(dims))
 				}
 			}
 			// ct(commit) needs the match to say the packet is IPv4.
-			b.add(d.table, conjPriority, goovs.ProtocolIPv4, []goovs.Match{goovs.ConjunctionID(id)}, d.next...)
+			b.add(d.table, conjPriority, newMatch(goovs.ProtocolIPv4, goovs.ConjunctionID(id)), d.next...)
 		}
 	}
 	for ip := range isolated {
-		b.add(d.table, isolatedPriority, goovs.ProtocolIPv4, []goovs.Match{network, d.local(ip)}, goovs.Drop())
+		b.add(d.table, isolatedPriority, local(ip), goovs.Drop())
 	}
-	b.add(d.table, openPriority, goovs.ProtocolIPv4, []goovs.Match{network}, d.next...)
+	b.add(d.table, openPriority, newMatch(goovs.ProtocolIPv4, network), d.next...)
 	return nil
 }
 
 // peerMatches returns the matches of a rule's peers, each prefix once;
 // anyPeer is true when some peer is every address.
-func peerMatches(peers []fabric.Peer, network goovs.Match, peer func(netip.Prefix) goovs.Match) (ms []match, anyPeer bool) {
+func peerMatches(peers []fabric.Peer, peer func(netip.Prefix) match) (ms []match, anyPeer bool) {
 	var prefixes []netip.Prefix
 	for _, p := range peers {
 		if p.Prefix.Bits() == 0 && len(Subtract(p.Prefix, p.Except)) == 1 {
@@ -249,7 +285,7 @@ func peerMatches(peers []fabric.Peer, network goovs.Match, peer func(netip.Prefi
 		prefixes = append(prefixes, Subtract(p.Prefix, p.Except)...)
 	}
 	for _, pr := range sortedUnique(prefixes, comparePrefixes) {
-		ms = append(ms, match{goovs.ProtocolIPv4, []goovs.Match{network, peer(pr)}})
+		ms = append(ms, peer(pr))
 	}
 	return ms, false
 }
@@ -289,87 +325,86 @@ func portMatches(ports []fabric.Port, network goovs.Match) []match {
 		default:
 			fields = append(fields, goovs.TransportDestinationMaskedPort(k.port.Value, k.port.Mask))
 		}
-		ms = append(ms, match{k.proto, fields})
+		ms = append(ms, newMatch(k.proto, fields...))
 	}
 	return ms
 }
 
-// builder collects flows, merging those of one table, priority and match
-// into one flow with the actions of each: a flow that several conjunctions
-// share carries a conjunction action for each.
+// builder collects flows. Flows of one table, priority and match are one
+// flow: a flow that several rules share carries a conjunction action for
+// each.
 type builder struct {
 	pl    Pipeline
-	flows map[string]*goovs.Flow
-	// actions holds the text of each flow's actions, by the flow's key.
-	actions map[string]map[string]bool
+	flows map[flowID]*entry
+}
+
+// flowID tells flows apart.
+type flowID struct {
+	table, priority int
+	match           string
+}
+
+type entry struct {
+	flow *goovs.Flow
+	// conj holds the conjunctions (ID, dimension) the flow is in.
+	conj map[[2]uint32]bool
 }
 
 func newBuilder(pl Pipeline) *builder {
-	return &builder{pl: pl, flows: map[string]*goovs.Flow{}, actions: map[string]map[string]bool{}}
+	return &builder{pl: pl, flows: map[flowID]*entry{}}
 }
 
-func (b *builder) add(table, priority int, protocol goovs.Protocol, fields []goovs.Match, actions ...goovs.Action) {
-	k := flowKey(table, priority, protocol, fields)
-	f, ok := b.flows[k]
+func (b *builder) entry(table, priority int, m match) *entry {
+	id := flowID{table, priority, m.key}
+	e, ok := b.flows[id]
 	if !ok {
-		f = &goovs.Flow{
+		e = &entry{flow: &goovs.Flow{
 			Table:    table,
 			Priority: priority,
-			Protocol: protocol,
-			Matches:  slices.Clone(fields),
+			Protocol: m.protocol,
+			Matches:  slices.Clone(m.fields),
 			Cookie:   b.pl.Cookie,
-		}
-		b.flows[k] = f
-		b.actions[k] = map[string]bool{}
+		}}
+		b.flows[id] = e
 	}
-	have := b.actions[k]
-	for _, a := range actions {
-		if t := actionText(a); !have[t] {
-			have[t] = true
-			f.Actions = append(f.Actions, a)
-		}
+	return e
+}
+
+// add adds a flow unless it is there. A table, priority and match always
+// come with the same actions here, so the first to come stays.
+func (b *builder) add(table, priority int, m match, actions ...goovs.Action) {
+	if e := b.entry(table, priority, m); len(e.flow.Actions) == 0 {
+		e.flow.Actions = slices.Clone(actions)
+	}
+}
+
+// conjoin makes the flow of m in table a clause of dimension k of n of
+// conjunction id.
+func (b *builder) conjoin(table int, m match, id uint32, k, n int) {
+	e := b.entry(table, conjPriority, m)
+	if e.conj == nil {
+		e.conj = map[[2]uint32]bool{}
+	}
+	if c := [2]uint32{id, uint32(k)}; !e.conj[c] {
+		e.conj[c] = true
+		e.flow.Actions = append(e.flow.Actions, goovs.Conjunction(int(id), k, n))
 	}
 }
 
 // sorted returns the flows by table, descending priority, then match.
 func (b *builder) sorted() []*goovs.Flow {
-	keys := make([]string, 0, len(b.flows))
-	for k := range b.flows {
-		keys = append(keys, k)
+	ids := make([]flowID, 0, len(b.flows))
+	for id := range b.flows {
+		ids = append(ids, id)
 	}
-	slices.SortFunc(keys, func(x, y string) int {
-		fx, fy := b.flows[x], b.flows[y]
-		return cmp.Or(cmp.Compare(fx.Table, fy.Table), cmp.Compare(fy.Priority, fx.Priority), strings.Compare(x, y))
+	slices.SortFunc(ids, func(x, y flowID) int {
+		return cmp.Or(cmp.Compare(x.table, y.table), cmp.Compare(y.priority, x.priority), strings.Compare(x.match, y.match))
 	})
-	out := make([]*goovs.Flow, 0, len(keys))
-	for _, k := range keys {
-		out = append(out, b.flows[k])
+	out := make([]*goovs.Flow, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, b.flows[id].flow)
 	}
 	return out
-}
-
-func flowKey(table, priority int, protocol goovs.Protocol, fields []goovs.Match) string {
-	var sb strings.Builder
-	fmt.Fprintf(&sb, "%05d/%05d/%s", table, 65535-priority, protocol)
-	for _, m := range fields {
-		text, err := m.MarshalText()
-		if err != nil {
-			// The matches made here always marshal; a failure would
-			// show in the flow itself when it is installed.
-			text = []byte(m.GoString())
-		}
-		sb.WriteByte(',')
-		sb.Write(text)
-	}
-	return sb.String()
-}
-
-func actionText(a goovs.Action) string {
-	text, err := a.MarshalText()
-	if err != nil {
-		return a.GoString()
-	}
-	return string(text)
 }
 
 // prefixText is a prefix as a match on nw_src or nw_dst: an address alone
