@@ -43,7 +43,7 @@ func (f *Fabric) policyVNIs(ctx context.Context) ([]uint32, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the networks with policy: %w", err)
 	}
-	out, err := f.ovs.ofctl(ctx, "dump-flows", f.bridge, string(match))
+	out, err := f.ofctl(ctx, "dump-flows", f.bridge, string(match))
 	if err != nil {
 		return nil, fmt.Errorf("reading the networks with policy: %w", err)
 	}

@@ -180,6 +180,28 @@ func TestIntegrationPolicy(t *testing.T) {
 	if inv := list(t, node.fabric); len(inv.Local) != 3 || fmt.Sprint(inv.Policies) != "[7]" {
 		t.Errorf("List = %+v, want 3 whole local attachments and the policy of VNI 7", inv)
 	}
+	// ofproto/trace (kubectl kos trace) follows a new connection through
+	// the policy tables: B's to A's 9090 drops at A's ingress, C's to A's
+	// 8080 at C's egress, and B's to A's 8080 is committed and delivered.
+	for _, tr := range []struct {
+		from fabric.LocalAttachment
+		port int
+		want []string
+	}{
+		{attB, 9090, []string{"ct(table=2,zone=7)", fmt.Sprintf("%d. ip,tun_id=0x7,dl_dst=%s, priority 50", ingressTable, attA.MAC()), "Datapath actions: drop"}},
+		{attC, 8080, []string{fmt.Sprintf("%d. ip,tun_id=0x7,dl_src=%s, priority 50", egressTable, attC.MAC()), "Datapath actions: drop"}},
+		{attB, 8080, []string{fmt.Sprintf("%d. conj_id=", ingressTable), "Datapath actions: ct(commit,zone=7),"}},
+	} {
+		out, err := node.fabric.Trace(ctx, Packet{From: tr.from, To: attA.IP, Protocol: TraceTCP, Port: tr.port})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range tr.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("trace from %v to A's %d does not say %q:\n%s", tr.from, tr.port, w, out)
+			}
+		}
+	}
 	// A admits TCP 8080 from B, and nothing else new.
 	established := opens(guestB, attA.IP, 8080)
 	refused(guestB, attA.IP, 9090)
@@ -222,6 +244,42 @@ func TestIntegrationPolicy(t *testing.T) {
 	opens(guestC, attA.IP, 9090)
 	refused(guestC, attA.IP, 8080)
 	opens(guestB, attA.IP, 8080)
+
+	// Updates leave no window: while the policy flips between two that
+	// both deny B's UDP to A, none of a steady stream arrives. (Deleting
+	// the old flows before adding the new ones, in two steps, would let
+	// it through.)
+	conn := dialNoChecksum(t, guestB, &net.UDPAddr{IP: attB.IP.AsSlice()}, &net.UDPAddr{IP: attA.IP.AsSlice(), Port: probePort})
+	stop := make(chan struct{})
+	sent := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				sent <- n
+				return
+			default:
+			}
+			if _, err := conn.Write([]byte("kos probe")); err == nil {
+				n++
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	for i := range 20 {
+		if i%2 == 0 {
+			setPolicy(web, cOut2)
+		} else {
+			setPolicy(web2, cOut2)
+		}
+	}
+	close(stop)
+	n := <-sent
+	conn.Close()
+	if got := received(t, udpA, 300*time.Millisecond); got != 0 || n == 0 {
+		t.Errorf("while the policy changed 20 times, A received %d of %d datagrams B sent, want none of some", got, n)
+	}
 
 	// An update that denies B to A: new connections are refused; the
 	// established one is not cut (see docs/policy.md).

@@ -65,20 +65,6 @@ func (c *ovsClient) vsctl(ctx context.Context, args ...string) ([]byte, error) {
 	return stdout, nil
 }
 
-// ofctl runs ovs-ofctl, speaking OpenFlow 1.4 as lib's does, and returns
-// what it printed.
-func (c *ovsClient) ofctl(ctx context.Context, args ...string) ([]byte, error) {
-	args = append([]string{"-O", goovs.ProtocolOpenFlow14}, args...)
-	stdout, stderr, err := c.run(ctx, nil, "ovs-ofctl", args...)
-	if err != nil {
-		if said := strings.TrimSpace(string(stderr)); said != "" {
-			return nil, fmt.Errorf("ovs-ofctl said %q: %w", said, err)
-		}
-		return nil, fmt.Errorf("ovs-ofctl: %w", err)
-	}
-	return stdout, nil
-}
-
 // lib returns a go-openvswitch client whose commands run through c, bound to
 // ctx. Its ovs-ofctl speaks OpenFlow 1.4: bundles need it, and it prints
 // set_field actions as they were written.
