@@ -19,17 +19,52 @@ import (
 // the old flows or the new, so no denied connection can open while they
 // change, and the flows that pass established connections are in both.
 // A policy that isolates no attachment leaves no flows.
+//
+// SetPolicy returns once the flow tables hold the new policy. The
+// datapath's flow cache follows a moment later, when Open vSwitch
+// revalidates it (at once after a change, typically within milliseconds):
+// until then a new connection may still meet the old policy. Waiting for
+// that (ovs-appctl revalidator/wait) would cost up to a revalidation
+// period, 500 ms by default, per call.
+//
+// When the network's gate comes or goes (its first policy, or its last
+// one lifted), SetPolicy also flushes the datapath's flow cache
+// (ovs-appctl revalidator/purge): Open vSwitch 3.1's userspace datapath
+// was seen to keep, for as long as traffic used it, a cached flow that
+// still sent a network's packets through conntrack to policy tables that
+// no longer held anything (TestIntegrationPolicy, 2 runs in 3). The
+// flush costs every network's cached flows a fresh lookup, once per such
+// change. Calls for one network must not overlap.
 func (f *Fabric) SetPolicy(ctx context.Context, p fabric.NetworkPolicy) error {
 	c := policyCookie(p.VNI)
 	flows, err := policy.Compile(p, policyPipeline(c))
 	if err != nil {
 		return fmt.Errorf("compiling the policy of VNI %d: %w", p.VNI, err)
 	}
+	had, err := f.hasGate(ctx, p.VNI)
+	if err != nil {
+		return err
+	}
 	if err := f.flows.apply(ctx, []*goovs.MatchFlow{flowsWithCookie(c)}, flows); err != nil {
 		return fmt.Errorf("setting the policy of VNI %d: %w", p.VNI, err)
 	}
+	if had != (len(flows) > 0) {
+		if _, err := f.ovs.appctl(ctx, "revalidator/purge"); err != nil {
+			return fmt.Errorf("flushing the datapath's flows after setting the policy of VNI %d: %w", p.VNI, err)
+		}
+	}
 	klog.FromContext(ctx).V(4).Info("Set the policy of a network", "bridge", f.bridge, "vni", p.VNI, "policies", len(p.Policies), "flows", len(flows))
 	return nil
+}
+
+// hasGate reports whether a network has policy flows on the bridge, by its
+// gate.
+func (f *Fabric) hasGate(ctx context.Context, vni uint32) (bool, error) {
+	out, err := f.ofctl(ctx, "dump-flows", f.bridge, fmt.Sprintf("cookie=%#x/-1,table=%d", policyCookie(vni), forwardTable))
+	if err != nil {
+		return false, fmt.Errorf("reading the policy of VNI %d: %w", vni, err)
+	}
+	return cookiePattern.Match(out), nil
 }
 
 // cookiePattern finds the cookies in what ovs-ofctl dump-flows prints.
