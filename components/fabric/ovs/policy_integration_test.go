@@ -351,3 +351,101 @@ func TestIntegrationPolicy(t *testing.T) {
 		t.Errorf("policy flows are left after lifting the policy:\n%s", out)
 	}
 }
+
+// TestIntegrationPolicyAcrossNodes enforces policy on traffic through the
+// VXLAN tunnel between two simulated nodes: guest A on node A admits TCP
+// 8080 from guest B1 on node B only; guest B2 on node B is isolated for
+// egress and may reach nothing. Each node enforces its own guests' side,
+// and replies cross the tunnel as established traffic.
+func TestIntegrationPolicyAcrossNodes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	nsA, nsB := ovsenv.NetnsT(t), ovsenv.NetnsT(t)
+	if err := ovsenv.AddVethPair(ctx, nsA, "ul0", nsB, "ul0"); err != nil {
+		t.Fatal(err)
+	}
+	mtu, err := fabric.AttachmentMTU(underlayMTU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startNode(t, ctx, nsA, "192.168.100.1", mtu)
+	b := startNode(t, ctx, nsB, "192.168.100.2", mtu)
+	a.knowNeighbour(t, ctx, b)
+	b.knowNeighbour(t, ctx, a)
+	const vni = 9
+	attA := fabric.LocalAttachment{VNI: vni, IP: netip.MustParseAddr("10.9.0.1")}
+	attB1 := fabric.LocalAttachment{VNI: vni, IP: netip.MustParseAddr("10.9.0.2")}
+	attB2 := fabric.LocalAttachment{VNI: vni, IP: netip.MustParseAddr("10.9.0.3")}
+	guestA := a.attachGuest(t, ctx, attA)
+	guestB1 := b.attachGuest(t, ctx, attB1)
+	guestB2 := b.attachGuest(t, ctx, attB2)
+	remote := func(att fabric.LocalAttachment, on *node) fabric.RemoteAttachment {
+		return fabric.RemoteAttachment{VNI: att.VNI, IP: att.IP, HostIP: on.hostIP}
+	}
+	if err := a.fabric.CreateRemote(ctx, remote(attB1, b), remote(attB2, b)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.fabric.CreateRemote(ctx, remote(attA, a)); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []*ovsenv.Netns{guestA, guestB1, guestB2} {
+		serveTCP(t, g, 8080)
+	}
+	set := func(n *node, pols ...fabric.Policy) {
+		t.Helper()
+		if err := n.fabric.SetPolicy(ctx, fabric.NetworkPolicy{VNI: vni, Policies: pols}); err != nil {
+			t.Fatalf("SetPolicy: %v", err)
+		}
+		if _, err := n.fabric.ovs.appctl(ctx, "revalidator/wait"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opens := func(from *ovsenv.Netns, to netip.Addr) {
+		t.Helper()
+		c, err := dialTCP(from, to, 8080)
+		if err != nil {
+			t.Errorf("TCP from %s to %v:8080: %v, want a connection", from.Name, to, err)
+			return
+		}
+		defer c.Close()
+		if err := echo(c, "hello"); err != nil {
+			t.Errorf("TCP from %s to %v:8080: %v", from.Name, to, err)
+		}
+	}
+	refused := func(from *ovsenv.Netns, to netip.Addr) {
+		t.Helper()
+		if c, err := dialTCP(from, to, 8080); err == nil {
+			c.Close()
+			t.Errorf("TCP from %s to %v:8080 opened, want it denied", from.Name, to)
+		}
+	}
+
+	// Node A holds A's ingress policy, node B holds B2's egress policy.
+	set(a, fabric.Policy{
+		Name: "web", Selected: []netip.Addr{attA.IP}, Ingress: true,
+		IngressRules: []fabric.Rule{{
+			Peers: []fabric.Peer{{Prefix: netip.PrefixFrom(attB1.IP, 32)}},
+			Ports: []fabric.Port{{Protocol: fabric.ProtocolTCP, Port: 8080}},
+		}},
+	})
+	set(b, fabric.Policy{Name: "b2-silent", Selected: []netip.Addr{attB2.IP}, Egress: true})
+
+	opens(guestB1, attA.IP)
+	refused(guestB2, attA.IP)
+	// A is not isolated for egress and B1 not for ingress: A reaches B1,
+	// and B1's replies pass A's ingress policy as established.
+	opens(guestA, attB1.IP)
+	if got, err := guestA.Ping(ctx, attB1.IP, 2, time.Second); err != nil || got != 2 {
+		t.Errorf("ping from A to B1: %d of 2 replies (%v), want 2", got, err)
+	}
+	// B2 is isolated for egress only: A reaches it, as B2's replies are
+	// established traffic for node B, though B2 may open nothing.
+	opens(guestA, attB2.IP)
+	// Only node B stops B2: without node B's policy, A's ingress rule
+	// still refuses B2.
+	set(b)
+	refused(guestB2, attA.IP)
+	// And without node A's, B2 reaches A.
+	set(a)
+	opens(guestB2, attA.IP)
+}
