@@ -179,9 +179,23 @@ func TestIntegrationPolicy(t *testing.T) {
 			t.Errorf("UDP from %v to %v: %d of 3 datagrams arrived, want %d", src, dst, got, want)
 		}
 	}
+	// bigUDP sends datagrams of 4,000 bytes, which leave in fragments.
+	bigUDP := func(from *ovsenv.Netns, src, dst netip.Addr, conn *net.UDPConn, want int) {
+		t.Helper()
+		c := dialNoChecksum(t, from, &net.UDPAddr{IP: src.AsSlice()}, &net.UDPAddr{IP: dst.AsSlice(), Port: probePort})
+		defer c.Close()
+		for range 3 {
+			_, _ = c.Write(make([]byte, 4000))
+			time.Sleep(20 * time.Millisecond)
+		}
+		if got := received(t, conn, 300*time.Millisecond); got != want {
+			t.Errorf("UDP in fragments from %v to %v: %d of 3 datagrams arrived, want %d", src, dst, got, want)
+		}
+	}
 
 	// Before any policy, everything passes.
 	pings(guestC, attA.IP, true)
+	bigUDP(guestC, attC.IP, attB.IP, udpB, 3)
 
 	// Connections older than the first policy, which conntrack has not
 	// seen, are picked up mid-stream as new and checked: B's to A's 8080
@@ -237,9 +251,12 @@ func TestIntegrationPolicy(t *testing.T) {
 	}
 	pings(guestA, attB.IP, true)
 	opens(guestA, attB.IP, 9090)
-	// C may send only UDP near probePort, and not to A.
+	// C may send only UDP near probePort, and not to A; fragments of an
+	// allowed datagram all pass.
 	udp(guestC, attC.IP, attB.IP, udpB, 3)
+	bigUDP(guestC, attC.IP, attB.IP, udpB, 3)
 	udp(guestC, attC.IP, attA.IP, udpA, 0)
+	bigUDP(guestC, attC.IP, attA.IP, udpA, 0)
 	refused(guestC, attB.IP, 8080)
 	pings(guestC, attB.IP, false)
 	// B is not isolated: C's egress policy does not stop B reaching C.

@@ -33,7 +33,8 @@
 // Each rule of a policy is one conjunctive match of up to three
 // dimensions: the selected attachments' MACs, the peers' prefixes (left
 // out when the rule allows every address) and the destination ports as
-// value/mask pairs (left out when it allows every port). A flow that
+// value/mask pairs, with the later fragments of datagrams, which carry no
+// ports (the dimension is left out when the rule allows every port). A flow that
 // several rules share, such as a selected attachment's, is one flow with
 // a conjunction action for each, so the flows grow with the rules plus the
 // addresses and ports they name, not with their product.
@@ -290,7 +291,14 @@ func peerMatches(peers []fabric.Peer, peer func(netip.Prefix) match) (ms []match
 	return ms, false
 }
 
-// portMatches returns the matches of a rule's ports, each once.
+// portMatches returns the matches of a rule's ports, each once, and one
+// that lets through the later fragments of a datagram, which carry no
+// ports: only its first fragment is checked. That is enough: a receiver
+// cannot reassemble a datagram whose first fragment was dropped, and Open
+// vSwitch's conntrack drops fragments that overlap or are too small to
+// hide a header. (The kernel datapath's conntrack reassembles a datagram
+// before the policy tables see it; the userspace one passes each fragment
+// on, with its own headers.)
 func portMatches(ports []fabric.Port, network goovs.Match) []match {
 	type key struct {
 		proto goovs.Protocol
@@ -315,7 +323,7 @@ func portMatches(ports []fabric.Port, network goovs.Match) []match {
 		return cmp.Or(cmp.Compare(a.proto, b.proto), -compareBool(a.all, b.all),
 			cmp.Compare(a.port.Value, b.port.Value), cmp.Compare(a.port.Mask, b.port.Mask))
 	})
-	ms := make([]match, 0, len(keys))
+	ms := make([]match, 0, len(keys)+1)
 	for _, k := range keys {
 		fields := []goovs.Match{network}
 		switch {
@@ -327,7 +335,7 @@ func portMatches(ports []fabric.Port, network goovs.Match) []match {
 		}
 		ms = append(ms, newMatch(k.proto, fields...))
 	}
-	return ms
+	return append(ms, newMatch(goovs.ProtocolIPv4, network, goovs.IPFrag(goovs.IPFragFlagLater)))
 }
 
 // builder collects flows. Flows of one table, priority and match are one

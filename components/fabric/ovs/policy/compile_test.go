@@ -230,8 +230,9 @@ func TestCompileGrowth(t *testing.T) {
 		}
 		// Fixed: the gate, 5 in State, the defaults of Egress and
 		// Ingress. In Ingress: N selected (conjunctions), N isolated
-		// drops, M peers, P ports, P conj_id flows.
-		want := 1 + 5 + 2 + 2*c.n + c.m + 2*c.p
+		// drops, M peers, P ports and the later fragments, P conj_id
+		// flows.
+		want := 1 + 5 + 2 + 2*c.n + c.m + 2*c.p + 1
 		if len(flows) != want {
 			t.Errorf("%d attachments, %d peers, %d policies: %d flows, want %d", c.n, c.m, c.p, len(flows), want)
 		}
