@@ -3,6 +3,7 @@ package fabric
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 )
 
@@ -91,6 +92,22 @@ type Port struct {
 	Port uint16
 	// EndPort, when not 0, is the last port of the range from Port.
 	EndPort uint16
+}
+
+// PolicyDrop counts the packets that a network's policy dropped at one
+// of the node's attachments, isolated for one direction, because no rule
+// allowed the new connection they opened (or belonged to).
+type PolicyDrop struct {
+	// VNI is the network and MAC the attachment's address in it, which
+	// the caller maps to its attachment (MACAddress).
+	VNI uint32
+	MAC net.HardwareAddr
+	// Egress says the attachment sent the packets; otherwise they were
+	// for it.
+	Egress bool
+	// Packets is the count since the network's policy first isolated the
+	// attachment for the direction, or since the switch lost its flows.
+	Packets uint64
 }
 
 // Validate returns every problem of the policy at once, nil if none.

@@ -3,6 +3,7 @@ package ovs
 import (
 	"context"
 	"fmt"
+	"net"
 	"regexp"
 	"strconv"
 
@@ -93,4 +94,37 @@ func (f *Fabric) policyVNIs(ctx context.Context) ([]uint32, error) {
 		}
 	}
 	return vnis, nil
+}
+
+// PolicyDrops returns, for each of the node's attachments that a network's
+// policy isolates for a direction, how many packets it dropped there: the
+// counts of the isolated ports' drop flows, which Open vSwitch updates
+// from the datapath about once a second. It reads every policy flow once.
+func (f *Fabric) PolicyDrops(ctx context.Context) ([]fabric.PolicyDrop, error) {
+	match := fmt.Sprintf("cookie=%#x/%#x", cookieMagic|kindPolicyBit, cookieMagicMask|kindMask)
+	out, err := f.ofctl(ctx, "dump-flows", f.bridge, match)
+	if err != nil {
+		return nil, fmt.Errorf("reading the drops of policy: %w", err)
+	}
+	return parsePolicyDrops(out), nil
+}
+
+// isolatedDropPattern finds an isolated port's drop flow in what ovs-ofctl
+// dump-flows prints, and its packet count, VNI, direction and MAC.
+var isolatedDropPattern = regexp.MustCompile(`\bn_packets=(\d+),.*\bpriority=` + strconv.Itoa(policy.IsolatedPriority) +
+	`,ip,tun_id=0x([0-9a-f]+),dl_(src|dst)=([0-9a-f:]{17}) actions=drop`)
+
+// parsePolicyDrops reads the isolated ports' drop flows of a dump.
+func parsePolicyDrops(out []byte) []fabric.PolicyDrop {
+	var drops []fabric.PolicyDrop
+	for _, m := range isolatedDropPattern.FindAllSubmatch(out, -1) {
+		packets, err1 := strconv.ParseUint(string(m[1]), 10, 64)
+		vni, err2 := strconv.ParseUint(string(m[2]), 16, 32)
+		mac, err3 := net.ParseMAC(string(m[4]))
+		if err1 != nil || err2 != nil || err3 != nil {
+			continue
+		}
+		drops = append(drops, fabric.PolicyDrop{VNI: uint32(vni), MAC: mac, Egress: string(m[3]) == "src", Packets: packets})
+	}
+	return drops
 }

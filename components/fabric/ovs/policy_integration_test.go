@@ -261,6 +261,32 @@ func TestIntegrationPolicy(t *testing.T) {
 	pings(guestC, attB.IP, false)
 	// B is not isolated: C's egress policy does not stop B reaching C.
 	opens(guestB, attC.IP, 8080)
+	// What was dropped is counted at A's ingress and C's egress, and
+	// nowhere else. Open vSwitch updates the counts about once a second.
+	type dropKey struct {
+		mac    string
+		egress bool
+	}
+	var counted map[dropKey]uint64
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		drops, err := node.fabric.PolicyDrops(ctx)
+		if err != nil {
+			t.Fatalf("PolicyDrops: %v", err)
+		}
+		counted = map[dropKey]uint64{}
+		for _, d := range drops {
+			if d.VNI != vni {
+				t.Errorf("PolicyDrops has %+v, of another network", d)
+			}
+			counted[dropKey{d.MAC.String(), d.Egress}] += d.Packets
+		}
+		if counted[dropKey{attA.MAC().String(), false}] > 0 && counted[dropKey{attC.MAC().String(), true}] > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(counted) != 2 || counted[dropKey{attA.MAC().String(), false}] == 0 || counted[dropKey{attC.MAC().String(), true}] == 0 {
+		t.Errorf("PolicyDrops counted %v, want drops at A's ingress and C's egress only", counted)
+	}
 
 	// An update that still allows the established connection, and now
 	// allows C to A's 9090 (C's egress with it).

@@ -73,15 +73,19 @@ const GatePriority = 200
 // Priorities in the State, Egress and Ingress tables (see the package
 // comment).
 const (
-	invalidPriority  = 110
-	passPriority     = 100
-	newPriority      = 90
-	untrackPriority  = 10
-	directPriority   = 110 // Egress and Ingress: a rule of one dimension
-	conjPriority     = 100 // Egress and Ingress: conjunctive matches
-	isolatedPriority = 50  // Egress and Ingress: an isolated port's drop
-	openPriority     = 10  // Egress and Ingress: what no policy isolates
+	invalidPriority = 110
+	passPriority    = 100
+	newPriority     = 90
+	untrackPriority = 10
+	directPriority  = 110 // Egress and Ingress: a rule of one dimension
+	conjPriority    = 100 // Egress and Ingress: conjunctive matches
+	openPriority    = 10  // Egress and Ingress: what no policy isolates
 )
+
+// IsolatedPriority is the priority of an isolated port's drop in the
+// Egress and Ingress tables, whose packet counts are what the policy
+// dropped at the port.
+const IsolatedPriority = 50
 
 // checkedMatch matches a packet that has not been through the policy of
 // its network yet: reg0 bit 0 clear. OVS zeroes the registers of every
@@ -269,7 +273,7 @@ func (b *builder) direction(p fabric.NetworkPolicy, d direction) error {
 		}
 	}
 	for ip := range isolated {
-		b.add(d.table, isolatedPriority, local(ip), goovs.Drop())
+		b.add(d.table, IsolatedPriority, local(ip), goovs.Drop())
 	}
 	b.add(d.table, openPriority, newMatch(goovs.ProtocolIPv4, network), d.next...)
 	return nil
