@@ -107,18 +107,20 @@ func BenchmarkRemoteAttachments(b *testing.B) {
 	}
 }
 
-// benchPolicy is the policy of one network of n attachments, all on this
-// node, with p policies: policy j selects the tenth of the attachments
-// whose index ends in j%10, admits TCP port 8000+j from another tenth, and
-// lets them out to 10.2.0.0/16 less a /24 on TCP 1000-1999 and UDP 53.
-func benchPolicy(vni uint32, n, p int) fabric.NetworkPolicy {
+// benchPolicy is the policy of one network of n attachments, the first
+// local of them on this node, with p policies: policy j selects the tenth
+// of the attachments whose index ends in j%10 (those on this node are its
+// Selected), admits TCP port 8000+j from another tenth (wherever they
+// are), and lets them out to 10.2.0.0/16 less a /24 on TCP 1000-1999 and
+// UDP 53.
+func benchPolicy(vni uint32, n, local, p int) fabric.NetworkPolicy {
 	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}) }
 	np := fabric.NetworkPolicy{VNI: vni}
 	for j := range p {
 		var selected []netip.Addr
 		var peers []fabric.Peer
 		for i := range n {
-			if i%10 == j%10 {
+			if i%10 == j%10 && i < local {
 				selected = append(selected, addr(i))
 			}
 			if (i/10)%10 == j%10 {
@@ -144,10 +146,11 @@ func benchPolicy(vni uint32, n, p int) fabric.NetworkPolicy {
 }
 
 // BenchmarkPolicy measures programming a network's policy on one node's
-// real Open vSwitch (userspace datapath): n attachments of the network on
-// the node × p policies, from none ("set") and as a change of one
-// policy's port ("update", which rewrites the network's flows in one
-// bundle), both including compiling it, which "compile" measures alone.
+// real Open vSwitch (userspace datapath): n attachments of the network,
+// local of them on the node, × p policies, from none ("set") and as a
+// change of one policy's port ("update", which rewrites the network's
+// flows in one bundle), both including compiling it, which "compile"
+// measures alone.
 // It reports the flows the policy takes; the ports themselves are not
 // made, as policy flows name MACs, not ports.
 //
@@ -159,9 +162,9 @@ func BenchmarkPolicy(b *testing.B) {
 	if _, err := f.Ensure(ctx); err != nil {
 		b.Fatal(err)
 	}
-	for _, size := range []struct{ n, p int }{{100, 10}, {1000, 100}, {2000, 200}} {
-		np := benchPolicy(5, size.n, size.p)
-		changed := benchPolicy(5, size.n, size.p)
+	for _, size := range []struct{ n, local, p int }{{100, 100, 10}, {1000, 100, 100}, {1000, 1000, 100}, {2000, 2000, 200}} {
+		np := benchPolicy(5, size.n, size.local, size.p)
+		changed := benchPolicy(5, size.n, size.local, size.p)
 		changed.Policies[0].IngressRules[0].Ports[0].Port = 7999
 		flows, err := policy.Compile(np, policyPipeline(policyCookie(5)))
 		if err != nil {
@@ -172,7 +175,7 @@ func BenchmarkPolicy(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		name := fmt.Sprintf("%d-attachments-%d-policies", size.n, size.p)
+		name := fmt.Sprintf("%d-attachments-%d-local-%d-policies", size.n, size.local, size.p)
 		b.Run(name+"/compile", func(b *testing.B) {
 			for range b.N {
 				if _, err := policy.Compile(np, policyPipeline(policyCookie(5))); err != nil {
