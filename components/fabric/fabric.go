@@ -89,7 +89,8 @@ type Interface interface {
 	// are established keep passing; new connections meet the new policy.
 	// A NetworkPolicy without policies removes the network's policy.
 	// A network's policy outlives its attachments: the caller clears it
-	// when the node has none left (List reports it in Policies).
+	// when the node has none left (List reports it in Policies). Calls
+	// for different networks may overlap; calls for one network must not.
 	SetPolicy(ctx context.Context, p NetworkPolicy) error
 
 	// List reports what the switch holds, so that a restarted agent can
