@@ -83,6 +83,16 @@ type Interface interface {
 	// DeleteRemote removes the flows of remote attachments.
 	DeleteRemote(ctx context.Context, atts ...RemoteAttachment) error
 
+	// SetPolicy replaces the policy of a virtual network on this node
+	// (NetworkPolicy) at once: no packet meets part of the old policy and
+	// part of the new. Connections that the old policy allowed and that
+	// are established keep passing; new connections meet the new policy.
+	// A NetworkPolicy without policies removes the network's policy.
+	// A network's policy outlives its attachments: the caller clears it
+	// when the node has none left (List reports it in Policies). Calls
+	// for different networks may overlap; calls for one network must not.
+	SetPolicy(ctx context.Context, p NetworkPolicy) error
+
 	// List reports what the switch holds, so that a restarted agent can
 	// adopt what matches, delete orphans and create what is missing.
 	List(ctx context.Context) (*Inventory, error)
@@ -207,6 +217,13 @@ type Inventory struct {
 	// PartialRemote holds remote attachments with missing or disagreeing
 	// flows. HostIP is the one a flow names, if any.
 	PartialRemote []RemoteAttachment
+
+	// Policies holds the VNIs of the networks that have a policy on the
+	// switch (SetPolicy), sorted. Whether a policy is the one wanted is
+	// not checked: a restarted agent sets each network's policy again,
+	// which costs one bundle, and clears those of networks it no longer
+	// has.
+	Policies []uint32
 }
 
 // Sort sorts each list of the inventory by VNI, then IP.
@@ -221,4 +238,5 @@ func (inv *Inventory) Sort() {
 			return cmp.Or(cmp.Compare(a.VNI, b.VNI), a.IP.Compare(b.IP))
 		})
 	}
+	slices.Sort(inv.Policies)
 }

@@ -44,6 +44,8 @@ type Fabric struct {
 	defaultFlows bool
 	local        map[key]local
 	remote       map[key]fabric.RemoteAttachment
+	// policies holds the policies that isolate something, by VNI.
+	policies map[uint32]fabric.NetworkPolicy
 }
 
 var _ fabric.Interface = (*Fabric)(nil)
@@ -51,7 +53,7 @@ var _ fabric.Interface = (*Fabric)(nil)
 // New returns an empty fabric: no default flows, no attachments, and MTU
 // 0 until SetMTU.
 func New() *Fabric {
-	return &Fabric{local: map[key]local{}, remote: map[key]fabric.RemoteAttachment{}}
+	return &Fabric{local: map[key]local{}, remote: map[key]fabric.RemoteAttachment{}, policies: map[uint32]fabric.NetworkPolicy{}}
 }
 
 // Ensure installs the default flows unless they are there, and says so.
@@ -203,6 +205,31 @@ func (f *Fabric) DeleteRemote(ctx context.Context, atts ...fabric.RemoteAttachme
 	return nil
 }
 
+// SetPolicy records a network's policy, or forgets it when it isolates no
+// attachment, as a switch would hold no flows for it.
+func (f *Fabric) SetPolicy(ctx context.Context, p fabric.NetworkPolicy) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p.Isolates() {
+		f.policies[p.VNI] = p
+	} else {
+		delete(f.policies, p.VNI)
+	}
+	klog.FromContext(ctx).V(2).Info("Set the policy of a network", "vni", p.VNI, "policies", len(p.Policies), "isolates", p.Isolates())
+	return nil
+}
+
+// Policy returns the policy recorded for a network, if any.
+func (f *Fabric) Policy(vni uint32) (fabric.NetworkPolicy, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.policies[vni]
+	return p, ok
+}
+
 // List returns what the fabric holds.
 func (f *Fabric) List(ctx context.Context) (*fabric.Inventory, error) {
 	f.mu.Lock()
@@ -218,6 +245,9 @@ func (f *Fabric) List(ctx context.Context) (*fabric.Inventory, error) {
 	}
 	for _, r := range f.remote {
 		inv.Remote = append(inv.Remote, r)
+	}
+	for vni := range f.policies {
+		inv.Policies = append(inv.Policies, vni)
 	}
 	inv.Sort()
 	return inv, nil
@@ -240,13 +270,14 @@ func (f *Fabric) SetMTU(mtu int) {
 }
 
 // LoseFlows forgets every flow, as an ovs-vswitchd restart does: the
-// default flows and remote attachments are gone, and local attachments
-// keep only their interfaces.
+// default flows, remote attachments and policies are gone, and local
+// attachments keep only their interfaces.
 func (f *Fabric) LoseFlows() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.defaultFlows = false
 	clear(f.remote)
+	clear(f.policies)
 	for k, l := range f.local {
 		l.flowsWhole = false
 		f.local[k] = l

@@ -255,3 +255,50 @@ func TestFabricPlugs(t *testing.T) {
 		t.Errorf("PlugLocal without an owner succeeded, want an error")
 	}
 }
+
+// TestFabricPolicy checks that the fabric lists the networks whose policy
+// isolates something, refuses invalid policies, and forgets policies with
+// its flows.
+func TestFabricPolicy(t *testing.T) {
+	f := New()
+	ctx := t.Context()
+	isolating := fabric.NetworkPolicy{VNI: 3, Policies: []fabric.Policy{{Name: "deny", Selected: []netip.Addr{l1.IP}, Ingress: true}}}
+	for _, p := range []fabric.NetworkPolicy{
+		isolating,
+		{VNI: 1, Policies: []fabric.Policy{{Name: "deny", Selected: []netip.Addr{l1.IP}, Egress: true}}},
+		// Selects nothing on this node: nothing to hold.
+		{VNI: 2, Policies: []fabric.Policy{{Name: "elsewhere", Ingress: true}}},
+	} {
+		if err := f.SetPolicy(ctx, p); err != nil {
+			t.Fatalf("SetPolicy(%v): %v", p, err)
+		}
+	}
+	if got, ok := f.Policy(3); !ok || !cmp.Equal(got, isolating, cmpopts.EquateComparable(netip.Addr{})) {
+		t.Errorf("Policy(3) = %+v, %v; want %+v", got, ok, isolating)
+	}
+	if err := f.SetPolicy(ctx, fabric.NetworkPolicy{VNI: 0}); err == nil {
+		t.Error("SetPolicy of VNI 0 succeeded, want an error")
+	}
+	if diff := cmp.Diff([]uint32{1, 3}, list(t, f).Policies); diff != "" {
+		t.Errorf("Policies differ (-want +got):\n%s", diff)
+	}
+	if err := f.SetPolicy(ctx, fabric.NetworkPolicy{VNI: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]uint32{3}, list(t, f).Policies); diff != "" {
+		t.Errorf("after clearing VNI 1, Policies differ (-want +got):\n%s", diff)
+	}
+	f.LoseFlows()
+	if got := list(t, f).Policies; len(got) != 0 {
+		t.Errorf("after LoseFlows, Policies = %v, want none", got)
+	}
+}
+
+func list(t *testing.T, f *Fabric) *fabric.Inventory {
+	t.Helper()
+	inv, err := f.List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inv
+}

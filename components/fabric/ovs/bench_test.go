@@ -2,11 +2,13 @@ package ovs
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"sync"
 	"testing"
 
 	"github.com/kos-sdn/kos/components/fabric"
+	"github.com/kos-sdn/kos/components/fabric/ovs/policy"
 	"github.com/kos-sdn/kos/tools/ovsenv"
 )
 
@@ -103,4 +105,125 @@ func BenchmarkRemoteAttachments(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*n), "µs/attachment")
 		})
 	}
+}
+
+// benchPolicy is the policy of one network of n attachments, the first
+// local of them on this node, with p policies: policy j selects the tenth
+// of the attachments whose index ends in j%10 (those on this node are its
+// Selected), admits TCP port 8000+j from another tenth (wherever they
+// are), and lets them out to 10.2.0.0/16 less a /24 on TCP 1000-1999 and
+// UDP 53.
+func benchPolicy(vni uint32, n, local, p int) fabric.NetworkPolicy {
+	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}) }
+	np := fabric.NetworkPolicy{VNI: vni}
+	for j := range p {
+		var selected []netip.Addr
+		var peers []fabric.Peer
+		for i := range n {
+			if i%10 == j%10 && i < local {
+				selected = append(selected, addr(i))
+			}
+			if (i/10)%10 == j%10 {
+				peers = append(peers, fabric.Peer{Prefix: netip.PrefixFrom(addr(i), 32)})
+			}
+		}
+		np.Policies = append(np.Policies, fabric.Policy{
+			Name:     fmt.Sprintf("p%d", j),
+			Selected: selected,
+			Ingress:  true,
+			IngressRules: []fabric.Rule{{
+				Peers: peers,
+				Ports: []fabric.Port{{Protocol: fabric.ProtocolTCP, Port: uint16(8000 + j)}},
+			}},
+			Egress: true,
+			EgressRules: []fabric.Rule{{
+				Peers: []fabric.Peer{{Prefix: netip.MustParsePrefix("10.2.0.0/16"), Except: []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 2, byte(j), 0}), 24)}}},
+				Ports: []fabric.Port{{Protocol: fabric.ProtocolTCP, Port: 1000, EndPort: 1999}, {Protocol: fabric.ProtocolUDP, Port: 53}},
+			}},
+		})
+	}
+	return np
+}
+
+// BenchmarkPolicy measures programming a network's policy on one node's
+// real Open vSwitch (userspace datapath): n attachments of the network,
+// local of them on the node, × p policies, from none ("set") and as a
+// change of one policy's port ("update", which rewrites the network's
+// flows in one bundle), both including compiling it, which "compile"
+// measures alone.
+// It reports the flows the policy takes; the ports themselves are not
+// made, as policy flows name MACs, not ports.
+//
+//	go test -run '^$' -bench Policy -benchtime 3x ./components/fabric/ovs
+func BenchmarkPolicy(b *testing.B) {
+	inst := ovsenv.StartT(b, ovsenv.Options{})
+	f := New(Config{RunDir: inst.RunDir, DatapathType: "netdev"})
+	ctx := b.Context()
+	if _, err := f.Ensure(ctx); err != nil {
+		b.Fatal(err)
+	}
+	for _, size := range []struct{ n, local, p int }{{100, 100, 10}, {1000, 100, 100}, {1000, 1000, 100}, {2000, 2000, 200}} {
+		np := benchPolicy(5, size.n, size.local, size.p)
+		changed := benchPolicy(5, size.n, size.local, size.p)
+		changed.Policies[0].IngressRules[0].Ports[0].Port = 7999
+		flows, err := policy.Compile(np, policyPipeline(policyCookie(5)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		clear := func() {
+			if err := f.SetPolicy(ctx, fabric.NetworkPolicy{VNI: 5}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		name := fmt.Sprintf("%d-attachments-%d-local-%d-policies", size.n, size.local, size.p)
+		b.Run(name+"/compile", func(b *testing.B) {
+			for range b.N {
+				if _, err := policy.Compile(np, policyPipeline(policyCookie(5))); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(flows)), "flows")
+		})
+		b.Run(name+"/set", func(b *testing.B) {
+			for range b.N {
+				if err := f.SetPolicy(ctx, np); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				if inv := listT(b, f); len(inv.Policies) != 1 {
+					b.Fatalf("List found policies %v, want VNI 5's", inv.Policies)
+				}
+				clear()
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(len(flows)), "flows")
+		})
+		b.Run(name+"/update", func(b *testing.B) {
+			if err := f.SetPolicy(ctx, np); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				next := np
+				if i%2 == 0 {
+					next = changed
+				}
+				if err := f.SetPolicy(ctx, next); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			clear()
+			b.ReportMetric(float64(len(flows)), "flows")
+		})
+	}
+}
+
+func listT(b *testing.B, f *Fabric) *fabric.Inventory {
+	b.Helper()
+	inv, err := f.List(b.Context())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return inv
 }

@@ -109,10 +109,18 @@ func New(cfg Config) *Fabric {
 
 // Ensure creates the bridge and its tunnel port unless they exist and
 // installs the default flows unless they are there; flowsLost says it had
-// to. It also learns the tunnel port's number anew.
+// to. It also learns the tunnel port's number anew, and sets the bridge's
+// fragment handling to nx-match.
 func (f *Fabric) Ensure(ctx context.Context) (flowsLost bool, err error) {
 	if err := f.ovs.ensureBridge(ctx, f.bridge, f.datapathType, TunnelPort); err != nil {
 		return false, err
+	}
+	// Show the ports of a datagram's first fragment to the flow tables,
+	// where network policy checks them (by default they read as 0). The
+	// setting is ovs-vswitchd's, not the database's, and a restart
+	// forgets it: set it every time.
+	if _, err := f.ofctl(ctx, "set-frags", f.bridge, "nx-match"); err != nil {
+		return false, fmt.Errorf("setting the fragment handling of bridge %s: %w", f.bridge, err)
 	}
 	vtep, err := f.refreshTunnelPort(ctx)
 	if err != nil {
@@ -412,7 +420,7 @@ func (f *Fabric) List(ctx context.Context) (*fabric.Inventory, error) {
 	if err != nil {
 		return nil, err
 	}
-	flows, err := f.ovs.dumpFlows(ctx, f.bridge, allKOSFlows())
+	flows, err := f.ovs.dumpFlows(ctx, f.bridge, attachmentFlows())
 	if err != nil {
 		return nil, err
 	}
@@ -482,6 +490,9 @@ func (f *Fabric) List(ctx context.Context) (*fabric.Inventory, error) {
 		if !p.seen {
 			inv.PartialLocal = append(inv.PartialLocal, p.att)
 		}
+	}
+	if inv.Policies, err = f.policyVNIs(ctx); err != nil {
+		return nil, err
 	}
 	inv.Sort()
 	return inv, nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kos-sdn/kos/components/apis/network"
 	"github.com/kos-sdn/kos/components/fabric"
+	"github.com/kos-sdn/kos/components/fabric/ovs/policy"
 )
 
 // The two tables of the pipeline.
@@ -29,7 +30,21 @@ const (
 	// destination MAC) and, for ARP, by (VNI, target IP): out of a local
 	// port, or into the tunnel towards a remote attachment's node.
 	forwardTable = 1
+	// The tables of network policy (fabric.NetworkPolicy), which package
+	// policy fills: a network with policy has a gate in forwardTable,
+	// above its forwarding flows, that sends its IPv4 packets through
+	// conntrack to policyStateTable, then egressTable, then ingressTable,
+	// and back to forwardTable when they pass.
+	policyStateTable = 2
+	egressTable      = 3
+	ingressTable     = 4
 )
+
+// policyPipeline is the pipeline package policy compiles a network's
+// policy for, whose flows carry cookie c.
+func policyPipeline(c uint64) policy.Pipeline {
+	return policy.Pipeline{Forward: forwardTable, State: policyStateTable, Egress: egressTable, Ingress: ingressTable, Cookie: c}
+}
 
 // Priorities. A packet that no attachment's flow takes falls to a default
 // of its table, all of which drop: in classifyTable, what came from the
@@ -55,12 +70,14 @@ const (
 // without knowing the port numbers they were made with:
 //
 //	bits 63–56: cookieMagic, the byte 'k'
-//	bits 55–53: the kind of flow (default, local, remote)
+//	bits 55–53: the kind of flow (default, local, remote, policy)
 //	bits 52–32: the VNI (21 bits)
-//	bits 31–0:  the attachment's IPv4 address
+//	bits 31–0:  the attachment's IPv4 address; 0 for a policy flow
 //
 // For example 0x6b4000010a000005 is a flow of local attachment 10.0.0.5 in
-// VNI 1.
+// VNI 1, and 0x6b80000100000000 a flow of VNI 1's policy. The kinds of
+// attachments' flows have bit 55 clear and the policy's has it set, so
+// that one masked cookie selects either.
 const (
 	cookieMagic     uint64 = 0x6b << 56
 	cookieMagicMask uint64 = 0xff << 56
@@ -76,7 +93,13 @@ const (
 	kindDefault flowKind = 1
 	kindLocal   flowKind = 2
 	kindRemote  flowKind = 3
+	// kindPolicy flows enforce a network's policy; all of one network's
+	// share one cookie.
+	kindPolicy flowKind = 4
 )
+
+// kindPolicyBit is the bit of the kind that only kindPolicy has.
+const kindPolicyBit uint64 = 4 << kindShift
 
 // cookie returns the cookie of the flows of kind for the attachment with vni
 // and ip; a default flow has neither.
@@ -103,13 +126,27 @@ func parseCookie(c uint64) (kind flowKind, vni uint32, ip netip.Addr, ok bool) {
 		return kind, 0, netip.Addr{}, c == cookie(kindDefault, 0, netip.Addr{})
 	case kindLocal, kindRemote:
 		return kind, vni, ip, true
+	case kindPolicy:
+		return kind, vni, netip.Addr{}, uint32(c) == 0
 	}
 	return 0, 0, netip.Addr{}, false
 }
 
-// allKOSFlows matches every flow that carries a KOS cookie.
-func allKOSFlows() *goovs.MatchFlow {
-	return &goovs.MatchFlow{Cookie: cookieMagic, CookieMask: cookieMagicMask, Table: goovs.AnyTable}
+// attachmentFlows matches every flow that carries a KOS cookie, but for
+// those of policy: the default flows and those of attachments.
+func attachmentFlows() *goovs.MatchFlow {
+	return &goovs.MatchFlow{Cookie: cookieMagic, CookieMask: cookieMagicMask | kindPolicyBit, Table: goovs.AnyTable}
+}
+
+// policyCookie returns the cookie of the flows of a network's policy.
+func policyCookie(vni uint32) uint64 {
+	return cookieMagic | uint64(kindPolicy)<<kindShift | uint64(vni&network.MaxVNI)<<vniShift
+}
+
+// policyGates matches the gate of every network with policy: its only flow
+// in forwardTable.
+func policyGates() *goovs.MatchFlow {
+	return &goovs.MatchFlow{Cookie: cookieMagic | kindPolicyBit, CookieMask: cookieMagicMask | kindMask, Table: forwardTable}
 }
 
 // flowsWithCookie matches every flow with exactly cookie c, in any table.

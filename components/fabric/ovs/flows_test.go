@@ -13,6 +13,7 @@ import (
 
 	"github.com/kos-sdn/kos/components/apis/network"
 	"github.com/kos-sdn/kos/components/fabric"
+	"github.com/kos-sdn/kos/components/fabric/ovs/policy"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -116,6 +117,39 @@ func TestCookie(t *testing.T) {
 		if _, _, _, ok := parseCookie(c); ok {
 			t.Errorf("parseCookie(%#x) accepted a cookie that is not KOS's", c)
 		}
+	}
+}
+
+// TestPolicyCookie checks the cookies of policy flows, and that the masks
+// that select attachments' flows and policy gates tell them apart.
+func TestPolicyCookie(t *testing.T) {
+	for _, tt := range []struct {
+		vni  uint32
+		want uint64
+	}{{1, 0x6b80000100000000}, {network.MaxVNI, 0x6b9fffff00000000}} {
+		got := policyCookie(tt.vni)
+		if got != tt.want {
+			t.Errorf("policyCookie(%d) = %#x, want %#x", tt.vni, got, tt.want)
+		}
+		if kind, vni, _, ok := parseCookie(got); !ok || kind != kindPolicy || vni != tt.vni {
+			t.Errorf("parseCookie(%#x) = %d, %d, %t; want %d, %d, true", got, kind, vni, ok, kindPolicy, tt.vni)
+		}
+	}
+	selects := func(m *goovs.MatchFlow, c uint64) bool { return c&m.CookieMask == m.Cookie }
+	attachments := []uint64{cookie(kindDefault, 0, netip.Addr{}), cookie(kindLocal, 7, netip.MustParseAddr("10.0.0.1")), cookie(kindRemote, network.MaxVNI, netip.MustParseAddr("255.255.255.255"))}
+	for _, c := range attachments {
+		if !selects(attachmentFlows(), c) || selects(policyGates(), c) {
+			t.Errorf("cookie %#x: selected by attachmentFlows %t, by policyGates %t; want true, false", c, selects(attachmentFlows(), c), selects(policyGates(), c))
+		}
+	}
+	for _, c := range []uint64{policyCookie(1), policyCookie(network.MaxVNI)} {
+		if selects(attachmentFlows(), c) || !selects(policyGates(), c) {
+			t.Errorf("cookie %#x: selected by attachmentFlows %t, by policyGates %t; want false, true", c, selects(attachmentFlows(), c), selects(policyGates(), c))
+		}
+	}
+	// The gate must come before forwarding in forwardTable.
+	if policy.GatePriority <= max(macPriority, arpPriority) {
+		t.Errorf("policy.GatePriority = %d, want above the forwarding flows' %d and %d", policy.GatePriority, macPriority, arpPriority)
 	}
 }
 

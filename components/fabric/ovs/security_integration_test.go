@@ -308,7 +308,7 @@ func TestIntegrationTunnelIngress(t *testing.T) {
 	if inv := list(t, a.fabric); len(inv.PartialLocal)+len(inv.PartialRemote) != 0 {
 		t.Errorf("List found partial attachments: %+v", inv)
 	}
-	flows, err := a.fabric.ovs.dumpFlows(ctx, DefaultBridge, allKOSFlows())
+	flows, err := a.fabric.ovs.dumpFlows(ctx, DefaultBridge, attachmentFlows())
 	if err != nil {
 		t.Fatal(err)
 	}
