@@ -38,7 +38,7 @@ rm -rf components/generated/clientset components/generated/listers \
   components/generated/informers components/generated/openapi
 
 "$bin/deepcopy-gen" --go-header-file "$header" --output-file zz_generated.deepcopy.go \
-  "$apis/network" "$apis/network/v1alpha1"
+  "$apis/network" "$apis/network/v1alpha1" "$apis/multinetworkpolicy/v1beta1"
 "$bin/defaulter-gen" --go-header-file "$header" --output-file zz_generated.defaults.go \
   "$apis/network/v1alpha1"
 "$bin/conversion-gen" --go-header-file "$header" --output-file zz_generated.conversion.go \
