@@ -1,0 +1,176 @@
+// Package multinetworkpolicy provides the MultiNetworkPolicy controller: it
+// tells, in Events on each MultiNetworkPolicy, which KOS networks the policy
+// governs, how many pods it selects on them, and what of it KOS cannot
+// honour (policymodel's Report). It writes nothing else yet: how the
+// per-node models reach the agents is planned in docs/policy.md.
+//
+// It reads MultiNetworkPolicies and NetworkAttachmentDefinitions through
+// dynamic informers, pods and namespaces from the main cluster, Subnets and
+// NetworkAttachments from kos-apiserver. Its pod informer must keep pods'
+// labels and container ports (TrimPod): the pod-network controller's
+// trimmed pods lack both.
+package multinetworkpolicy
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/kos-sdn/kos/components/controllers/keyqueue"
+	kosinformers "github.com/kos-sdn/kos/components/generated/informers/externalversions/network/v1alpha1"
+	listers "github.com/kos-sdn/kos/components/generated/listers/network/v1alpha1"
+)
+
+// QueueName names the controller's work queue in metrics.
+const QueueName = "kos_multi_network_policy"
+
+// TrimPod is a cache transform that keeps only what policies read of a
+// pod: name, namespace, UID, resource version, labels, phase and the
+// containers' (and sidecars') ports. Other objects pass unchanged.
+func TrimPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	trimmed := &corev1.Pod{
+		TypeMeta: pod.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            pod.Name,
+			Namespace:       pod.Namespace,
+			UID:             pod.UID,
+			ResourceVersion: pod.ResourceVersion,
+			Labels:          pod.Labels,
+		},
+		Status: corev1.PodStatus{Phase: pod.Status.Phase},
+	}
+	trim := func(cs []corev1.Container, sidecars bool) []corev1.Container {
+		var out []corev1.Container
+		for _, c := range cs {
+			if len(c.Ports) == 0 || (sidecars && (c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways)) {
+				continue
+			}
+			out = append(out, corev1.Container{Name: c.Name, Ports: c.Ports, RestartPolicy: c.RestartPolicy})
+		}
+		return out
+	}
+	trimmed.Spec.Containers = trim(pod.Spec.Containers, false)
+	trimmed.Spec.InitContainers = trim(pod.Spec.InitContainers, true)
+	return trimmed, nil
+}
+
+// PodInformerOptions are the options of the shared informer factory of the
+// controller's pods: every pod, cut down by TrimPod.
+func PodInformerOptions() []informers.SharedInformerOption {
+	return []informers.SharedInformerOption{informers.WithTransform(TrimPod)}
+}
+
+// Controller reports what MultiNetworkPolicies apply to.
+type Controller struct {
+	policies    cache.GenericLister
+	definitions cache.GenericLister
+	pods        corelisters.PodLister
+	namespaces  corelisters.NamespaceLister
+	subnets     listers.SubnetLister
+	attachments listers.NetworkAttachmentLister
+	synced      []cache.InformerSynced
+	queue       *keyqueue.Queue
+	recorder    record.EventRecorder
+
+	// told holds, by policy key, what the Events last said of the policy,
+	// so that a policy gets Events when what they say changes, not at each
+	// pod's change. It is forgotten on restart: each policy then gets its
+	// Events once more.
+	mu   sync.Mutex
+	told map[string]told
+}
+
+// NewController returns a controller that reports on the MultiNetworkPolicies
+// policies informs about (a dynamic informer), given definitions
+// (NetworkAttachmentDefinitions, a dynamic informer), pods (cut down by
+// TrimPod at most), namespaces, subnets and attachments. It registers its
+// event handlers at once; the caller starts the informers.
+func NewController(policies, definitions informers.GenericInformer, pods coreinformers.PodInformer, namespaces coreinformers.NamespaceInformer,
+	subnets kosinformers.SubnetInformer, attachments kosinformers.NetworkAttachmentInformer, recorder record.EventRecorder) (*Controller, error) {
+	c := &Controller{
+		policies:    policies.Lister(),
+		definitions: definitions.Lister(),
+		pods:        pods.Lister(),
+		namespaces:  namespaces.Lister(),
+		subnets:     subnets.Lister(),
+		attachments: attachments.Lister(),
+		queue:       keyqueue.New(QueueName),
+		recorder:    recorder,
+		told:        map[string]told{},
+	}
+	if _, err := policies.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueue,
+		UpdateFunc: func(_, obj any) { c.enqueue(obj) },
+		DeleteFunc: c.enqueue,
+	}); err != nil {
+		return nil, fmt.Errorf("adding the policy event handler: %w", err)
+	}
+	c.synced = append(c.synced, policies.Informer().HasSynced)
+	// Any of these may change what any policy applies to: a pod's labels,
+	// a namespace's, a definition's subnet, an attachment's address.
+	everything := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.enqueueAll() },
+		UpdateFunc: func(any, any) { c.enqueueAll() },
+		DeleteFunc: func(any) { c.enqueueAll() },
+	}
+	for name, informer := range map[string]cache.SharedIndexInformer{
+		"definition": definitions.Informer(), "pod": pods.Informer(), "namespace": namespaces.Informer(),
+		"subnet": subnets.Informer(), "attachment": attachments.Informer(),
+	} {
+		if _, err := informer.AddEventHandler(everything); err != nil {
+			return nil, fmt.Errorf("adding the %s event handler: %w", name, err)
+		}
+		c.synced = append(c.synced, informer.HasSynced)
+	}
+	return c, nil
+}
+
+// enqueue adds the key of a policy, or of a deleted one's tombstone.
+func (c *Controller) enqueue(obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	c.queue.Add(key)
+}
+
+// enqueueAll adds the key of every policy. The queue holds a key once, so
+// a burst of changes costs each policy one sync.
+func (c *Controller) enqueueAll() {
+	objs, err := c.policies.List(labels.Everything())
+	if err != nil {
+		utilruntime.HandleError(fmt.Errorf("listing MultiNetworkPolicies from the cache: %w", err))
+		return
+	}
+	for _, obj := range objs {
+		c.enqueue(obj)
+	}
+}
+
+// Run waits for the informers' caches, then runs workers goroutines that
+// report on policies until ctx ends. It returns once they all stopped.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	logger := klog.FromContext(ctx)
+	logger.Info("Starting the MultiNetworkPolicy controller", "workers", workers)
+	if err := c.queue.Run(ctx, workers, c.sync, c.synced...); err != nil {
+		return err
+	}
+	logger.Info("Stopped the MultiNetworkPolicy controller")
+	return nil
+}
