@@ -85,7 +85,11 @@ func applied(r policymodel.Report) string {
 	if len(nets) > 1 {
 		network = "networks"
 	}
-	return fmt.Sprintf("Applies to %d pods on KOS %s %s.", r.Pods, network, strings.Join(nets, ", "))
+	pods := "pods"
+	if r.Pods == 1 {
+		pods = "pod"
+	}
+	return fmt.Sprintf("Applies to %d %s on KOS %s %s.", r.Pods, pods, network, strings.Join(nets, ", "))
 }
 
 // tell records the Events of what now says that differ from what the
