@@ -17,8 +17,10 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
@@ -121,21 +123,34 @@ func NewController(policies, definitions informers.GenericInformer, pods coreinf
 		return nil, fmt.Errorf("adding the policy event handler: %w", err)
 	}
 	c.synced = append(c.synced, policies.Informer().HasSynced)
-	// Any of these may change what any policy applies to: a pod's labels,
-	// a namespace's, a definition's subnet, an attachment's address.
-	everything := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { c.enqueueAll() },
-		UpdateFunc: func(any, any) { c.enqueueAll() },
-		DeleteFunc: func(any) { c.enqueueAll() },
+	// A pod, an attachment, a definition or a subnet changes only what
+	// the policies of its namespace apply to (see input); a namespace's
+	// labels may change any policy's peers.
+	inNamespace := cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueueNamespace,
+		UpdateFunc: func(_, obj any) { c.enqueueNamespace(obj) },
+		DeleteFunc: c.enqueueNamespace,
 	}
-	for name, informer := range map[string]cache.SharedIndexInformer{
-		"definition": definitions.Informer(), "pod": pods.Informer(), "namespace": namespaces.Informer(),
-		"subnet": subnets.Informer(), "attachment": attachments.Informer(),
+	everything := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.enqueueAll("") },
+		UpdateFunc: func(any, any) { c.enqueueAll("") },
+		DeleteFunc: func(any) { c.enqueueAll("") },
+	}
+	for _, h := range []struct {
+		name     string
+		informer cache.SharedIndexInformer
+		handler  cache.ResourceEventHandler
+	}{
+		{"definition", definitions.Informer(), inNamespace},
+		{"pod", pods.Informer(), inNamespace},
+		{"namespace", namespaces.Informer(), everything},
+		{"subnet", subnets.Informer(), inNamespace},
+		{"attachment", attachments.Informer(), inNamespace},
 	} {
-		if _, err := informer.AddEventHandler(everything); err != nil {
-			return nil, fmt.Errorf("adding the %s event handler: %w", name, err)
+		if _, err := h.informer.AddEventHandler(h.handler); err != nil {
+			return nil, fmt.Errorf("adding the %s event handler: %w", h.name, err)
 		}
-		c.synced = append(c.synced, informer.HasSynced)
+		c.synced = append(c.synced, h.informer.HasSynced)
 	}
 	return c, nil
 }
@@ -150,10 +165,31 @@ func (c *Controller) enqueue(obj any) {
 	c.queue.Add(key)
 }
 
-// enqueueAll adds the key of every policy. The queue holds a key once, so
-// a burst of changes costs each policy one sync.
-func (c *Controller) enqueueAll() {
-	objs, err := c.policies.List(labels.Everything())
+// enqueueNamespace adds the keys of the policies of the namespace of obj,
+// or of a deleted one's tombstone.
+func (c *Controller) enqueueNamespace(obj any) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	o, err := meta.Accessor(obj)
+	if err != nil {
+		utilruntime.HandleError(fmt.Errorf("reading the namespace of %T: %w", obj, err))
+		return
+	}
+	c.enqueueAll(o.GetNamespace())
+}
+
+// enqueueAll adds the key of every policy of namespace, or of every one
+// when namespace is "". The queue holds a key once, so a burst of changes
+// costs each policy one sync.
+func (c *Controller) enqueueAll(namespace string) {
+	var objs []runtime.Object
+	var err error
+	if namespace == "" {
+		objs, err = c.policies.List(labels.Everything())
+	} else {
+		objs, err = c.policies.ByNamespace(namespace).List(labels.Everything())
+	}
 	if err != nil {
 		utilruntime.HandleError(fmt.Errorf("listing MultiNetworkPolicies from the cache: %w", err))
 		return

@@ -114,21 +114,26 @@ func (c *Controller) tell(ctx context.Context, key string, policy *unstructured.
 	klog.FromContext(ctx).V(2).Info("Told what a MultiNetworkPolicy applies to", "policy", key, "applied", now.applied, "problems", now.problems)
 }
 
-// input returns the cluster state that policy's report reads.
+// input returns the cluster state that policy's report reads: every
+// namespace, definition and subnet, but only the pods and attachments of
+// the policy's namespace. The others cannot count: a policy governs KOS
+// networks of its own namespace only (KOS gives interfaces on a definition
+// to pods of the definition's namespace), so the attachments on them, and
+// the pods they belong to, its peers included, are all of that namespace.
 func (c *Controller) input(policy *v1beta1.MultiNetworkPolicy) (policymodel.Input, error) {
 	in := policymodel.Input{Policies: []*v1beta1.MultiNetworkPolicy{policy}}
 	var err error
-	if in.Pods, err = c.pods.List(labels.Everything()); err != nil {
+	if in.Pods, err = c.pods.Pods(policy.Namespace).List(labels.Everything()); err != nil {
 		return in, fmt.Errorf("listing pods from the cache: %w", err)
+	}
+	if in.Attachments, err = c.attachments.NetworkAttachments(policy.Namespace).List(labels.Everything()); err != nil {
+		return in, fmt.Errorf("listing attachments from the cache: %w", err)
 	}
 	if in.Namespaces, err = c.namespaces.List(labels.Everything()); err != nil {
 		return in, fmt.Errorf("listing namespaces from the cache: %w", err)
 	}
 	if in.Subnets, err = c.subnets.List(labels.Everything()); err != nil {
 		return in, fmt.Errorf("listing subnets from the cache: %w", err)
-	}
-	if in.Attachments, err = c.attachments.List(labels.Everything()); err != nil {
-		return in, fmt.Errorf("listing attachments from the cache: %w", err)
 	}
 	defs, err := c.definitions.List(labels.Everything())
 	if err != nil {

@@ -2,6 +2,7 @@ package multinetworkpolicy
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -200,5 +201,40 @@ func TestTrimPod(t *testing.T) {
 	}
 	if diff := cmp.Diff(got, want); diff != "" {
 		t.Errorf("TrimPod (-got +want):\n%s", diff)
+	}
+}
+
+func TestEnqueueNamespace(t *testing.T) {
+	f := newFixture(t)
+	f.setPolicy(t, "web", "u1", "blue", map[string]any{})
+	f.setPolicy(t, "mac", "u2", "mac", map[string]any{})
+	other := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "k8s.cni.cncf.io/v1beta1", "kind": "MultiNetworkPolicy",
+		"metadata": map[string]any{"namespace": "b", "name": "other"},
+	}}
+	if err := f.policies.Add(other); err != nil {
+		t.Fatal(err)
+	}
+	keys := func() []string {
+		var out []string
+		for f.c.queue.Len() > 0 {
+			k, _ := f.c.queue.Get()
+			out = append(out, k)
+			f.c.queue.Done(k)
+		}
+		slices.Sort(out)
+		return out
+	}
+	f.c.enqueueNamespace(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "p"}})
+	if diff := cmp.Diff(keys(), []string{"a/mac", "a/web"}); diff != "" {
+		t.Errorf("keys queued by a pod of namespace a (-got +want):\n%s", diff)
+	}
+	f.c.enqueueNamespace(cache.DeletedFinalStateUnknown{Key: "b/p", Obj: &v1alpha1.NetworkAttachment{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "p"}}})
+	if diff := cmp.Diff(keys(), []string{"b/other"}); diff != "" {
+		t.Errorf("keys queued by a deleted attachment of namespace b (-got +want):\n%s", diff)
+	}
+	f.c.enqueueAll("")
+	if diff := cmp.Diff(keys(), []string{"a/mac", "a/web", "b/other"}); diff != "" {
+		t.Errorf("keys queued by a namespace (-got +want):\n%s", diff)
 	}
 }
