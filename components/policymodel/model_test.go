@@ -18,7 +18,12 @@ import (
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/controllers/podnetwork"
 	"github.com/kos-sdn/kos/components/fabric"
+	ovspolicy "github.com/kos-sdn/kos/components/fabric/ovs/policy"
 )
+
+// pipeline is where the OVS fabric's policy compiler puts its flows; the
+// tests compile every model with it, as an agent's SetPolicy would.
+var pipeline = ovspolicy.Pipeline{Forward: 1, State: 2, Egress: 3, Ingress: 4, Cookie: 0x6b8000070000000}
 
 // The cluster of the tests. Namespace a has two KOS networks, blue (VNI 7,
 // 10.0.0.0/24) and red (VNI 8, 10.1.0.0/24), and a macvlan definition;
@@ -465,8 +470,8 @@ func TestBuild(t *testing.T) {
 			}
 			for vni, nodes := range got.Networks {
 				for node, np := range nodes {
-					if err := np.Validate(); err != nil {
-						t.Errorf("network %d on node %s: %v", vni, node, err)
+					if _, err := ovspolicy.Compile(np, pipeline); err != nil {
+						t.Errorf("compiling network %d on node %s: %v", vni, node, err)
 					}
 				}
 			}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kos-sdn/kos/components/apis/multinetworkpolicy/v1beta1"
 	"github.com/kos-sdn/kos/components/fabric"
+	ovspolicy "github.com/kos-sdn/kos/components/fabric/ovs/policy"
 )
 
 // endpoint is one end of a probed connection on network blue: a pod's
@@ -59,6 +60,11 @@ func TestTruthTable(t *testing.T) {
 		}
 		in.Policies = policies
 		m := Build(in)
+		for node, np := range m.Networks[7] {
+			if _, err := ovspolicy.Compile(np, pipeline); err != nil {
+				t.Fatalf("round %d: compiling the model of node %s: %v", round, node, err)
+			}
+		}
 		for _, src := range ends {
 			for _, dst := range ends {
 				if src == dst {
