@@ -280,17 +280,18 @@ func (s *state) policy(p *v1beta1.MultiNetworkPolicy) ([]nodePolicy, Report) {
 		}
 		groups := map[string]*group{}
 		var order []string
+		// Rules are resolved once per network, their slices shared by
+		// the network's fabric.Policy values.
 		var egressOut []fabric.Rule
 		if egress {
 			egressOut = s.egressRules(p.Namespace, egressRules, subnets)
 		}
-		ingressFor := s.ingressRules(p.Namespace, ingressRules, subnets)
+		ingressFor := func(*corev1.Pod) ([]fabric.Rule, string) { return nil, "" }
+		if ingress {
+			ingressFor = s.ingressRules(p.Namespace, ingressRules, subnets)
+		}
 		for _, pod := range selected {
-			var ingressOut []fabric.Rule
-			var key string
-			if ingress {
-				ingressOut, key = ingressFor(pod)
-			}
+			ingressOut, key := ingressFor(pod)
 			for _, a := range s.attachments[pod.UID] {
 				if !subnets[a.subnet] {
 					continue
@@ -324,23 +325,7 @@ func (s *state) policy(p *v1beta1.MultiNetworkPolicy) ([]nodePolicy, Report) {
 		}
 	}
 	r.Pods = len(counted)
-	// Each rule is resolved once per network and problems would repeat
-	// for every network; and resolving named ports repeats them per pod.
-	r.Problems = compactProblems(r.Problems)
 	return out, r
-}
-
-// compactProblems drops repeats, keeping the first of each in order.
-func compactProblems(problems []string) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, p := range problems {
-		if !seen[p] {
-			seen[p] = true
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // selectPods returns the live pods that podSel selects: in namespace when
