@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -76,22 +77,21 @@ type Report struct {
 // subnetKey names a Subnet: its namespace and name.
 type subnetKey = types.NamespacedName
 
-// attachment is an addressed interface of a pod on a KOS network.
-type attachment struct {
-	subnet subnetKey
-	vni    uint32
-	node   string
-	addr   netip.Addr
+// member is an addressed interface of a live pod on a KOS network.
+type member struct {
+	pod  *corev1.Pod
+	node string
+	addr netip.Addr
 }
 
 // state indexes an Input for the policies' lookups.
 type state struct {
 	namespaceLabels map[string]labels.Set
-	pods            []*corev1.Pod
 	definitions     map[types.NamespacedName]*unstructured.Unstructured
 	subnetVNIs      map[subnetKey]uint32
-	// attachments are the addressed attachments of each live pod, by UID.
-	attachments map[types.UID][]attachment
+	// members are the live pods' addressed interfaces, by subnet: all a
+	// policy's selectors can select on its networks.
+	members map[subnetKey][]member
 }
 
 // Build returns the model of in's policies.
@@ -129,7 +129,7 @@ func index(in Input) *state {
 		namespaceLabels: map[string]labels.Set{},
 		definitions:     map[types.NamespacedName]*unstructured.Unstructured{},
 		subnetVNIs:      map[subnetKey]uint32{},
-		attachments:     map[types.UID][]attachment{},
+		members:         map[subnetKey][]member{},
 	}
 	for _, ns := range in.Namespaces {
 		s.namespaceLabels[ns.Name] = ns.Labels
@@ -148,7 +148,6 @@ func index(in Input) *state {
 			continue
 		}
 		live[p.UID] = p
-		s.pods = append(s.pods, p)
 	}
 	for _, a := range in.Attachments {
 		pod := live[types.UID(a.Labels[podnetwork.PodUIDLabel])]
@@ -164,7 +163,7 @@ func index(in Input) *state {
 		if !ok || (a.Status.AddressVNI != 0 && a.Status.AddressVNI != vni) {
 			continue // the address belongs to a subnet that is gone
 		}
-		s.attachments[pod.UID] = append(s.attachments[pod.UID], attachment{subnet: sk, vni: vni, node: a.Spec.Node, addr: addr})
+		s.members[sk] = append(s.members[sk], member{pod: pod, node: a.Spec.Node, addr: addr})
 	}
 	return s
 }
@@ -260,51 +259,49 @@ func (s *state) policy(p *v1beta1.MultiNetworkPolicy) ([]nodePolicy, Report) {
 	}
 	spec := &p.Spec
 	ingress, egress := policyTypes(spec, &r.Problems)
-	var selected []*corev1.Pod
-	if sel, err := metav1.LabelSelectorAsSelector(&spec.PodSelector); err != nil {
+	podSel, err := metav1.LabelSelectorAsSelector(&spec.PodSelector)
+	if err != nil {
 		r.Problems = append(r.Problems, fmt.Sprintf("spec.podSelector: %v; the policy selects no pod.", err))
-	} else {
-		selected = s.selectPods(p.Namespace, nil, sel)
+		podSel = labels.Nothing()
 	}
 	ingressRules := parseIngress(spec.Ingress, &r.Problems)
 	egressRules := parseEgress(spec.Egress, &r.Problems)
 	var out []nodePolicy
 	counted := map[types.UID]bool{}
 	for _, vni := range r.Networks {
-		subnets := nets[vni]
-		// Selected attachments, grouped by how the policy's ingress named
-		// ports resolve on their pods: each group is one fabric.Policy.
+		members := s.network(nets[vni])
+		// Rules are resolved once per network, their slices shared by
+		// the network's fabric.Policy values.
+		var egressOut []fabric.Rule
+		if egress {
+			egressOut = egressRules.resolve(s, p.Namespace, members)
+		}
+		ingressFor := func(*corev1.Pod) ([]fabric.Rule, string) { return nil, "" }
+		if ingress {
+			ingressFor = ingressRules.forTarget(s, p.Namespace, members)
+		}
+		// The selected members, grouped by how the policy's ingress named
+		// ports resolve on their pods: each group is one fabric.Policy
+		// per node.
 		type group struct {
 			ingress []fabric.Rule
 			byNode  map[string][]netip.Addr
 		}
 		groups := map[string]*group{}
 		var order []string
-		// Rules are resolved once per network, their slices shared by
-		// the network's fabric.Policy values.
-		var egressOut []fabric.Rule
-		if egress {
-			egressOut = s.egressRules(p.Namespace, egressRules, subnets)
-		}
-		ingressFor := func(*corev1.Pod) ([]fabric.Rule, string) { return nil, "" }
-		if ingress {
-			ingressFor = s.ingressRules(p.Namespace, ingressRules, subnets)
-		}
-		for _, pod := range selected {
-			ingressOut, key := ingressFor(pod)
-			for _, a := range s.attachments[pod.UID] {
-				if !subnets[a.subnet] {
-					continue
-				}
-				counted[pod.UID] = true
-				g := groups[key]
-				if g == nil {
-					g = &group{ingress: ingressOut, byNode: map[string][]netip.Addr{}}
-					groups[key] = g
-					order = append(order, key)
-				}
-				g.byNode[a.node] = append(g.byNode[a.node], a.addr)
+		for _, m := range members {
+			if m.pod.Namespace != p.Namespace || !podSel.Matches(labels.Set(m.pod.Labels)) {
+				continue
 			}
+			counted[m.pod.UID] = true
+			ingressOut, key := ingressFor(m.pod)
+			g := groups[key]
+			if g == nil {
+				g = &group{ingress: ingressOut, byNode: map[string][]netip.Addr{}}
+				groups[key] = g
+				order = append(order, key)
+			}
+			g.byNode[m.node] = append(g.byNode[m.node], m.addr)
 		}
 		if !ingress && !egress {
 			continue
@@ -328,20 +325,33 @@ func (s *state) policy(p *v1beta1.MultiNetworkPolicy) ([]nodePolicy, Report) {
 	return out, r
 }
 
-// selectPods returns the live pods that podSel selects: in namespace when
-// nsSel is nil, else in the namespaces nsSel selects.
-func (s *state) selectPods(namespace string, nsSel, podSel labels.Selector) []*corev1.Pod {
-	var out []*corev1.Pod
-	for _, pod := range s.pods {
-		if nsSel == nil && pod.Namespace != namespace {
-			continue
-		}
-		if nsSel != nil && !nsSel.Matches(s.namespaceLabels[pod.Namespace]) {
-			continue
-		}
-		if podSel.Matches(labels.Set(pod.Labels)) {
-			out = append(out, pod)
-		}
+// network returns the members of a policy's subnets of one network.
+func (s *state) network(subnets map[subnetKey]bool) []member {
+	keys := make([]subnetKey, 0, len(subnets))
+	for k := range subnets {
+		keys = append(keys, k)
+	}
+	if len(keys) == 1 {
+		return s.members[keys[0]] // read only: no copy
+	}
+	slices.SortFunc(keys, func(a, b subnetKey) int { return strings.Compare(a.String(), b.String()) })
+	var out []member
+	for _, k := range keys {
+		out = append(out, s.members[k]...)
 	}
 	return out
+}
+
+// selects reports whether a peer's selectors select pod for a policy of
+// namespace: podSel in namespace when nsSel is nil, else podSel in the
+// namespaces nsSel selects.
+func (s *state) selects(namespace string, sel selector, pod *corev1.Pod) bool {
+	if sel.nsSel == nil {
+		if pod.Namespace != namespace {
+			return false
+		}
+	} else if !sel.nsSel.Matches(s.namespaceLabels[pod.Namespace]) {
+		return false
+	}
+	return sel.podSel.Matches(labels.Set(pod.Labels))
 }

@@ -46,17 +46,20 @@ type namedPort struct {
 	name     string
 }
 
-func parseIngress(rules []networkingv1.NetworkPolicyIngressRule, problems *[]string) []rule {
-	var out []rule
-	for i, r := range rules {
+// rules are the rules of one direction of a policy.
+type rules []rule
+
+func parseIngress(rs []networkingv1.NetworkPolicyIngressRule, problems *[]string) rules {
+	var out rules
+	for i, r := range rs {
 		out = append(out, parseRule(fmt.Sprintf("spec.ingress[%d]", i), "from", r.From, r.Ports, problems))
 	}
 	return out
 }
 
-func parseEgress(rules []networkingv1.NetworkPolicyEgressRule, problems *[]string) []rule {
-	var out []rule
-	for i, r := range rules {
+func parseEgress(rs []networkingv1.NetworkPolicyEgressRule, problems *[]string) rules {
+	var out rules
+	for i, r := range rs {
 		out = append(out, parseRule(fmt.Sprintf("spec.egress[%d]", i), "to", r.To, r.Ports, problems))
 	}
 	return out
@@ -170,24 +173,16 @@ func parseBlock(b *networkingv1.IPBlock) (fabric.Peer, error) {
 	return peer, nil
 }
 
-// addrs returns a pod's addresses on the given subnets of a network.
-func (s *state) addrs(pod *corev1.Pod, subnets map[subnetKey]bool) []netip.Addr {
+// peerAddrs returns the addresses of the members that a rule's selectors
+// select, for a policy of namespace.
+func (s *state) peerAddrs(namespace string, r rule, members []member) []netip.Addr {
 	var out []netip.Addr
-	for _, a := range s.attachments[pod.UID] {
-		if subnets[a.subnet] {
-			out = append(out, a.addr)
-		}
-	}
-	return out
-}
-
-// peerAddrs returns the addresses, on the given subnets of a network, of
-// the pods that a rule's selectors select.
-func (s *state) peerAddrs(namespace string, r rule, subnets map[subnetKey]bool) []netip.Addr {
-	var out []netip.Addr
-	for _, sel := range r.selectors {
-		for _, pod := range s.selectPods(namespace, sel.nsSel, sel.podSel) {
-			out = append(out, s.addrs(pod, subnets)...)
+	for _, m := range members {
+		for _, sel := range r.selectors {
+			if s.selects(namespace, sel, m.pod) {
+				out = append(out, m.addr)
+				break
+			}
 		}
 	}
 	slices.SortFunc(out, netip.Addr.Compare)
@@ -255,19 +250,19 @@ func containerPorts(pod *corev1.Pod, n namedPort) []uint16 {
 	return out
 }
 
-// ingressRules returns the function that gives a policy's ingress rules on
-// one network as they apply to one selected pod, whose containers name
-// the named ports, with a key that is the same for two pods exactly when
-// their named ports resolve the same.
-func (s *state) ingressRules(namespace string, rules []rule, subnets map[subnetKey]bool) func(*corev1.Pod) ([]fabric.Rule, string) {
-	rulePeers := make([][]fabric.Peer, len(rules))
-	for i, r := range rules {
-		rulePeers[i] = peers(r, s.peerAddrs(namespace, r, subnets))
+// forTarget returns the function that gives a policy's ingress rules on
+// one network, whose members are given, as they apply to one selected pod,
+// whose containers name the named ports, with a key that is the same for
+// two pods exactly when their named ports resolve the same.
+func (rs rules) forTarget(s *state, namespace string, members []member) func(*corev1.Pod) ([]fabric.Rule, string) {
+	rulePeers := make([][]fabric.Peer, len(rs))
+	for i, r := range rs {
+		rulePeers[i] = peers(r, s.peerAddrs(namespace, r, members))
 	}
 	return func(pod *corev1.Pod) ([]fabric.Rule, string) {
 		var out []fabric.Rule
 		var key strings.Builder
-		for i, r := range rules {
+		for i, r := range rs {
 			ports, ok := resolve(r, pod)
 			if len(r.named) > 0 {
 				fmt.Fprintf(&key, "%d:%v;", i, ports)
@@ -280,16 +275,16 @@ func (s *state) ingressRules(namespace string, rules []rule, subnets map[subnetK
 	}
 }
 
-// egressRules returns a policy's egress rules on one network. A named
-// port is the destination's: the rule allows it to each peer pod as that
-// pod's containers number it, so a rule with named ports becomes one rule
-// per set of numbers. The pods a named port may reach are those the rule's
-// selectors select and those whose address on the network lies in one of
-// its blocks (any, when it has no to).
-func (s *state) egressRules(namespace string, rules []rule, subnets map[subnetKey]bool) []fabric.Rule {
+// resolve returns a policy's egress rules on one network, whose members
+// are given. A named port is the destination's: the rule allows it to each
+// peer pod as that pod's containers number it, so a rule with named ports
+// becomes one rule per set of numbers. The pods a named port may reach are
+// those the rule's selectors select and those whose address on the network
+// lies in one of its blocks (any, when it has no to).
+func (rs rules) resolve(s *state, namespace string, members []member) []fabric.Rule {
 	var out []fabric.Rule
-	for _, r := range rules {
-		addrs := s.peerAddrs(namespace, r, subnets)
+	for _, r := range rs {
+		addrs := s.peerAddrs(namespace, r, members)
 		all := peers(r, addrs)
 		if len(all) == 0 {
 			continue
@@ -307,24 +302,22 @@ func (s *state) egressRules(namespace string, rules []rule, subnets map[subnetKe
 		}
 		groups := map[string]*group{}
 		var order []string
-		for _, pod := range s.pods {
-			for _, a := range s.addrs(pod, subnets) {
-				if !r.all && !slices.Contains(addrs, a) && !inBlocks(r.blocks, a) {
-					continue
-				}
-				ports, ok := resolve(rule{named: r.named}, pod)
-				if !ok {
-					continue
-				}
-				key := fmt.Sprint(ports)
-				g := groups[key]
-				if g == nil {
-					g = &group{ports: ports}
-					groups[key] = g
-					order = append(order, key)
-				}
-				g.addrs = append(g.addrs, a)
+		for _, m := range members {
+			if _, selected := slices.BinarySearchFunc(addrs, m.addr, netip.Addr.Compare); !r.all && !selected && !inBlocks(r.blocks, m.addr) {
+				continue
 			}
+			ports, ok := resolve(rule{named: r.named}, m.pod)
+			if !ok {
+				continue
+			}
+			key := fmt.Sprint(ports)
+			g := groups[key]
+			if g == nil {
+				g = &group{ports: ports}
+				groups[key] = g
+				order = append(order, key)
+			}
+			g.addrs = append(g.addrs, m.addr)
 		}
 		slices.Sort(order)
 		for _, key := range order {
