@@ -63,7 +63,7 @@ const (
 const underlayRecordFile = "kos-underlay.json"
 
 // hostVethName matches the names of the agent's interfaces
-// (fabric.InterfaceName): the host ends of pods' veth pairs among them.
+// (v1alpha1.InterfaceName): the host ends of pods' veth pairs among them.
 var hostVethName = regexp.MustCompile(`^kos[0-9a-f]{12}$`)
 
 // CleanupConfig says what Cleanup removes. Every path is a path of the

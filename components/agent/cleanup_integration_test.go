@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kos-sdn/kos/components/agent"
+	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/cni"
 	"github.com/kos-sdn/kos/components/fabric"
 	"github.com/kos-sdn/kos/components/fabric/ovs"
@@ -299,7 +300,7 @@ func TestIntegrationCleanup(t *testing.T) {
 		"Underlay addresses 192.168.78.2/24 and their routes back on ul0, as /var/lib/kos/openvswitch/kos-underlay.json recorded",
 		"Deleted bridge kos with its ports from kos-ovs's Open vSwitch (/var/lib/kos/openvswitch)",
 		"Deleted bridge br-ul",
-		"Deleted the veth pair of interface " + fabric.InterfaceName(local(301, "10.98.1.8").MAC()),
+		"Deleted the veth pair of interface " + v1alpha1.InterfaceName(local(301, "10.98.1.8").MAC()),
 		"Removed /opt/cni/bin/kos\n",
 		"Removed /var/run/kos/cni.sock",
 		"Removed /var/lib/kos (empty)",

@@ -28,7 +28,6 @@ import (
 
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/cni"
-	"github.com/kos-sdn/kos/components/controllers/podnetwork"
 	"github.com/kos-sdn/kos/components/fabric"
 )
 
@@ -263,14 +262,14 @@ func (a *Agent) subnetPrefix(ctx context.Context, ns, name string) (int, *types.
 // podPlugOf returns what a request plugs for the attachment key at addr,
 // in a subnet with prefix length bits.
 func (a *Agent) podPlugOf(ctx context.Context, req *cni.Request, key string, addr address, bits int) *podPlug {
-	mac := fabric.MACAddress(addr.vni, addr.ip)
+	mac := v1alpha1.MACAddress(addr.vni, addr.ip)
 	return &podPlug{
 		key:   key,
 		addr:  addr,
 		owner: plugOwner(req),
 		veth: &veth{
 			hostNetns:         a.cni.HostNetns,
-			hostName:          fabric.InterfaceName(mac),
+			hostName:          v1alpha1.InterfaceName(mac),
 			podNetns:          cni.NetnsPath(ctx, req.Netns),
 			sandbox:           req.Netns,
 			podName:           req.IfName,
@@ -320,16 +319,16 @@ func checkRequestedIPs(ips []string, has netip.Addr) error {
 // podAttachment returns the local attachment of a pod's interface from the
 // cache, with its address if it has one, or why there is none yet.
 func (a *Agent) podAttachment(req *cni.Request) (*v1alpha1.NetworkAttachment, string) {
-	key := req.Pod.Namespace + "/" + podnetwork.AttachmentName(req.Pod.Name, req.IfName)
+	key := req.Pod.Namespace + "/" + v1alpha1.AttachmentName(req.Pod.Name, req.IfName)
 	obj, exists, err := a.localInformer.GetIndexer().GetByKey(key)
 	if err != nil || !exists {
 		return nil, fmt.Sprintf("no NetworkAttachment %s for interface %s of pod %s on node %s: kos-controller-manager makes it once the pod's k8s.v1.cni.cncf.io/networks annotation names a NetworkAttachmentDefinition of type kos (see the pod's events)", key, req.IfName, req.Pod, a.node)
 	}
 	att := obj.(*v1alpha1.NetworkAttachment)
-	if uid := att.Labels[podnetwork.PodUIDLabel]; req.Pod.UID != "" && uid != req.Pod.UID {
+	if uid := att.Labels[v1alpha1.PodUIDLabel]; req.Pod.UID != "" && uid != req.Pod.UID {
 		return nil, fmt.Sprintf("NetworkAttachment %s is for pod UID %s, not %s: an earlier pod of that name's, which kos-controller-manager replaces", key, uid, req.Pod.UID)
 	}
-	if ifname := att.Annotations[podnetwork.InterfaceAnnotation]; ifname != req.IfName {
+	if ifname := att.Annotations[v1alpha1.InterfaceAnnotation]; ifname != req.IfName {
 		return nil, fmt.Sprintf("NetworkAttachment %s is for interface %q, not %s (see the pod's events)", key, ifname, req.IfName)
 	}
 	return att, ""
@@ -390,8 +389,8 @@ func (a *Agent) notReady(att *v1alpha1.NetworkAttachment, addr address) string {
 	if errs := att.Status.Errors.Host; len(errs) > 0 {
 		return fmt.Sprintf("NetworkAttachment %s (address %s) is not ready on node %s: %s", key, addr.ip, a.node, strings.Join(errs, "; "))
 	}
-	mac := fabric.MACAddress(addr.vni, addr.ip)
-	if att.Status.HostIP != a.hostIP.String() || att.Status.IfcName != fabric.InterfaceName(mac) {
+	mac := v1alpha1.MACAddress(addr.vni, addr.ip)
+	if att.Status.HostIP != a.hostIP.String() || att.Status.IfcName != v1alpha1.InterfaceName(mac) {
 		return fmt.Sprintf("NetworkAttachment %s (address %s) is not ready on node %s yet", key, addr.ip, a.node)
 	}
 	if p := a.state.installedAt(addr); p.kind != local || p.owner != key {
@@ -487,7 +486,7 @@ func (a *Agent) cniDel(ctx context.Context, req *cni.Request) {
 	if req.Pod.Namespace == "" || req.Pod.Name == "" || req.ContainerID == "" {
 		return
 	}
-	key := req.Pod.Namespace + "/" + podnetwork.AttachmentName(req.Pod.Name, req.IfName)
+	key := req.Pod.Namespace + "/" + v1alpha1.AttachmentName(req.Pod.Name, req.IfName)
 	obj, exists, err := a.localInformer.GetIndexer().GetByKey(key)
 	if err != nil || !exists {
 		return // its port went with it
@@ -496,7 +495,7 @@ func (a *Agent) cniDel(ctx context.Context, req *cni.Request) {
 	if !ok {
 		return
 	}
-	p := &podPlug{key: key, addr: addr, owner: plugOwner(req), veth: &veth{hostNetns: a.cni.HostNetns, hostName: fabric.InterfaceName(fabric.MACAddress(addr.vni, addr.ip))}}
+	p := &podPlug{key: key, addr: addr, owner: plugOwner(req), veth: &veth{hostNetns: a.cni.HostNetns, hostName: v1alpha1.InterfaceName(v1alpha1.MACAddress(addr.vni, addr.ip))}}
 	if err := a.unplug(ctx, p); err != nil {
 		logger.Error(err, "Unplugging the pod's interface failed", "attachment", key)
 	}

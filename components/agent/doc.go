@@ -38,7 +38,7 @@
 // With a CNI socket (CNIConfig), the agent is also its node's CNI daemon:
 // kos-cni forwards each CNI request for a pod's interface to it. An ADD
 // waits, for a bounded time, for the pod's attachment (named by
-// podnetwork.AttachmentName and made by kos-controller-manager) to have its
+// v1alpha1.AttachmentName and made by kos-controller-manager) to have its
 // address and be ready on this node, then plugs a veth pair into the pod in
 // place of the attachment's internal port: the host end, named as the
 // internal port was, becomes the attachment's port (fabric PlugLocal), which

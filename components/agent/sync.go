@@ -283,8 +283,8 @@ func (a *Agent) wantImpl(key string, addr address, hasAddr bool, held placement,
 	case settleErr != nil:
 		return implStatus{hostErrors: []string{settleErr.Error()}}
 	case held.kind == local && held.owner == key:
-		mac := fabric.MACAddress(addr.vni, addr.ip)
-		return implStatus{mac: mac.String(), ifcName: fabric.InterfaceName(mac), hostIP: a.hostIP.String(), mtu: int32(a.MTU())}
+		mac := v1alpha1.MACAddress(addr.vni, addr.ip)
+		return implStatus{mac: mac.String(), ifcName: v1alpha1.InterfaceName(mac), hostIP: a.hostIP.String(), mtu: int32(a.MTU())}
 	default:
 		return implStatus{hostErrors: []string{fmt.Sprintf("address %s of VNI %d is held by attachment %s", addr.ip, addr.vni, held.owner)}}
 	}

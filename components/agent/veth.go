@@ -20,7 +20,7 @@ import (
 )
 
 // veth is a veth pair that joins a pod to the switch: the host end, named
-// as the attachment's interface (fabric.InterfaceName), where the switch's
+// as the attachment's interface (v1alpha1.InterfaceName), where the switch's
 // ports live, and the pod end, named as the CNI request asks, with the
 // attachment's MAC address and address.
 type veth struct {
