@@ -25,7 +25,8 @@ per local attachment, two flows per remote one, tunnelled over VXLAN to the
 other nodes. It writes each local attachment's interface name, MAC address and
 host IP into its status, and reconciles the switch on start, after
 ovs-vswitchd restarts and periodically. It serves Prometheus metrics and
-/healthz on --metrics-bind-address.
+/healthz on --metrics-bind-address, and its debug endpoints, to users the
+cluster allows nodes/kos-debug, on --debug-bind-address.
 
 kos-agent cleanup removes what the agent made on a node once its addon is
 deleted: see kos-agent cleanup --help.`,
