@@ -13,13 +13,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/kos-sdn/kos/components/agent/exechook"
 	networkapi "github.com/kos-sdn/kos/components/apis/network"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/fabric"
@@ -67,8 +67,8 @@ type Config struct {
 	// DefaultExecTimeout when zero.
 	ExecTimeout time.Duration
 	// ExecRules allow commands by program and argument patterns, besides
-	// AllowedPrograms (see LoadExecAllowFile).
-	ExecRules []ExecRule
+	// AllowedPrograms (see exechook.LoadAllowFile).
+	ExecRules []exechook.Rule
 	// ExecWorkers is how many postCreateExec and postDeleteExec commands
 	// may run at once. DefaultExecWorkers when zero.
 	ExecWorkers int
@@ -101,7 +101,7 @@ type Agent struct {
 	fabric   fabric.Interface
 	recorder record.EventRecorder
 	metrics  *metrics
-	exec     *execPolicy
+	exec     execHook
 	// hooks bounds how many postCreateExec and postDeleteExec commands run
 	// at once; they run off the workers (runHook), so a slow command never
 	// holds up the fabric work of other attachments.
@@ -144,7 +144,19 @@ type Agent struct {
 type localRecord struct {
 	uid            string
 	postDeleteExec []string
-	vars           execVars
+	vars           exechook.Vars
+}
+
+// execHook runs attachments' postCreateExec and postDeleteExec commands;
+// exechook.Policy is the real one.
+type execHook interface {
+	// Check returns an error unless command may run.
+	Check(command []string, vars exechook.Vars) error
+	// Run runs command, if it may, and reports the run.
+	Run(ctx context.Context, command []string, vars exechook.Vars) *v1alpha1.ExecReport
+	// Result classifies a run: exechook.ResultOK, ResultFailed or
+	// ResultRefused.
+	Result(command []string, vars exechook.Vars, r *v1alpha1.ExecReport) string
 }
 
 // New returns an agent for cfg. It starts nothing: call Run.
@@ -162,14 +174,9 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Fabric == nil {
 		errs = append(errs, errors.New("no fabric"))
 	}
-	for _, p := range cfg.AllowedPrograms {
-		if !isAbsClean(p) {
-			errs = append(errs, fmt.Errorf("allowed program %q is not an absolute, clean path", p))
-		}
-	}
-	rules, err := compileRules(cfg.ExecRules)
+	hook, err := exechook.NewPolicy(cfg.AllowedPrograms, cfg.ExecRules, orDefault(cfg.ExecTimeout, DefaultExecTimeout))
 	if err != nil {
-		errs = append(errs, fmt.Errorf("exec rules: %w", err))
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -185,7 +192,7 @@ func New(cfg Config) (*Agent, error) {
 		fabric:          cfg.Fabric,
 		recorder:        cfg.Recorder,
 		metrics:         m,
-		exec:            &execPolicy{allowed: sets.New(cfg.AllowedPrograms...), rules: rules, timeout: orDefault(cfg.ExecTimeout, DefaultExecTimeout), now: time.Now},
+		exec:            hook,
 		hooks:           make(chan struct{}, orDefault(cfg.ExecWorkers, DefaultExecWorkers)),
 		flowCheckPeriod: orDefault(cfg.FlowCheckPeriod, DefaultFlowCheckPeriod),
 		reconcilePeriod: orDefault(cfg.ReconcilePeriod, DefaultReconcilePeriod),

@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kos-sdn/kos/components/agent/debugserver"
+	"github.com/kos-sdn/kos/components/agent/exechook"
 	"github.com/kos-sdn/kos/components/cni"
 	"github.com/kos-sdn/kos/components/fabric"
 	"github.com/kos-sdn/kos/components/fabric/logging"
@@ -77,7 +78,7 @@ type Options struct {
 	// AllowedPrograms may run as postCreateExec and postDeleteExec, with
 	// any arguments.
 	AllowedPrograms []string
-	// ExecAllowFile names the allow-list of command forms (LoadExecAllowFile).
+	// ExecAllowFile names the allow-list of command forms (exechook.LoadAllowFile).
 	ExecAllowFile string
 	// ExecWorkers is as in Config.
 	ExecWorkers int
@@ -201,7 +202,7 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--exec-workers %d: want at least 1", o.ExecWorkers))
 	}
 	if o.ExecAllowFile != "" {
-		if _, err := LoadExecAllowFile(o.ExecAllowFile); err != nil {
+		if _, err := exechook.LoadAllowFile(o.ExecAllowFile); err != nil {
 			errs = append(errs, fmt.Errorf("--exec-allow-file: %w", err))
 		}
 	}
@@ -221,7 +222,7 @@ func (o *Options) Validate() error {
 	}
 	errs = append(errs, o.kosAccess().Validate()...)
 	for _, p := range o.AllowedPrograms {
-		if !isAbsClean(p) {
+		if !exechook.AbsClean(p) {
 			errs = append(errs, fmt.Errorf("--allowed-programs: %q is not an absolute, clean path", p))
 		}
 	}
@@ -263,9 +264,9 @@ func (o *Options) Config(ctx context.Context) (*ServerConfig, error) {
 		return nil, err
 	}
 
-	var rules []ExecRule
+	var rules []exechook.Rule
 	if o.ExecAllowFile != "" {
-		if rules, err = LoadExecAllowFile(o.ExecAllowFile); err != nil {
+		if rules, err = exechook.LoadAllowFile(o.ExecAllowFile); err != nil {
 			return nil, err
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/kos-sdn/kos/components/agent/exechook"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/fabric"
 )
@@ -325,7 +326,7 @@ func (a *Agent) syncLocalStatus(ctx context.Context, att *v1alpha1.NetworkAttach
 	rec := localRecord{
 		uid:            string(att.UID),
 		postDeleteExec: att.Spec.PostDeleteExec,
-		vars:           execVars{ifname: want.ifcName, ipv4: addr.ip.String(), mac: want.mac},
+		vars:           exechook.Vars{IfName: want.ifcName, IPv4: addr.ip.String(), MAC: want.mac},
 	}
 	a.state.setLocal(key, rec)
 	return a.postCreateExec(ctx, att, rec)
@@ -361,20 +362,20 @@ func (a *Agent) postCreateExec(ctx context.Context, att *v1alpha1.NetworkAttachm
 		a.state.setReport(key, started)
 		command, ref := att.Spec.PostCreateExec, att.DeepCopy()
 		hook := func(ctx context.Context) bool {
-			r := a.exec.run(ctx, command, rec.vars)
-			result := a.exec.result(command, rec.vars, r)
+			r := a.exec.Run(ctx, command, rec.vars)
+			result := a.exec.Result(command, rec.vars, r)
 			a.metrics.execs.WithLabelValues("create", result).Inc()
 			eventType, reason := corev1.EventTypeNormal, reasonPostCreateExec
 			switch result {
-			case execRefused:
+			case exechook.ResultRefused:
 				eventType, reason = corev1.EventTypeWarning, reasonExecNotAllowed
-			case execFailed:
+			case exechook.ResultFailed:
 				eventType, reason = corev1.EventTypeWarning, reasonExecFailed
 			}
 			a.recorder.Eventf(ref, eventType, reason, "postCreateExec %q exited with status %d", r.Command, r.ExitStatus)
 			return a.state.finishReport(key, started, r)
 		}
-		if a.exec.check(command, rec.vars) == nil {
+		if a.exec.Check(command, rec.vars) == nil {
 			a.runHook(ctx, func(ctx context.Context) {
 				if hook(ctx) {
 					a.queue.Add(key)
@@ -416,8 +417,8 @@ func (a *Agent) forgetLocal(ctx context.Context, key string, rec localRecord) {
 		return
 	}
 	a.runHook(ctx, func(ctx context.Context) {
-		r := a.exec.run(ctx, rec.postDeleteExec, rec.vars)
-		a.metrics.execs.WithLabelValues("delete", a.exec.result(rec.postDeleteExec, rec.vars, r)).Inc()
+		r := a.exec.Run(ctx, rec.postDeleteExec, rec.vars)
+		a.metrics.execs.WithLabelValues("delete", a.exec.Result(rec.postDeleteExec, rec.vars, r)).Inc()
 		klog.FromContext(ctx).Info("Ran postDeleteExec", "key", key, "command", r.Command, "exitStatus", r.ExitStatus, "stdout", r.StdOut, "stderr", r.StdErr)
 	})
 }
