@@ -45,6 +45,7 @@ if [ -d components ]; then
   # One binary's package never imports another binary's: a name two
   # binaries share lives in components/apis/... (STYLE.md).
   forbid ./components/agent/... "$module/components/controllers" "a name the agent shares with a controller lives in components/apis"
+  forbid ./components/agent/... "$module/components/(nodeovs|nodecleanup)" "kos-agent cleanup is package nodecleanup, which main adds; the agent starts no Open vSwitch"
   forbid ./components/apiserver/... "$module/components/fabric" "the apiserver knows no node's switch; the MAC function is v1alpha1's"
   forbid ./components/kubectlkos/... "$module/components/agent" "kubectl kos speaks to agents over HTTP and shares only their wire types" "$module/components/agent/api"
 fi

@@ -1,12 +1,17 @@
 package agent
 
 import (
+	"errors"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/spf13/pflag"
+
+	"github.com/kos-sdn/kos/internal/cmdline"
 )
 
 // TestOVSRunDir checks which Open vSwitch the agent programs: the node's
@@ -87,5 +92,30 @@ func TestDebugFlags(t *testing.T) {
 				t.Errorf("debugBindAddress() = %q, want %q", got, tt.wantAddr)
 			}
 		})
+	}
+}
+
+// exitCodeError is an error that says its exit code, as cleanup's refusal
+// does.
+type exitCodeError struct{ code int }
+
+func (e exitCodeError) Error() string { return "refused" }
+func (e exitCodeError) ExitCode() int { return e.code }
+
+func TestExitCode(t *testing.T) {
+	usage := cmdline.UsageErrorf(NewCommand(io.Discard, io.Discard), "unexpected arguments")
+	for _, tc := range []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"none", nil, ExitOK},
+		{"a wrong command line", usage, ExitUsage},
+		{"its own, wrapped", fmt.Errorf("cleanup: %w", exitCodeError{3}), 3},
+		{"any other", errors.New("failed"), ExitError},
+	} {
+		if got := ExitCode(tc.err); got != tc.want {
+			t.Errorf("%s: ExitCode(%v) = %d, want %d", tc.name, tc.err, got, tc.want)
+		}
 	}
 }
