@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/kos-sdn/kos/components/agent/cniserver"
 	"github.com/kos-sdn/kos/components/agent/exechook"
 	networkapi "github.com/kos-sdn/kos/components/apis/network"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
@@ -74,7 +75,7 @@ type Config struct {
 	ExecWorkers int
 	// CNI configures the CNI server that plugs pods' interfaces for
 	// kos-cni; none runs when CNI.Socket is empty.
-	CNI CNIConfig
+	CNI cniserver.Config
 }
 
 // addressIndex indexes attachments by the address they hold (address.String).
@@ -109,7 +110,7 @@ type Agent struct {
 
 	flowCheckPeriod time.Duration
 	reconcilePeriod time.Duration
-	cni             CNIConfig
+	cni             cniserver.Config
 
 	queue workqueue.TypedRateLimitingInterface[string]
 
@@ -204,7 +205,6 @@ func New(cfg Config) (*Agent, error) {
 		addrSeed: maphash.MakeSeed(),
 	}
 	a.state = newState(m, a.newNetworkInformer)
-	a.cni.Wait = orDefault(a.cni.Wait, DefaultCNIWait)
 	if a.recorder == nil {
 		// A FakeRecorder without a channel drops every event.
 		a.recorder = &record.FakeRecorder{}
@@ -341,7 +341,8 @@ func (a *Agent) Run(ctx context.Context, workers int) error {
 	}
 	wg.Go(func() { a.checkFabric(ctx, deferred) })
 	if a.cni.Socket != "" {
-		wg.Go(func() { a.serveCNI(ctx) })
+		srv := a.cniServer()
+		wg.Go(func() { srv.Run(ctx) })
 	}
 	logger.Info("Agent started")
 	<-ctx.Done()

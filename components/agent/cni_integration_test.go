@@ -21,7 +21,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/kos-sdn/kos/components/agent"
+	"github.com/kos-sdn/kos/components/agent/cniserver"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/cni"
 	"github.com/kos-sdn/kos/components/fabric"
@@ -205,7 +205,7 @@ func TestIntegrationCNI(t *testing.T) {
 	}
 	fab := newFabric()
 	cfg := agentConfig(t, k.node("a"), hostA, fab)
-	cfg.CNI = agent.CNIConfig{
+	cfg.CNI = cniserver.Config{
 		Socket:            filepath.Join(shortDir(t), "cni.sock"),
 		Wait:              5 * time.Second,
 		HostNetns:         "/run/netns/" + inst.Netns.Name,

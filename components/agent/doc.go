@@ -35,8 +35,9 @@
 // while the agent was down leaves no trace to run it from), and its report
 // goes to the log.
 //
-// With a CNI socket (CNIConfig), the agent is also its node's CNI daemon:
-// kos-cni forwards each CNI request for a pod's interface to it. An ADD
+// With a CNI socket (cniserver.Config), the agent is also its node's CNI
+// daemon (package cniserver): kos-cni forwards each CNI request for a
+// pod's interface to it. An ADD
 // waits, for a bounded time, for the pod's attachment (named by
 // v1alpha1.AttachmentName and made by kos-controller-manager) to have its
 // address and be ready on this node, then plugs a veth pair into the pod in
@@ -49,11 +50,11 @@
 // sandbox. Plugged ports survive agent and ovs-vswitchd restarts: the
 // switch keeps them, and a reconcile repairs only their flows.
 //
-// Two jobs the agent also does live in packages of their own, each behind
-// an interface the agent declares or implements: exechook runs the
-// commands above, and debugserver serves the debug endpoints (status,
-// flows, trace) that `kubectl kos` reads, to users the cluster allows
-// nodes/kos-debug of this node, on a port apart from the metrics.
+// Three jobs the agent also does live in packages of their own, each
+// behind a narrow interface: cniserver answers kos-cni as above, exechook
+// runs the commands above, and debugserver serves the debug endpoints
+// (status, flows, trace) that `kubectl kos` reads, to users the cluster
+// allows nodes/kos-debug of this node, on a port apart from the metrics.
 //
 // The library takes no flags: NewCommand builds the kos-agent command,
 // whose flags fill an Options. Like kos-apiserver, the command goes Options →

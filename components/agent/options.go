@@ -15,6 +15,7 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/kos-sdn/kos/components/agent/cniserver"
 	"github.com/kos-sdn/kos/components/agent/debugserver"
 	"github.com/kos-sdn/kos/components/agent/exechook"
 	"github.com/kos-sdn/kos/components/cni"
@@ -97,7 +98,7 @@ type Options struct {
 
 	// CNISocket is where kos-cni's requests are served; none when empty.
 	CNISocket string
-	// CNIWait is as CNIConfig.Wait.
+	// CNIWait is as cniserver.Config.Wait.
 	CNIWait time.Duration
 
 	// Logs configures logging.
@@ -119,7 +120,7 @@ func NewOptions() *Options {
 		ReconcilePeriod:    DefaultReconcilePeriod,
 		ExecTimeout:        DefaultExecTimeout,
 		ExecWorkers:        DefaultExecWorkers,
-		CNIWait:            DefaultCNIWait,
+		CNIWait:            cniserver.DefaultWait,
 		Logs:               logsapi.NewLoggingConfiguration(),
 	}
 }
@@ -305,7 +306,7 @@ func (o *Options) Config(ctx context.Context) (*ServerConfig, error) {
 			ExecTimeout:     o.ExecTimeout,
 			ExecRules:       rules,
 			ExecWorkers:     o.ExecWorkers,
-			CNI: CNIConfig{
+			CNI: cniserver.Config{
 				Socket: o.CNISocket,
 				Wait:   o.CNIWait,
 				// The userspace datapath forwards what it reads from a

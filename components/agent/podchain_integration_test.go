@@ -23,7 +23,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/kos-sdn/kos/components/agent"
+	"github.com/kos-sdn/kos/components/agent/cniserver"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/controllermanager"
 	"github.com/kos-sdn/kos/components/controllers/podnetwork"
@@ -72,7 +72,7 @@ func TestIntegrationPodChain(t *testing.T) {
 
 	inst := ovsenv.StartT(t, ovsenv.Options{})
 	cfg := agentConfig(t, k.node("a"), hostA, ovs.New(ovs.Config{RunDir: inst.RunDir, DatapathType: "netdev", MTU: podMTU}))
-	cfg.CNI = agent.CNIConfig{
+	cfg.CNI = cniserver.Config{
 		Socket:            filepath.Join(shortDir(t), "cni.sock"),
 		Wait:              time.Minute,
 		HostNetns:         "/run/netns/" + inst.Netns.Name,

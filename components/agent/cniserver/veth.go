@@ -1,8 +1,8 @@
-package agent
+package cniserver
 
 // This file plugs pods: it makes, checks and removes the veth pairs that
 // join a pod's network namespace to the switch, with netlink. Which pair
-// a CNI request wants, and when, is cni.go's business.
+// a CNI request wants, and when, is server.go's business.
 
 import (
 	"errors"
