@@ -6,9 +6,12 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	"k8s.io/klog/v2"
 
 	"github.com/kos-sdn/kos/components/agent/cniserver"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
@@ -123,4 +126,59 @@ func (p cniPorts) PlugLocal(ctx context.Context, plugs ...fabric.Plug) error {
 // Plugs is not measured, as the agent's own reads are not.
 func (p cniPorts) Plugs(ctx context.Context, atts ...fabric.LocalAttachment) ([]fabric.Plug, error) {
 	return p.a.fabric.Plugs(ctx, atts...)
+}
+
+// deleteStrayVeth deletes the host end of the veth pair of a local
+// attachment the agent just took off the switch, if the CNI server plugged
+// one: the switch leaves a plugged interface to its maker, and a pair left
+// would keep a dead interface in the pod and block the interface of the
+// next attachment with that address ("no OpenFlow port"). The caller holds
+// the address, so no plug of it runs meanwhile.
+func (a *Agent) deleteStrayVeth(ctx context.Context, at fabric.LocalAttachment) error {
+	if a.cni.Socket == "" {
+		return nil
+	}
+	deleted, err := cniserver.DeleteHostVeth(a.cni.HostNetns, at.InterfaceName())
+	if err != nil {
+		return fmt.Errorf("deleting the pod's veth of %s: %w", at, err)
+	}
+	if deleted {
+		klog.FromContext(ctx).Info("Deleted the veth of a local attachment taken off the switch", "address", at, "interface", at.InterfaceName())
+	}
+	return nil
+}
+
+// sweepVeths deletes the host ends of pods' veth pairs that are no port of
+// the switch: left by attachments taken off it while the agent was down,
+// or before it deleted them with their ports. present are the local
+// attachments the switch holds; the caller holds the fabric for writing,
+// so no plug runs meanwhile (a plug makes its veth before plugging it).
+func (a *Agent) sweepVeths(ctx context.Context, present []fabric.LocalAttachment) error {
+	if a.cni.Socket == "" {
+		return nil
+	}
+	names, err := cniserver.HostVeths(a.cni.HostNetns)
+	if err != nil || len(names) == 0 {
+		return err
+	}
+	plugs, err := a.fabric.Plugs(ctx, present...)
+	if err != nil {
+		return fmt.Errorf("reading the switch's plugs: %w", err)
+	}
+	plugged := map[string]bool{}
+	for _, p := range plugs {
+		plugged[p.InterfaceName()] = true
+	}
+	var errs []error
+	for _, name := range names {
+		if plugged[name] {
+			continue
+		}
+		if _, err := cniserver.DeleteHostVeth(a.cni.HostNetns, name); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		klog.FromContext(ctx).Info("Deleted a pod's veth that is no port of the switch", "interface", name)
+	}
+	return errors.Join(errs...)
 }

@@ -225,6 +225,9 @@ func (a *Agent) apply(ctx context.Context, addr address, hostIP netip.Addr, ops 
 			err = a.timed(o.String(), func() error {
 				return a.fabric.DeleteLocal(ctx, fabric.LocalAttachment{VNI: addr.vni, IP: addr.ip})
 			})
+			if err == nil {
+				err = a.deleteStrayVeth(ctx, fabric.LocalAttachment{VNI: addr.vni, IP: addr.ip})
+			}
 		case opDeleteRemote:
 			err = a.timed(o.String(), func() error {
 				return a.fabric.DeleteRemote(ctx, fabric.RemoteAttachment{VNI: addr.vni, IP: addr.ip})
