@@ -111,6 +111,8 @@ type Agent struct {
 	flowCheckPeriod time.Duration
 	reconcilePeriod time.Duration
 	cni             cniserver.Config
+	// cniSrv is the CNI server, when cni names a socket.
+	cniSrv *cniserver.Server
 
 	queue workqueue.TypedRateLimitingInterface[string]
 
@@ -205,6 +207,9 @@ func New(cfg Config) (*Agent, error) {
 		addrSeed: maphash.MakeSeed(),
 	}
 	a.state = newState(m, a.newNetworkInformer)
+	if a.cni.Socket != "" {
+		a.cniSrv = a.cniServer()
+	}
 	if a.recorder == nil {
 		// A FakeRecorder without a channel drops every event.
 		a.recorder = &record.FakeRecorder{}
@@ -340,9 +345,8 @@ func (a *Agent) Run(ctx context.Context, workers int) error {
 		wg.Go(func() { wait.UntilWithContext(ctx, a.runWorker, time.Second) })
 	}
 	wg.Go(func() { a.checkFabric(ctx, deferred) })
-	if a.cni.Socket != "" {
-		srv := a.cniServer()
-		wg.Go(func() { srv.Run(ctx) })
+	if a.cniSrv != nil {
+		wg.Go(func() { a.cniSrv.Run(ctx) })
 	}
 	logger.Info("Agent started")
 	<-ctx.Done()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kos-sdn/kos/components/agent/cniserver"
+	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/cni"
 	"github.com/kos-sdn/kos/components/fabric"
 	"github.com/kos-sdn/kos/components/fabric/ovs"
@@ -24,7 +25,8 @@ import (
 // so that another pod's attachment that gets the same address is plugged
 // and carries traffic; a veth named as an attachment's interface that is
 // no port of the switch (left while the agent was down) goes at the
-// agent's next reconcile, and a veth of another name stays.
+// agent's next reconcile, and a veth of another name stays. A pod whose
+// attachment is deleted and made again gets its interface back.
 func TestIntegrationCNIStrayVeths(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
@@ -92,6 +94,36 @@ func TestIntegrationCNIStrayVeths(t *testing.T) {
 		_, err := next.netns.Run(ctx, "ping", "-c", "1", "-W", "1", "10.232.0.11")
 		return err
 	})
+
+	// The next pod's attachment is deleted and made again, with another
+	// address, under its live sandbox: the sandbox gets net1 back, with
+	// the new address, without a CNI request.
+	nextAtt := v1alpha1.AttachmentName(next.pod.Name, "net1")
+	k.delete(nextAtt)
+	poll.Until(t, settle, "the next pod's net1 to go with its attachment", func(ctx context.Context) error {
+		if out, err := next.netns.Run(ctx, "ip", "link", "show", "net1"); err == nil {
+			return fmt.Errorf("net1 is still there: %s", out)
+		}
+		return nil
+	})
+	k.podAttachment(next.pod, k.node("a"), "blue", "10.232.0.20", vni)
+	poll.Until(t, settle, "the next pod's net1 back with its new address", func(ctx context.Context) error {
+		out, err := next.netns.Run(ctx, "ip", "-o", "addr", "show", "net1")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(out, "10.232.0.20/24") {
+			return fmt.Errorf("net1 has %q, want 10.232.0.20/24", out)
+		}
+		return nil
+	})
+	poll.Until(t, settle, "the next pod pings the peer from its new address", func(ctx context.Context) error {
+		_, err := next.netns.Run(ctx, "ping", "-c", "1", "-W", "1", "10.232.0.11")
+		return err
+	})
+	if _, cniErr := c.do(next.request(cni.CommandCheck)); cniErr != nil {
+		t.Errorf("CHECK of the next pod after its attachment came back: %v", cniErr)
+	}
 
 	// Veths left while the agent was down: one named as an attachment's
 	// interface that no port holds goes, another stays.

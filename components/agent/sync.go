@@ -315,6 +315,11 @@ func (a *Agent) syncLocalStatus(ctx context.Context, att *v1alpha1.NetworkAttach
 		switch {
 		case want.ready() && !got.ready():
 			a.observeReady(updated)
+			if a.cniSrv != nil {
+				// A pod's attachment made again under its live
+				// sandbox: the sandbox gets its interface back.
+				a.cniSrv.Replug(ctx, updated)
+			}
 			a.recorder.Eventf(att, corev1.EventTypeNormal, reasonInterfaceReady, "Interface %s with MAC address %s is ready on node %s", want.ifcName, want.mac, a.node)
 		case settleErr == nil && len(want.hostErrors) > 0:
 			a.recorder.Event(att, corev1.EventTypeWarning, reasonAddressHeld, want.hostErrors[0])

@@ -107,6 +107,8 @@ type Server struct {
 	retry time.Duration
 	// observe records the duration of a request by command and outcome.
 	observe func(command, outcome string, d time.Duration)
+	// sandboxes are the live sandboxes the server plugged, for Replug.
+	sandboxes sandboxes
 }
 
 // New returns the CNI server of agent a on node, which reads Subnets with
@@ -301,6 +303,7 @@ func (s *Server) add(ctx context.Context, req *cni.Request) (*types100.Result, *
 	if err := s.plug(ctx, p); err != nil {
 		return nil, cniError(types.ErrInternal, "plugging interface %s of pod %s (NetworkAttachment %s, address %s): %v", req.IfName, req.Pod, p.key, addr.IP, err)
 	}
+	s.sandboxes.remember(ctx, p.key, req)
 	return p.result(), nil
 }
 
@@ -510,6 +513,7 @@ func (s *Server) del(ctx context.Context, req *cni.Request) {
 		return
 	}
 	key := req.Pod.Namespace + "/" + v1alpha1.AttachmentName(req.Pod.Name, req.IfName)
+	s.sandboxes.forget(key, req.ContainerID)
 	att, exists := s.agent.CachedAttachment(key)
 	if !exists {
 		return // its port went with it
