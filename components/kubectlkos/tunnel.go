@@ -42,6 +42,13 @@ func (t tunnel) Do(ctx context.Context, namespace, name string, port int, method
 		return nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer stop()
+	return t.ask(ctx, local, method, path, body)
+}
+
+// ask sends the request to the agent at a local port with the user's
+// credentials, and returns the answer; an answer other than 200 is an
+// error that holds what the agent said.
+func (t tunnel) ask(ctx context.Context, local int, method, path string, body []byte) ([]byte, error) {
 	client, err := t.client(local)
 	if err != nil {
 		return nil, err
