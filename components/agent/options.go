@@ -167,7 +167,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs = fss.FlagSet("debug")
 	fs.BoolVar(&o.DebugEndpoints, "debug-endpoints", o.DebugEndpoints, "Serve the debug endpoints (/debug/status, /debug/flows, /debug/tunnels, /debug/routes, /debug/trace), which `kubectl kos` reads. false turns them off.")
 	fs.StringVar(&o.DebugBindAddress, "debug-bind-address", o.DebugBindAddress, "Where to serve the debug endpoints, over HTTPS with a self-signed certificate. Only users the main cluster authenticates (TokenReview, or a client certificate of its client CA) and allows get, or create for a trace, on nodes/kos-debug of this node (SubjectAccessReview) get in; the agent needs the rights of system:auth-delegator and to read the ConfigMap kube-system/extension-apiserver-authentication.")
-	fs.BoolVar(&o.DebugLoopbackOnly, "debug-loopback-only", o.DebugLoopbackOnly, "Serve the debug endpoints on 127.0.0.1 at --debug-bind-address's port, over plain HTTP, without checking identity: for the node's administrator alone, and for clusters where the agent may not review tokens.")
+	fs.BoolVar(&o.DebugLoopbackOnly, "debug-loopback-only", o.DebugLoopbackOnly, "Serve the debug endpoints on 127.0.0.1 at --debug-bind-address's port, without checking identity: for the node's administrator alone, and for clusters where the agent may not review tokens.")
 
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logs"))
 	return fss

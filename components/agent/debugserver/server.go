@@ -51,7 +51,7 @@ type Config struct {
 	// BindAddress is where to serve, such as DefaultBindAddress.
 	BindAddress string
 	// LoopbackOnly serves on the loopback address, at BindAddress's port,
-	// over plain HTTP and without asking who calls.
+	// without asking who calls.
 	LoopbackOnly bool
 	// NodeName is the agent's node, whose nodes/kos-debug a user must be
 	// allowed.
@@ -70,22 +70,51 @@ type Server struct {
 }
 
 // New binds the server's address at once, so that a bad or taken address
-// fails before anything starts, and returns a Server of h. Unless loopback
-// only, it serves HTTPS with a self-signed certificate made now, as kubelet
-// does without one given, and lets in only the users that the main cluster
-// authenticates and allows nodes/kos-debug of cfg.NodeName.
+// fails before anything starts, and returns a Server of h over HTTPS, with
+// a self-signed certificate made now, as kubelet's without one given. It
+// lets in only the users that the main cluster authenticates and allows
+// nodes/kos-debug of cfg.NodeName; loopback only, it asks no one.
 func New(cfg Config, h http.Handler) (*Server, error) {
+	name := cfg.NodeName
+	if name == "" {
+		name = "localhost"
+	}
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey(name, nil, []string{name, "localhost"})
+	if err != nil {
+		return nil, fmt.Errorf("making the debug server's certificate: %w", err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("loading the debug server's certificate: %w", err)
+	}
+	// A client certificate is asked for, not required: the authenticator
+	// checks it against the client CA, which may change while serving.
+	tlsConfig := &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequestClientCert, MinVersion: tls.VersionTLS12}
+	s := &Server{loopback: cfg.LoopbackOnly}
+	addr := cfg.BindAddress
 	if cfg.LoopbackOnly {
 		_, port, err := net.SplitHostPort(cfg.BindAddress)
 		if err != nil {
 			return nil, fmt.Errorf("debug bind address %q: %w", cfg.BindAddress, err)
 		}
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", port))
-		if err != nil {
-			return nil, fmt.Errorf("listening for debug requests: %w", err)
+		addr = net.JoinHostPort("127.0.0.1", port)
+	} else {
+		if h, err = s.checkAccess(cfg, h); err != nil {
+			return nil, err
 		}
-		return &Server{listener: l, server: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}, loopback: true}, nil
 	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listening for debug requests: %w", err)
+	}
+	s.listener = tls.NewListener(l, tlsConfig)
+	s.server = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	return s, nil
+}
+
+// checkAccess returns h behind the main cluster's delegated authentication
+// and authorization, and keeps the client CA's watch for Serve to run.
+func (s *Server) checkAccess(cfg Config, h http.Handler) (http.Handler, error) {
 	if cfg.Kube == nil || cfg.NodeName == "" {
 		return nil, errors.New("debug endpoints that check identity need the main cluster's client and the node's name")
 	}
@@ -115,38 +144,15 @@ func New(cfg Config, h http.Handler) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("configuring the authorization of debug requests: %w", err)
 	}
-	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey(cfg.NodeName, nil, []string{cfg.NodeName, "localhost"})
-	if err != nil {
-		return nil, fmt.Errorf("making the debug server's certificate: %w", err)
-	}
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return nil, fmt.Errorf("loading the debug server's certificate: %w", err)
-	}
-	l, err := net.Listen("tcp", cfg.BindAddress)
-	if err != nil {
-		return nil, fmt.Errorf("listening for debug requests: %w", err)
-	}
-	// A client certificate is asked for, not required: the authenticator
-	// checks it against the client CA, which may change while serving.
-	tlsConfig := &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequestClientCert, MinVersion: tls.VersionTLS12}
-	return &Server{
-		listener: tls.NewListener(l, tlsConfig),
-		server:   &http.Server{Handler: withAccessCheck(h, authn, authz, cfg.NodeName), ReadHeaderTimeout: 10 * time.Second},
-		clientCA: clientCA,
-	}, nil
+	s.clientCA = clientCA
+	return withAccessCheck(h, authn, authz, cfg.NodeName), nil
 }
 
 // Addr returns the address the server listens on.
 func (s *Server) Addr() string { return s.listener.Addr().String() }
 
 // URL returns the URL of the server's root.
-func (s *Server) URL() string {
-	if s.loopback {
-		return "http://" + s.Addr()
-	}
-	return "https://" + s.Addr()
-}
+func (s *Server) URL() string { return "https://" + s.Addr() }
 
 // Serve serves until ctx ends, then shuts down gracefully, waiting up to
 // five seconds for the requests in flight. It returns nil after such a

@@ -1,8 +1,11 @@
 package debugserver
 
 import (
+	"context"
+	"crypto/tls"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -25,15 +28,30 @@ func TestAccessAttributes(t *testing.T) {
 }
 
 // TestLoopbackOnly checks that a loopback-only server binds the loopback
-// address at the port asked for, over plain HTTP, and needs no cluster.
+// address at the port asked for, over HTTPS, and needs no cluster.
 func TestLoopbackOnly(t *testing.T) {
 	s, err := New(Config{BindAddress: ":0", LoopbackOnly: true}, http.NotFoundHandler())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.listener.Close()
-	if got := s.URL(); len(got) < len("http://127.0.0.1:") || got[:len("http://127.0.0.1:")] != "http://127.0.0.1:" {
-		t.Errorf("URL() = %q, want http://127.0.0.1:<port>", got)
+	if got := s.URL(); !strings.HasPrefix(got, "https://127.0.0.1:") {
+		t.Errorf("URL() = %q, want https://127.0.0.1:<port>", got)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx) }()
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	resp, err := client.Get(s.URL() + "/debug/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("GET /debug/status without credentials: %d, want the handler's 404", resp.StatusCode)
+	}
+	cancel()
+	if err := <-served; err != nil {
+		t.Errorf("Serve: %v", err)
 	}
 	if _, err := New(Config{BindAddress: ":0"}, http.NotFoundHandler()); err == nil {
 		t.Error("New without a cluster client and node name succeeded, want an error")
