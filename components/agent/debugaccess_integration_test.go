@@ -137,12 +137,17 @@ func TestIntegrationDebugAccess(t *testing.T) {
 	}{
 		{"no token", http.MethodGet, agentapi.PathStatus, "", "", http.StatusUnauthorized},
 		{"no token, flows", http.MethodGet, agentapi.PathFlows, "", "", http.StatusUnauthorized},
+		{"no token, tunnels", http.MethodGet, agentapi.PathTunnels, "", "", http.StatusUnauthorized},
+		{"no token, routes", http.MethodGet, agentapi.PathRoutes, "", "", http.StatusUnauthorized},
 		{"no token, trace", http.MethodPost, agentapi.PathTrace, "", trace, http.StatusUnauthorized},
 		{"a token nobody issued", http.MethodGet, agentapi.PathStatus, "not-a-token", "", http.StatusUnauthorized},
 		{"no rights", http.MethodGet, agentapi.PathStatus, strangerToken, "", http.StatusForbidden},
 		{"no rights, flows", http.MethodGet, agentapi.PathFlows, strangerToken, "", http.StatusForbidden},
+		{"no rights, tunnels", http.MethodGet, agentapi.PathTunnels, strangerToken, "", http.StatusForbidden},
+		{"no rights, routes", http.MethodGet, agentapi.PathRoutes, strangerToken, "", http.StatusForbidden},
 		{"no rights, trace", http.MethodPost, agentapi.PathTrace, strangerToken, trace, http.StatusForbidden},
 		{"the role", http.MethodGet, agentapi.PathStatus, readerToken, "", http.StatusOK},
+		{"the role, routes", http.MethodGet, agentapi.PathRoutes, readerToken, "", http.StatusOK},
 		// The logging fabric has no switch: past the check, the
 		// endpoints say so.
 		{"the role, trace", http.MethodPost, agentapi.PathTrace, readerToken, trace, http.StatusNotImplemented},
