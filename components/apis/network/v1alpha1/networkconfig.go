@@ -137,6 +137,7 @@ const (
 	DefaultTunnelPort           = network.DefaultTunnelPort
 	ForceUnsafeChangeAnnotation = network.ForceUnsafeChangeAnnotation
 	UnderlayMTUAnnotation       = network.UnderlayMTUAnnotation
+	MaxTooSmallNamed            = network.MaxTooSmallNamed
 )
 
 // The conditions of a NetworkConfig and their reasons.
