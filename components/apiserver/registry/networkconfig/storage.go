@@ -20,7 +20,7 @@ import (
 // Storage is the storage of NetworkConfigs: the main endpoint and /status.
 type Storage struct {
 	// NetworkConfig serves networkconfigs.
-	NetworkConfig *registry.REST
+	NetworkConfig *REST
 	// Status serves networkconfigs/status.
 	Status *registry.StatusREST
 }
@@ -48,10 +48,24 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, at
 		return nil, fmt.Errorf("completing the networkconfig store: %w", err)
 	}
 	return &Storage{
-		NetworkConfig: registry.NewREST(store, "netconf"),
+		NetworkConfig: &REST{Store: store},
 		Status:        registry.NewStatusREST(store, statusStrategy{strategy}),
 	}, nil
 }
+
+// REST is the storage of the networkconfigs endpoint. Unlike the other KOS
+// resources it is in no category: the cluster's configuration is an
+// administrator's, and a tenant's `kubectl get kos -n <namespace>`, which
+// lists every resource of the category, would fail on it for want of the
+// right to list it.
+type REST struct {
+	*genericregistry.Store
+}
+
+var _ rest.ShortNamesProvider = &REST{}
+
+// ShortNames returns the short names of the resource.
+func (*REST) ShortNames() []string { return []string{"netconf"} }
 
 // CountAttachments returns the CountFunc that counts the NetworkAttachments
 // of every namespace through attachments, their storage. It reads one
