@@ -141,6 +141,26 @@ func TestIntegrationNetworkConfig(t *testing.T) {
 		}
 	})
 
+	t.Run("deletion is refused while attachments exist, unless forced", func(t *testing.T) {
+		// The forced update above left the annotation (the controller
+		// manager removes it once it applies the change): take it off.
+		cfg, err := c.NetworkConfigs().Get(ctx, "cluster", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Annotations = nil
+		if _, err := c.NetworkConfigs().Update(ctx, cfg, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("removing the annotation: %v", err)
+		}
+		err = c.NetworkConfigs().Delete(ctx, "cluster", metav1.DeleteOptions{})
+		want := `Operation cannot be fulfilled on networkconfigs.network.example.com "cluster": 3 NetworkAttachments exist: ` +
+			`kos-controller-manager would create the configuration again with an overlay MTU computed anew from the nodes' underlays; ` +
+			`to delete it anyway, first set the annotation network.example.com/force-unsafe-change: "true" on it`
+		if !apierrors.IsConflict(err) || err.Error() != want {
+			t.Errorf("deleting: got %v, want a Conflict:\n%s", err, want)
+		}
+	})
+
 	t.Run("kubectl", func(t *testing.T) {
 		cacheDir := filepath.Join(t.TempDir(), "kubectl-cache")
 		out := kubectlEventually(t, "--cache-dir="+cacheDir, "get", "netconf")
@@ -152,6 +172,20 @@ func TestIntegrationNetworkConfig(t *testing.T) {
 		want := [][]string{{"NAME", "MTU", "PORT", "APPLIED-MTU", "APPLIED-PORT", "TOO-SMALL"}, {"cluster", "1300", "4789", "1400", "4789", "0"}}
 		if diff := cmp.Diff(rows, want); diff != "" {
 			t.Errorf("kubectl get netconf (-got +want):\n%s", diff)
+		}
+	})
+
+	t.Run("forced deletion", func(t *testing.T) {
+		cfg, err := c.NetworkConfigs().Get(ctx, "cluster", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Annotations = map[string]string{v1alpha1.ForceUnsafeChangeAnnotation: "true"}
+		if _, err := c.NetworkConfigs().Update(ctx, cfg, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("annotating: %v", err)
+		}
+		if err := c.NetworkConfigs().Delete(ctx, "cluster", metav1.DeleteOptions{}); err != nil {
+			t.Errorf("deleting, forced: %v", err)
 		}
 	})
 }

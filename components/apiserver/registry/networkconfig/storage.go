@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -48,7 +49,7 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, at
 		return nil, fmt.Errorf("completing the networkconfig store: %w", err)
 	}
 	return &Storage{
-		NetworkConfig: &REST{Store: store},
+		NetworkConfig: &REST{Store: store, attachments: attachments},
 		Status:        registry.NewStatusREST(store, statusStrategy{strategy}),
 	}, nil
 }
@@ -58,14 +59,65 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, at
 // administrator's, and a tenant's `kubectl get kos -n <namespace>`, which
 // lists every resource of the category, would fail on it for want of the
 // right to list it.
+//
+// Deleting the NetworkConfig while attachments exist is refused unless it
+// carries the force annotation: kos-controller-manager would create it
+// again with an overlay MTU computed anew from the nodes' underlays, the
+// silent recomputation the configuration exists to prevent.
 type REST struct {
 	*genericregistry.Store
+	attachments CountFunc
 }
 
 var _ rest.ShortNamesProvider = &REST{}
 
 // ShortNames returns the short names of the resource.
 func (*REST) ShortNames() []string { return []string{"netconf"} }
+
+// Delete deletes the NetworkConfig name unless attachments exist and it is
+// not forced.
+func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions) (runtime.Object, bool, error) {
+	return r.Store.Delete(ctx, name, r.unused(deleteValidation), options)
+}
+
+// DeleteCollection deletes the NetworkConfigs listOptions selects, each
+// under the same rule as Delete.
+func (r *REST) DeleteCollection(ctx context.Context, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions, listOptions *metainternalversion.ListOptions) (runtime.Object, error) {
+	return r.Store.DeleteCollection(ctx, r.unused(deleteValidation), options, listOptions)
+}
+
+// unused returns a deletion check that runs validate (admission), then
+// refuses the deletion of a NetworkConfig, unforced, while attachments
+// exist.
+func (r *REST) unused(validate rest.ValidateObjectFunc) rest.ValidateObjectFunc {
+	return func(ctx context.Context, obj runtime.Object) error {
+		if validate != nil {
+			if err := validate(ctx, obj); err != nil {
+				return err
+			}
+		}
+		cfg, ok := obj.(*network.NetworkConfig)
+		if !ok {
+			return apierrors.NewInternalError(fmt.Errorf("deleting a networkconfig: got a %T", obj))
+		}
+		if cfg.Annotations[network.ForceUnsafeChangeAnnotation] == "true" {
+			return nil
+		}
+		n, err := r.attachments(ctx)
+		if err != nil {
+			return apierrors.NewInternalError(err)
+		}
+		if n == 0 {
+			return nil
+		}
+		noun := "NetworkAttachments exist"
+		if n == 1 {
+			noun = "NetworkAttachment exists"
+		}
+		return apierrors.NewConflict(network.Resource("networkconfigs"), cfg.Name, fmt.Errorf(
+			"%d %s: kos-controller-manager would create the configuration again with an overlay MTU computed anew from the nodes' underlays; to delete it anyway, first set the annotation %s: \"true\" on it", n, noun, network.ForceUnsafeChangeAnnotation))
+	}
+}
 
 // CountAttachments returns the CountFunc that counts the NetworkAttachments
 // of every namespace through attachments, their storage. It reads one
