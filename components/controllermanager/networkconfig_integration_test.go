@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
@@ -30,7 +31,8 @@ import (
 // controller against a kos-apiserver of its own (the cluster has one
 // NetworkConfig, which the package's shared server must not get) and Nodes
 // of the shared kube-apiserver that report their underlay MTUs as agents
-// do. It checks that the first start makes every default explicit, that a
+// do, as a ServiceAccount with the rights the release must grant. It
+// checks that the first start makes every default explicit, that a
 // smaller underlay later is reported but recomputes nothing, the metrics,
 // and that an unsafe change is refused, then forced and applied.
 func TestIntegrationNetworkConfig(t *testing.T) {
@@ -72,7 +74,23 @@ func TestIntegrationNetworkConfig(t *testing.T) {
 		})
 	}
 
-	m, _ := startManagerWith(t, "netconf", controllermanager.Config{NetworkConfig: true, KOS: kos.DirectConfig})
+	// The manager runs with the rights of testdata/network-config-clusterrole.yaml
+	// alone, which the 0.4.0 release must grant.
+	// The manager's ServiceAccount lives in example-com, which only a KOS
+	// server with an APIService creates.
+	_, err = kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "example-com"}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("creating namespace example-com: %v", err)
+	}
+	token := managerToken(t, kube, newNamespace(t), "testdata/network-config-clusterrole.yaml")
+	asManager := func(cfg *rest.Config) *rest.Config {
+		c := rest.AnonymousClientConfig(cfg)
+		c.BearerToken = token
+		return c
+	}
+	m, _ := startManagerWith(t, "netconf", controllermanager.Config{
+		NetworkConfig: true, Kube: asManager(env.RESTConfig), KOS: asManager(kos.DirectConfig),
+	})
 
 	// waitStatus waits until the NetworkConfig's status passes check.
 	waitStatus := func(t *testing.T, what string, check func(*v1alpha1.NetworkConfig) error) *v1alpha1.NetworkConfig {
