@@ -173,6 +173,10 @@ func TestIntegrationNetworkConfig(t *testing.T) {
 		if diff := cmp.Diff(rows, want); diff != "" {
 			t.Errorf("kubectl get netconf (-got +want):\n%s", diff)
 		}
+		explain := kubectlEventually(t, "--cache-dir="+cacheDir, "explain", "networkconfig.spec.overlayMTU")
+		if !strings.Contains(explain, "[576,9216]") {
+			t.Errorf("kubectl explain networkconfig.spec.overlayMTU lacks the range:\n%s", explain)
+		}
 	})
 
 	t.Run("forced deletion", func(t *testing.T) {
