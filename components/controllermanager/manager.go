@@ -289,7 +289,7 @@ func (m *Manager) runControllers(ctx context.Context) error {
 		// The node informer feeds this controller alone, which trims the
 		// Nodes it holds to their name and underlay annotation.
 		nodeFactory := kubeinformers.NewSharedInformerFactory(m.kube, m.cfg.ResyncPeriod)
-		configs, err := networkconfig.NewController(m.kos, network.NetworkConfigs(), nodeFactory.Core().V1().Nodes(), recorder,
+		configs, err := networkconfig.NewController(m.kos, network.NetworkConfigs(), nodeFactory.Core().V1().Nodes(), network.NetworkAttachments(), recorder,
 			networkconfig.Options{Metrics: m.network})
 		if err != nil {
 			return err

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
@@ -172,7 +173,24 @@ func TestIntegrationNetworkConfig(t *testing.T) {
 
 	ns := newNamespace(t)
 	createSubnet(t, c, newSubnet(ns, "s1", "10.91.0.0/24", 91))
-	createAttachment(t, c, newAttachment(ns, "a1", "s1"))
+	att := createAttachment(t, c, newAttachment(ns, "a1", "s1"))
+	// setAttachmentMTU writes the attachment's interface MTU, as its agent would.
+	setAttachmentMTU := func(t *testing.T, mtu int32) {
+		t.Helper()
+		// IPAM writes the attachment's address meanwhile.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			got, err := c.NetworkV1alpha1().NetworkAttachments(ns).Get(ctx, att.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			got.Status.MTU = mtu
+			_, err = c.NetworkV1alpha1().NetworkAttachments(ns).UpdateStatus(ctx, got, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
+			t.Fatalf("writing the attachment's MTU: %v", err)
+		}
+	}
 	setMTU := func(mtu int32, annotations map[string]string) error {
 		cfg, err := configs.Get(ctx, v1alpha1.NetworkConfigName, metav1.GetOptions{})
 		if err != nil {
@@ -185,6 +203,7 @@ func TestIntegrationNetworkConfig(t *testing.T) {
 	}
 
 	t.Run("a change with an attachment is refused", func(t *testing.T) {
+		setAttachmentMTU(t, 1450)
 		err := setMTU(1350, nil)
 		var status apierrors.APIStatus
 		if !apierrors.IsInvalid(err) || !errors.As(err, &status) {
@@ -218,6 +237,20 @@ func TestIntegrationNetworkConfig(t *testing.T) {
 		if cfg.Status.Underlay.NodesTooSmall != 0 || fits(cfg) != metav1.ConditionTrue {
 			t.Errorf("underlay %+v, UnderlayFits %q; want none too small, True", cfg.Status.Underlay, fits(cfg))
 		}
+		// The attachment's interface keeps 1450 until it is made again.
+		waitStatus(t, "the old interface counted", func(cfg *v1alpha1.NetworkConfig) error {
+			if n := cfg.Status.AttachmentsWithOtherMTU; n != 1 {
+				return fmt.Errorf("attachmentsWithOtherMTU %d", n)
+			}
+			return nil
+		})
+		setAttachmentMTU(t, 1350)
+		waitStatus(t, "no interface with another MTU", func(cfg *v1alpha1.NetworkConfig) error {
+			if n := cfg.Status.AttachmentsWithOtherMTU; n != 0 {
+				return fmt.Errorf("attachmentsWithOtherMTU %d", n)
+			}
+			return nil
+		})
 		// The annotation gone, the next change is refused again.
 		if err := setMTU(1300, nil); !apierrors.IsInvalid(err) {
 			t.Errorf("changing the MTU after a forced change: got %v, want an Invalid error", err)

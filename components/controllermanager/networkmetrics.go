@@ -10,8 +10,8 @@ import (
 // applied and the underlay MTUs the nodes report. They implement
 // networkconfig.Metrics.
 type networkMetrics struct {
-	overlayMTU, tunnelPort, smallest, reporting, tooSmall prometheus.Gauge
-	underlay                                              *prometheus.GaugeVec
+	overlayMTU, tunnelPort, smallest, reporting, tooSmall, otherMTU prometheus.Gauge
+	underlay                                                        *prometheus.GaugeVec
 }
 
 func newNetworkMetrics() *networkMetrics {
@@ -24,6 +24,7 @@ func newNetworkMetrics() *networkMetrics {
 		smallest:   gauge("underlay_mtu_smallest", "The smallest underlay MTU a node reports; 0 when none does."),
 		reporting:  gauge("nodes_reporting_underlay", "Nodes that report their underlay MTU."),
 		tooSmall:   gauge("nodes_underlay_too_small", "Nodes whose underlay MTU is below the overlay MTU plus VXLAN's 50 bytes: their pods lose full-size packets."),
+		otherMTU:   gauge("attachments_other_mtu", "NetworkAttachments whose interface has an MTU other than the overlay MTU applied: made before a forced change until their pods are re-created, or by agents that do not use the NetworkConfig."),
 		underlay: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "kos", Subsystem: "network", Name: "node_underlay_mtu",
 			Help: "The underlay MTU each node reports in its network.example.com/underlay-mtu annotation.",
@@ -33,7 +34,7 @@ func newNetworkMetrics() *networkMetrics {
 
 // register adds the gauges to reg.
 func (m *networkMetrics) register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.overlayMTU, m.tunnelPort, m.smallest, m.reporting, m.tooSmall, m.underlay} {
+	for _, c := range []prometheus.Collector{m.overlayMTU, m.tunnelPort, m.smallest, m.reporting, m.tooSmall, m.otherMTU, m.underlay} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}
@@ -49,6 +50,7 @@ func (m *networkMetrics) Observe(st *v1alpha1.NetworkConfigStatus, underlays map
 	m.smallest.Set(float64(st.Underlay.SmallestMTU))
 	m.reporting.Set(float64(st.Underlay.NodesReporting))
 	m.tooSmall.Set(float64(st.Underlay.NodesTooSmall))
+	m.otherMTU.Set(float64(st.AttachmentsWithOtherMTU))
 	m.underlay.Reset()
 	for node, mtu := range underlays {
 		m.underlay.WithLabelValues(node).Set(float64(mtu))

@@ -16,7 +16,7 @@ func TestNetworkMetricsObserve(t *testing.T) {
 	if err := m.register(reg); err != nil {
 		t.Fatal(err)
 	}
-	st := &v1alpha1.NetworkConfigStatus{OverlayMTU: 1450, TunnelPort: 4789,
+	st := &v1alpha1.NetworkConfigStatus{OverlayMTU: 1450, TunnelPort: 4789, AttachmentsWithOtherMTU: 3,
 		Underlay: v1alpha1.UnderlayReport{NodesReporting: 2, SmallestMTU: 1400, NodesTooSmall: 1}}
 	m.Observe(st, map[string]int32{"a": 1500, "b": 1400})
 	// Node b stops reporting: its series goes.
@@ -24,6 +24,9 @@ func TestNetworkMetricsObserve(t *testing.T) {
 	m.Observe(st, map[string]int32{"a": 1500})
 
 	want := `
+# HELP kos_network_attachments_other_mtu NetworkAttachments whose interface has an MTU other than the overlay MTU applied: made before a forced change until their pods are re-created, or by agents that do not use the NetworkConfig.
+# TYPE kos_network_attachments_other_mtu gauge
+kos_network_attachments_other_mtu 3
 # HELP kos_network_node_underlay_mtu The underlay MTU each node reports in its network.example.com/underlay-mtu annotation.
 # TYPE kos_network_node_underlay_mtu gauge
 kos_network_node_underlay_mtu{node="a"} 1500
@@ -38,7 +41,7 @@ kos_network_overlay_mtu 1450
 kos_network_underlay_mtu_smallest 1500
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
-		"kos_network_node_underlay_mtu", "kos_network_nodes_underlay_too_small", "kos_network_overlay_mtu", "kos_network_underlay_mtu_smallest"); err != nil {
+		"kos_network_attachments_other_mtu", "kos_network_node_underlay_mtu", "kos_network_nodes_underlay_too_small", "kos_network_overlay_mtu", "kos_network_underlay_mtu_smallest"); err != nil {
 		t.Error(err)
 	}
 }

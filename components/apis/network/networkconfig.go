@@ -36,6 +36,9 @@ type NetworkConfigStatus struct {
 	TunnelPort int32
 	// Underlay summarises the underlay MTUs the nodes report.
 	Underlay UnderlayReport
+	// AttachmentsWithOtherMTU counts the attachments whose interface has an
+	// MTU other than OverlayMTU.
+	AttachmentsWithOtherMTU int32
 	// Conditions are Applied and UnderlayFits.
 	Conditions []metav1.Condition
 }

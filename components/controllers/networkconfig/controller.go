@@ -14,6 +14,7 @@ package networkconfig
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,6 +34,10 @@ import (
 // QueueName names the controller's work queue in metrics.
 const QueueName = "kos_network_config"
 
+// attachmentsByMTUIndex indexes NetworkAttachments by status.mtu, in
+// decimal; attachments without one are not indexed.
+const attachmentsByMTUIndex = "networkconfig-mtu"
+
 // Metrics receives what the controller observes: the status it keeps and
 // the underlay MTU of every reporting node, by node name.
 type Metrics interface {
@@ -48,29 +53,35 @@ type Options struct {
 
 // Controller keeps the cluster's NetworkConfig.
 type Controller struct {
-	client   versioned.Interface
-	configs  listers.NetworkConfigLister
-	nodes    corelisters.NodeLister
-	synced   []cache.InformerSynced
-	queue    *keyqueue.Queue
-	recorder record.EventRecorder
-	metrics  Metrics
+	client  versioned.Interface
+	configs listers.NetworkConfigLister
+	nodes   corelisters.NodeLister
+	// attachments indexes the NetworkAttachments by status.mtu.
+	attachments cache.Indexer
+	synced      []cache.InformerSynced
+	queue       *keyqueue.Queue
+	recorder    record.EventRecorder
+	metrics     Metrics
 }
 
 // NewController returns a controller that keeps the NetworkConfig configs
 // informs about, through client, from the underlay MTUs of the Nodes nodes
-// informs about. It registers its event handlers at once and trims the
-// Nodes the node informer keeps to their name and underlay annotation, so
-// the node informer must be its alone; the caller starts the informers.
-func NewController(client versioned.Interface, configs informers.NetworkConfigInformer, nodes coreinformers.NodeInformer, recorder record.EventRecorder, opts Options) (*Controller, error) {
+// informs about, and counts the attachments attachments informs about
+// whose interface has another MTU. It registers its event handlers and an
+// index at once and trims the Nodes the node informer keeps to their name
+// and underlay annotation, so the node informer must be its alone; the
+// attachment informer may be shared. The caller starts the informers.
+func NewController(client versioned.Interface, configs informers.NetworkConfigInformer, nodes coreinformers.NodeInformer,
+	attachments informers.NetworkAttachmentInformer, recorder record.EventRecorder, opts Options) (*Controller, error) {
 	c := &Controller{
-		client:   client,
-		configs:  configs.Lister(),
-		nodes:    nodes.Lister(),
-		synced:   []cache.InformerSynced{configs.Informer().HasSynced, nodes.Informer().HasSynced},
-		queue:    keyqueue.New(QueueName),
-		recorder: recorder,
-		metrics:  opts.Metrics,
+		client:      client,
+		configs:     configs.Lister(),
+		nodes:       nodes.Lister(),
+		attachments: attachments.Informer().GetIndexer(),
+		synced:      []cache.InformerSynced{configs.Informer().HasSynced, nodes.Informer().HasSynced, attachments.Informer().HasSynced},
+		queue:       keyqueue.New(QueueName),
+		recorder:    recorder,
+		metrics:     opts.Metrics,
 	}
 	if err := nodes.Informer().SetTransform(TrimNode); err != nil {
 		return nil, fmt.Errorf("trimming the nodes of the node informer: %w", err)
@@ -96,7 +107,51 @@ func NewController(client versioned.Interface, configs informers.NetworkConfigIn
 	if err != nil {
 		return nil, fmt.Errorf("adding the node event handler: %w", err)
 	}
+	if err := attachments.Informer().AddIndexers(cache.Indexers{attachmentsByMTUIndex: attachmentMTU}); err != nil {
+		return nil, fmt.Errorf("indexing the attachments by MTU: %w", err)
+	}
+	_, err = attachments.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if mtuOf(obj) != 0 {
+				enqueue(obj)
+			}
+		},
+		UpdateFunc: func(old, obj any) {
+			if mtuOf(old) != mtuOf(obj) {
+				enqueue(obj)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if mtuOf(obj) != 0 {
+				enqueue(obj)
+			}
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("adding the attachment event handler: %w", err)
+	}
 	return c, nil
+}
+
+// mtuOf returns the MTU an attachment's status reports, 0 for none.
+func mtuOf(obj any) int32 {
+	att, ok := obj.(*v1alpha1.NetworkAttachment)
+	if !ok {
+		return 0
+	}
+	return att.Status.MTU
+}
+
+// attachmentMTU is the index function of attachmentsByMTUIndex.
+func attachmentMTU(obj any) ([]string, error) {
+	mtu := mtuOf(obj)
+	if mtu == 0 {
+		return nil, nil
+	}
+	return []string{strconv.Itoa(int(mtu))}, nil
 }
 
 // underlayAnnotation returns the underlay MTU annotation of a Node.

@@ -72,7 +72,7 @@ func (c *Controller) sync(ctx context.Context, ref cache.ObjectName) error {
 		return nil
 	}
 
-	status := Status(cfg, underlays)
+	status := Status(cfg, underlays, c.attachmentMTUs())
 	if c.metrics != nil {
 		c.metrics.Observe(&status, underlays)
 	}
@@ -168,6 +168,24 @@ func (c *Controller) underlays(ctx context.Context) (map[string]int32, error) {
 	return out, nil
 }
 
+// attachmentMTUs returns how many attachments report each MTU, from the
+// index: the count of each value, not a walk of every attachment.
+func (c *Controller) attachmentMTUs() map[int32]int {
+	out := map[int32]int{}
+	for _, v := range c.attachments.ListIndexFuncValues(attachmentsByMTUIndex) {
+		mtu, err := strconv.ParseInt(v, 10, 32)
+		if err != nil {
+			continue
+		}
+		keys, err := c.attachments.IndexKeys(attachmentsByMTUIndex, v)
+		if err != nil || len(keys) == 0 {
+			continue
+		}
+		out[int32(mtu)] = len(keys)
+	}
+	return out
+}
+
 // ParseUnderlayMTU parses the value of a Node's underlay MTU annotation.
 func ParseUnderlayMTU(v string) (int32, error) {
 	n, err := strconv.ParseInt(v, 10, 32)
@@ -224,20 +242,31 @@ func Defaults(spec v1alpha1.NetworkConfigSpec, underlays map[string]int32) v1alp
 }
 
 // Status returns the status cfg should have: its spec applied (cfg's spec
-// must have every field set), and the underlay report of underlays. The
-// conditions keep their transition times while they hold.
-func Status(cfg *v1alpha1.NetworkConfig, underlays map[string]int32) v1alpha1.NetworkConfigStatus {
+// must have every field set), the underlay report of underlays, and the
+// count of attachments whose MTU, of those mtus counts (attachments by
+// status.mtu), is not the one applied. The conditions keep their
+// transition times while they hold.
+func Status(cfg *v1alpha1.NetworkConfig, underlays map[string]int32, mtus map[int32]int) v1alpha1.NetworkConfigStatus {
 	st := v1alpha1.NetworkConfigStatus{
 		ObservedGeneration: cfg.Generation,
 		OverlayMTU:         *cfg.Spec.OverlayMTU,
 		TunnelPort:         *cfg.Spec.TunnelPort,
 		Conditions:         slices.Clone(cfg.Status.Conditions),
 	}
+	for mtu, n := range mtus {
+		if mtu != st.OverlayMTU {
+			st.AttachmentsWithOtherMTU += int32(n)
+		}
+	}
+	applied := fmt.Sprintf("Agents use overlay MTU %d and tunnel port %d", st.OverlayMTU, st.TunnelPort)
+	if n := st.AttachmentsWithOtherMTU; n > 0 {
+		applied += fmt.Sprintf("; %d attachments' interfaces have another MTU until their pods are re-created", n)
+	}
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 		Type:               v1alpha1.NetworkConfigApplied,
 		Status:             metav1.ConditionTrue,
 		Reason:             v1alpha1.ReasonConfigApplied,
-		Message:            fmt.Sprintf("Agents use overlay MTU %d and tunnel port %d", st.OverlayMTU, st.TunnelPort),
+		Message:            applied,
 		ObservedGeneration: cfg.Generation,
 	})
 

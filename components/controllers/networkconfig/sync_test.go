@@ -52,6 +52,18 @@ type written struct {
 // and nodes, and returns the writes it made and the metrics it observed.
 func runSync(t *testing.T, cfg *v1alpha1.NetworkConfig, nodes ...*corev1.Node) ([]written, *fakeMetrics) {
 	t.Helper()
+	return runSyncWith(t, cfg, nil, nodes...)
+}
+
+// runSyncWith is runSync with attachments in the cache too.
+func runSyncWith(t *testing.T, cfg *v1alpha1.NetworkConfig, attachments []*v1alpha1.NetworkAttachment, nodes ...*corev1.Node) ([]written, *fakeMetrics) {
+	t.Helper()
+	attIndexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{attachmentsByMTUIndex: attachmentMTU})
+	for _, a := range attachments {
+		if err := attIndexer.Add(a); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var objs []runtime.Object
 	configs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	if cfg != nil {
@@ -69,12 +81,13 @@ func runSync(t *testing.T, cfg *v1alpha1.NetworkConfig, nodes ...*corev1.Node) (
 	client := fake.NewSimpleClientset(objs...)
 	metrics := &fakeMetrics{}
 	c := &Controller{
-		client:   client,
-		configs:  listers.NewNetworkConfigLister(configs),
-		nodes:    corelisters.NewNodeLister(nodeIndexer),
-		queue:    keyqueue.New("test"),
-		recorder: record.NewFakeRecorder(10),
-		metrics:  metrics,
+		client:      client,
+		configs:     listers.NewNetworkConfigLister(configs),
+		nodes:       corelisters.NewNodeLister(nodeIndexer),
+		attachments: attIndexer,
+		queue:       keyqueue.New("test"),
+		recorder:    record.NewFakeRecorder(10),
+		metrics:     metrics,
 	}
 	if err := c.sync(context.Background(), cache.NewObjectName("", "cluster")); err != nil {
 		t.Fatalf("sync: %v", err)
@@ -178,7 +191,7 @@ func TestSyncAppliesAndNeverRecomputes(t *testing.T) {
 
 func TestSyncWritesNothingWhenUpToDate(t *testing.T) {
 	cfg := config(ptr(1450), ptr(4789), nil)
-	cfg.Status = Status(cfg, map[string]int32{"a": 1500})
+	cfg.Status = Status(cfg, map[string]int32{"a": 1500}, nil)
 	if writes, _ := runSync(t, cfg, node("a", "1500")); len(writes) != 0 {
 		t.Errorf("writes %+v, want none", writes)
 	}
@@ -221,7 +234,7 @@ func TestStatusUnderlayConditions(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			st := Status(cfg, tc.underlays)
+			st := Status(cfg, tc.underlays, nil)
 			got := st.Conditions[1]
 			if diff := cmp.Diff(got, tc.want, ignoreTimes); diff != "" {
 				t.Errorf("condition (-got +want):\n%s", diff)
@@ -230,5 +243,34 @@ func TestStatusUnderlayConditions(t *testing.T) {
 				t.Errorf("%d nodes named, want %d", len(st.Underlay.TooSmall), tc.named)
 			}
 		})
+	}
+}
+
+func attachment(name string, mtu int32) *v1alpha1.NetworkAttachment {
+	return &v1alpha1.NetworkAttachment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+		Status:     v1alpha1.NetworkAttachmentStatus{MTU: mtu},
+	}
+}
+
+func TestSyncCountsAttachmentsWithAnotherMTU(t *testing.T) {
+	// A forced change from 1450 to 1400: two interfaces were made before
+	// it, one after, and one has none yet.
+	cfg := config(ptr(1400), ptr(4789), &v1alpha1.NetworkConfigStatus{OverlayMTU: 1400, TunnelPort: 4789})
+	atts := []*v1alpha1.NetworkAttachment{attachment("old1", 1450), attachment("old2", 1450), attachment("new", 1400), attachment("pending", 0)}
+	writes, metrics := runSyncWith(t, cfg, atts, node("a", "1500"))
+	if len(writes) != 1 || writes[0].subresource != "status" {
+		t.Fatalf("writes %+v, want one status update", writes)
+	}
+	st := writes[0].cfg.Status
+	if st.AttachmentsWithOtherMTU != 2 {
+		t.Errorf("attachmentsWithOtherMTU %d, want 2", st.AttachmentsWithOtherMTU)
+	}
+	want := "Agents use overlay MTU 1400 and tunnel port 4789; 2 attachments' interfaces have another MTU until their pods are re-created"
+	if got := st.Conditions[0].Message; got != want {
+		t.Errorf("Applied message %q, want %q", got, want)
+	}
+	if metrics.status.AttachmentsWithOtherMTU != 2 {
+		t.Errorf("metrics observed %d attachments with another MTU, want 2", metrics.status.AttachmentsWithOtherMTU)
 	}
 }

@@ -834,6 +834,13 @@ func schema_components_apis_network_v1alpha1_NetworkConfigStatus(ref common.Refe
 							Ref:         ref(v1alpha1.UnderlayReport{}.OpenAPIModelName()),
 						},
 					},
+					"attachmentsWithOtherMTU": {
+						SchemaProps: spec.SchemaProps{
+							Description: "AttachmentsWithOtherMTU counts the NetworkAttachments whose interface has an MTU (status.mtu, set by their node's agent) other than overlayMTU: interfaces made before a forced change of the MTU, until their pods are re-created, or by agents that do not use this configuration.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
 					"conditions": {
 						VendorExtensible: spec.VendorExtensible{
 							Extensions: spec.Extensions{

@@ -74,6 +74,14 @@ type NetworkConfigStatus struct {
 	// +optional
 	Underlay UnderlayReport `json:"underlay,omitempty"`
 
+	// AttachmentsWithOtherMTU counts the NetworkAttachments whose interface
+	// has an MTU (status.mtu, set by their node's agent) other than
+	// overlayMTU: interfaces made before a forced change of the MTU, until
+	// their pods are re-created, or by agents that do not use this
+	// configuration.
+	// +optional
+	AttachmentsWithOtherMTU int32 `json:"attachmentsWithOtherMTU,omitempty"`
+
 	// Conditions: Applied is True once status holds spec's values;
 	// UnderlayFits is False while some node's underlay cannot carry the
 	// overlay MTU with VXLAN's overhead.
