@@ -57,7 +57,7 @@ func TestIntegrationPodNetworks(t *testing.T) {
 	}
 	installDefinitionCRD(t, dyn)
 	ns := newNamespace(t)
-	token := managerToken(t, kube, ns)
+	token := managerToken(t, kube, ns, "testdata/pod-network-clusterrole.yaml")
 	asManager := func(cfg *rest.Config) *rest.Config {
 		c := rest.AnonymousClientConfig(cfg)
 		c.BearerToken = token
@@ -209,13 +209,13 @@ func TestIntegrationPodNetworks(t *testing.T) {
 
 // managerToken binds the ServiceAccount example-com/kos-controller-manager
 // (made unless it exists), the identity kos-apiserver lets delete pods'
-// attachments by default, to the ClusterRole of
+// attachments by default, to the ClusterRole of roleFile, such as
 // testdata/pod-network-clusterrole.yaml, and returns a token of it. The
 // binding is named after ns, the namespace of the test.
-func managerToken(t *testing.T, kube kubernetes.Interface, ns string) string {
+func managerToken(t *testing.T, kube kubernetes.Interface, ns, roleFile string) string {
 	t.Helper()
 	ctx := context.Background()
-	data, err := os.ReadFile("testdata/pod-network-clusterrole.yaml")
+	data, err := os.ReadFile(roleFile)
 	if err != nil {
 		t.Fatal(err)
 	}
