@@ -87,7 +87,11 @@ type Options struct {
 	MetricsBindAddress string
 	// DebugEndpoints turns the debug endpoints on; DebugBindAddress is
 	// where they are served, and DebugLoopbackOnly serves them on loopback
-	// only, without checking identity.
+	// only, without checking identity. Loopback is the default: an agent
+	// run by a manifest that grants it no token reviews (0.3.0's) still
+	// serves kubectl kos, through a port-forward the kube-apiserver
+	// authorizes (pods/portforward), and no pod reaches it; a manifest
+	// that grants the reviews sets --debug-loopback-only=false.
 	DebugEndpoints    bool
 	DebugBindAddress  string
 	DebugLoopbackOnly bool
@@ -116,6 +120,7 @@ func NewOptions() *Options {
 		MetricsBindAddress: DefaultMetricsBindAddress,
 		DebugEndpoints:     true,
 		DebugBindAddress:   debugserver.DefaultBindAddress,
+		DebugLoopbackOnly:  true,
 		FlowCheckPeriod:    DefaultFlowCheckPeriod,
 		ReconcilePeriod:    DefaultReconcilePeriod,
 		ExecTimeout:        DefaultExecTimeout,
@@ -167,7 +172,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs = fss.FlagSet("debug")
 	fs.BoolVar(&o.DebugEndpoints, "debug-endpoints", o.DebugEndpoints, "Serve the debug endpoints (/debug/status, /debug/flows, /debug/tunnels, /debug/routes, /debug/trace), which `kubectl kos` reads. false turns them off.")
 	fs.StringVar(&o.DebugBindAddress, "debug-bind-address", o.DebugBindAddress, "Where to serve the debug endpoints, over HTTPS with a self-signed certificate. Only users the main cluster authenticates (TokenReview, or a client certificate of its client CA) and allows get, or create for a trace, on nodes/kos-debug of this node (SubjectAccessReview) get in; the agent needs the rights of system:auth-delegator and to read the ConfigMap kube-system/extension-apiserver-authentication.")
-	fs.BoolVar(&o.DebugLoopbackOnly, "debug-loopback-only", o.DebugLoopbackOnly, "Serve the debug endpoints on 127.0.0.1 at --debug-bind-address's port, without checking identity: for the node's administrator alone, and for clusters where the agent may not review tokens.")
+	fs.BoolVar(&o.DebugLoopbackOnly, "debug-loopback-only", o.DebugLoopbackOnly, "Serve the debug endpoints on 127.0.0.1 at --debug-bind-address's port, without checking identity: no pod reaches them, and kubectl kos reaches them through a port-forward, which the kube-apiserver authorizes (pods/portforward in the agents' namespace). false serves them on --debug-bind-address to the users the main cluster authorizes, and needs the review rights named there.")
 
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logs"))
 	return fss

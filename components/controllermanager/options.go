@@ -72,16 +72,18 @@ func NewOptions() *Options {
 		SubnetValidatorWorkers: 2,
 		IPAMWorkers:            16,
 		PodNetworkWorkers:      4,
-		NetworkConfig:          true,
-		ResyncPeriod:           10 * time.Minute,
-		MetricsAddress:         DefaultMetricsBindAddress,
-		LeaderElect:            true,
-		LeaderElectNamespace:   "example-com",
-		LeaderElectName:        Component,
-		LeaseDuration:          15 * time.Second,
-		RenewDeadline:          10 * time.Second,
-		RetryPeriod:            2 * time.Second,
-		Logs:                   logsapi.NewLoggingConfiguration(),
+		// Off until a release grants the rights it needs (nodes, networkconfigs):
+		// under 0.3.0's manifest it could only log Forbidden.
+		NetworkConfig:        false,
+		ResyncPeriod:         10 * time.Minute,
+		MetricsAddress:       DefaultMetricsBindAddress,
+		LeaderElect:          true,
+		LeaderElectNamespace: "example-com",
+		LeaderElectName:      Component,
+		LeaseDuration:        15 * time.Second,
+		RenewDeadline:        10 * time.Second,
+		RetryPeriod:          2 * time.Second,
+		Logs:                 logsapi.NewLoggingConfiguration(),
 	}
 }
 

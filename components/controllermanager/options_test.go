@@ -51,7 +51,7 @@ func TestOptionsConfig(t *testing.T) {
 	}{
 		{"defaults: aggregated, elected", nil, summary{
 			KubeHost: "https://127.0.0.1:6443", KOSHost: "https://127.0.0.1:6443",
-			QPS: 200, Burst: 400, KOSQPS: 5000, KOSBurst: 10000, Leader: true, IPAMWorkers: 16, PodNetworkWorkers: 4, NetworkConfig: true, Metrics: ":9295",
+			QPS: 200, Burst: 400, KOSQPS: 5000, KOSBurst: 10000, Leader: true, IPAMWorkers: 16, PodNetworkWorkers: 4, Metrics: ":9295",
 		}},
 		{"direct, no election", []string{
 			"--kos-api-server=https://kos.example-com.svc:443", "--kos-api-ca-file=/ca.crt",
@@ -64,7 +64,7 @@ func TestOptionsConfig(t *testing.T) {
 		}},
 		{"named identity", []string{"--leader-elect-identity=me"}, summary{
 			KubeHost: "https://127.0.0.1:6443", KOSHost: "https://127.0.0.1:6443",
-			QPS: 200, Burst: 400, KOSQPS: 5000, KOSBurst: 10000, Leader: true, Identity: "me", IPAMWorkers: 16, PodNetworkWorkers: 4, NetworkConfig: true, Metrics: ":9295",
+			QPS: 200, Burst: 400, KOSQPS: 5000, KOSBurst: 10000, Leader: true, Identity: "me", IPAMWorkers: 16, PodNetworkWorkers: 4, Metrics: ":9295",
 		}},
 	}
 	for _, tc := range tests {
