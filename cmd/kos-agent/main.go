@@ -12,6 +12,7 @@ import (
 
 	"github.com/kos-sdn/kos/components/agent"
 	"github.com/kos-sdn/kos/components/kosapi"
+	"github.com/kos-sdn/kos/components/nodecleanup"
 )
 
 func main() {
@@ -20,7 +21,7 @@ func main() {
 		os.Exit(1)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := agent.NewCommand(os.Stdout, os.Stderr).ExecuteContext(ctx)
+	err := agent.NewCommand(os.Stdout, os.Stderr, nodecleanup.NewCommand(os.Stdout)).ExecuteContext(ctx)
 	stop()
 	os.Exit(agent.ExitCode(err))
 }

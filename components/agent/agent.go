@@ -13,13 +13,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/kos-sdn/kos/components/agent/cniserver"
+	"github.com/kos-sdn/kos/components/agent/exechook"
 	networkapi "github.com/kos-sdn/kos/components/apis/network"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/fabric"
@@ -67,14 +68,14 @@ type Config struct {
 	// DefaultExecTimeout when zero.
 	ExecTimeout time.Duration
 	// ExecRules allow commands by program and argument patterns, besides
-	// AllowedPrograms (see LoadExecAllowFile).
-	ExecRules []ExecRule
+	// AllowedPrograms (see exechook.LoadAllowFile).
+	ExecRules []exechook.Rule
 	// ExecWorkers is how many postCreateExec and postDeleteExec commands
 	// may run at once. DefaultExecWorkers when zero.
 	ExecWorkers int
 	// CNI configures the CNI server that plugs pods' interfaces for
 	// kos-cni; none runs when CNI.Socket is empty.
-	CNI CNIConfig
+	CNI cniserver.Config
 }
 
 // addressIndex indexes attachments by the address they hold (address.String).
@@ -101,7 +102,7 @@ type Agent struct {
 	fabric   fabric.Interface
 	recorder record.EventRecorder
 	metrics  *metrics
-	exec     *execPolicy
+	exec     execHook
 	// hooks bounds how many postCreateExec and postDeleteExec commands run
 	// at once; they run off the workers (runHook), so a slow command never
 	// holds up the fabric work of other attachments.
@@ -109,7 +110,9 @@ type Agent struct {
 
 	flowCheckPeriod time.Duration
 	reconcilePeriod time.Duration
-	cni             CNIConfig
+	cni             cniserver.Config
+	// cniSrv is the CNI server, when cni names a socket.
+	cniSrv *cniserver.Server
 
 	queue workqueue.TypedRateLimitingInterface[string]
 
@@ -144,7 +147,19 @@ type Agent struct {
 type localRecord struct {
 	uid            string
 	postDeleteExec []string
-	vars           execVars
+	vars           exechook.Vars
+}
+
+// execHook runs attachments' postCreateExec and postDeleteExec commands;
+// exechook.Policy is the real one.
+type execHook interface {
+	// Check returns an error unless command may run.
+	Check(command []string, vars exechook.Vars) error
+	// Run runs command, if it may, and reports the run.
+	Run(ctx context.Context, command []string, vars exechook.Vars) *v1alpha1.ExecReport
+	// Result classifies a run: exechook.ResultOK, ResultFailed or
+	// ResultRefused.
+	Result(command []string, vars exechook.Vars, r *v1alpha1.ExecReport) string
 }
 
 // New returns an agent for cfg. It starts nothing: call Run.
@@ -162,14 +177,9 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Fabric == nil {
 		errs = append(errs, errors.New("no fabric"))
 	}
-	for _, p := range cfg.AllowedPrograms {
-		if !isAbsClean(p) {
-			errs = append(errs, fmt.Errorf("allowed program %q is not an absolute, clean path", p))
-		}
-	}
-	rules, err := compileRules(cfg.ExecRules)
+	hook, err := exechook.NewPolicy(cfg.AllowedPrograms, cfg.ExecRules, orDefault(cfg.ExecTimeout, DefaultExecTimeout))
 	if err != nil {
-		errs = append(errs, fmt.Errorf("exec rules: %w", err))
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -185,7 +195,7 @@ func New(cfg Config) (*Agent, error) {
 		fabric:          cfg.Fabric,
 		recorder:        cfg.Recorder,
 		metrics:         m,
-		exec:            &execPolicy{allowed: sets.New(cfg.AllowedPrograms...), rules: rules, timeout: orDefault(cfg.ExecTimeout, DefaultExecTimeout), now: time.Now},
+		exec:            hook,
 		hooks:           make(chan struct{}, orDefault(cfg.ExecWorkers, DefaultExecWorkers)),
 		flowCheckPeriod: orDefault(cfg.FlowCheckPeriod, DefaultFlowCheckPeriod),
 		reconcilePeriod: orDefault(cfg.ReconcilePeriod, DefaultReconcilePeriod),
@@ -197,7 +207,9 @@ func New(cfg Config) (*Agent, error) {
 		addrSeed: maphash.MakeSeed(),
 	}
 	a.state = newState(m, a.newNetworkInformer)
-	a.cni.Wait = orDefault(a.cni.Wait, DefaultCNIWait)
+	if a.cni.Socket != "" {
+		a.cniSrv = a.cniServer()
+	}
 	if a.recorder == nil {
 		// A FakeRecorder without a channel drops every event.
 		a.recorder = &record.FakeRecorder{}
@@ -333,8 +345,8 @@ func (a *Agent) Run(ctx context.Context, workers int) error {
 		wg.Go(func() { wait.UntilWithContext(ctx, a.runWorker, time.Second) })
 	}
 	wg.Go(func() { a.checkFabric(ctx, deferred) })
-	if a.cni.Socket != "" {
-		wg.Go(func() { a.serveCNI(ctx) })
+	if a.cniSrv != nil {
+		wg.Go(func() { a.cniSrv.Run(ctx) })
 	}
 	logger.Info("Agent started")
 	<-ctx.Done()

@@ -1,445 +1,102 @@
 package agent
 
-// This file is the agent's CNI server: it answers kos-cni's requests on a
-// Unix socket, finding each pod's attachment in the local cache and
-// plugging a veth pair into the pod in place of the attachment's internal
-// port (veth.go makes the pair; the fabric attaches its host end).
+// This file is what the agent gives its CNI server (package cniserver):
+// its cache, the readiness of its attachments, the locks of the switch's
+// places, and the switch's ports measured as the agent's own operations.
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
-	"net/netip"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
-	"github.com/containernetworking/cni/pkg/types"
-	types100 "github.com/containernetworking/cni/pkg/types/100"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
+	"github.com/kos-sdn/kos/components/agent/cniserver"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
-	"github.com/kos-sdn/kos/components/cni"
-	"github.com/kos-sdn/kos/components/controllers/podnetwork"
 	"github.com/kos-sdn/kos/components/fabric"
 )
 
-// DefaultCNIWait bounds how long an ADD waits for the pod's attachment.
-const DefaultCNIWait = 60 * time.Second
-
-// cniPollInterval is how often a waiting ADD looks at the cache again.
-const cniPollInterval = 20 * time.Millisecond
-
-// CNIConfig configures the agent's CNI server, which plugs pods' interfaces
-// for kos-cni.
-type CNIConfig struct {
-	// Socket is the path of the Unix socket to serve kos-cni on, such as
-	// cni.DefaultSocket; the agent serves no CNI requests when it is empty.
-	Socket string
-	// Wait bounds how long an ADD waits for the pod's attachment to exist,
-	// have its address and be ready on this node. DefaultCNIWait when zero.
-	Wait time.Duration
-	// HostNetns is the path of the network namespace where the switch's
-	// ports live, where the host ends of pods' veth pairs go; the agent's
-	// own when empty, as on nodes, where the agent and Open vSwitch share
-	// the host's.
-	HostNetns string
-	// NoChecksumOffload makes pods compute the checksums of what they
-	// send, as Open vSwitch's userspace datapath needs (see
-	// veth.noChecksumOffload).
-	NoChecksumOffload bool
+// cniServer returns the agent's CNI server.
+func (a *Agent) cniServer() *cniserver.Server {
+	observe := func(command, outcome string, d time.Duration) {
+		a.metrics.cniRequests.WithLabelValues(command, outcome).Observe(d.Seconds())
+	}
+	return cniserver.New(a.cni, a.node, cniAgent{a}, cniPorts{a}, a.client, a.flowCheckPeriod, observe)
 }
 
-// serveCNI serves kos-cni's requests on the CNI socket until ctx is done.
-// A socket that cannot be opened is tried again every flowCheckPeriod: until
-// it opens, kos-cni's ADDs fail ("kos-agent not reachable") and its DELs
-// succeed. It returns once the server and every request have stopped.
-func (a *Agent) serveCNI(ctx context.Context) {
-	logger := klog.FromContext(ctx).WithValues("socket", a.cni.Socket)
-	var l net.Listener
-	for {
-		var err error
-		if l, err = listenUnix(a.cni.Socket); err == nil {
-			break
-		}
-		logger.Error(err, "Serving CNI requests failed; will retry")
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(a.flowCheckPeriod):
-		}
-	}
-	srv := &http.Server{
-		Handler:     http.HandlerFunc(a.handleCNI),
-		BaseContext: func(net.Listener) context.Context { return ctx },
-		// kos-cni passes the pod's network namespace as a descriptor.
-		ConnContext:       cni.NetnsConnContext,
-		ReadHeaderTimeout: 10 * time.Second,
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		<-ctx.Done()
-		// Requests get ctx, so those waiting return at once.
-		_ = srv.Shutdown(context.Background())
-	}()
-	logger.Info("Serving CNI requests")
-	if err := srv.Serve(cni.NetnsListener(l)); !errors.Is(err, http.ErrServerClosed) {
-		logger.Error(err, "Serving CNI requests stopped")
-	}
-	<-done
-}
+// cniAgent is the agent as its CNI server sees it.
+type cniAgent struct{ a *Agent }
 
-// listenUnix listens on a Unix socket at path, which only root may use,
-// replacing the socket a previous agent left.
-func listenUnix(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("creating the folder of %s: %w", path, err)
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("removing the old socket %s: %w", path, err)
-	}
-	l, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("listening on %s: %w", path, err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		l.Close()
-		return nil, fmt.Errorf("restricting %s to root: %w", path, err)
-	}
-	return l, nil
-}
+var _ cniserver.Agent = cniAgent{}
 
-// handleCNI answers one kos-cni request: 200 with the result, if any, or a
-// CNI error.
-func (a *Agent) handleCNI(w http.ResponseWriter, r *http.Request) {
-	var req cni.Request
-	var cniErr *types.Error
-	var result *types100.Result
-	start := time.Now()
-	if r.Method != http.MethodPost || r.URL.Path != cni.RequestPath {
-		cniErr = types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("kos-agent serves POST %s, not %s %s: kos-cni and kos-agent differ in version", cni.RequestPath, r.Method, r.URL.Path), "")
-	} else if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil {
-		cniErr = types.NewError(types.ErrDecodingFailure, fmt.Sprintf("decoding the request: %v", err), "")
-	} else {
-		logger := klog.FromContext(r.Context()).WithValues("command", req.Command, "pod", req.Pod.String(), "containerID", req.ContainerID, "ifname", req.IfName)
-		ctx := klog.NewContext(r.Context(), logger)
-		result, cniErr = a.cniRequest(ctx, &req)
-		if cniErr != nil {
-			logger.Info("CNI request failed", "duration", time.Since(start), "code", cniErr.Code, "err", cniErr.Msg)
-		} else {
-			logger.V(2).Info("Served a CNI request", "duration", time.Since(start))
-		}
-	}
-	outcome := "ok"
-	if cniErr != nil {
-		outcome = "error"
-	}
-	a.metrics.cniRequests.WithLabelValues(req.Command, outcome).Observe(time.Since(start).Seconds())
+func (c cniAgent) Healthy() error { return c.a.Healthy() }
 
-	w.Header().Set("Content-Type", "application/json")
-	var body any
-	switch {
-	case cniErr != nil:
-		w.WriteHeader(httpStatus(cniErr.Code))
-		body = cniErr
-	case result != nil:
-		body = result
-	default:
-		return
-	}
-	// The plugin sees a failed write as an agent that did not answer.
-	_ = json.NewEncoder(w).Encode(body)
-}
-
-// httpStatus is the HTTP status of a CNI error; kos-cni reads only the
-// body, but logs and curl are easier to read with a fitting one.
-func httpStatus(code uint) int {
-	switch code {
-	case types.ErrTryAgainLater, types.ErrPluginNotAvailable:
-		return http.StatusServiceUnavailable
-	case types.ErrInternal:
-		return http.StatusInternalServerError
-	}
-	return http.StatusBadRequest
-}
-
-// cniRequest carries out one request.
-func (a *Agent) cniRequest(ctx context.Context, req *cni.Request) (*types100.Result, *types.Error) {
-	switch req.Command {
-	case cni.CommandAdd:
-		return a.cniAdd(ctx, req)
-	case cni.CommandDel:
-		a.cniDel(ctx, req)
-		return nil, nil
-	case cni.CommandCheck:
-		return nil, a.cniCheck(ctx, req)
-	case cni.CommandStatus:
-		if err := a.Healthy(); err != nil {
-			return nil, types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("kos-agent on node %s is not ready: %v", a.node, err), "")
-		}
-		return nil, nil
-	}
-	return nil, types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("unknown CNI command %q", req.Command), "")
-}
-
-// cniError returns a CNI error with a formatted message.
-func cniError(code uint, format string, args ...any) *types.Error {
-	return types.NewError(code, fmt.Sprintf(format, args...), "")
-}
-
-// podPlug is what a request plugs: the pod's attachment, its address, and
-// the veth pair.
-type podPlug struct {
-	key   string
-	addr  address
-	owner string
-	veth  *veth
-}
-
-// plugOwner is the owner recorded on the port of a pod's interface: the
-// sandbox and interface a CNI request names.
-func plugOwner(req *cni.Request) string { return req.ContainerID + "/" + req.IfName }
-
-// cniAdd waits for the pod's attachment to be ready on this node, then
-// plugs a veth pair into the pod in place of the attachment's internal
-// port, and returns the CNI result. An ADD of a sandbox and interface
-// plugged already plugs them anew.
-func (a *Agent) cniAdd(ctx context.Context, req *cni.Request) (*types100.Result, *types.Error) {
-	switch {
-	case req.ContainerID == "" || req.IfName == "" || req.Netns == "":
-		return nil, cniError(types.ErrInvalidEnvironmentVariables, "ADD needs a container ID, an interface name and a network namespace")
-	case req.Pod.Namespace == "" || req.Pod.Name == "":
-		return nil, cniError(types.ErrInvalidEnvironmentVariables, "CNI_ARGS names no pod (K8S_POD_NAMESPACE and K8S_POD_NAME)")
-	case req.Subnet == "":
-		return nil, cniError(types.ErrInvalidNetworkConfig, "network configuration %q names no subnet", req.Network)
-	}
-	prefix, cniErr := a.subnetPrefix(ctx, req.Pod.Namespace, req.Subnet)
-	if cniErr != nil {
-		return nil, cniErr
-	}
-	att, addr, cniErr := a.awaitPodAttachment(ctx, req)
-	if cniErr != nil {
-		return nil, cniErr
-	}
-	if att.Spec.Subnet != req.Subnet {
-		return nil, cniError(types.ErrInvalidNetworkConfig, "NetworkAttachment %s is in subnet %s, but network %q names subnet %s", keyOf(att), att.Spec.Subnet, req.Network, req.Subnet)
-	}
-	if err := checkRequestedIPs(req.IPs, addr.ip); err != nil {
-		return nil, cniError(types.ErrInvalidNetworkConfig, "NetworkAttachment %s has address %s: %v", keyOf(att), addr.ip, err)
-	}
-	p := a.podPlugOf(ctx, req, keyOf(att), addr, prefix)
-	if err := a.plug(ctx, p); err != nil {
-		return nil, cniError(types.ErrInternal, "plugging interface %s of pod %s (NetworkAttachment %s, address %s): %v", req.IfName, req.Pod, p.key, addr.ip, err)
-	}
-	return p.result(), nil
-}
-
-// subnetPrefix returns the prefix length of a subnet, or a CNI error that
-// says it does not exist.
-func (a *Agent) subnetPrefix(ctx context.Context, ns, name string) (int, *types.Error) {
-	s, err := a.client.NetworkV1alpha1().Subnets(ns).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return 0, cniError(types.ErrInvalidNetworkConfig, "subnet %s not found in namespace %s", name, ns)
-	}
-	if err != nil {
-		return 0, cniError(types.ErrTryAgainLater, "reading subnet %s in namespace %s: %v", name, ns, err)
-	}
-	p, err := netip.ParsePrefix(s.Spec.IPv4)
-	if err != nil {
-		return 0, cniError(types.ErrInvalidNetworkConfig, "subnet %s in namespace %s has no valid CIDR block (%q): %v", name, ns, s.Spec.IPv4, err)
-	}
-	return p.Bits(), nil
-}
-
-// podPlugOf returns what a request plugs for the attachment key at addr,
-// in a subnet with prefix length bits.
-func (a *Agent) podPlugOf(ctx context.Context, req *cni.Request, key string, addr address, bits int) *podPlug {
-	mac := fabric.MACAddress(addr.vni, addr.ip)
-	return &podPlug{
-		key:   key,
-		addr:  addr,
-		owner: plugOwner(req),
-		veth: &veth{
-			hostNetns:         a.cni.HostNetns,
-			hostName:          fabric.InterfaceName(mac),
-			podNetns:          cni.NetnsPath(ctx, req.Netns),
-			sandbox:           req.Netns,
-			podName:           req.IfName,
-			mac:               mac,
-			addr:              netip.PrefixFrom(addr.ip, bits),
-			mtu:               a.fabric.MTU(),
-			noChecksumOffload: a.cni.NoChecksumOffload,
-		},
-	}
-}
-
-// result is the CNI 1.0 result of a plug: the pod's interface, its address
-// and the route to its subnet, which the kernel made with the address.
-func (p *podPlug) result() *types100.Result {
-	v := p.veth
-	subnet := v.addr.Masked()
-	zero := 0
-	return &types100.Result{
-		CNIVersion: types100.ImplementedSpecVersion,
-		Interfaces: []*types100.Interface{{Name: v.podName, Mac: v.mac.String(), Mtu: v.mtu, Sandbox: v.sandbox}},
-		IPs: []*types100.IPConfig{{
-			Interface: &zero,
-			Address:   net.IPNet{IP: v.addr.Addr().AsSlice(), Mask: net.CIDRMask(v.addr.Bits(), 32)},
-		}},
-		Routes: []*types.Route{{Dst: net.IPNet{IP: subnet.Addr().AsSlice(), Mask: net.CIDRMask(subnet.Bits(), 32)}}},
-	}
-}
-
-// checkRequestedIPs returns an error when a pod asked for addresses and
-// has is none of them.
-func checkRequestedIPs(ips []string, has netip.Addr) error {
-	if len(ips) == 0 {
-		return nil
-	}
-	for _, s := range ips {
-		ip, err := netip.ParseAddr(s)
-		if p, perr := netip.ParsePrefix(s); err != nil && perr == nil {
-			ip, err = p.Addr(), nil
-		}
-		if err == nil && ip == has {
-			return nil
-		}
-	}
-	return fmt.Errorf("the pod asked for %s", strings.Join(ips, ", "))
-}
-
-// podAttachment returns the local attachment of a pod's interface from the
-// cache, with its address if it has one, or why there is none yet.
-func (a *Agent) podAttachment(req *cni.Request) (*v1alpha1.NetworkAttachment, string) {
-	key := req.Pod.Namespace + "/" + podnetwork.AttachmentName(req.Pod.Name, req.IfName)
-	obj, exists, err := a.localInformer.GetIndexer().GetByKey(key)
+func (c cniAgent) CachedAttachment(key string) (*v1alpha1.NetworkAttachment, bool) {
+	obj, exists, err := c.a.localInformer.GetIndexer().GetByKey(key)
 	if err != nil || !exists {
-		return nil, fmt.Sprintf("no NetworkAttachment %s for interface %s of pod %s on node %s: kos-controller-manager makes it once the pod's k8s.v1.cni.cncf.io/networks annotation names a NetworkAttachmentDefinition of type kos (see the pod's events)", key, req.IfName, req.Pod, a.node)
+		return nil, false
 	}
-	att := obj.(*v1alpha1.NetworkAttachment)
-	if uid := att.Labels[podnetwork.PodUIDLabel]; req.Pod.UID != "" && uid != req.Pod.UID {
-		return nil, fmt.Sprintf("NetworkAttachment %s is for pod UID %s, not %s: an earlier pod of that name's, which kos-controller-manager replaces", key, uid, req.Pod.UID)
-	}
-	if ifname := att.Annotations[podnetwork.InterfaceAnnotation]; ifname != req.IfName {
-		return nil, fmt.Sprintf("NetworkAttachment %s is for interface %q, not %s (see the pod's events)", key, ifname, req.IfName)
-	}
-	return att, ""
+	att, ok := obj.(*v1alpha1.NetworkAttachment)
+	return att, ok
 }
 
-// awaitPodAttachment waits, up to the CNI wait, for the pod's attachment
-// to exist, to have its address and to be ready on this node, and returns
-// it. The error says what it was waiting for; an attachment whose status
-// holds IPAM's errors instead of an address fails at once with them.
-func (a *Agent) awaitPodAttachment(ctx context.Context, req *cni.Request) (*v1alpha1.NetworkAttachment, address, *types.Error) {
-	var att *v1alpha1.NetworkAttachment
-	var addr address
-	var why string
-	var failed *types.Error
-	err := wait.PollUntilContextTimeout(ctx, cniPollInterval, a.cni.Wait, true, func(context.Context) (bool, error) {
-		att, why = a.podAttachment(req)
-		if att == nil {
-			return false, nil
-		}
-		var ok bool
-		if addr, ok = addressOf(att); !ok {
-			// IPAM said why it gave no address (a requested address
-			// out of range or taken, a full subnet): waiting would
-			// only hide that. Kubelet tries again after code 11,
-			// and IPAM clears the error once it can assign one.
-			switch {
-			case len(att.Status.Errors.IPAM) > 0:
-				failed = cniError(types.ErrTryAgainLater, "NetworkAttachment %s has no address: %s", keyOf(att), strings.Join(att.Status.Errors.IPAM, "; "))
-				return true, nil
-			case att.Status.AddressContention:
-				failed = cniError(types.ErrTryAgainLater, "subnet %s has no free address for NetworkAttachment %s", att.Spec.Subnet, keyOf(att))
-				return true, nil
-			}
-			why = fmt.Sprintf("NetworkAttachment %s has no address yet", keyOf(att))
-			return false, nil
-		}
-		if why = a.notReady(att, addr); why != "" {
-			return false, nil
-		}
-		return true, nil
-	})
-	switch {
-	case failed != nil:
-		return nil, address{}, failed
-	case ctx.Err() != nil:
-		return nil, address{}, cniError(types.ErrTryAgainLater, "kos-agent on node %s stopped while waiting: %s", a.node, why)
-	case err != nil:
-		return nil, address{}, cniError(types.ErrTryAgainLater, "waited %s: %s", a.cni.Wait, why)
-	}
-	return att, addr, nil
+func (c cniAgent) Address(att *v1alpha1.NetworkAttachment) (fabric.LocalAttachment, bool) {
+	addr, ok := addressOf(att)
+	return fabric.LocalAttachment{VNI: addr.vni, IP: addr.ip}, ok
 }
 
-// notReady returns why a local attachment with address addr is not ready
-// on this node, or "": its status must report its interface here, and the
-// fabric must hold it for it.
-func (a *Agent) notReady(att *v1alpha1.NetworkAttachment, addr address) string {
-	key := keyOf(att)
+// NotReady says why a local attachment is not ready on this node: its
+// status must report its interface here, and the fabric must hold it for
+// it.
+func (c cniAgent) NotReady(att *v1alpha1.NetworkAttachment, at fabric.LocalAttachment) string {
+	a, key := c.a, keyOf(att)
 	if errs := att.Status.Errors.Host; len(errs) > 0 {
-		return fmt.Sprintf("NetworkAttachment %s (address %s) is not ready on node %s: %s", key, addr.ip, a.node, strings.Join(errs, "; "))
+		return fmt.Sprintf("NetworkAttachment %s (address %s) is not ready on node %s: %s", key, at.IP, a.node, strings.Join(errs, "; "))
 	}
-	mac := fabric.MACAddress(addr.vni, addr.ip)
-	if att.Status.HostIP != a.hostIP.String() || att.Status.IfcName != fabric.InterfaceName(mac) {
-		return fmt.Sprintf("NetworkAttachment %s (address %s) is not ready on node %s yet", key, addr.ip, a.node)
+	if att.Status.HostIP != a.hostIP.String() || att.Status.IfcName != at.InterfaceName() {
+		return fmt.Sprintf("NetworkAttachment %s (address %s) is not ready on node %s yet", key, at.IP, a.node)
 	}
-	if p := a.state.installedAt(addr); p.kind != local || p.owner != key {
-		return fmt.Sprintf("the switch of node %s does not hold NetworkAttachment %s (address %s) yet", a.node, key, addr.ip)
+	if p := a.state.installedAt(addressAt(at)); p.kind != local || p.owner != key {
+		return fmt.Sprintf("the switch of node %s does not hold NetworkAttachment %s (address %s) yet", a.node, key, at.IP)
 	}
 	return ""
 }
 
-// plug replaces the port of the attachment by the pod's veth pair: it
-// takes the attachment's port off the switch, deletes the veth of an
-// earlier sandbox (which has the name the new one needs), makes the pair
-// and plugs its host end. It holds the address's lock throughout, so that
-// no sync or reconcile sees the attachment without a port. On failure it
-// gives the attachment back an internal port.
-func (a *Agent) plug(ctx context.Context, p *podPlug) (err error) {
+// Hold takes the fabric's lock for reading and the address's lock, so
+// that no sync or reconcile sees the attachment without a port while the
+// CNI server replaces it.
+func (c cniAgent) Hold(at fabric.LocalAttachment, key string) (func(), error) {
+	a, addr := c.a, addressAt(at)
 	a.fabricMu.RLock()
-	defer a.fabricMu.RUnlock()
-	l := a.addrLock(p.addr)
+	l := a.addrLock(addr)
 	l.Lock()
-	defer l.Unlock()
-	if pl := a.state.installedAt(p.addr); pl.kind != local || pl.owner != p.key {
-		return fmt.Errorf("the switch no longer holds the attachment for it (it holds %v for %q); try again", pl.kind, pl.owner)
+	release := func() {
+		l.Unlock()
+		a.fabricMu.RUnlock()
 	}
-	att := fabric.LocalAttachment{VNI: p.addr.vni, IP: p.addr.ip}
-	// Only the port goes: PlugLocal replaces the flows it leaves, and on
-	// failure restorePort's CreateLocal does.
-	if err := a.timed(opDeletePorts, func() error { return a.fabric.DeletePorts(ctx, att) }); err != nil {
-		a.lostPort(p)
-		return fmt.Errorf("taking the internal port off the switch: %w", err)
+	if p := a.state.installedAt(addr); p.kind != local || p.owner != key {
+		return release, fmt.Errorf("it holds %v for %q", p.kind, p.owner)
 	}
-	defer func() {
-		if err != nil {
-			a.restorePort(ctx, p)
-		}
-	}()
-	if _, err := deleteHostEnd(p.veth.hostNetns, p.veth.hostName); err != nil {
-		return fmt.Errorf("deleting the veth of an earlier sandbox: %w", err)
-	}
-	if err := p.veth.add(); err != nil {
-		return err
-	}
-	plug := fabric.Plug{LocalAttachment: att, Owner: p.owner}
-	if err := a.timed(opPlugLocal, func() error { return a.fabric.PlugLocal(ctx, plug) }); err != nil {
-		return fmt.Errorf("plugging %s into the switch: %w", p.veth.hostName, err)
-	}
-	klog.FromContext(ctx).V(2).Info("Plugged a pod's interface", "attachment", p.key, "address", p.addr, "interface", p.veth.hostName)
-	return nil
+	return release, nil
 }
+
+// Lost records that the fabric may not hold what it should at at, so that
+// the attachment's sync repairs it.
+func (c cniAgent) Lost(at fabric.LocalAttachment, key string) {
+	c.a.state.setInstalled(addressAt(at), placement{kind: unknown, owner: key})
+	c.a.queue.Add(key)
+}
+
+// addressAt returns the address of a local attachment.
+func addressAt(at fabric.LocalAttachment) address { return address{vni: at.VNI, ip: at.IP} }
+
+// cniPorts is the agent's fabric for its CNI server, each operation
+// measured as the agent's own.
+type cniPorts struct{ a *Agent }
+
+var _ cniserver.Ports = cniPorts{}
 
 // opPlugLocal and opDeletePorts name PlugLocal and DeletePorts in the
 // fabric metrics.
@@ -448,157 +105,80 @@ const (
 	opDeletePorts = "delete_ports"
 )
 
-// restorePort deletes the pod's veth pair and gives the attachment back an
-// internal port, as the agent makes for every local attachment; when that
-// fails, the agent's sync repairs it.
-func (a *Agent) restorePort(ctx context.Context, p *podPlug) {
-	if _, err := deleteHostEnd(p.veth.hostNetns, p.veth.hostName); err != nil {
-		klog.FromContext(ctx).Error(err, "Deleting a pod's veth failed", "attachment", p.key)
-	}
-	att := fabric.LocalAttachment{VNI: p.addr.vni, IP: p.addr.ip}
-	if err := a.timed(opCreateLocal.String(), func() error { return a.fabric.CreateLocal(ctx, att) }); err != nil {
-		klog.FromContext(ctx).Error(err, "Giving an attachment its internal port back failed; its sync repairs it", "attachment", p.key)
-		a.lostPort(p)
-	}
+func (p cniPorts) MTU() int { return p.a.fabric.MTU() }
+
+func (p cniPorts) CreateLocal(ctx context.Context, atts ...fabric.LocalAttachment) error {
+	return p.a.timed(opCreateLocal.String(), func() error { return p.a.fabric.CreateLocal(ctx, atts...) })
 }
 
-// lostPort records that the fabric may not hold what it should at the
-// plug's address, so that the attachment's sync repairs it.
-func (a *Agent) lostPort(p *podPlug) {
-	a.state.setInstalled(p.addr, placement{kind: unknown, owner: p.key})
-	a.queue.Add(p.key)
+func (p cniPorts) DeleteLocal(ctx context.Context, atts ...fabric.LocalAttachment) error {
+	return p.a.timed(opDeleteLocal.String(), func() error { return p.a.fabric.DeleteLocal(ctx, atts...) })
 }
 
-// cniDel removes the interface a sandbox got: the pod's end of the veth
-// pair, in the sandbox's namespace if it is still there, and the port, if
-// the sandbox still owns it, which the attachment gets back as an internal
-// port. A DEL never fails: whatever it cannot remove goes with the
-// sandbox's namespace, or with the attachment. A stale DEL (of an earlier
-// sandbox) removes nothing of the current one: its namespace is another,
-// and the port names another owner.
-func (a *Agent) cniDel(ctx context.Context, req *cni.Request) {
-	logger := klog.FromContext(ctx)
-	if req.IfName == "" {
-		return
-	}
-	if _, err := deletePodEnd(cni.NetnsPath(ctx, req.Netns), req.IfName); err != nil {
-		logger.Error(err, "Deleting the pod's interface failed; it goes with the sandbox")
-	}
-	if req.Pod.Namespace == "" || req.Pod.Name == "" || req.ContainerID == "" {
-		return
-	}
-	key := req.Pod.Namespace + "/" + podnetwork.AttachmentName(req.Pod.Name, req.IfName)
-	obj, exists, err := a.localInformer.GetIndexer().GetByKey(key)
-	if err != nil || !exists {
-		return // its port went with it
-	}
-	addr, ok := addressOf(obj.(*v1alpha1.NetworkAttachment))
-	if !ok {
-		return
-	}
-	p := &podPlug{key: key, addr: addr, owner: plugOwner(req), veth: &veth{hostNetns: a.cni.HostNetns, hostName: fabric.InterfaceName(fabric.MACAddress(addr.vni, addr.ip))}}
-	if err := a.unplug(ctx, p); err != nil {
-		logger.Error(err, "Unplugging the pod's interface failed", "attachment", key)
-	}
+func (p cniPorts) DeletePorts(ctx context.Context, atts ...fabric.LocalAttachment) error {
+	return p.a.timed(opDeletePorts, func() error { return p.a.fabric.DeletePorts(ctx, atts...) })
 }
 
-// unplug takes the plug's port off the switch if the plug's owner still
-// owns it, and gives the attachment an internal port again if the agent
-// holds it as local.
-func (a *Agent) unplug(ctx context.Context, p *podPlug) error {
-	a.fabricMu.RLock()
-	defer a.fabricMu.RUnlock()
-	l := a.addrLock(p.addr)
-	l.Lock()
-	defer l.Unlock()
-	att := fabric.LocalAttachment{VNI: p.addr.vni, IP: p.addr.ip}
-	plugs, err := a.fabric.Plugs(ctx, att)
-	if err != nil {
-		return fmt.Errorf("reading the attachment's port: %w", err)
-	}
-	if !slices.ContainsFunc(plugs, func(pl fabric.Plug) bool { return pl.Owner == p.owner }) {
-		klog.FromContext(ctx).V(2).Info("The port is not the sandbox's; leaving it", "attachment", p.key, "plugs", plugs)
+func (p cniPorts) PlugLocal(ctx context.Context, plugs ...fabric.Plug) error {
+	return p.a.timed(opPlugLocal, func() error { return p.a.fabric.PlugLocal(ctx, plugs...) })
+}
+
+// Plugs is not measured, as the agent's own reads are not.
+func (p cniPorts) Plugs(ctx context.Context, atts ...fabric.LocalAttachment) ([]fabric.Plug, error) {
+	return p.a.fabric.Plugs(ctx, atts...)
+}
+
+// deleteStrayVeth deletes the host end of the veth pair of a local
+// attachment the agent just took off the switch, if the CNI server plugged
+// one: the switch leaves a plugged interface to its maker, and a pair left
+// would keep a dead interface in the pod and block the interface of the
+// next attachment with that address ("no OpenFlow port"). The caller holds
+// the address, so no plug of it runs meanwhile.
+func (a *Agent) deleteStrayVeth(ctx context.Context, at fabric.LocalAttachment) error {
+	if a.cni.Socket == "" {
 		return nil
 	}
-	// An attachment the agent still holds gets an internal port back,
-	// whose CreateLocal replaces the flows: only the port goes first.
-	if pl := a.state.installedAt(p.addr); pl.kind == local && pl.owner == p.key {
-		if err := a.timed(opDeletePorts, func() error { return a.fabric.DeletePorts(ctx, att) }); err != nil {
-			a.lostPort(p)
-			return fmt.Errorf("taking the pod's port off the switch: %w", err)
-		}
-		a.restorePort(ctx, p)
-	} else {
-		if err := a.timed(opDeleteLocal.String(), func() error { return a.fabric.DeleteLocal(ctx, att) }); err != nil {
-			a.lostPort(p)
-			return fmt.Errorf("taking the pod's port off the switch: %w", err)
-		}
-		if _, err := deleteHostEnd(p.veth.hostNetns, p.veth.hostName); err != nil {
-			return fmt.Errorf("deleting the pod's veth: %w", err)
-		}
-	}
-	klog.FromContext(ctx).V(2).Info("Unplugged a pod's interface", "attachment", p.key, "address", p.addr)
-	return nil
-}
-
-// cniCheck checks that a sandbox's interface is as its ADD left it: the
-// attachment ready, its port the sandbox's, and the pod's end of the veth
-// pair with the attachment's MAC address, address and MTU.
-func (a *Agent) cniCheck(ctx context.Context, req *cni.Request) *types.Error {
-	if req.ContainerID == "" || req.IfName == "" || req.Netns == "" || req.Pod.Namespace == "" || req.Pod.Name == "" {
-		return cniError(types.ErrInvalidEnvironmentVariables, "CHECK needs a container ID, an interface name, a network namespace and the pod (K8S_POD_NAMESPACE and K8S_POD_NAME)")
-	}
-	att, why := a.podAttachment(req)
-	if att == nil {
-		return cniError(types.ErrInternal, "%s", why)
-	}
-	addr, ok := addressOf(att)
-	if !ok {
-		return cniError(types.ErrInternal, "NetworkAttachment %s has no address", keyOf(att))
-	}
-	if why := a.notReady(att, addr); why != "" {
-		return cniError(types.ErrInternal, "%s", why)
-	}
-	prefix, cniErr := a.subnetPrefix(ctx, req.Pod.Namespace, att.Spec.Subnet)
-	if cniErr != nil {
-		return cniErr
-	}
-	p := a.podPlugOf(ctx, req, keyOf(att), addr, prefix)
-	plugs, err := a.fabric.Plugs(ctx, fabric.LocalAttachment{VNI: addr.vni, IP: addr.ip})
+	deleted, err := cniserver.DeleteHostVeth(a.cni.HostNetns, at.InterfaceName())
 	if err != nil {
-		return cniError(types.ErrTryAgainLater, "reading the port of NetworkAttachment %s: %v", p.key, err)
+		return fmt.Errorf("deleting the pod's veth of %s: %w", at, err)
 	}
-	if !slices.ContainsFunc(plugs, func(pl fabric.Plug) bool { return pl.Owner == p.owner }) {
-		return cniError(types.ErrInternal, "the port of NetworkAttachment %s is not interface %s of container %s (plugs: %v)", p.key, req.IfName, req.ContainerID, plugs)
-	}
-	if err := p.veth.check(); err != nil {
-		return cniError(types.ErrInternal, "interface %s of pod %s: %v", req.IfName, req.Pod, err)
-	}
-	if err := checkPrevResult(req.PrevResult, p.veth.addr); err != nil {
-		return cniError(types.ErrInternal, "interface %s of pod %s: %v", req.IfName, req.Pod, err)
+	if deleted {
+		klog.FromContext(ctx).Info("Deleted the veth of a local attachment taken off the switch", "address", at, "interface", at.InterfaceName())
 	}
 	return nil
 }
 
-// checkPrevResult returns an error when the result of the ADD being
-// checked gave the pod another address than it has.
-func checkPrevResult(raw json.RawMessage, addr netip.Prefix) error {
-	if len(raw) == 0 {
+// sweepVeths deletes the host ends of pods' veth pairs that are no port of
+// the switch: left by attachments taken off it while the agent was down,
+// or before it deleted them with their ports. present are the local
+// attachments the switch holds; the caller holds the fabric for writing,
+// so no plug runs meanwhile (a plug makes its veth before plugging it).
+func (a *Agent) sweepVeths(ctx context.Context, present []fabric.LocalAttachment) error {
+	if a.cni.Socket == "" {
 		return nil
 	}
-	prev, err := types100.NewResult(raw)
-	if err != nil {
-		return fmt.Errorf("decoding the previous result: %w", err)
+	names, err := cniserver.HostVeths(a.cni.HostNetns)
+	if err != nil || len(names) == 0 {
+		return err
 	}
-	res, err := types100.NewResultFromResult(prev)
+	plugs, err := a.fabric.Plugs(ctx, present...)
 	if err != nil {
-		return fmt.Errorf("reading the previous result: %w", err)
+		return fmt.Errorf("reading the switch's plugs: %w", err)
 	}
-	for _, ip := range res.IPs {
-		ones, _ := ip.Address.Mask.Size()
-		if got, ok := netip.AddrFromSlice(ip.Address.IP); ok && netip.PrefixFrom(got.Unmap(), ones) == addr {
-			return nil
+	plugged := map[string]bool{}
+	for _, p := range plugs {
+		plugged[p.InterfaceName()] = true
+	}
+	var errs []error
+	for _, name := range names {
+		if plugged[name] {
+			continue
 		}
+		if _, err := cniserver.DeleteHostVeth(a.cni.HostNetns, name); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		klog.FromContext(ctx).Info("Deleted a pod's veth that is no port of the switch", "interface", name)
 	}
-	return fmt.Errorf("the previous result does not hold address %s", addr)
+	return errors.Join(errs...)
 }

@@ -19,7 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kos-sdn/kos/components/agent"
+	"github.com/kos-sdn/kos/components/agent/cniserver"
 	"github.com/kos-sdn/kos/components/controllers/podnetwork"
 	"github.com/kos-sdn/kos/components/fabric/ovs"
 	"github.com/kos-sdn/kos/tools/ovsenv"
@@ -75,7 +75,7 @@ func BenchmarkCNIAdd(b *testing.B) {
 	// The agent checks its flows as often as by default, not as often as
 	// the tests need.
 	cfg.FlowCheckPeriod, cfg.ReconcilePeriod = 0, 0
-	cfg.CNI = agent.CNIConfig{
+	cfg.CNI = cniserver.Config{
 		Socket:            filepath.Join(shortDir(b), "cni.sock"),
 		Wait:              time.Minute,
 		HostNetns:         "/run/netns/" + inst.Netns.Name,

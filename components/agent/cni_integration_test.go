@@ -21,10 +21,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/kos-sdn/kos/components/agent"
+	"github.com/kos-sdn/kos/components/agent/cniserver"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/cni"
-	"github.com/kos-sdn/kos/components/controllers/podnetwork"
 	"github.com/kos-sdn/kos/components/fabric"
 	"github.com/kos-sdn/kos/components/fabric/ovs"
 	"github.com/kos-sdn/kos/tools/ovsenv"
@@ -112,10 +111,10 @@ func (s *sandbox) request(command string) cni.Request {
 // kos-controller-manager does, and gives it ip, as IPAM does.
 func (a *api) podAttachment(pod cni.Pod, node, subnet, ip string, vni uint32) string {
 	a.t.Helper()
-	name := podnetwork.AttachmentName(pod.Name, "net1")
+	name := v1alpha1.AttachmentName(pod.Name, "net1")
 	a.attachment(name, node, subnet, func(att *v1alpha1.NetworkAttachment) {
-		att.Labels = map[string]string{podnetwork.PodUIDLabel: pod.UID}
-		att.Annotations = map[string]string{podnetwork.PodAnnotation: pod.Name, podnetwork.InterfaceAnnotation: "net1"}
+		att.Labels = map[string]string{v1alpha1.PodUIDLabel: pod.UID}
+		att.Annotations = map[string]string{v1alpha1.PodAnnotation: pod.Name, v1alpha1.InterfaceAnnotation: "net1"}
 	})
 	if ip != "" {
 		a.address(name, ip, vni)
@@ -206,7 +205,7 @@ func TestIntegrationCNI(t *testing.T) {
 	}
 	fab := newFabric()
 	cfg := agentConfig(t, k.node("a"), hostA, fab)
-	cfg.CNI = agent.CNIConfig{
+	cfg.CNI = cniserver.Config{
 		Socket:            filepath.Join(shortDir(t), "cni.sock"),
 		Wait:              5 * time.Second,
 		HostNetns:         "/run/netns/" + inst.Netns.Name,

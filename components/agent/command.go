@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
@@ -9,11 +10,21 @@ import (
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/component-base/term"
+
+	"github.com/kos-sdn/kos/internal/cmdline"
 )
 
-// NewCommand returns the kos-agent command. It writes help to out; errors go
-// to errOut.
-func NewCommand(out, errOut io.Writer) *cobra.Command {
+// Exit codes of kos-agent (ExitCode).
+const (
+	ExitOK    = 0
+	ExitError = 1
+	ExitUsage = cmdline.ExitUsage
+)
+
+// NewCommand returns the kos-agent command, with subcommands such as
+// `cleanup` (package nodecleanup), which main adds so that the agent
+// depends on none of them. It writes help to out; errors go to errOut.
+func NewCommand(out, errOut io.Writer, subcommands ...*cobra.Command) *cobra.Command {
 	o := NewOptions()
 	cmd := &cobra.Command{
 		Use:   "kos-agent",
@@ -25,7 +36,8 @@ per local attachment, two flows per remote one, tunnelled over VXLAN to the
 other nodes. It writes each local attachment's interface name, MAC address and
 host IP into its status, and reconciles the switch on start, after
 ovs-vswitchd restarts and periodically. It serves Prometheus metrics and
-/healthz on --metrics-bind-address.
+/healthz on --metrics-bind-address, and its debug endpoints, to users the
+cluster allows nodes/kos-debug, on --debug-bind-address.
 
 kos-agent cleanup removes what the agent made on a node once its addon is
 deleted: see kos-agent cleanup --help.`,
@@ -59,7 +71,7 @@ deleted: see kos-agent cleanup --help.`,
 	cmd.SetOut(out)
 	cmd.SetErr(errOut)
 	cmd.CompletionOptions.DisableDefaultCmd = true
-	cmd.AddCommand(newCleanupCommand(out))
+	cmd.AddCommand(subcommands...)
 	fss := o.Flags()
 	for _, fs := range fss.FlagSets {
 		cmd.Flags().AddFlagSet(fs)
@@ -67,4 +79,22 @@ deleted: see kos-agent cleanup --help.`,
 	cols, _, _ := term.TerminalSize(out)
 	cliflag.SetUsageAndHelpFunc(cmd, fss, cols)
 	return cmd
+}
+
+// ExitCode returns the exit code of kos-agent for the error its command
+// returned: 0 for none, 2 for a wrong command line, the error's own when it
+// has one (an ExitCode method, as cleanup's refusal while an agent serves:
+// 3), 1 otherwise.
+func ExitCode(err error) int {
+	var coder interface{ ExitCode() int }
+	switch {
+	case err == nil:
+		return ExitOK
+	case cmdline.IsUsage(err):
+		return ExitUsage
+	case errors.As(err, &coder):
+		return coder.ExitCode()
+	default:
+		return ExitError
+	}
 }

@@ -44,7 +44,7 @@ func startAgentProcess(t testing.TB, bin string, args ...string) *agentProcess {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.cmd = exec.Command(bin, append(args, "--metrics-bind-address="+p.metrics, "--v=2")...)
+	p.cmd = exec.Command(bin, append(args, "--metrics-bind-address="+p.metrics, "--debug-bind-address="+freeAddress(t), "--v=2")...)
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {

@@ -26,7 +26,7 @@
 // Commands of spec.postCreateExec and spec.postDeleteExec run only when
 // the agent's allow-list permits them: they name a program verbatim, and
 // their arguments, with ${ifname}, ${ipv4} and ${mac} expanded, match one of
-// that program's rules of argument patterns (ExecRule, --exec-allow-file);
+// that program's rules of argument patterns (exechook.Rule, --exec-allow-file);
 // no shell sees them. They run off the workers, at most Config.ExecWorkers
 // at once, so a slow command delays no fabric work. postCreateExec runs once the
 // interface is ready and its report goes into status.postCreateExecReport;
@@ -35,10 +35,11 @@
 // while the agent was down leaves no trace to run it from), and its report
 // goes to the log.
 //
-// With a CNI socket (CNIConfig), the agent is also its node's CNI daemon:
-// kos-cni forwards each CNI request for a pod's interface to it. An ADD
+// With a CNI socket (cniserver.Config), the agent is also its node's CNI
+// daemon (package cniserver): kos-cni forwards each CNI request for a
+// pod's interface to it. An ADD
 // waits, for a bounded time, for the pod's attachment (named by
-// podnetwork.AttachmentName and made by kos-controller-manager) to have its
+// v1alpha1.AttachmentName and made by kos-controller-manager) to have its
 // address and be ready on this node, then plugs a veth pair into the pod in
 // place of the attachment's internal port: the host end, named as the
 // internal port was, becomes the attachment's port (fabric PlugLocal), which
@@ -49,8 +50,15 @@
 // sandbox. Plugged ports survive agent and ovs-vswitchd restarts: the
 // switch keeps them, and a reconcile repairs only their flows.
 //
+// Three jobs the agent also does live in packages of their own, each
+// behind a narrow interface: cniserver answers kos-cni as above, exechook
+// runs the commands above, and debugserver serves the debug endpoints
+// (status, flows, trace) that `kubectl kos` reads, to users the cluster
+// allows nodes/kos-debug of this node, on a port apart from the metrics.
+//
 // The library takes no flags: NewCommand builds the kos-agent command,
 // whose flags fill an Options. Like kos-apiserver, the command goes Options →
 // Complete → Validate → Config (a ServerConfig) → Complete → New (a Server:
-// the agent, its Events and its metrics and health endpoint) → Run.
+// the agent, its Events, its metrics and health endpoint and its debug
+// server) → Run.
 package agent

@@ -13,7 +13,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kos-sdn/kos/components/agent"
+	"github.com/kos-sdn/kos/components/agent/exechook"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/tools/poll"
 )
@@ -42,7 +42,7 @@ func TestIntegrationExecAllowList(t *testing.T) {
 
 	_, fab := startOVS(t)
 	cfg := agentConfig(t, k.node("a"), hostA, fab)
-	cfg.ExecRules = []agent.ExecRule{
+	cfg.ExecRules = []exechook.Rule{
 		{Path: sh, Args: []string{"-c", regexp.QuoteMeta(hang)}},
 		{Path: touch, Args: []string{regexp.QuoteMeta(filepath.Join(dir, "allowed-")) + "kos[0-9a-f]{12}"}},
 	}

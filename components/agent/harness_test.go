@@ -373,10 +373,10 @@ func (a *api) ready(name, hostIP string) func(context.Context) error {
 		if err != nil {
 			return fmt.Errorf("%s has no address: %w", name, err)
 		}
-		mac := fabric.MACAddress(att.Status.AddressVNI, addr)
+		mac := v1alpha1.MACAddress(att.Status.AddressVNI, addr)
 		want := v1alpha1.NetworkAttachmentStatus{
 			MACAddress: mac.String(),
-			IfcName:    fabric.InterfaceName(mac),
+			IfcName:    v1alpha1.InterfaceName(mac),
 			HostIP:     hostIP,
 		}
 		got := v1alpha1.NetworkAttachmentStatus{

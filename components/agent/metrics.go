@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
+	"github.com/kos-sdn/kos/components/agent/exechook"
 	"github.com/kos-sdn/kos/components/fabric"
 )
 
@@ -114,7 +115,7 @@ func newMetrics(reg prometheus.Registerer, fab fabric.Interface) (*metrics, erro
 		m.fabricErrors.WithLabelValues(o)
 	}
 	for _, which := range []string{"create", "delete"} {
-		for _, result := range []string{execOK, execFailed, execRefused} {
+		for _, result := range []string{exechook.ResultOK, exechook.ResultFailed, exechook.ResultRefused} {
 			m.execs.WithLabelValues(which, result)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"strings"
@@ -14,6 +15,9 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/kos-sdn/kos/components/agent/cniserver"
+	"github.com/kos-sdn/kos/components/agent/debugserver"
+	"github.com/kos-sdn/kos/components/agent/exechook"
 	"github.com/kos-sdn/kos/components/cni"
 	"github.com/kos-sdn/kos/components/fabric"
 	"github.com/kos-sdn/kos/components/fabric/logging"
@@ -75,12 +79,22 @@ type Options struct {
 	// AllowedPrograms may run as postCreateExec and postDeleteExec, with
 	// any arguments.
 	AllowedPrograms []string
-	// ExecAllowFile names the allow-list of command forms (LoadExecAllowFile).
+	// ExecAllowFile names the allow-list of command forms (exechook.LoadAllowFile).
 	ExecAllowFile string
 	// ExecWorkers is as in Config.
 	ExecWorkers int
 	// MetricsBindAddress is where /metrics and the health checks are served.
 	MetricsBindAddress string
+	// DebugEndpoints turns the debug endpoints on; DebugBindAddress is
+	// where they are served, and DebugLoopbackOnly serves them on loopback
+	// only, without checking identity. Loopback is the default: an agent
+	// run by a manifest that grants it no token reviews (0.3.0's) still
+	// serves kubectl kos, through a port-forward the kube-apiserver
+	// authorizes (pods/portforward), and no pod reaches it; a manifest
+	// that grants the reviews sets --debug-loopback-only=false.
+	DebugEndpoints    bool
+	DebugBindAddress  string
+	DebugLoopbackOnly bool
 	// FlowCheckPeriod, ReconcilePeriod and ExecTimeout are as in Config.
 	FlowCheckPeriod time.Duration
 	ReconcilePeriod time.Duration
@@ -88,7 +102,7 @@ type Options struct {
 
 	// CNISocket is where kos-cni's requests are served; none when empty.
 	CNISocket string
-	// CNIWait is as CNIConfig.Wait.
+	// CNIWait is as cniserver.Config.Wait.
 	CNIWait time.Duration
 
 	// Logs configures logging.
@@ -104,11 +118,14 @@ func NewOptions() *Options {
 		QPS:                50,
 		Burst:              100,
 		MetricsBindAddress: DefaultMetricsBindAddress,
+		DebugEndpoints:     true,
+		DebugBindAddress:   debugserver.DefaultBindAddress,
+		DebugLoopbackOnly:  true,
 		FlowCheckPeriod:    DefaultFlowCheckPeriod,
 		ReconcilePeriod:    DefaultReconcilePeriod,
 		ExecTimeout:        DefaultExecTimeout,
 		ExecWorkers:        DefaultExecWorkers,
-		CNIWait:            DefaultCNIWait,
+		CNIWait:            cniserver.DefaultWait,
 		Logs:               logsapi.NewLoggingConfiguration(),
 	}
 }
@@ -152,6 +169,11 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs = fss.FlagSet("metrics")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Where to serve /metrics and the health checks (/livez, /readyz, /healthz) over HTTP.")
 
+	fs = fss.FlagSet("debug")
+	fs.BoolVar(&o.DebugEndpoints, "debug-endpoints", o.DebugEndpoints, "Serve the debug endpoints (/debug/status, /debug/flows, /debug/tunnels, /debug/routes, /debug/trace), which `kubectl kos` reads. false turns them off.")
+	fs.StringVar(&o.DebugBindAddress, "debug-bind-address", o.DebugBindAddress, "Where to serve the debug endpoints, over HTTPS with a self-signed certificate. Only users the main cluster authenticates (TokenReview, or a client certificate of its client CA) and allows get, or create for a trace, on nodes/kos-debug of this node (SubjectAccessReview) get in; the agent needs the rights of system:auth-delegator and to read the ConfigMap kube-system/extension-apiserver-authentication.")
+	fs.BoolVar(&o.DebugLoopbackOnly, "debug-loopback-only", o.DebugLoopbackOnly, "Serve the debug endpoints on 127.0.0.1 at --debug-bind-address's port, without checking identity: no pod reaches them, and kubectl kos reaches them through a port-forward, which the kube-apiserver authorizes (pods/portforward in the agents' namespace). false serves them on --debug-bind-address to the users the main cluster authorizes, and needs the review rights named there.")
+
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logs"))
 	return fss
 }
@@ -186,8 +208,16 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--exec-workers %d: want at least 1", o.ExecWorkers))
 	}
 	if o.ExecAllowFile != "" {
-		if _, err := LoadExecAllowFile(o.ExecAllowFile); err != nil {
+		if _, err := exechook.LoadAllowFile(o.ExecAllowFile); err != nil {
 			errs = append(errs, fmt.Errorf("--exec-allow-file: %w", err))
+		}
+	}
+	if o.DebugEndpoints {
+		if _, _, err := net.SplitHostPort(o.DebugBindAddress); err != nil {
+			errs = append(errs, fmt.Errorf("--debug-bind-address %q: want host:port or :port", o.DebugBindAddress))
+		}
+		if o.DebugBindAddress == o.MetricsBindAddress {
+			errs = append(errs, fmt.Errorf("--debug-bind-address %q: want another address than --metrics-bind-address's", o.DebugBindAddress))
 		}
 	}
 	if o.Workers < 1 {
@@ -198,7 +228,7 @@ func (o *Options) Validate() error {
 	}
 	errs = append(errs, o.kosAccess().Validate()...)
 	for _, p := range o.AllowedPrograms {
-		if !isAbsClean(p) {
+		if !exechook.AbsClean(p) {
 			errs = append(errs, fmt.Errorf("--allowed-programs: %q is not an absolute, clean path", p))
 		}
 	}
@@ -208,6 +238,15 @@ func (o *Options) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// debugBindAddress is where the debug endpoints are served: nowhere when
+// they are off.
+func (o *Options) debugBindAddress() string {
+	if !o.DebugEndpoints {
+		return ""
+	}
+	return o.DebugBindAddress
 }
 
 func (o *Options) kosAccess() kosapi.Access {
@@ -231,9 +270,9 @@ func (o *Options) Config(ctx context.Context) (*ServerConfig, error) {
 		return nil, err
 	}
 
-	var rules []ExecRule
+	var rules []exechook.Rule
 	if o.ExecAllowFile != "" {
-		if rules, err = LoadExecAllowFile(o.ExecAllowFile); err != nil {
+		if rules, err = exechook.LoadAllowFile(o.ExecAllowFile); err != nil {
 			return nil, err
 		}
 	}
@@ -272,7 +311,7 @@ func (o *Options) Config(ctx context.Context) (*ServerConfig, error) {
 			ExecTimeout:     o.ExecTimeout,
 			ExecRules:       rules,
 			ExecWorkers:     o.ExecWorkers,
-			CNI: CNIConfig{
+			CNI: cniserver.Config{
 				Socket: o.CNISocket,
 				Wait:   o.CNIWait,
 				// The userspace datapath forwards what it reads from a
@@ -283,6 +322,8 @@ func (o *Options) Config(ctx context.Context) (*ServerConfig, error) {
 		},
 		Workers:            o.Workers,
 		MetricsBindAddress: o.MetricsBindAddress,
+		DebugBindAddress:   o.debugBindAddress(),
+		DebugLoopbackOnly:  o.DebugLoopbackOnly,
 	}, nil
 }
 

@@ -1,10 +1,17 @@
 package agent
 
 import (
+	"errors"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/spf13/pflag"
+
+	"github.com/kos-sdn/kos/internal/cmdline"
 )
 
 // TestOVSRunDir checks which Open vSwitch the agent programs: the node's
@@ -47,5 +54,68 @@ func TestOVSRunDir(t *testing.T) {
 				t.Errorf("ovsRunDir() = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestDebugFlags checks where the debug endpoints are served as the flags
+// say, and which settings Validate refuses.
+func TestDebugFlags(t *testing.T) {
+	tests := []struct {
+		name     string
+		args     []string
+		wantAddr string
+		wantErr  bool
+	}{
+		{name: "defaults", wantAddr: ":9299"},
+		{name: "another address", args: []string{"--debug-bind-address=127.0.0.1:9400"}, wantAddr: "127.0.0.1:9400"},
+		{name: "off", args: []string{"--debug-endpoints=false"}, wantAddr: ""},
+		{name: "off, with a bad address", args: []string{"--debug-endpoints=false", "--debug-bind-address=nonsense"}, wantAddr: ""},
+		{name: "not host:port", args: []string{"--debug-bind-address=9299"}, wantErr: true},
+		{name: "the metrics' address", args: []string{"--debug-bind-address=:9298"}, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := NewOptions()
+			o.HostIP = "192.168.1.1"
+			fs := pflag.NewFlagSet("kos-agent", pflag.ContinueOnError)
+			for _, f := range o.Flags().FlagSets {
+				fs.AddFlagSet(f)
+			}
+			if err := fs.Parse(tt.args); err != nil {
+				t.Fatal(err)
+			}
+			err := o.Validate()
+			if gotErr := err != nil; gotErr != tt.wantErr {
+				t.Fatalf("Validate() = %v, want an error: %t", err, tt.wantErr)
+			}
+			if got := o.debugBindAddress(); !tt.wantErr && got != tt.wantAddr {
+				t.Errorf("debugBindAddress() = %q, want %q", got, tt.wantAddr)
+			}
+		})
+	}
+}
+
+// exitCodeError is an error that says its exit code, as cleanup's refusal
+// does.
+type exitCodeError struct{ code int }
+
+func (e exitCodeError) Error() string { return "refused" }
+func (e exitCodeError) ExitCode() int { return e.code }
+
+func TestExitCode(t *testing.T) {
+	usage := cmdline.UsageErrorf(NewCommand(io.Discard, io.Discard), "unexpected arguments")
+	for _, tc := range []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"none", nil, ExitOK},
+		{"a wrong command line", usage, ExitUsage},
+		{"its own, wrapped", fmt.Errorf("cleanup: %w", exitCodeError{3}), 3},
+		{"any other", errors.New("failed"), ExitError},
+	} {
+		if got := ExitCode(tc.err); got != tc.want {
+			t.Errorf("%s: ExitCode(%v) = %d, want %d", tc.name, tc.err, got, tc.want)
+		}
 	}
 }

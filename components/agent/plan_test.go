@@ -200,3 +200,25 @@ func TestScheduledReconcile(t *testing.T) {
 		}
 	}
 }
+
+// TestPresentLocals checks which local attachments a reconcile counts as
+// on the switch when it sweeps pods' veths: whole and partial ones, but
+// not those it deleted.
+func TestPresentLocals(t *testing.T) {
+	a, b, c := fabric.LocalAttachment{VNI: 1, IP: netip.MustParseAddr("10.0.0.1")}, fabric.LocalAttachment{VNI: 1, IP: netip.MustParseAddr("10.0.0.2")}, fabric.LocalAttachment{VNI: 2, IP: netip.MustParseAddr("10.0.0.1")}
+	inv := &fabric.Inventory{Local: []fabric.LocalAttachment{a, b}, PartialLocal: []fabric.LocalAttachment{c}}
+	for _, tc := range []struct {
+		name    string
+		deleted []fabric.LocalAttachment
+		want    []fabric.LocalAttachment
+	}{
+		{"none deleted", nil, []fabric.LocalAttachment{a, b, c}},
+		{"one deleted", []fabric.LocalAttachment{b}, []fabric.LocalAttachment{a, c}},
+		{"a partial one deleted", []fabric.LocalAttachment{c}, []fabric.LocalAttachment{a, b}},
+	} {
+		got := presentLocals(inv, tc.deleted)
+		if diff := cmp.Diff(got, tc.want, cmp.Comparer(func(x, y netip.Addr) bool { return x == y })); diff != "" {
+			t.Errorf("%s: present (-got +want):\n%s", tc.name, diff)
+		}
+	}
+}

@@ -23,7 +23,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/kos-sdn/kos/components/agent"
+	"github.com/kos-sdn/kos/components/agent/cniserver"
+	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/controllermanager"
 	"github.com/kos-sdn/kos/components/controllers/podnetwork"
 	"github.com/kos-sdn/kos/components/fabric/ovs"
@@ -73,7 +74,7 @@ func TestIntegrationPodChain(t *testing.T) {
 
 	inst := ovsenv.StartT(t, ovsenv.Options{})
 	cfg := agentConfig(t, k.node("a"), hostA, ovs.New(ovs.Config{RunDir: inst.RunDir, DatapathType: "netdev", MTU: podMTU}))
-	cfg.CNI = agent.CNIConfig{
+	cfg.CNI = cniserver.Config{
 		Socket:            filepath.Join(shortDir(t), "cni.sock"),
 		Wait:              time.Minute,
 		HostNetns:         "/run/netns/" + inst.Netns.Name,
@@ -190,7 +191,7 @@ type podSandbox struct {
 // subnet's prefix, and MTU, and returns the address.
 func checkNet1(ctx context.Context, t *testing.T, k *api, p *podSandbox) netip.Addr {
 	t.Helper()
-	att := k.get(podnetwork.AttachmentName(p.pod.Name, "net1"))
+	att := k.get(v1alpha1.AttachmentName(p.pod.Name, "net1"))
 	addr, err := netip.ParseAddr(att.Status.IPv4)
 	if err != nil {
 		t.Fatalf("attachment %s after ADD: no address (%v): %+v", att.Name, err, att.Status)

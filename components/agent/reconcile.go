@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -142,15 +143,23 @@ func (a *Agent) reconcileLocked(ctx context.Context, reason string) (int, error)
 			plan.after[addr] = placement{kind: unknown, owner: want[addr].owner}
 		}
 	}
+	var deletedLocal []fabric.LocalAttachment
 	if len(plan.deleteLocal) > 0 {
 		if err := a.timed(opDeleteLocal.String(), func() error { return a.fabric.DeleteLocal(ctx, plan.deleteLocal...) }); err != nil {
 			failed(fmt.Errorf("deleting %d local attachments: %w", len(plan.deleteLocal), err), localAddresses(plan.deleteLocal))
+		} else {
+			deletedLocal = plan.deleteLocal
 		}
 	}
 	if len(plan.deleteRemote) > 0 {
 		if err := a.timed(opDeleteRemote.String(), func() error { return a.fabric.DeleteRemote(ctx, plan.deleteRemote...) }); err != nil {
 			failed(fmt.Errorf("deleting %d remote attachments: %w", len(plan.deleteRemote), err), remoteAddresses(plan.deleteRemote))
 		}
+	}
+	// Before the creates: a veth left by an attachment taken off the
+	// switch blocks the interface of the next one with its address.
+	if err := a.sweepVeths(ctx, presentLocals(inv, deletedLocal)); err != nil {
+		errs = append(errs, fmt.Errorf("sweeping pods' veths: %w", err))
 	}
 	if len(plan.createLocal) > 0 {
 		if err := a.timed(opCreateLocal.String(), func() error { return a.fabric.CreateLocal(ctx, plan.createLocal...) }); err != nil {
@@ -268,4 +277,20 @@ func (a *Agent) wantedAll() (map[address]placement, map[address]*v1alpha1.Networ
 		}
 	}
 	return want, winners, func(addr address) bool { return unsynced.Has(addr.vni) }
+}
+
+// presentLocals returns the local attachments of inv, whole or partial,
+// but those deleted.
+func presentLocals(inv *fabric.Inventory, deleted []fabric.LocalAttachment) []fabric.LocalAttachment {
+	gone := map[fabric.LocalAttachment]bool{}
+	for _, d := range deleted {
+		gone[d] = true
+	}
+	var out []fabric.LocalAttachment
+	for _, l := range slices.Concat(inv.Local, inv.PartialLocal) {
+		if !gone[l] {
+			out = append(out, l)
+		}
+	}
+	return out
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/kos-sdn/kos/components/agent/debugserver"
 	kosclient "github.com/kos-sdn/kos/components/generated/clientset/versioned"
 	kosscheme "github.com/kos-sdn/kos/components/generated/clientset/versioned/scheme"
 	"github.com/kos-sdn/kos/components/monitoring"
@@ -38,6 +39,12 @@ type ServerConfig struct {
 	// MetricsBindAddress is where /metrics, /livez, /readyz and /healthz
 	// are served.
 	MetricsBindAddress string
+	// DebugBindAddress is where the debug endpoints are served (package
+	// debugserver); nowhere when empty.
+	DebugBindAddress string
+	// DebugLoopbackOnly serves them on loopback only, without checking
+	// identity.
+	DebugLoopbackOnly bool
 }
 
 // CompletedServerConfig is a ServerConfig whose defaults are filled in;
@@ -56,18 +63,20 @@ func (c ServerConfig) Complete() CompletedServerConfig {
 	return CompletedServerConfig{&completedServerConfig{ServerConfig: c}}
 }
 
-// Server is a kos-agent ready to run: the agent, its metrics and Events.
+// Server is a kos-agent ready to run: the agent, its metrics, debug
+// endpoints and Events.
 type Server struct {
 	agent              *Agent
 	workers            int
 	handler            http.Handler
 	metricsBindAddress string
+	debug              *debugserver.Server
 	kube               kubernetes.Interface
 	broadcaster        record.EventBroadcaster
 }
 
 // New builds the server: the clients, the Event recorder, the metrics and
-// the agent. It starts nothing.
+// the agent, and binds the debug endpoints' address. It starts nothing.
 func (c CompletedServerConfig) New() (*Server, error) {
 	if c.Main == nil || c.KOS == nil {
 		return nil, errors.New("the client configurations of the main cluster and of the KOS API are both required")
@@ -94,25 +103,40 @@ func (c CompletedServerConfig) New() (*Server, error) {
 		broadcaster.Shutdown()
 		return nil, err
 	}
+	var debug *debugserver.Server
+	if c.DebugBindAddress != "" {
+		debug, err = debugserver.New(debugserver.Config{
+			BindAddress:  c.DebugBindAddress,
+			LoopbackOnly: c.DebugLoopbackOnly,
+			NodeName:     cfg.NodeName,
+			Kube:         kube,
+		}, a.DebugHandler())
+		if err != nil {
+			broadcaster.Shutdown()
+			return nil, err
+		}
+	}
 	return &Server{
 		agent:   a,
 		workers: c.Workers,
-		handler: withDebug(a, monitoring.Handler(reg,
+		handler: monitoring.Handler(reg,
 			// A startup and a liveness probe ask /livez, a readiness
 			// probe /readyz; /healthz is /readyz for the probes of
 			// 0.2.0's manifests.
 			monitoring.Check{Path: "/livez", Func: func(*http.Request) error { return a.Live() }},
 			monitoring.Check{Path: "/readyz", Func: func(*http.Request) error { return a.Healthy() }},
-			monitoring.Check{Path: "/healthz", Func: func(*http.Request) error { return a.Healthy() }})),
+			monitoring.Check{Path: "/healthz", Func: func(*http.Request) error { return a.Healthy() }}),
 		metricsBindAddress: c.MetricsBindAddress,
+		debug:              debug,
 		kube:               kube,
 		broadcaster:        broadcaster,
 	}, nil
 }
 
-// Run serves /metrics and the health checks, records Events and runs the
-// agent until ctx is done; it returns once the agent and the HTTP server
-// have stopped. A failure to serve stops the agent too.
+// Run serves /metrics and the health checks, and the debug endpoints,
+// records Events and runs the agent until ctx is done; it returns once the
+// agent and the HTTP servers have stopped. A failure to serve stops the
+// agent too.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.broadcaster.Shutdown()
 	s.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.kube.CoreV1().Events("")})
@@ -121,5 +145,21 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	klog.FromContext(ctx).Info("Serving metrics and health", "address", server.Addr())
-	return server.ServeWhile(ctx, func(ctx context.Context) error { return s.agent.Run(ctx, s.workers) })
+	run := func(ctx context.Context) error { return s.agent.Run(ctx, s.workers) }
+	if s.debug == nil {
+		return server.ServeWhile(ctx, run)
+	}
+	return server.ServeWhile(ctx, func(ctx context.Context) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		served := make(chan error, 1)
+		go func() {
+			err := s.debug.Serve(ctx)
+			cancel()
+			served <- err
+		}()
+		runErr := run(ctx)
+		cancel()
+		return errors.Join(runErr, <-served)
+	})
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -12,8 +11,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
@@ -107,7 +104,7 @@ func TestTraceEndpoint(t *testing.T) {
 		body: `{"namespace":"ns","name":"A 1","to":"10.0.0.9"}`,
 	}, {
 		name: "too large", method: http.MethodPost, wantCode: http.StatusBadRequest,
-		body: `{"namespace":"ns","name":"a1","to":"10.0.0.9","protocol":"` + strings.Repeat("x", maxTraceRequest) + `"}`,
+		body: `{"namespace":"ns","name":"a1","to":"10.0.0.9","protocol":"` + strings.Repeat("x", 4<<10) + `"}`,
 	}, {
 		name: "unknown attachment", method: http.MethodPost, wantCode: http.StatusNotFound,
 		body: `{"namespace":"ns","name":"a9","to":"10.0.0.9"}`,
@@ -184,9 +181,9 @@ func TestStatusEndpoint(t *testing.T) {
 	}
 }
 
-// TestServerServesDebug checks that the server's handler routes the debug
-// endpoints beside the metrics.
-func TestServerServesDebug(t *testing.T) {
+// TestServerServesNoDebug checks that the metrics' handler serves no debug
+// endpoint: they have a listener of their own, which checks identity.
+func TestServerServesNoDebug(t *testing.T) {
 	cfg := ServerConfig{
 		Main:  &rest.Config{Host: "http://127.0.0.1:1"},
 		KOS:   &rest.Config{Host: "http://127.0.0.1:1"},
@@ -196,31 +193,11 @@ func TestServerServesDebug(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for path, want := range map[string]int{api.PathStatus: 200, "/metrics": 200, "/livez": 200, "/debug/nothing": 404} {
+	for path, want := range map[string]int{api.PathStatus: 404, api.PathFlows: 404, "/metrics": 200, "/livez": 200} {
 		rec := httptest.NewRecorder()
 		s.handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
 		if rec.Code != want {
 			t.Errorf("GET %s: status %d, want %d", path, rec.Code, want)
-		}
-	}
-}
-
-func TestFormatRoute(t *testing.T) {
-	_, sub, _ := net.ParseCIDR("10.1.0.0/24")
-	_, host, _ := net.ParseCIDR("10.1.0.5/32")
-	names := func(i int) string { return map[int]string{2: "eth0", 3: "br-ul"}[i] }
-	tests := []struct {
-		route netlink.Route
-		want  string
-	}{
-		{netlink.Route{Gw: net.ParseIP("10.1.0.1"), LinkIndex: 3, Table: unix.RT_TABLE_MAIN}, "default via 10.1.0.1 dev br-ul"},
-		{netlink.Route{Dst: sub, LinkIndex: 2, Src: net.ParseIP("10.1.0.5"), Table: unix.RT_TABLE_MAIN, Priority: 100}, "10.1.0.0/24 dev eth0 src 10.1.0.5 metric 100"},
-		{netlink.Route{Dst: host, Type: unix.RTN_LOCAL, LinkIndex: 2, Table: unix.RT_TABLE_LOCAL}, "local 10.1.0.5 dev eth0 table local"},
-		{netlink.Route{Dst: sub, LinkIndex: 2, Table: 100}, "10.1.0.0/24 dev eth0 table 100"},
-	}
-	for _, tt := range tests {
-		if got := formatRoute(tt.route, names); got != tt.want {
-			t.Errorf("formatRoute(%+v) = %q, want %q", tt.route, got, tt.want)
 		}
 	}
 }

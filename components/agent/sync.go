@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/kos-sdn/kos/components/agent/exechook"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/fabric"
 )
@@ -224,6 +225,9 @@ func (a *Agent) apply(ctx context.Context, addr address, hostIP netip.Addr, ops 
 			err = a.timed(o.String(), func() error {
 				return a.fabric.DeleteLocal(ctx, fabric.LocalAttachment{VNI: addr.vni, IP: addr.ip})
 			})
+			if err == nil {
+				err = a.deleteStrayVeth(ctx, fabric.LocalAttachment{VNI: addr.vni, IP: addr.ip})
+			}
 		case opDeleteRemote:
 			err = a.timed(o.String(), func() error {
 				return a.fabric.DeleteRemote(ctx, fabric.RemoteAttachment{VNI: addr.vni, IP: addr.ip})
@@ -283,8 +287,8 @@ func (a *Agent) wantImpl(key string, addr address, hasAddr bool, held placement,
 	case settleErr != nil:
 		return implStatus{hostErrors: []string{settleErr.Error()}}
 	case held.kind == local && held.owner == key:
-		mac := fabric.MACAddress(addr.vni, addr.ip)
-		return implStatus{mac: mac.String(), ifcName: fabric.InterfaceName(mac), hostIP: a.hostIP.String(), mtu: int32(a.MTU())}
+		mac := v1alpha1.MACAddress(addr.vni, addr.ip)
+		return implStatus{mac: mac.String(), ifcName: v1alpha1.InterfaceName(mac), hostIP: a.hostIP.String(), mtu: int32(a.MTU())}
 	default:
 		return implStatus{hostErrors: []string{fmt.Sprintf("address %s of VNI %d is held by attachment %s", addr.ip, addr.vni, held.owner)}}
 	}
@@ -311,6 +315,11 @@ func (a *Agent) syncLocalStatus(ctx context.Context, att *v1alpha1.NetworkAttach
 		switch {
 		case want.ready() && !got.ready():
 			a.observeReady(updated)
+			if a.cniSrv != nil {
+				// A pod's attachment made again under its live
+				// sandbox: the sandbox gets its interface back.
+				a.cniSrv.Replug(ctx, updated)
+			}
 			a.recorder.Eventf(att, corev1.EventTypeNormal, reasonInterfaceReady, "Interface %s with MAC address %s is ready on node %s", want.ifcName, want.mac, a.node)
 		case settleErr == nil && len(want.hostErrors) > 0:
 			a.recorder.Event(att, corev1.EventTypeWarning, reasonAddressHeld, want.hostErrors[0])
@@ -325,7 +334,7 @@ func (a *Agent) syncLocalStatus(ctx context.Context, att *v1alpha1.NetworkAttach
 	rec := localRecord{
 		uid:            string(att.UID),
 		postDeleteExec: att.Spec.PostDeleteExec,
-		vars:           execVars{ifname: want.ifcName, ipv4: addr.ip.String(), mac: want.mac},
+		vars:           exechook.Vars{IfName: want.ifcName, IPv4: addr.ip.String(), MAC: want.mac},
 	}
 	a.state.setLocal(key, rec)
 	return a.postCreateExec(ctx, att, rec)
@@ -361,20 +370,20 @@ func (a *Agent) postCreateExec(ctx context.Context, att *v1alpha1.NetworkAttachm
 		a.state.setReport(key, started)
 		command, ref := att.Spec.PostCreateExec, att.DeepCopy()
 		hook := func(ctx context.Context) bool {
-			r := a.exec.run(ctx, command, rec.vars)
-			result := a.exec.result(command, rec.vars, r)
+			r := a.exec.Run(ctx, command, rec.vars)
+			result := a.exec.Result(command, rec.vars, r)
 			a.metrics.execs.WithLabelValues("create", result).Inc()
 			eventType, reason := corev1.EventTypeNormal, reasonPostCreateExec
 			switch result {
-			case execRefused:
+			case exechook.ResultRefused:
 				eventType, reason = corev1.EventTypeWarning, reasonExecNotAllowed
-			case execFailed:
+			case exechook.ResultFailed:
 				eventType, reason = corev1.EventTypeWarning, reasonExecFailed
 			}
 			a.recorder.Eventf(ref, eventType, reason, "postCreateExec %q exited with status %d", r.Command, r.ExitStatus)
 			return a.state.finishReport(key, started, r)
 		}
-		if a.exec.check(command, rec.vars) == nil {
+		if a.exec.Check(command, rec.vars) == nil {
 			a.runHook(ctx, func(ctx context.Context) {
 				if hook(ctx) {
 					a.queue.Add(key)
@@ -416,8 +425,8 @@ func (a *Agent) forgetLocal(ctx context.Context, key string, rec localRecord) {
 		return
 	}
 	a.runHook(ctx, func(ctx context.Context) {
-		r := a.exec.run(ctx, rec.postDeleteExec, rec.vars)
-		a.metrics.execs.WithLabelValues("delete", a.exec.result(rec.postDeleteExec, rec.vars, r)).Inc()
+		r := a.exec.Run(ctx, rec.postDeleteExec, rec.vars)
+		a.metrics.execs.WithLabelValues("delete", a.exec.Result(rec.postDeleteExec, rec.vars, r)).Inc()
 		klog.FromContext(ctx).Info("Ran postDeleteExec", "key", key, "command", r.Command, "exitStatus", r.ExitStatus, "stdout", r.StdOut, "stderr", r.StdErr)
 	})
 }

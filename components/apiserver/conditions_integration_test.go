@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
-	"github.com/kos-sdn/kos/components/fabric"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
@@ -64,9 +63,9 @@ func testReadyCondition(t *testing.T, clients apiClients) {
 		st.IPv4, st.AddressVNI, st.LockUID = "10.90.0.5", 90, "u1"
 		st.SubnetCreationTime = &metav1.Time{Time: time.Now()}
 	}, metav1.ConditionFalse, v1alpha1.ReasonNotImplemented)
-	mac := fabric.MACAddress(90, netip.MustParseAddr("10.90.0.5"))
+	mac := v1alpha1.MACAddress(90, netip.MustParseAddr("10.90.0.5"))
 	writeStatus("interface", func(st *v1alpha1.NetworkAttachmentStatus) {
-		st.MACAddress, st.IfcName, st.HostIP, st.MTU = mac.String(), fabric.InterfaceName(mac), "192.168.9.1", 1450
+		st.MACAddress, st.IfcName, st.HostIP, st.MTU = mac.String(), v1alpha1.InterfaceName(mac), "192.168.9.1", 1450
 	}, metav1.ConditionFalse, v1alpha1.ReasonExecPending)
 
 	// kubectl wait, started while the exec is pending, returns once its

@@ -22,6 +22,7 @@ import (
 	"github.com/kos-sdn/kos/components/apiserver/admission/noderestriction"
 	"github.com/kos-sdn/kos/components/apiserver/registry/iplock"
 	"github.com/kos-sdn/kos/components/apiserver/registry/networkattachment"
+	"github.com/kos-sdn/kos/components/apiserver/registry/networkconfig"
 	"github.com/kos-sdn/kos/components/apiserver/registry/subnet"
 )
 
@@ -79,6 +80,10 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	configs, err := networkconfig.NewStorage(Scheme, optsGetter, networkconfig.CountAttachments(attachments.NetworkAttachment))
+	if err != nil {
+		return nil, err
+	}
 	group := genericapiserver.NewDefaultAPIGroupInfo(network.GroupName, Scheme, metav1.ParameterCodec, Codecs)
 	group.NegotiatedSerializer = withoutProtobuf{group.NegotiatedSerializer}
 	group.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
@@ -87,6 +92,8 @@ func (c CompletedConfig) New() (*Server, error) {
 		"networkattachments":        attachmentsMain,
 		"networkattachments/status": attachments.Status,
 		"iplocks":                   locks,
+		"networkconfigs":            configs.NetworkConfig,
+		"networkconfigs/status":     configs.Status,
 	}
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, fmt.Errorf("installing the %s API group: %w", network.GroupName, err)

@@ -106,6 +106,12 @@ func (c *passedConn) Read(b []byte) (int, error) {
 	if oobn > 0 {
 		c.keep(oob[:oobn])
 	}
+	// ReadMsgUnix answers -1 with an error (a closed connection, when the
+	// agent stops); io.Reader allows no negative count, and net/http
+	// panics on one.
+	if n < 0 {
+		n = 0
+	}
 	return n, err
 }
 

@@ -139,7 +139,7 @@ func waitAddress(t *testing.T, c versioned.Interface, pod *corev1.Pod, name, ipv
 		if err != nil {
 			return err
 		}
-		if uid := a.Labels[podnetwork.PodUIDLabel]; uid != string(pod.UID) {
+		if uid := a.Labels[v1alpha1.PodUIDLabel]; uid != string(pod.UID) {
 			return fmt.Errorf("the attachment is pod UID %s's, want %s's", uid, pod.UID)
 		}
 		if a.Status.IPv4 != ipv4 || !cmp.Equal(a.Status.Errors.IPAM, wantErrs) {

@@ -33,6 +33,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kos-sdn/kos/components/controllers/ipam"
+	"github.com/kos-sdn/kos/components/controllers/networkconfig"
 	"github.com/kos-sdn/kos/components/controllers/podnetwork"
 	"github.com/kos-sdn/kos/components/controllers/subnetvalidator"
 	"github.com/kos-sdn/kos/components/generated/clientset/versioned"
@@ -67,6 +68,11 @@ type Config struct {
 	// is how many pods it works on at once (Complete makes 0 into 1).
 	PodNetworks       bool
 	PodNetworkWorkers int
+
+	// NetworkConfig runs the network configuration controller, which
+	// creates and keeps the cluster's NetworkConfig and reads the Nodes of
+	// the main cluster.
+	NetworkConfig bool
 
 	// ResyncPeriod makes the informers deliver every object again this
 	// often; 0 means never.
@@ -122,6 +128,7 @@ type Manager struct {
 	handler  http.Handler
 
 	validatedLatency, addressLatency prometheus.Histogram
+	network                          *networkMetrics
 
 	// running is true while the controllers run: the manager is ready.
 	running atomic.Bool
@@ -152,9 +159,13 @@ func (c CompletedConfig) New() (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
+	network := newNetworkMetrics()
+	if err := network.register(reg); err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
 	m := &Manager{
 		cfg: cfg, kube: kube, dynamic: dyn, kos: kos, registry: reg,
-		validatedLatency: validated, addressLatency: addressed,
+		validatedLatency: validated, addressLatency: addressed, network: network,
 		watchdog: leaderelection.NewLeaderHealthzAdaptor(20 * time.Second),
 	}
 	m.handler = monitoring.Handler(reg,
@@ -274,6 +285,19 @@ func (m *Manager) runControllers(ctx context.Context) error {
 		func() error { return validator.Run(ctx, m.cfg.SubnetValidatorWorkers) },
 		func() error { return addresses.Run(ctx, m.cfg.IPAMWorkers) },
 	}
+	if m.cfg.NetworkConfig {
+		// The node informer feeds this controller alone, which trims the
+		// Nodes it holds to their name and underlay annotation.
+		nodeFactory := kubeinformers.NewSharedInformerFactory(m.kube, m.cfg.ResyncPeriod)
+		configs, err := networkconfig.NewController(m.kos, network.NetworkConfigs(), nodeFactory.Core().V1().Nodes(), network.NetworkAttachments(), recorder,
+			networkconfig.Options{Metrics: m.network})
+		if err != nil {
+			return err
+		}
+		nodeFactory.Start(ctx.Done())
+		defer nodeFactory.Shutdown()
+		runs = append(runs, func() error { return configs.Run(ctx, 1) })
+	}
 	if m.cfg.PodNetworks {
 		// The pod informer feeds this controller alone: it holds only the
 		// pods that may want attachments, trimmed.
@@ -299,7 +323,7 @@ func (m *Manager) runControllers(ctx context.Context) error {
 	}
 	m.running.Store(true)
 	defer m.running.Store(false)
-	logger.Info("Running the controllers", "podNetworks", m.cfg.PodNetworks)
+	logger.Info("Running the controllers", "podNetworks", m.cfg.PodNetworks, "networkConfig", m.cfg.NetworkConfig)
 	var all []error
 	for range runs {
 		if err := <-errs; err != nil && ctx.Err() == nil {

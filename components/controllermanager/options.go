@@ -50,6 +50,7 @@ type Options struct {
 	AddressEvents          bool
 	PodNetworks            bool
 	PodNetworkWorkers      int
+	NetworkConfig          bool
 	ResyncPeriod           time.Duration
 
 	MetricsAddress string
@@ -71,15 +72,18 @@ func NewOptions() *Options {
 		SubnetValidatorWorkers: 2,
 		IPAMWorkers:            16,
 		PodNetworkWorkers:      4,
-		ResyncPeriod:           10 * time.Minute,
-		MetricsAddress:         DefaultMetricsBindAddress,
-		LeaderElect:            true,
-		LeaderElectNamespace:   "example-com",
-		LeaderElectName:        Component,
-		LeaseDuration:          15 * time.Second,
-		RenewDeadline:          10 * time.Second,
-		RetryPeriod:            2 * time.Second,
-		Logs:                   logsapi.NewLoggingConfiguration(),
+		// Off until a release grants the rights it needs (nodes, networkconfigs):
+		// under 0.3.0's manifest it could only log Forbidden.
+		NetworkConfig:        false,
+		ResyncPeriod:         10 * time.Minute,
+		MetricsAddress:       DefaultMetricsBindAddress,
+		LeaderElect:          true,
+		LeaderElectNamespace: "example-com",
+		LeaderElectName:      Component,
+		LeaseDuration:        15 * time.Second,
+		RenewDeadline:        10 * time.Second,
+		RetryPeriod:          2 * time.Second,
+		Logs:                 logsapi.NewLoggingConfiguration(),
 	}
 }
 
@@ -103,6 +107,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.BoolVar(&o.AddressEvents, "address-events", o.AddressEvents, "Record an AddressAssigned Event on every attachment given an address. Off, Events are recorded only for attachments that cannot get one: the address and the time it was written are in the attachment, and an Event per address adds a write to the main cluster for each address (at thousands a second).")
 	fs.BoolVar(&o.PodNetworks, "pod-networks", o.PodNetworks, "Run the pod-network controller: give each pod bound to a node a NetworkAttachment for every entry of its k8s.v1.cni.cncf.io/networks annotation whose NetworkAttachmentDefinition is of type kos. It needs the NetworkAttachmentDefinition CRD (k8s.cni.cncf.io/v1) and the rights to list and watch pods and network-attachment-definitions in the main cluster.")
 	fs.IntVar(&o.PodNetworkWorkers, "pod-network-workers", o.PodNetworkWorkers, "Pods given their attachments at once, with --pod-networks.")
+	fs.BoolVar(&o.NetworkConfig, "network-config", o.NetworkConfig, "Run the network configuration controller: create the cluster's NetworkConfig \"cluster\" with every default filled in (the overlay MTU from the smallest underlay MTU that Nodes report in their network.example.com/underlay-mtu annotation, less 50), record the configuration applied in its status and report the nodes whose underlay cannot carry it. It needs the rights to list and watch nodes in the main cluster.")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "How often every object is checked again; 0 means never.")
 
 	fs = fss.FlagSet("metrics")
@@ -189,6 +194,7 @@ func (o *Options) Config(ctx context.Context) (*Config, error) {
 		AddressEvents:          o.AddressEvents,
 		PodNetworks:            o.PodNetworks,
 		PodNetworkWorkers:      o.PodNetworkWorkers,
+		NetworkConfig:          o.NetworkConfig,
 		ResyncPeriod:           o.ResyncPeriod,
 		MetricsAddress:         o.MetricsAddress,
 	}

@@ -41,6 +41,7 @@ func TestOptionsConfig(t *testing.T) {
 		IPAMWorkers                  int
 		PodNetworks                  bool
 		PodNetworkWorkers            int
+		NetworkConfig                bool
 		Metrics                      string
 	}
 	tests := []struct {
@@ -56,6 +57,7 @@ func TestOptionsConfig(t *testing.T) {
 			"--kos-api-server=https://kos.example-com.svc:443", "--kos-api-ca-file=/ca.crt",
 			"--leader-elect=false", "--kube-api-qps=7", "--kube-api-burst=9", "--kos-api-qps=70", "--kos-api-burst=90",
 			"--ipam-workers=8", "--metrics-bind-address=", "--pod-networks", "--pod-network-workers=3",
+			"--network-config=false",
 		}, summary{
 			KubeHost: "https://127.0.0.1:6443", KOSHost: "https://kos.example-com.svc:443", KOSCAFile: "/ca.crt",
 			QPS: 7, Burst: 9, KOSQPS: 70, KOSBurst: 90, IPAMWorkers: 8, PodNetworks: true, PodNetworkWorkers: 3,
@@ -88,7 +90,7 @@ func TestOptionsConfig(t *testing.T) {
 			got := summary{
 				KubeHost: cfg.Kube.Host, KOSHost: cfg.KOS.Host, KOSCAFile: cfg.KOS.TLSClientConfig.CAFile,
 				QPS: cfg.Kube.QPS, Burst: cfg.Kube.Burst, KOSQPS: cfg.KOS.QPS, KOSBurst: cfg.KOS.Burst, Leader: cfg.LeaderElection != nil,
-				IPAMWorkers: cfg.IPAMWorkers, PodNetworks: cfg.PodNetworks, PodNetworkWorkers: cfg.PodNetworkWorkers, Metrics: cfg.MetricsAddress,
+				IPAMWorkers: cfg.IPAMWorkers, PodNetworks: cfg.PodNetworks, PodNetworkWorkers: cfg.PodNetworkWorkers, NetworkConfig: cfg.NetworkConfig, Metrics: cfg.MetricsAddress,
 			}
 			if cfg.LeaderElection != nil {
 				if tc.want.Identity == "" {

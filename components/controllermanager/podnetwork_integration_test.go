@@ -57,7 +57,7 @@ func TestIntegrationPodNetworks(t *testing.T) {
 	}
 	installDefinitionCRD(t, dyn)
 	ns := newNamespace(t)
-	token := managerToken(t, kube, ns)
+	token := managerToken(t, kube, ns, "testdata/pod-network-clusterrole.yaml")
 	asManager := func(cfg *rest.Config) *rest.Config {
 		c := rest.AnonymousClientConfig(cfg)
 		c.BearerToken = token
@@ -196,7 +196,7 @@ func TestIntegrationPodNetworks(t *testing.T) {
 	}
 	if len(list.Items) != 0 {
 		t.Fatalf("%d attachments left in %s, such as %s for pod %s; want none (pod %s is unbound)",
-			len(list.Items), ns, list.Items[0].Name, list.Items[0].Annotations[podnetwork.PodAnnotation], idle.Name)
+			len(list.Items), ns, list.Items[0].Name, list.Items[0].Annotations[v1alpha1.PodAnnotation], idle.Name)
 	}
 	// Unused now, the subnets may go, and VNIs 170 and 171 are free for a
 	// run with -count.
@@ -209,13 +209,13 @@ func TestIntegrationPodNetworks(t *testing.T) {
 
 // managerToken binds the ServiceAccount example-com/kos-controller-manager
 // (made unless it exists), the identity kos-apiserver lets delete pods'
-// attachments by default, to the ClusterRole of
+// attachments by default, to the ClusterRole of roleFile, such as
 // testdata/pod-network-clusterrole.yaml, and returns a token of it. The
 // binding is named after ns, the namespace of the test.
-func managerToken(t *testing.T, kube kubernetes.Interface, ns string) string {
+func managerToken(t *testing.T, kube kubernetes.Interface, ns, roleFile string) string {
 	t.Helper()
 	ctx := context.Background()
-	data, err := os.ReadFile("testdata/pod-network-clusterrole.yaml")
+	data, err := os.ReadFile(roleFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func waitAttachments(t *testing.T, c versioned.Interface, ns string, pod *corev1
 	slices.Sort(wantNames)
 	poll.Until(t, time.Minute, fmt.Sprintf("pod %s has attachments %q", pod.Name, wantNames), func(ctx context.Context) error {
 		list, err := c.NetworkV1alpha1().NetworkAttachments(ns).List(ctx, metav1.ListOptions{
-			LabelSelector: podnetwork.PodUIDLabel + "=" + string(pod.UID),
+			LabelSelector: v1alpha1.PodUIDLabel + "=" + string(pod.UID),
 		})
 		if err != nil {
 			return err

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kos-sdn/kos/components/agent"
+	"github.com/kos-sdn/kos/components/agent/exechook"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 )
 
@@ -87,7 +87,7 @@ func TestExecAllowList(t *testing.T) {
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rules, err := agent.LoadExecAllowFile(path)
+	rules, err := exechook.LoadAllowFile(path)
 	if err != nil {
 		t.Fatalf("the agent refuses the allow-list: %v", err)
 	}

@@ -1,6 +1,8 @@
 // Package fabric is the node agent's seam to the local network: what the
-// agent asks of a node's switch (Interface), the attachments it speaks of, and
-// the pure functions that name them (MACAddress, InterfaceName).
+// agent asks of a node's switch (Interface) and the attachments it speaks of.
+// The functions that name an attachment's MAC address and interface are the
+// API's (v1alpha1.MACAddress, v1alpha1.InterfaceName), because the apiserver
+// and the CNI server compute them too.
 //
 // Two implementations exist: fabric/ovs programs a real Open vSwitch bridge,
 // and fabric/logging only logs and remembers, for scale tests without OVS.
@@ -17,6 +19,7 @@ import (
 	"slices"
 
 	"github.com/kos-sdn/kos/components/apis/network"
+	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 )
 
 // Interface is what the node agent needs from its node's switch. Every
@@ -111,10 +114,10 @@ type LocalAttachment struct {
 }
 
 // MAC returns the attachment's MAC address.
-func (a LocalAttachment) MAC() net.HardwareAddr { return MACAddress(a.VNI, a.IP) }
+func (a LocalAttachment) MAC() net.HardwareAddr { return v1alpha1.MACAddress(a.VNI, a.IP) }
 
 // InterfaceName returns the name of the attachment's network interface.
-func (a LocalAttachment) InterfaceName() string { return InterfaceName(a.MAC()) }
+func (a LocalAttachment) InterfaceName() string { return v1alpha1.InterfaceName(a.MAC()) }
 
 // Validate returns an error when the attachment cannot be installed.
 func (a LocalAttachment) Validate() error { return validate(a.VNI, a.IP) }
@@ -156,7 +159,7 @@ type RemoteAttachment struct {
 }
 
 // MAC returns the attachment's MAC address.
-func (a RemoteAttachment) MAC() net.HardwareAddr { return MACAddress(a.VNI, a.IP) }
+func (a RemoteAttachment) MAC() net.HardwareAddr { return v1alpha1.MACAddress(a.VNI, a.IP) }
 
 // Validate returns an error when the attachment cannot be installed.
 func (a RemoteAttachment) Validate() error {

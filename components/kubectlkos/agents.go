@@ -21,7 +21,8 @@ import (
 )
 
 // agentContainer and agentPortName are the container of an agent pod that
-// serves the debug endpoints, and the name of its port.
+// serves the debug endpoints, and the name of its metrics port, where
+// agents before 0.4.0 serve them.
 const (
 	agentContainer = "kos-agent"
 	agentPortName  = "metrics"
@@ -35,6 +36,9 @@ type proxy interface {
 	// error that holds what the pod said.
 	Do(ctx context.Context, namespace, name string, port int, method, path string, body []byte) ([]byte, error)
 }
+
+// errNotServed is the error of a path the agent does not serve there.
+var errNotServed = errors.New("the agent does not serve it (a release older than this plugin?)")
 
 // podProxy is the kube-apiserver's pod proxy: the request goes to the
 // apiserver with the user's credentials, which RBAC checks (pods/proxy,
@@ -59,7 +63,7 @@ func (p podProxy) Do(ctx context.Context, namespace, name string, port int, meth
 		}
 		switch {
 		case code == http.StatusNotFound && bytes.HasPrefix(raw, []byte("404 page not found")):
-			return nil, fmt.Errorf("%s %s: the agent does not serve it (a release older than this plugin?)", method, path)
+			return nil, fmt.Errorf("%s %s: %w", method, path, errNotServed)
 		case code != 0 && len(raw) > 0 && !bytes.HasPrefix(bytes.TrimSpace(raw), []byte("{")):
 			// The agent's own answer, passed on by the proxy: say it as
 			// it is. A JSON answer is the apiserver's Status, whose
@@ -71,12 +75,16 @@ func (p podProxy) Do(ctx context.Context, namespace, name string, port int, meth
 	return raw, nil
 }
 
-// agents finds the agent pods and asks them through a proxy.
+// agents finds the agent pods and asks them: through tunnel those that
+// serve a debug port (0.4.0 and later), with the user's credentials,
+// through proxy the older ones, which serve the endpoints on their
+// metrics port to anyone. A nil tunnel asks every one through proxy.
 type agents struct {
 	kube      kubernetes.Interface
 	namespace string
 	selector  string
 	proxy     proxy
+	tunnel    proxy
 }
 
 // list returns the agent pods, of node only when node is not empty, sorted
@@ -120,28 +128,53 @@ func (a *agents) onNode(ctx context.Context, node string) (*corev1.Pod, error) {
 
 // get asks an agent pod's debug endpoint path.
 func (a *agents) get(ctx context.Context, pod *corev1.Pod, path string) ([]byte, error) {
-	return a.proxy.Do(ctx, pod.Namespace, pod.Name, agentPort(pod), http.MethodGet, path, nil)
+	return a.do(ctx, pod, http.MethodGet, path, nil)
 }
 
 // post sends body to an agent pod's debug endpoint path.
 func (a *agents) post(ctx context.Context, pod *corev1.Pod, path string, body []byte) ([]byte, error) {
-	return a.proxy.Do(ctx, pod.Namespace, pod.Name, agentPort(pod), http.MethodPost, path, body)
+	return a.do(ctx, pod, http.MethodPost, path, body)
 }
 
-// agentPort returns the port of the agent's debug endpoints: the metrics
-// port of its container, as the manifests name it, else the releases'.
+func (a *agents) do(ctx context.Context, pod *corev1.Pod, method, path string, body []byte) ([]byte, error) {
+	if a.tunnel == nil {
+		return a.proxy.Do(ctx, pod.Namespace, pod.Name, agentPort(pod), method, path, body)
+	}
+	if port, ok := containerPort(pod, api.DebugPortName); ok {
+		return a.tunnel.Do(ctx, pod.Namespace, pod.Name, port, method, path, body)
+	}
+	raw, err := a.proxy.Do(ctx, pod.Namespace, pod.Name, agentPort(pod), method, path, body)
+	if errors.Is(err, errNotServed) {
+		// An agent since 0.4.0 in a manifest that names no debug port
+		// serves the endpoints on the releases' debug port.
+		return a.tunnel.Do(ctx, pod.Namespace, pod.Name, api.DebugPort, method, path, body)
+	}
+	return raw, err
+}
+
+// agentPort returns the port where agents before 0.4.0 serve the debug
+// endpoints: the metrics port of its container, as the manifests name it,
+// else the releases'.
 func agentPort(pod *corev1.Pod) int {
+	if port, ok := containerPort(pod, agentPortName); ok {
+		return port
+	}
+	return api.Port
+}
+
+// containerPort returns the port named name of the agent's container.
+func containerPort(pod *corev1.Pod, name string) (int, bool) {
 	for _, c := range pod.Spec.Containers {
 		if c.Name != agentContainer {
 			continue
 		}
 		for _, p := range c.Ports {
-			if p.Name == agentPortName && p.ContainerPort > 0 {
-				return int(p.ContainerPort)
+			if p.Name == name && p.ContainerPort > 0 {
+				return int(p.ContainerPort), true
 			}
 		}
 	}
-	return api.Port
+	return 0, false
 }
 
 // agentImage returns the image of the agent's container, and its tag or

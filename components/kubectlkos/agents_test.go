@@ -2,6 +2,8 @@ package kubectlkos
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
@@ -67,5 +70,53 @@ func TestPodProxy(t *testing.T) {
 	}
 	if diff := cmp.Diff(asked, want); diff != "" {
 		t.Errorf("requests (-got +want):\n%s", diff)
+	}
+}
+
+// recordingProxy answers every request with answer and err, and records
+// the ports it was asked on.
+type recordingProxy struct {
+	answer []byte
+	err    error
+	asked  []int
+}
+
+func (p *recordingProxy) Do(_ context.Context, _, _ string, port int, _, _ string, _ []byte) ([]byte, error) {
+	p.asked = append(p.asked, port)
+	return p.answer, p.err
+}
+
+// TestAgentsChooseTheWay checks how an agent pod is asked: through the
+// tunnel, with the user's credentials, on the port named debug; through
+// the pod proxy on the metrics port when there is none (before 0.4.0),
+// and through the tunnel on the releases' debug port when that agent does
+// not serve the path there (a 0.4.0 agent in a manifest without the port).
+func TestAgentsChooseTheWay(t *testing.T) {
+	pod := func(ports ...corev1.ContainerPort) *corev1.Pod {
+		return &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: agentContainer, Ports: ports}}}}
+	}
+	tests := []struct {
+		name                  string
+		pod                   *corev1.Pod
+		proxyErr              error
+		wantProxy, wantTunnel []int
+	}{
+		{"debug port", pod(corev1.ContainerPort{Name: "metrics", ContainerPort: 9298}, corev1.ContainerPort{Name: "debug", ContainerPort: 9400}), nil, nil, []int{9400}},
+		{"metrics port only", pod(corev1.ContainerPort{Name: "metrics", ContainerPort: 9298}), nil, []int{9298}, nil},
+		{"not served on the metrics port", pod(corev1.ContainerPort{Name: "metrics", ContainerPort: 9298}), fmt.Errorf("GET /debug/status: %w", errNotServed), []int{9298}, []int{9299}},
+		{"another failure of the proxy", pod(), errors.New("forbidden"), []int{9298}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			proxy, tunnel := &recordingProxy{err: tt.proxyErr}, &recordingProxy{answer: []byte("ok")}
+			a := &agents{proxy: proxy, tunnel: tunnel}
+			_, _ = a.get(context.Background(), tt.pod, "/debug/status")
+			if diff := cmp.Diff(proxy.asked, tt.wantProxy); diff != "" {
+				t.Errorf("ports asked through the pod proxy (-got +want):\n%s", diff)
+			}
+			if diff := cmp.Diff(tunnel.asked, tt.wantTunnel); diff != "" {
+				t.Errorf("ports asked through the tunnel (-got +want):\n%s", diff)
+			}
+		})
 	}
 }

@@ -91,7 +91,7 @@ What could not be collected is listed in errors.txt inside the archive.`,
 				return err
 			}
 			src := &bundleSource{
-				agents:    o.agents(c.kube),
+				agents:    o.agents(c),
 				kube:      c.kube,
 				discovery: c.kube.Discovery(),
 				dynamic:   c.dynamic,

@@ -2,9 +2,12 @@
 // operator troubleshoot KOS: per-node agent status, a packet trace through a
 // node's switch, and a support bundle. It follows kubectl's conventions
 // (cli-runtime's kubeconfig flags, IO streams and printers) and reaches the
-// node agents only through the kube-apiserver's pod proxy, so that the
-// user's own credentials and RBAC decide what they may see; it never
-// connects to a node itself.
+// node agents only through the kube-apiserver, so that the user's own
+// credentials and RBAC decide what they may see; it never connects to a
+// node itself. Agents since 0.4.0 are reached through a port-forward,
+// which carries the user's credentials on to the agent, which asks the
+// cluster whether the user may read its node (nodes/kos-debug); older ones
+// through the pod proxy.
 package kubectlkos
 
 import (
@@ -73,9 +76,10 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		Long: `kubectl kos helps troubleshoot KOS, the SDN of network attachments.
 
 It reads the KOS API with your credentials and reaches the node agents (the
-kos-agent pods) through the kube-apiserver's pod proxy, never directly: what
-you may see is what your RBAC allows (pods/proxy and pods/log on the agent
-pods; see docs/kubectl-kos.md).`,
+kos-agent pods) through the kube-apiserver, never directly: what you may see
+is what your RBAC allows (pods/portforward, pods/proxy and pods/log on the
+agent pods, and get and create on nodes/kos-debug, which each agent checks
+with your credentials; see docs/kubectl-kos.md).`,
 		Example: `  # Every node's agent: version, attachments on its switch, flows, last reconcile, errors.
   kubectl kos status
 
@@ -119,6 +123,7 @@ type options struct {
 
 // clients are the clients of one command run.
 type clients struct {
+	config  *rest.Config
 	kube    kubernetes.Interface
 	kos     kosclient.Interface
 	dynamic dynamic.Interface
@@ -136,7 +141,7 @@ func (o *options) clients() (*clients, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.WarningHandler = rest.NewWarningWriter(o.streams.ErrOut, rest.WarningWriterOptions{Deduplicate: true})
 	cfg.UserAgent = "kubectl-kos"
-	c := &clients{}
+	c := &clients{config: cfg}
 	if c.kube, err = kubernetes.NewForConfig(cfg); err != nil {
 		return nil, err
 	}
@@ -158,10 +163,16 @@ func (o *options) namespace() (string, error) {
 	return ns, nil
 }
 
-// agents returns the agents the flags select, reached through the pod
-// proxy of kube.
-func (o *options) agents(kube kubernetes.Interface) *agents {
-	return &agents{kube: kube, namespace: o.agentNamespace, selector: o.agentSelector, proxy: podProxy{kube: kube}}
+// agents returns the agents the flags select, reached through c's
+// kube-apiserver.
+func (o *options) agents(c *clients) *agents {
+	return &agents{
+		kube:      c.kube,
+		namespace: o.agentNamespace,
+		selector:  o.agentSelector,
+		proxy:     podProxy{kube: c.kube},
+		tunnel:    tunnel{config: c.config, kube: c.kube},
+	}
 }
 
 func noArgs(cmd *cobra.Command, args []string) error {

@@ -89,7 +89,7 @@ the agent's errors. Each agent is asked through the kube-apiserver's pod proxy.`
 			if err != nil {
 				return err
 			}
-			statuses, err := collectStatus(cmd.Context(), o.agents(c.kube), c.kos, so.node, o.warnf)
+			statuses, err := collectStatus(cmd.Context(), o.agents(c), c.kos, so.node, o.warnf)
 			if err != nil {
 				return err
 			}

@@ -28,8 +28,10 @@ TCP, UDP or an ARP request) and runs ofproto/trace on its bridge. A packet for
 another node's attachment leaves by the tunnel (set_field:...->tun_dst); one
 for an address nobody in the network holds is dropped.
 
-The request goes to the agent through the kube-apiserver's pod proxy, which
-needs create on pods/proxy in the agents' namespace.`,
+The request goes to the agent through a port-forward of the kube-apiserver,
+which needs create on pods/portforward in the agents' namespace, with your
+credentials, for which the agent asks the cluster for create on
+nodes/kos-debug of its node (agents before 0.4.0: create on pods/proxy).`,
 		Example: `  kubectl kos trace a1 --to 10.1.0.7 -n tenant-a
   kubectl kos trace a1 --to 10.1.0.7 --protocol tcp --port 443 -n tenant-a`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -51,7 +53,7 @@ needs create on pods/proxy in the agents' namespace.`,
 			if err != nil {
 				return err
 			}
-			return trace(cmd.Context(), o.agents(c.kube), c.kos, req, o.streams.Out)
+			return trace(cmd.Context(), o.agents(c), c.kos, req, o.streams.Out)
 		},
 	}
 	cmd.Flags().StringVar(&req.To, "to", "", "The IPv4 address the packet is for, in the attachment's network")

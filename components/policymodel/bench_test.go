@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
-	"github.com/kos-sdn/kos/components/controllers/podnetwork"
 )
 
 // BenchmarkBuild builds the model of one network of n pods on 10 nodes and
@@ -60,7 +59,7 @@ func benchInput(pods, policies int) Input {
 		})
 		addr := netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)})
 		in.Attachments = append(in.Attachments, &v1alpha1.NetworkAttachment{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: name + "-net1", Labels: map[string]string{podnetwork.PodUIDLabel: string(uid)}},
+			ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: name + "-net1", Labels: map[string]string{v1alpha1.PodUIDLabel: string(uid)}},
 			Spec:       v1alpha1.NetworkAttachmentSpec{Node: fmt.Sprintf("n%d", i%10), Subnet: "blue"},
 			Status:     v1alpha1.NetworkAttachmentStatus{IPv4: addr.String(), AddressVNI: 7},
 		})

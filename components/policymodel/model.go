@@ -150,7 +150,7 @@ func index(in Input) *state {
 		live[p.UID] = p
 	}
 	for _, a := range in.Attachments {
-		pod := live[types.UID(a.Labels[podnetwork.PodUIDLabel])]
+		pod := live[types.UID(a.Labels[v1alpha1.PodUIDLabel])]
 		if pod == nil || pod.Namespace != a.Namespace {
 			continue // not a live pod's: plain attachments are peers only by ipBlock
 		}

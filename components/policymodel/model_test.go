@@ -16,7 +16,6 @@ import (
 
 	"github.com/kos-sdn/kos/components/apis/multinetworkpolicy/v1beta1"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
-	"github.com/kos-sdn/kos/components/controllers/podnetwork"
 	"github.com/kos-sdn/kos/components/fabric"
 	ovspolicy "github.com/kos-sdn/kos/components/fabric/ovs/policy"
 )
@@ -65,7 +64,7 @@ func cluster() Input {
 			Status:     v1alpha1.NetworkAttachmentStatus{IPv4: ipv4, AddressVNI: vni},
 		}
 		if pod != "" {
-			a.Labels = map[string]string{podnetwork.PodUIDLabel: "uid-" + pod}
+			a.Labels = map[string]string{v1alpha1.PodUIDLabel: "uid-" + pod}
 		}
 		return a
 	}

@@ -77,7 +77,10 @@ func (d *demo) runSDN(ctx context.Context) error {
 			// read the underlay's MTU: it is told it (a 1500-byte veth,
 			// less VXLAN's 50 bytes).
 			"--mtu", strconv.Itoa(1500-fabric.VXLANOverhead),
-			"--ovs-run-dir", n.ovs.RunDir, "--datapath-type", "netdev"); err != nil {
+			"--ovs-run-dir", n.ovs.RunDir, "--datapath-type", "netdev",
+			// Both agents share the host's network namespace, and so
+			// the ports; the demo reads no debug endpoint.
+			"--debug-endpoints=false"); err != nil {
 			return err
 		}
 	}

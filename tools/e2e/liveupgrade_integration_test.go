@@ -21,8 +21,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kos-sdn/kos/channels"
+	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	networkv1alpha1 "github.com/kos-sdn/kos/components/apis/network/v1alpha1"
-	"github.com/kos-sdn/kos/components/controllers/podnetwork"
 	"github.com/kos-sdn/kos/components/nodeovs"
 	"github.com/kos-sdn/kos/tools/addons/release"
 	"github.com/kos-sdn/kos/tools/figures"
@@ -424,7 +424,7 @@ const backupClaim = "kos-etcd-backup"
 // liveOld's again, the backup CronJob is pruned and its claim kept.
 func (lu *liveUpgrade) testRollback(t *testing.T, net *liveNetwork) {
 	ctx := t.Context()
-	left, err := lu.network.NetworkV1alpha1().NetworkAttachments("").List(ctx, metav1.ListOptions{LabelSelector: podnetwork.PodUIDLabel})
+	left, err := lu.network.NetworkV1alpha1().NetworkAttachments("").List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.PodUIDLabel})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,9 +27,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	networkv1alpha1 "github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/controllers/ipam"
-	"github.com/kos-sdn/kos/components/controllers/podnetwork"
 	"github.com/kos-sdn/kos/components/fabric"
 	"github.com/kos-sdn/kos/tools/cluster"
 	"github.com/kos-sdn/kos/tools/e2e/frames"
@@ -885,7 +885,7 @@ func (p *podsTest) attachmentsOf(t *testing.T, pod string) []networkv1alpha1.Net
 
 func (p *podsTest) attachmentsOfUID(t *testing.T, uid string) []networkv1alpha1.NetworkAttachment {
 	t.Helper()
-	list, err := p.network.NetworkV1alpha1().NetworkAttachments(podsNamespace).List(t.Context(), metav1.ListOptions{LabelSelector: podnetwork.PodUIDLabel + "=" + uid})
+	list, err := p.network.NetworkV1alpha1().NetworkAttachments(podsNamespace).List(t.Context(), metav1.ListOptions{LabelSelector: v1alpha1.PodUIDLabel + "=" + uid})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -897,7 +897,7 @@ func (p *podsTest) attachmentsOfUID(t *testing.T, uid string) []networkv1alpha1.
 func (p *podsTest) awaitNoAttachmentsUID(t *testing.T, pod, uid string, timeout time.Duration) {
 	t.Helper()
 	poll.Until(t, timeout, "no attachment of pod "+pod+" to be left", func(ctx context.Context) error {
-		list, err := p.network.NetworkV1alpha1().NetworkAttachments(podsNamespace).List(ctx, metav1.ListOptions{LabelSelector: podnetwork.PodUIDLabel + "=" + uid})
+		list, err := p.network.NetworkV1alpha1().NetworkAttachments(podsNamespace).List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.PodUIDLabel + "=" + uid})
 		if err != nil {
 			return err
 		}

@@ -15,9 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
-// The debug endpoints, served beside /metrics on the agent's
-// --metrics-bind-address. Every one but PathTrace answers GET only; none
-// changes anything on the node.
+// The debug endpoints, served on the agent's --debug-bind-address (0.3.0
+// and older served them beside /metrics, to anyone). Every one but
+// PathTrace answers GET only; none changes anything on the node.
 const (
 	// PathStatus answers a Status as JSON.
 	PathStatus = "/debug/status"
@@ -36,9 +36,28 @@ const (
 	PathTrace = "/debug/trace"
 )
 
-// Port is the port the agent's releases serve the endpoints on
-// (--metrics-bind-address=:9298).
+// Port is the port of the agent's metrics (--metrics-bind-address=:9298),
+// where releases up to 0.3.0 served the debug endpoints too.
 const Port = 9298
+
+// DebugPort is the port the agent serves the debug endpoints on since
+// 0.4.0 (--debug-bind-address=:9299), over HTTPS, and DebugPortName the
+// name of that port of the agent's container.
+const (
+	DebugPort     = 9299
+	DebugPortName = "debug"
+)
+
+// The right a caller needs on the agent's Node to use its debug endpoints,
+// which the agent asks the cluster about (SubjectAccessReview): verb get for
+// a GET, create for a trace, on the virtual subresource nodes/kos-debug. A
+// ClusterRole grants it as
+//
+//	rules: [{apiGroups: [""], resources: [nodes/kos-debug], verbs: [get, create]}]
+const (
+	DebugResource    = "nodes"
+	DebugSubresource = "kos-debug"
+)
 
 // Status is what an agent says of itself and its node's switch.
 type Status struct {

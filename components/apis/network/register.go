@@ -33,6 +33,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&Subnet{}, &SubnetList{},
 		&NetworkAttachment{}, &NetworkAttachmentList{},
 		&IPLock{}, &IPLockList{},
+		&NetworkConfig{}, &NetworkConfigList{},
 	)
 	return nil
 }

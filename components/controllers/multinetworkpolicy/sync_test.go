@@ -74,7 +74,7 @@ func (f *fixture) addPod(t *testing.T, name, ipv4 string) {
 		t.Fatal(err)
 	}
 	if err := f.attached.Add(&v1alpha1.NetworkAttachment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: name + "-net1", Labels: map[string]string{podnetwork.PodUIDLabel: string(uid)}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: name + "-net1", Labels: map[string]string{v1alpha1.PodUIDLabel: string(uid)}},
 		Spec:       v1alpha1.NetworkAttachmentSpec{Node: "n1", Subnet: "blue"},
 		Status:     v1alpha1.NetworkAttachmentStatus{IPv4: ipv4, AddressVNI: 7},
 	}); err != nil {

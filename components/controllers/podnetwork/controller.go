@@ -3,8 +3,8 @@
 // k8s.v1.cni.cncf.io/networks annotation whose NetworkAttachmentDefinition
 // is of type kos. An attachment is made in the pod's namespace, on the pod's
 // node, in the Subnet the definition names, under a name derived from the
-// pod's name and the interface's (AttachmentName), so that the node's agent
-// finds it when the CNI plugin asks for that interface. The pod is the
+// pod's name and the interface's (v1alpha1.AttachmentName), so that the
+// node's agent finds it when the CNI plugin asks for that interface. The pod is the
 // attachment's controller owner, so the garbage collector deletes it with
 // the pod; the controller also deletes the attachments of pods that are gone
 // or finished, since a garbage collector may not run. A live pod keeps the
@@ -44,21 +44,6 @@ import (
 
 // QueueName names the controller's work queue in metrics.
 const QueueName = "kos_pod_network"
-
-// The label and annotations of the attachments the controller makes. Only
-// this controller sets the label: together with a controller owner
-// reference to a Pod it marks an attachment as the controller's to delete.
-const (
-	// PodUIDLabel holds the UID of the pod the attachment is for, which
-	// tells the attachments of one incarnation of a pod name from those of
-	// the next.
-	PodUIDLabel = "network.example.com/pod-uid"
-	// PodAnnotation holds the name of the pod (which a label value may be
-	// too short for).
-	PodAnnotation = "network.example.com/pod"
-	// InterfaceAnnotation holds the name of the interface in the pod.
-	InterfaceAnnotation = "network.example.com/interface"
-)
 
 // Names of the cache indexes the controller adds to the shared informers.
 const (
@@ -219,7 +204,7 @@ func attachmentPod(obj any) ([]string, error) {
 // controller's attachments to its pod, or nil for an attachment that is not
 // the controller's.
 func podOwner(a *v1alpha1.NetworkAttachment) *metav1.OwnerReference {
-	if _, ok := a.Labels[PodUIDLabel]; !ok {
+	if _, ok := a.Labels[v1alpha1.PodUIDLabel]; !ok {
 		return nil
 	}
 	ref := metav1.GetControllerOfNoCopy(a)

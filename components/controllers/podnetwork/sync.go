@@ -135,15 +135,15 @@ func (c *Controller) sync(ctx context.Context, ref cache.ObjectName) error {
 		case w != nil && inUse(a):
 			c.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonAttachmentKept,
 				"Kept NetworkAttachment %s (%s) of the running interface %s, which now asks for %s: a change applies to new sandboxes only; re-create the pod to apply it",
-				a.Name, describeAttachment(a), w.Annotations[InterfaceAnnotation], describeWant(w))
+				a.Name, describeAttachment(a), w.Annotations[v1alpha1.InterfaceAnnotation], describeWant(w))
 		case w != nil:
 			// spec.node, spec.subnet and spec.ipv4 are immutable: the
 			// attachment is made again once its deletion is seen.
-			errs = append(errs, c.delete(ctx, pod, a, fmt.Sprintf("interface %s now wants %s", w.Annotations[InterfaceAnnotation], describeWant(w)), true))
+			errs = append(errs, c.delete(ctx, pod, a, fmt.Sprintf("interface %s now wants %s", w.Annotations[v1alpha1.InterfaceAnnotation], describeWant(w)), true))
 		case inUse(a):
 			c.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonAttachmentKept,
 				"Kept NetworkAttachment %s (%s) of the running interface %s, which the pod no longer asks for: a change applies to new sandboxes only; the attachment goes with the pod",
-				a.Name, describeAttachment(a), a.Annotations[InterfaceAnnotation])
+				a.Name, describeAttachment(a), a.Annotations[v1alpha1.InterfaceAnnotation])
 		default:
 			errs = append(errs, c.delete(ctx, pod, a, "the pod no longer asks for its interface", true))
 		}
@@ -164,7 +164,7 @@ func (c *Controller) sync(ctx context.Context, ref cache.ObjectName) error {
 			// This pod's, or an earlier pod's being deleted above.
 		default:
 			c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonAttachmentConflict,
-				"NetworkAttachment %s for interface %s exists and is not this pod's (%s); the interface gets none", name, want.Annotations[InterfaceAnnotation], describeOwner(existing))
+				"NetworkAttachment %s for interface %s exists and is not this pod's (%s); the interface gets none", name, want.Annotations[v1alpha1.InterfaceAnnotation], describeOwner(existing))
 		}
 	}
 	return errors.Join(errs...)
@@ -182,7 +182,7 @@ func wantsNetworks(pod *corev1.Pod) bool {
 func (c *Controller) plan(pod *corev1.Pod, nets []Network) (plan, error) {
 	p := plan{want: map[string]*v1alpha1.NetworkAttachment{}, keep: sets.New[string]()}
 	for _, n := range nets {
-		name := AttachmentName(pod.Name, n.Interface)
+		name := v1alpha1.AttachmentName(pod.Name, n.Interface)
 		nad, err := c.definition(n.Namespace, n.Name)
 		if apierrors.IsNotFound(err) {
 			p.keep.Insert(name)
@@ -244,8 +244,8 @@ func newAttachment(pod *corev1.Pod, name, ifname, subnet, ipv4 string) *v1alpha1
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace:   pod.Namespace,
 			Name:        name,
-			Labels:      map[string]string{PodUIDLabel: string(pod.UID)},
-			Annotations: map[string]string{PodAnnotation: pod.Name, InterfaceAnnotation: ifname},
+			Labels:      map[string]string{v1alpha1.PodUIDLabel: string(pod.UID)},
+			Annotations: map[string]string{v1alpha1.PodAnnotation: pod.Name, v1alpha1.InterfaceAnnotation: ifname},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: "v1",
 				Kind:       "Pod",
@@ -264,7 +264,7 @@ func newAttachment(pod *corev1.Pod, name, ifname, subnet, ipv4 string) *v1alpha1
 // matches reports whether an attachment of the pod is the one wanted.
 func matches(a, want *v1alpha1.NetworkAttachment) bool {
 	return a.Spec.Node == want.Spec.Node && a.Spec.Subnet == want.Spec.Subnet && a.Spec.IPv4 == want.Spec.IPv4 &&
-		a.Annotations[InterfaceAnnotation] == want.Annotations[InterfaceAnnotation]
+		a.Annotations[v1alpha1.InterfaceAnnotation] == want.Annotations[v1alpha1.InterfaceAnnotation]
 }
 
 // inUse reports whether a sandbox may be using an attachment of the pod: the
@@ -305,7 +305,7 @@ func describeOwner(a *v1alpha1.NetworkAttachment) string {
 // create creates an attachment of pod.
 func (c *Controller) create(ctx context.Context, pod *corev1.Pod, want *v1alpha1.NetworkAttachment) error {
 	logger := klog.FromContext(ctx)
-	ifname := want.Annotations[InterfaceAnnotation]
+	ifname := want.Annotations[v1alpha1.InterfaceAnnotation]
 	got, err := c.client.NetworkV1alpha1().NetworkAttachments(want.Namespace).Create(ctx, want, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		// The cache is behind; the attachment's event brings the pod back.

@@ -71,7 +71,7 @@ func existing(pod *corev1.Pod, ifname, subnet string) *v1alpha1.NetworkAttachmen
 
 // existingAt is existing for an interface that asks for address ipv4.
 func existingAt(pod *corev1.Pod, ifname, subnet, ipv4 string) *v1alpha1.NetworkAttachment {
-	name := AttachmentName(pod.Name, ifname)
+	name := v1alpha1.AttachmentName(pod.Name, ifname)
 	a := newAttachment(pod, name, ifname, subnet, ipv4)
 	a.UID = types.UID(name + "-" + string(pod.UID))
 	a.ResourceVersion = "5"

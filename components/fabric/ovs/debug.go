@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/fabric"
 )
 
@@ -83,7 +84,7 @@ func traceFlow(p Packet, port int) (string, error) {
 		return fmt.Sprintf("arp,in_port=%d,dl_src=%s,dl_dst=ff:ff:ff:ff:ff:ff,arp_op=1,arp_sha=%s,arp_spa=%s,arp_tha=00:00:00:00:00:00,arp_tpa=%s",
 			port, src, src, from, p.To), nil
 	}
-	dst := fabric.MACAddress(p.From.VNI, p.To).String()
+	dst := v1alpha1.MACAddress(p.From.VNI, p.To).String()
 	flow := fmt.Sprintf("%s,in_port=%d,dl_src=%s,dl_dst=%s,nw_src=%s,nw_dst=%s,nw_ttl=64", p.Protocol, port, src, dst, from, p.To)
 	switch p.Protocol {
 	case TraceICMP:

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/fabric"
 	"github.com/kos-sdn/kos/tools/ovsenv"
 )
@@ -260,7 +261,7 @@ func TestIntegrationTunnelIngress(t *testing.T) {
 		{"from a host that is no node, posing as attB", nsX, vxlanFrame(attA.VNI, attB.MAC(), attA.MAC(), attB.IP, attA.IP), listenA},
 		{"from a node without an attachment of the VNI", nsB, vxlanFrame(attD.VNI, attB.MAC(), attD.MAC(), attB.IP, attD.IP), listenD},
 		{"from the right node with a MAC that is none of its attachments'", nsB,
-			vxlanFrame(attA.VNI, fabric.MACAddress(attA.VNI, netip.MustParseAddr("10.7.0.50")), attA.MAC(), netip.MustParseAddr("10.7.0.50"), attA.IP), listenA},
+			vxlanFrame(attA.VNI, v1alpha1.MACAddress(attA.VNI, netip.MustParseAddr("10.7.0.50")), attA.MAC(), netip.MustParseAddr("10.7.0.50"), attA.IP), listenA},
 	}
 	for _, in := range injections {
 		before := drops(t, a.fabric).Tunnel

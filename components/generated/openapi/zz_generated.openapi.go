@@ -26,11 +26,17 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.NetworkAttachmentList{}.OpenAPIModelName():   schema_components_apis_network_v1alpha1_NetworkAttachmentList(ref),
 		v1alpha1.NetworkAttachmentSpec{}.OpenAPIModelName():   schema_components_apis_network_v1alpha1_NetworkAttachmentSpec(ref),
 		v1alpha1.NetworkAttachmentStatus{}.OpenAPIModelName(): schema_components_apis_network_v1alpha1_NetworkAttachmentStatus(ref),
+		v1alpha1.NetworkConfig{}.OpenAPIModelName():           schema_components_apis_network_v1alpha1_NetworkConfig(ref),
+		v1alpha1.NetworkConfigList{}.OpenAPIModelName():       schema_components_apis_network_v1alpha1_NetworkConfigList(ref),
+		v1alpha1.NetworkConfigSpec{}.OpenAPIModelName():       schema_components_apis_network_v1alpha1_NetworkConfigSpec(ref),
+		v1alpha1.NetworkConfigStatus{}.OpenAPIModelName():     schema_components_apis_network_v1alpha1_NetworkConfigStatus(ref),
+		v1alpha1.NodeUnderlay{}.OpenAPIModelName():            schema_components_apis_network_v1alpha1_NodeUnderlay(ref),
 		v1alpha1.ObjectWrite{}.OpenAPIModelName():             schema_components_apis_network_v1alpha1_ObjectWrite(ref),
 		v1alpha1.Subnet{}.OpenAPIModelName():                  schema_components_apis_network_v1alpha1_Subnet(ref),
 		v1alpha1.SubnetList{}.OpenAPIModelName():              schema_components_apis_network_v1alpha1_SubnetList(ref),
 		v1alpha1.SubnetSpec{}.OpenAPIModelName():              schema_components_apis_network_v1alpha1_SubnetSpec(ref),
 		v1alpha1.SubnetStatus{}.OpenAPIModelName():            schema_components_apis_network_v1alpha1_SubnetStatus(ref),
+		v1alpha1.UnderlayReport{}.OpenAPIModelName():          schema_components_apis_network_v1alpha1_UnderlayReport(ref),
 		v1.APIGroup{}.OpenAPIModelName():                      schema_pkg_apis_meta_v1_APIGroup(ref),
 		v1.APIGroupList{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_APIGroupList(ref),
 		v1.APIResource{}.OpenAPIModelName():                   schema_pkg_apis_meta_v1_APIResource(ref),
@@ -659,6 +665,241 @@ func schema_components_apis_network_v1alpha1_NetworkAttachmentStatus(ref common.
 	}
 }
 
+func schema_components_apis_network_v1alpha1_NetworkConfig(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NetworkConfig is the configuration of the KOS data plane: one object per cluster, named \"cluster\". kos-controller-manager creates it on its first start, with every default filled in explicitly in spec (the overlay MTU from the smallest underlay MTU the nodes report, less VXLAN's 50 bytes), and records in status the configuration applied, which node agents use. A value once applied is never recomputed: only a change of spec changes it, and changing the overlay MTU or the tunnel port while NetworkAttachments exist is refused unless the update carries the annotation network.example.com/force-unsafe-change: \"true\".",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard object metadata.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"extendedMetadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ExtendedMetadata is kept by the server: when each section last changed.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.ExtendedObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"spec": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Spec is the configuration asked for.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.NetworkConfigSpec{}.OpenAPIModelName()),
+						},
+					},
+					"status": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Status is the configuration applied and what the nodes report.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.NetworkConfigStatus{}.OpenAPIModelName()),
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.ExtendedObjectMeta{}.OpenAPIModelName(), v1alpha1.NetworkConfigSpec{}.OpenAPIModelName(), v1alpha1.NetworkConfigStatus{}.OpenAPIModelName(), v1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_components_apis_network_v1alpha1_NetworkConfigList(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NetworkConfigList is a list of NetworkConfigs.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard list metadata.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1.ListMeta{}.OpenAPIModelName()),
+						},
+					},
+					"items": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Items are the NetworkConfigs.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.NetworkConfig{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"items"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.NetworkConfig{}.OpenAPIModelName(), v1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_components_apis_network_v1alpha1_NetworkConfigSpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NetworkConfigSpec is the configuration of the data plane. Every field is optional on creation; kos-controller-manager fills in those left out.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"overlayMTU": {
+						SchemaProps: spec.SchemaProps{
+							Description: "OverlayMTU is the MTU of every attachment's interface, on every node, in [576,9216]. Left out, it becomes the smallest underlay MTU the nodes report less VXLAN's overhead (50 bytes), or 1450 when no node reports one yet. Every node's underlay must carry it plus 50 bytes.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"tunnelPort": {
+						SchemaProps: spec.SchemaProps{
+							Description: "TunnelPort is the UDP port of the VXLAN tunnels between nodes, in [1,65535]. Left out, it becomes 4789, VXLAN's IANA port.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
+func schema_components_apis_network_v1alpha1_NetworkConfigStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NetworkConfigStatus is written by kos-controller-manager.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"observedGeneration": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ObservedGeneration is the generation of the spec last applied.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"overlayMTU": {
+						SchemaProps: spec.SchemaProps{
+							Description: "OverlayMTU is the overlay MTU applied, which node agents give attachments' interfaces; 0 until first applied.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"tunnelPort": {
+						SchemaProps: spec.SchemaProps{
+							Description: "TunnelPort is the tunnel port applied, which node agents use; 0 until first applied.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"underlay": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Underlay summarises the underlay MTUs the nodes report.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.UnderlayReport{}.OpenAPIModelName()),
+						},
+					},
+					"attachmentsWithOtherMTU": {
+						SchemaProps: spec.SchemaProps{
+							Description: "AttachmentsWithOtherMTU counts the NetworkAttachments whose interface has an MTU (status.mtu, set by their node's agent) other than overlayMTU: interfaces made before a forced change of the MTU, until their pods are re-created, or by agents that do not use this configuration.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"conditions": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"type",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Conditions: Applied is True once status holds spec's values; UnderlayFits is False while some node's underlay cannot carry the overlay MTU with VXLAN's overhead.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1.Condition{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.UnderlayReport{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName()},
+	}
+}
+
+func schema_components_apis_network_v1alpha1_NodeUnderlay(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NodeUnderlay is the underlay MTU one node reports.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"node": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Node is the node's name.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"mtu": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MTU is the node's underlay MTU.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+				},
+				Required: []string{"node", "mtu"},
+			},
+		},
+	}
+}
+
 func schema_components_apis_network_v1alpha1_ObjectWrite(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -862,6 +1103,60 @@ func schema_components_apis_network_v1alpha1_SubnetStatus(ref common.ReferenceCa
 				},
 			},
 		},
+	}
+}
+
+func schema_components_apis_network_v1alpha1_UnderlayReport(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "UnderlayReport summarises the underlay MTUs that nodes report in their network.example.com/underlay-mtu annotation.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"nodesReporting": {
+						SchemaProps: spec.SchemaProps{
+							Description: "NodesReporting is how many nodes report their underlay MTU.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"smallestMTU": {
+						SchemaProps: spec.SchemaProps{
+							Description: "SmallestMTU is the smallest underlay MTU reported; 0 when none is.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"nodesTooSmall": {
+						SchemaProps: spec.SchemaProps{
+							Description: "NodesTooSmall is how many nodes' underlays cannot carry the overlay MTU plus VXLAN's overhead.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"tooSmall": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "TooSmall names the first 20 of those nodes, by name.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.NodeUnderlay{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.NodeUnderlay{}.OpenAPIModelName()},
 	}
 }
 

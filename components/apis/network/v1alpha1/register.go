@@ -37,6 +37,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&Subnet{}, &SubnetList{},
 		&NetworkAttachment{}, &NetworkAttachmentList{},
 		&IPLock{}, &IPLockList{},
+		&NetworkConfig{}, &NetworkConfigList{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

@@ -120,6 +120,56 @@ func RegisterConversions(s *runtime.Scheme) error {
 	}); err != nil {
 		return err
 	}
+	if err := s.AddGeneratedConversionFunc((*NetworkConfig)(nil), (*network.NetworkConfig)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_NetworkConfig_To_network_NetworkConfig(a.(*NetworkConfig), b.(*network.NetworkConfig), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*network.NetworkConfig)(nil), (*NetworkConfig)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_network_NetworkConfig_To_v1alpha1_NetworkConfig(a.(*network.NetworkConfig), b.(*NetworkConfig), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*NetworkConfigList)(nil), (*network.NetworkConfigList)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_NetworkConfigList_To_network_NetworkConfigList(a.(*NetworkConfigList), b.(*network.NetworkConfigList), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*network.NetworkConfigList)(nil), (*NetworkConfigList)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_network_NetworkConfigList_To_v1alpha1_NetworkConfigList(a.(*network.NetworkConfigList), b.(*NetworkConfigList), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*NetworkConfigSpec)(nil), (*network.NetworkConfigSpec)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_NetworkConfigSpec_To_network_NetworkConfigSpec(a.(*NetworkConfigSpec), b.(*network.NetworkConfigSpec), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*network.NetworkConfigSpec)(nil), (*NetworkConfigSpec)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_network_NetworkConfigSpec_To_v1alpha1_NetworkConfigSpec(a.(*network.NetworkConfigSpec), b.(*NetworkConfigSpec), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*NetworkConfigStatus)(nil), (*network.NetworkConfigStatus)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_NetworkConfigStatus_To_network_NetworkConfigStatus(a.(*NetworkConfigStatus), b.(*network.NetworkConfigStatus), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*network.NetworkConfigStatus)(nil), (*NetworkConfigStatus)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_network_NetworkConfigStatus_To_v1alpha1_NetworkConfigStatus(a.(*network.NetworkConfigStatus), b.(*NetworkConfigStatus), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*NodeUnderlay)(nil), (*network.NodeUnderlay)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_NodeUnderlay_To_network_NodeUnderlay(a.(*NodeUnderlay), b.(*network.NodeUnderlay), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*network.NodeUnderlay)(nil), (*NodeUnderlay)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_network_NodeUnderlay_To_v1alpha1_NodeUnderlay(a.(*network.NodeUnderlay), b.(*NodeUnderlay), scope)
+	}); err != nil {
+		return err
+	}
 	if err := s.AddGeneratedConversionFunc((*ObjectWrite)(nil), (*network.ObjectWrite)(nil), func(a, b interface{}, scope conversion.Scope) error {
 		return Convert_v1alpha1_ObjectWrite_To_network_ObjectWrite(a.(*ObjectWrite), b.(*network.ObjectWrite), scope)
 	}); err != nil {
@@ -167,6 +217,16 @@ func RegisterConversions(s *runtime.Scheme) error {
 	}
 	if err := s.AddGeneratedConversionFunc((*network.SubnetStatus)(nil), (*SubnetStatus)(nil), func(a, b interface{}, scope conversion.Scope) error {
 		return Convert_network_SubnetStatus_To_v1alpha1_SubnetStatus(a.(*network.SubnetStatus), b.(*SubnetStatus), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*UnderlayReport)(nil), (*network.UnderlayReport)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_UnderlayReport_To_network_UnderlayReport(a.(*UnderlayReport), b.(*network.UnderlayReport), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*network.UnderlayReport)(nil), (*UnderlayReport)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_network_UnderlayReport_To_v1alpha1_UnderlayReport(a.(*network.UnderlayReport), b.(*UnderlayReport), scope)
 	}); err != nil {
 		return err
 	}
@@ -407,6 +467,126 @@ func Convert_network_NetworkAttachmentStatus_To_v1alpha1_NetworkAttachmentStatus
 	return autoConvert_network_NetworkAttachmentStatus_To_v1alpha1_NetworkAttachmentStatus(in, out, s)
 }
 
+func autoConvert_v1alpha1_NetworkConfig_To_network_NetworkConfig(in *NetworkConfig, out *network.NetworkConfig, s conversion.Scope) error {
+	out.ObjectMeta = in.ObjectMeta
+	if err := Convert_v1alpha1_ExtendedObjectMeta_To_network_ExtendedObjectMeta(&in.ExtendedMetadata, &out.ExtendedMetadata, s); err != nil {
+		return err
+	}
+	if err := Convert_v1alpha1_NetworkConfigSpec_To_network_NetworkConfigSpec(&in.Spec, &out.Spec, s); err != nil {
+		return err
+	}
+	if err := Convert_v1alpha1_NetworkConfigStatus_To_network_NetworkConfigStatus(&in.Status, &out.Status, s); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Convert_v1alpha1_NetworkConfig_To_network_NetworkConfig is an autogenerated conversion function.
+func Convert_v1alpha1_NetworkConfig_To_network_NetworkConfig(in *NetworkConfig, out *network.NetworkConfig, s conversion.Scope) error {
+	return autoConvert_v1alpha1_NetworkConfig_To_network_NetworkConfig(in, out, s)
+}
+
+func autoConvert_network_NetworkConfig_To_v1alpha1_NetworkConfig(in *network.NetworkConfig, out *NetworkConfig, s conversion.Scope) error {
+	out.ObjectMeta = in.ObjectMeta
+	if err := Convert_network_ExtendedObjectMeta_To_v1alpha1_ExtendedObjectMeta(&in.ExtendedMetadata, &out.ExtendedMetadata, s); err != nil {
+		return err
+	}
+	if err := Convert_network_NetworkConfigSpec_To_v1alpha1_NetworkConfigSpec(&in.Spec, &out.Spec, s); err != nil {
+		return err
+	}
+	if err := Convert_network_NetworkConfigStatus_To_v1alpha1_NetworkConfigStatus(&in.Status, &out.Status, s); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Convert_network_NetworkConfig_To_v1alpha1_NetworkConfig is an autogenerated conversion function.
+func Convert_network_NetworkConfig_To_v1alpha1_NetworkConfig(in *network.NetworkConfig, out *NetworkConfig, s conversion.Scope) error {
+	return autoConvert_network_NetworkConfig_To_v1alpha1_NetworkConfig(in, out, s)
+}
+
+func autoConvert_v1alpha1_NetworkConfigList_To_network_NetworkConfigList(in *NetworkConfigList, out *network.NetworkConfigList, s conversion.Scope) error {
+	out.ListMeta = in.ListMeta
+	out.Items = *(*[]network.NetworkConfig)(unsafe.Pointer(&in.Items))
+	return nil
+}
+
+// Convert_v1alpha1_NetworkConfigList_To_network_NetworkConfigList is an autogenerated conversion function.
+func Convert_v1alpha1_NetworkConfigList_To_network_NetworkConfigList(in *NetworkConfigList, out *network.NetworkConfigList, s conversion.Scope) error {
+	return autoConvert_v1alpha1_NetworkConfigList_To_network_NetworkConfigList(in, out, s)
+}
+
+func autoConvert_network_NetworkConfigList_To_v1alpha1_NetworkConfigList(in *network.NetworkConfigList, out *NetworkConfigList, s conversion.Scope) error {
+	out.ListMeta = in.ListMeta
+	out.Items = *(*[]NetworkConfig)(unsafe.Pointer(&in.Items))
+	return nil
+}
+
+// Convert_network_NetworkConfigList_To_v1alpha1_NetworkConfigList is an autogenerated conversion function.
+func Convert_network_NetworkConfigList_To_v1alpha1_NetworkConfigList(in *network.NetworkConfigList, out *NetworkConfigList, s conversion.Scope) error {
+	return autoConvert_network_NetworkConfigList_To_v1alpha1_NetworkConfigList(in, out, s)
+}
+
+func autoConvert_v1alpha1_NetworkConfigSpec_To_network_NetworkConfigSpec(in *NetworkConfigSpec, out *network.NetworkConfigSpec, s conversion.Scope) error {
+	*out = *(*network.NetworkConfigSpec)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_NetworkConfigSpec_To_network_NetworkConfigSpec is an autogenerated conversion function.
+func Convert_v1alpha1_NetworkConfigSpec_To_network_NetworkConfigSpec(in *NetworkConfigSpec, out *network.NetworkConfigSpec, s conversion.Scope) error {
+	return autoConvert_v1alpha1_NetworkConfigSpec_To_network_NetworkConfigSpec(in, out, s)
+}
+
+func autoConvert_network_NetworkConfigSpec_To_v1alpha1_NetworkConfigSpec(in *network.NetworkConfigSpec, out *NetworkConfigSpec, s conversion.Scope) error {
+	*out = *(*NetworkConfigSpec)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_network_NetworkConfigSpec_To_v1alpha1_NetworkConfigSpec is an autogenerated conversion function.
+func Convert_network_NetworkConfigSpec_To_v1alpha1_NetworkConfigSpec(in *network.NetworkConfigSpec, out *NetworkConfigSpec, s conversion.Scope) error {
+	return autoConvert_network_NetworkConfigSpec_To_v1alpha1_NetworkConfigSpec(in, out, s)
+}
+
+func autoConvert_v1alpha1_NetworkConfigStatus_To_network_NetworkConfigStatus(in *NetworkConfigStatus, out *network.NetworkConfigStatus, s conversion.Scope) error {
+	*out = *(*network.NetworkConfigStatus)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_NetworkConfigStatus_To_network_NetworkConfigStatus is an autogenerated conversion function.
+func Convert_v1alpha1_NetworkConfigStatus_To_network_NetworkConfigStatus(in *NetworkConfigStatus, out *network.NetworkConfigStatus, s conversion.Scope) error {
+	return autoConvert_v1alpha1_NetworkConfigStatus_To_network_NetworkConfigStatus(in, out, s)
+}
+
+func autoConvert_network_NetworkConfigStatus_To_v1alpha1_NetworkConfigStatus(in *network.NetworkConfigStatus, out *NetworkConfigStatus, s conversion.Scope) error {
+	*out = *(*NetworkConfigStatus)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_network_NetworkConfigStatus_To_v1alpha1_NetworkConfigStatus is an autogenerated conversion function.
+func Convert_network_NetworkConfigStatus_To_v1alpha1_NetworkConfigStatus(in *network.NetworkConfigStatus, out *NetworkConfigStatus, s conversion.Scope) error {
+	return autoConvert_network_NetworkConfigStatus_To_v1alpha1_NetworkConfigStatus(in, out, s)
+}
+
+func autoConvert_v1alpha1_NodeUnderlay_To_network_NodeUnderlay(in *NodeUnderlay, out *network.NodeUnderlay, s conversion.Scope) error {
+	*out = *(*network.NodeUnderlay)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_NodeUnderlay_To_network_NodeUnderlay is an autogenerated conversion function.
+func Convert_v1alpha1_NodeUnderlay_To_network_NodeUnderlay(in *NodeUnderlay, out *network.NodeUnderlay, s conversion.Scope) error {
+	return autoConvert_v1alpha1_NodeUnderlay_To_network_NodeUnderlay(in, out, s)
+}
+
+func autoConvert_network_NodeUnderlay_To_v1alpha1_NodeUnderlay(in *network.NodeUnderlay, out *NodeUnderlay, s conversion.Scope) error {
+	*out = *(*NodeUnderlay)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_network_NodeUnderlay_To_v1alpha1_NodeUnderlay is an autogenerated conversion function.
+func Convert_network_NodeUnderlay_To_v1alpha1_NodeUnderlay(in *network.NodeUnderlay, out *NodeUnderlay, s conversion.Scope) error {
+	return autoConvert_network_NodeUnderlay_To_v1alpha1_NodeUnderlay(in, out, s)
+}
+
 func autoConvert_v1alpha1_ObjectWrite_To_network_ObjectWrite(in *ObjectWrite, out *network.ObjectWrite, s conversion.Scope) error {
 	*out = *(*network.ObjectWrite)(unsafe.Pointer(in))
 	return nil
@@ -525,4 +705,24 @@ func autoConvert_network_SubnetStatus_To_v1alpha1_SubnetStatus(in *network.Subne
 // Convert_network_SubnetStatus_To_v1alpha1_SubnetStatus is an autogenerated conversion function.
 func Convert_network_SubnetStatus_To_v1alpha1_SubnetStatus(in *network.SubnetStatus, out *SubnetStatus, s conversion.Scope) error {
 	return autoConvert_network_SubnetStatus_To_v1alpha1_SubnetStatus(in, out, s)
+}
+
+func autoConvert_v1alpha1_UnderlayReport_To_network_UnderlayReport(in *UnderlayReport, out *network.UnderlayReport, s conversion.Scope) error {
+	*out = *(*network.UnderlayReport)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_UnderlayReport_To_network_UnderlayReport is an autogenerated conversion function.
+func Convert_v1alpha1_UnderlayReport_To_network_UnderlayReport(in *UnderlayReport, out *network.UnderlayReport, s conversion.Scope) error {
+	return autoConvert_v1alpha1_UnderlayReport_To_network_UnderlayReport(in, out, s)
+}
+
+func autoConvert_network_UnderlayReport_To_v1alpha1_UnderlayReport(in *network.UnderlayReport, out *UnderlayReport, s conversion.Scope) error {
+	*out = *(*UnderlayReport)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_network_UnderlayReport_To_v1alpha1_UnderlayReport is an autogenerated conversion function.
+func Convert_network_UnderlayReport_To_v1alpha1_UnderlayReport(in *network.UnderlayReport, out *UnderlayReport, s conversion.Scope) error {
+	return autoConvert_network_UnderlayReport_To_v1alpha1_UnderlayReport(in, out, s)
 }

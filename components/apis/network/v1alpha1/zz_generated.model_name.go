@@ -56,6 +56,31 @@ func (in NetworkAttachmentStatus) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in NetworkConfig) OpenAPIModelName() string {
+	return "com.github.kos-sdn.kos.components.apis.network.v1alpha1.NetworkConfig"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in NetworkConfigList) OpenAPIModelName() string {
+	return "com.github.kos-sdn.kos.components.apis.network.v1alpha1.NetworkConfigList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in NetworkConfigSpec) OpenAPIModelName() string {
+	return "com.github.kos-sdn.kos.components.apis.network.v1alpha1.NetworkConfigSpec"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in NetworkConfigStatus) OpenAPIModelName() string {
+	return "com.github.kos-sdn.kos.components.apis.network.v1alpha1.NetworkConfigStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in NodeUnderlay) OpenAPIModelName() string {
+	return "com.github.kos-sdn.kos.components.apis.network.v1alpha1.NodeUnderlay"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ObjectWrite) OpenAPIModelName() string {
 	return "com.github.kos-sdn.kos.components.apis.network.v1alpha1.ObjectWrite"
 }
@@ -78,4 +103,9 @@ func (in SubnetSpec) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in SubnetStatus) OpenAPIModelName() string {
 	return "com.github.kos-sdn.kos.components.apis.network.v1alpha1.SubnetStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in UnderlayReport) OpenAPIModelName() string {
+	return "com.github.kos-sdn.kos.components.apis.network.v1alpha1.UnderlayReport"
 }

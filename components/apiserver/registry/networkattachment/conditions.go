@@ -12,7 +12,6 @@ import (
 
 	"github.com/kos-sdn/kos/components/apis/network"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
-	"github.com/kos-sdn/kos/components/fabric"
 )
 
 // setConditions sets att's status.conditions from its spec and the rest of
@@ -81,5 +80,5 @@ func implemented(st *network.NetworkAttachmentStatus) bool {
 	if err != nil {
 		return false
 	}
-	return strings.EqualFold(st.MACAddress, fabric.MACAddress(st.AddressVNI, ip).String())
+	return strings.EqualFold(st.MACAddress, v1alpha1.MACAddress(st.AddressVNI, ip).String())
 }

@@ -13,16 +13,16 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/kos-sdn/kos/components/apis/network"
-	"github.com/kos-sdn/kos/components/fabric"
+	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 )
 
 // implementedStatus returns the status of an attachment with address ip on
 // VNI vni that the agent of its node has set up.
 func implementedStatus(vni uint32, ip string) network.NetworkAttachmentStatus {
-	mac := fabric.MACAddress(vni, netip.MustParseAddr(ip))
+	mac := v1alpha1.MACAddress(vni, netip.MustParseAddr(ip))
 	return network.NetworkAttachmentStatus{
 		IPv4: ip, AddressVNI: vni, LockUID: "u1",
-		MACAddress: mac.String(), IfcName: fabric.InterfaceName(mac), HostIP: "192.168.0.1", MTU: 1450,
+		MACAddress: mac.String(), IfcName: v1alpha1.InterfaceName(mac), HostIP: "192.168.0.1", MTU: 1450,
 	}
 }
 

@@ -49,6 +49,7 @@ import (
 
 	goovs "github.com/digitalocean/go-openvswitch/ovs"
 
+	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/fabric"
 )
 
@@ -147,7 +148,7 @@ func Compile(p fabric.NetworkPolicy, pl Pipeline) ([]*goovs.Flow, error) {
 		table:    pl.Egress,
 		isolates: func(pol fabric.Policy) bool { return pol.Egress },
 		rules:    func(pol fabric.Policy) []fabric.Rule { return pol.EgressRules },
-		local:    func(ip netip.Addr) goovs.Match { return goovs.DataLinkSource(fabric.MACAddress(p.VNI, ip).String()) },
+		local:    func(ip netip.Addr) goovs.Match { return goovs.DataLinkSource(v1alpha1.MACAddress(p.VNI, ip).String()) },
 		peer:     func(pr netip.Prefix) goovs.Match { return goovs.NetworkDestination(prefixText(pr)) },
 		next:     []goovs.Action{goovs.Resubmit(0, pl.Ingress)},
 	}
@@ -156,7 +157,7 @@ func Compile(p fabric.NetworkPolicy, pl Pipeline) ([]*goovs.Flow, error) {
 		isolates: func(pol fabric.Policy) bool { return pol.Ingress },
 		rules:    func(pol fabric.Policy) []fabric.Rule { return pol.IngressRules },
 		local: func(ip netip.Addr) goovs.Match {
-			return goovs.DataLinkDestination(fabric.MACAddress(p.VNI, ip).String())
+			return goovs.DataLinkDestination(v1alpha1.MACAddress(p.VNI, ip).String())
 		},
 		peer: func(pr netip.Prefix) goovs.Match { return goovs.NetworkSource(prefixText(pr)) },
 		next: commitPass,

@@ -18,6 +18,10 @@ type NetworkAttachmentListerExpansion interface{}
 // NetworkAttachmentNamespaceLister.
 type NetworkAttachmentNamespaceListerExpansion interface{}
 
+// NetworkConfigListerExpansion allows custom methods to be added to
+// NetworkConfigLister.
+type NetworkConfigListerExpansion interface{}
+
 // SubnetListerExpansion allows custom methods to be added to
 // SubnetLister.
 type SubnetListerExpansion interface{}

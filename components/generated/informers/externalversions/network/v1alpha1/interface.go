@@ -12,6 +12,8 @@ type Interface interface {
 	IPLocks() TypedIPLockInformer
 	// NetworkAttachments returns a NetworkAttachmentInformer.
 	NetworkAttachments() TypedNetworkAttachmentInformer
+	// NetworkConfigs returns a NetworkConfigInformer.
+	NetworkConfigs() TypedNetworkConfigInformer
 	// Subnets returns a SubnetInformer.
 	Subnets() TypedSubnetInformer
 }
@@ -35,6 +37,11 @@ func (v *version) IPLocks() TypedIPLockInformer {
 // NetworkAttachments returns a TypedNetworkAttachmentInformer.
 func (v *version) NetworkAttachments() TypedNetworkAttachmentInformer {
 	return &networkAttachmentInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
+}
+
+// NetworkConfigs returns a TypedNetworkConfigInformer.
+func (v *version) NetworkConfigs() TypedNetworkConfigInformer {
+	return &networkConfigInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
 }
 
 // Subnets returns a TypedSubnetInformer.

@@ -6,4 +6,6 @@ type IPLockExpansion interface{}
 
 type NetworkAttachmentExpansion interface{}
 
+type NetworkConfigExpansion interface{}
+
 type SubnetExpansion interface{}

@@ -14,6 +14,7 @@ type NetworkV1alpha1Interface interface {
 	RESTClient() rest.Interface
 	IPLocksGetter
 	NetworkAttachmentsGetter
+	NetworkConfigsGetter
 	SubnetsGetter
 }
 
@@ -28,6 +29,10 @@ func (c *NetworkV1alpha1Client) IPLocks(namespace string) IPLockInterface {
 
 func (c *NetworkV1alpha1Client) NetworkAttachments(namespace string) NetworkAttachmentInterface {
 	return newNetworkAttachments(c, namespace)
+}
+
+func (c *NetworkV1alpha1Client) NetworkConfigs() NetworkConfigInterface {
+	return newNetworkConfigs(c)
 }
 
 func (c *NetworkV1alpha1Client) Subnets(namespace string) SubnetInterface {

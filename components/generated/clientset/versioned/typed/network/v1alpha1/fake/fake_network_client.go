@@ -20,6 +20,10 @@ func (c *FakeNetworkV1alpha1) NetworkAttachments(namespace string) v1alpha1.Netw
 	return newFakeNetworkAttachments(c, namespace)
 }
 
+func (c *FakeNetworkV1alpha1) NetworkConfigs() v1alpha1.NetworkConfigInterface {
+	return newFakeNetworkConfigs(c)
+}
+
 func (c *FakeNetworkV1alpha1) Subnets(namespace string) v1alpha1.SubnetInterface {
 	return newFakeSubnets(c, namespace)
 }

@@ -1,4 +1,11 @@
-package agent
+// Package exechook runs the commands of attachments' postCreateExec and
+// postDeleteExec for kos-agent, as root on the node, but only those an
+// allow-list permits: programs that may run with any arguments
+// (--allowed-programs) and programs with argument patterns (Rule,
+// --exec-allow-file). A command's ${ifname}, ${ipv4} and ${mac} are
+// expanded before it is checked; no shell ever sees it. What ran, or why
+// it did not, is an ExecReport for the attachment's status.
+package exechook
 
 import (
 	"bytes"
@@ -25,17 +32,17 @@ import (
 // the attachment.
 const maxExecOutput = 4096
 
-// execVars are the values a command's arguments may name: ${ifname},
-// ${ipv4} and ${mac}.
-type execVars struct {
-	ifname, ipv4, mac string
+// Vars are the values a command's arguments may name: ${ifname}, ${ipv4}
+// and ${mac}.
+type Vars struct {
+	IfName, IPv4, MAC string
 }
 
 // expand returns the command with ${ifname}, ${ipv4} and ${mac} replaced
 // in every argument. Anything else, such as $HOME or ${other}, stays as it
 // is: no shell ever sees the command.
-func expand(command []string, vars execVars) []string {
-	r := strings.NewReplacer("${ifname}", vars.ifname, "${ipv4}", vars.ipv4, "${mac}", vars.mac)
+func expand(command []string, vars Vars) []string {
+	r := strings.NewReplacer("${ifname}", vars.IfName, "${ipv4}", vars.IPv4, "${mac}", vars.MAC)
 	out := make([]string, len(command))
 	for i, arg := range command {
 		out[i] = r.Replace(arg)
@@ -43,29 +50,29 @@ func expand(command []string, vars execVars) []string {
 	return out
 }
 
-// ExecRule allows one form of command: the program at Path with exactly
+// Rule allows one form of command: the program at Path with exactly
 // len(Args) arguments, argument i matching the regular expression Args[i]
 // as a whole (each is anchored at both ends). Arguments are matched after
 // ${ifname}, ${ipv4} and ${mac} are expanded, so a rule sees what would run.
-type ExecRule struct {
+type Rule struct {
 	// Path is the absolute, clean path of the program.
 	Path string `json:"path"`
 	// Args are the patterns of the arguments, in order (RE2 syntax).
 	Args []string `json:"args"`
 }
 
-// ExecAllowList is the content of --exec-allow-file: the command forms
+// AllowList is the content of --exec-allow-file: the command forms
 // postCreateExec and postDeleteExec may take. A command runs when any rule
 // allows it.
-type ExecAllowList struct {
-	Rules []ExecRule `json:"rules"`
+type AllowList struct {
+	Rules []Rule `json:"rules"`
 }
 
-// LoadExecAllowFile reads and checks an allow-list file (YAML or JSON, as
-// ExecAllowList). Unknown fields, relative program paths and patterns that
+// LoadAllowFile reads and checks an allow-list file (YAML or JSON, as
+// AllowList). Unknown fields, relative program paths and patterns that
 // do not compile are errors. A file that does not exist allows nothing: the
 // DaemonSet mounts it from a ConfigMap that the operator may not have made.
-func LoadExecAllowFile(path string) ([]ExecRule, error) {
+func LoadAllowFile(path string) ([]Rule, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -73,7 +80,7 @@ func LoadExecAllowFile(path string) ([]ExecRule, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the exec allow-list: %w", err)
 	}
-	var list ExecAllowList
+	var list AllowList
 	if err := yaml.UnmarshalStrict(data, &list); err != nil {
 		return nil, fmt.Errorf("exec allow-list %s: %w", path, err)
 	}
@@ -83,18 +90,18 @@ func LoadExecAllowFile(path string) ([]ExecRule, error) {
 	return list.Rules, nil
 }
 
-// compiledRule is an ExecRule with its patterns compiled and anchored.
+// compiledRule is an Rule with its patterns compiled and anchored.
 type compiledRule struct {
 	args []*regexp.Regexp
 }
 
 // compileRules compiles rules by program path, returning every problem at
 // once.
-func compileRules(rules []ExecRule) (map[string][]compiledRule, error) {
+func compileRules(rules []Rule) (map[string][]compiledRule, error) {
 	out := map[string][]compiledRule{}
 	var errs []error
 	for i, r := range rules {
-		if !isAbsClean(r.Path) {
+		if !AbsClean(r.Path) {
 			errs = append(errs, fmt.Errorf("rules[%d].path %q: want an absolute, clean path", i, r.Path))
 		}
 		c := compiledRule{args: make([]*regexp.Regexp, len(r.Args))}
@@ -124,9 +131,9 @@ func (c compiledRule) matches(args []string) bool {
 	return true
 }
 
-// execPolicy runs the commands of attachments' postCreateExec and
+// Policy runs the commands of attachments' postCreateExec and
 // postDeleteExec, but only those its allow-list permits.
-type execPolicy struct {
+type Policy struct {
 	// allowed holds the absolute, clean paths of the programs that may run
 	// with any arguments (--allowed-programs).
 	allowed sets.Set[string]
@@ -137,28 +144,48 @@ type execPolicy struct {
 	now     func() time.Time
 }
 
-// errNotAllowed says a command is not one the allow-list permits.
-var errNotAllowed = errors.New("command is not on the agent's allow-list")
+// NewPolicy returns the policy that lets the programs allowed run with any
+// arguments and those of rules with the arguments they allow, each for at
+// most timeout. It returns every problem with them at once.
+func NewPolicy(allowed []string, rules []Rule, timeout time.Duration) (*Policy, error) {
+	var errs []error
+	for _, p := range allowed {
+		if !AbsClean(p) {
+			errs = append(errs, fmt.Errorf("allowed program %q is not an absolute, clean path", p))
+		}
+	}
+	compiled, err := compileRules(rules)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("exec rules: %w", err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return &Policy{allowed: sets.New(allowed...), rules: compiled, timeout: timeout, now: time.Now}, nil
+}
 
-// check returns an error unless the command may run: it names, verbatim, a
+// ErrNotAllowed says a command is not one the allow-list permits.
+var ErrNotAllowed = errors.New("command is not on the agent's allow-list")
+
+// Check returns an error unless the command may run: it names, verbatim, a
 // program on the allow-list, and its arguments, expanded with vars, match
 // one of that program's rules (a program of --allowed-programs takes any
 // arguments). The program is not expanded, looked up in PATH or resolved
 // through symbolic links.
-func (p *execPolicy) check(command []string, vars execVars) error {
+func (p *Policy) Check(command []string, vars Vars) error {
 	if len(command) == 0 {
 		return errors.New("empty command")
 	}
 	prog := command[0]
-	if !isAbsClean(prog) {
-		return fmt.Errorf("%q: %w", prog, errNotAllowed)
+	if !AbsClean(prog) {
+		return fmt.Errorf("%q: %w", prog, ErrNotAllowed)
 	}
 	if p.allowed.Has(prog) {
 		return nil
 	}
 	rules, ok := p.rules[prog]
 	if !ok {
-		return fmt.Errorf("program %q: %w", prog, errNotAllowed)
+		return fmt.Errorf("program %q: %w", prog, ErrNotAllowed)
 	}
 	args := expand(command[1:], vars)
 	for _, r := range rules {
@@ -166,17 +193,17 @@ func (p *execPolicy) check(command []string, vars execVars) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("%q with arguments %q: %w (no rule of the program matches)", prog, args, errNotAllowed)
+	return fmt.Errorf("%q with arguments %q: %w (no rule of the program matches)", prog, args, ErrNotAllowed)
 }
 
-// run runs command, expanded with vars, when the allow-list permits it, and
+// Run runs command, expanded with vars, when the allow-list permits it, and
 // reports the run. A command that cannot run is reported with a negative
 // exit status and the reason in StdErr.
-func (p *execPolicy) run(ctx context.Context, command []string, vars execVars) *v1alpha1.ExecReport {
+func (p *Policy) Run(ctx context.Context, command []string, vars Vars) *v1alpha1.ExecReport {
 	expanded := expand(command, vars)
 	start := p.now()
 	report := &v1alpha1.ExecReport{Command: expanded, ExitStatus: -1, StartTime: metav1.NewTime(start)}
-	if err := p.check(command, vars); err != nil {
+	if err := p.Check(command, vars); err != nil {
 		report.StopTime = report.StartTime
 		report.StdErr = err.Error()
 		return report
@@ -209,20 +236,20 @@ func (p *execPolicy) run(ctx context.Context, command []string, vars execVars) *
 
 // Results of a command's run, for metrics and events.
 const (
-	execOK      = "ok"
-	execFailed  = "failed"
-	execRefused = "refused"
+	ResultOK      = "ok"
+	ResultFailed  = "failed"
+	ResultRefused = "refused"
 )
 
-// result classifies the run of command that r reports.
-func (p *execPolicy) result(command []string, vars execVars, r *v1alpha1.ExecReport) string {
+// Result classifies the run of command that r reports.
+func (p *Policy) Result(command []string, vars Vars, r *v1alpha1.ExecReport) string {
 	switch {
-	case p.check(command, vars) != nil:
-		return execRefused
+	case p.Check(command, vars) != nil:
+		return ResultRefused
 	case r.ExitStatus == 0:
-		return execOK
+		return ResultOK
 	default:
-		return execFailed
+		return ResultFailed
 	}
 }
 
@@ -240,8 +267,8 @@ func (w *limitedWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// isAbsClean reports whether path is absolute and clean, as allow-list
+// AbsClean reports whether path is absolute and clean, as allow-list
 // entries must be.
-func isAbsClean(path string) bool {
+func AbsClean(path string) bool {
 	return filepath.IsAbs(path) && filepath.Clean(path) == path
 }

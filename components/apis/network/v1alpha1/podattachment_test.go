@@ -1,4 +1,4 @@
-package podnetwork
+package v1alpha1
 
 import (
 	"strings"

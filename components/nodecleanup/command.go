@@ -1,7 +1,6 @@
-package agent
+package nodecleanup
 
 import (
-	"errors"
 	"fmt"
 	"io"
 
@@ -12,34 +11,13 @@ import (
 	"github.com/kos-sdn/kos/internal/cmdline"
 )
 
-// Exit codes of kos-agent (ExitCode).
-const (
-	ExitOK      = 0
-	ExitError   = 1
-	ExitUsage   = cmdline.ExitUsage
-	ExitServing = 3
-)
+// ExitServing is the exit code of kos-agent cleanup when it refused
+// because an agent still serves on the node (ServingError).
+const ExitServing = 3
 
-// ExitCode returns the exit code of kos-agent for the error its command
-// returned: 0 for none, 2 for a wrong command line, 3 when cleanup refused
-// because an agent still serves on the node, 1 otherwise.
-func ExitCode(err error) int {
-	var serving *ServingError
-	switch {
-	case err == nil:
-		return ExitOK
-	case cmdline.IsUsage(err):
-		return ExitUsage
-	case errors.As(err, &serving):
-		return ExitServing
-	default:
-		return ExitError
-	}
-}
-
-// newCleanupCommand returns `kos-agent cleanup`.
-func newCleanupCommand(out io.Writer) *cobra.Command {
-	cfg := NewCleanupConfig()
+// NewCommand returns `kos-agent cleanup`, which prints its progress to out.
+func NewCommand(out io.Writer) *cobra.Command {
+	cfg := NewConfig()
 	var stay bool
 	cmd := &cobra.Command{
 		Use:   "cleanup",
@@ -91,7 +69,7 @@ Examples:
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Out = out
-			if err := Cleanup(cmd.Context(), cfg); err != nil {
+			if err := Run(cmd.Context(), cfg); err != nil {
 				return err
 			}
 			if stay {
@@ -114,7 +92,7 @@ Examples:
 }
 
 // cleanupFlags returns the flags of `kos-agent cleanup`.
-func cleanupFlags(cfg *CleanupConfig, stay *bool) cliflag.NamedFlagSets {
+func cleanupFlags(cfg *Config, stay *bool) cliflag.NamedFlagSets {
 	var fss cliflag.NamedFlagSets
 	fs := fss.FlagSet("cleanup")
 	fs.StringVar(&cfg.Root, "host-root", cfg.Root, "Where the node's root file system is; every other path is the node's, taken under it, symbolic links followed inside it.")

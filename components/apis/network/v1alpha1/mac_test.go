@@ -1,6 +1,7 @@
-package fabric
+package v1alpha1
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -42,10 +43,6 @@ func TestMACAddressAndInterfaceName(t *testing.T) {
 			if got := InterfaceName(gotMAC); got != tt.wantName {
 				t.Errorf("InterfaceName(%s) = %s, want %s", gotMAC, got, tt.wantName)
 			}
-			att := LocalAttachment{VNI: tt.vni, IP: ip}
-			if got := att.InterfaceName(); got != tt.wantName {
-				t.Errorf("LocalAttachment.InterfaceName() = %s, want %s", got, tt.wantName)
-			}
 			if got := len(tt.wantName); got > 15 {
 				t.Errorf("interface name %s has %d characters, Linux allows 15", tt.wantName, got)
 			}
@@ -76,41 +73,12 @@ func TestMACAddressDistinct(t *testing.T) {
 	seen := map[string]string{}
 	for _, vni := range vnis {
 		for _, ip := range ips {
-			att := LocalAttachment{VNI: vni, IP: ip}
-			mac := att.MAC().String()
+			mac := MACAddress(vni, ip).String()
+			this := fmt.Sprintf("%d/%s", vni, ip)
 			if prev, ok := seen[mac]; ok {
-				t.Errorf("%v and %s share MAC %s", att, prev, mac)
+				t.Errorf("%s and %s share MAC %s", this, prev, mac)
 			}
-			seen[mac] = att.String()
+			seen[mac] = this
 		}
-	}
-}
-
-func TestValidate(t *testing.T) {
-	ip := netip.MustParseAddr("10.0.0.5")
-	host := netip.MustParseAddr("192.168.0.2")
-	tests := []struct {
-		name    string
-		att     interface{ Validate() error }
-		wantErr bool
-	}{
-		{"local ok", LocalAttachment{VNI: 1, IP: ip}, false},
-		{"local highest VNI", LocalAttachment{VNI: network.MaxVNI, IP: ip}, false},
-		{"local VNI 0", LocalAttachment{VNI: 0, IP: ip}, true},
-		{"local VNI too big", LocalAttachment{VNI: network.MaxVNI + 1, IP: ip}, true},
-		{"local no IP", LocalAttachment{VNI: 1}, true},
-		{"local IPv6", LocalAttachment{VNI: 1, IP: netip.MustParseAddr("fd00::5")}, true},
-		{"remote ok", RemoteAttachment{VNI: 1, IP: ip, HostIP: host}, false},
-		{"remote no host", RemoteAttachment{VNI: 1, IP: ip}, true},
-		{"remote IPv6 host", RemoteAttachment{VNI: 1, IP: ip, HostIP: netip.MustParseAddr("fd00::2")}, true},
-		{"remote VNI 0", RemoteAttachment{VNI: 0, IP: ip, HostIP: host}, true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := tt.att.Validate()
-			if got := err != nil; got != tt.wantErr {
-				t.Errorf("Validate() = %v, want error: %t", err, tt.wantErr)
-			}
-		})
 	}
 }

@@ -1,4 +1,4 @@
-package podnetwork
+package v1alpha1
 
 import (
 	"crypto/sha256"
@@ -6,6 +6,24 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// The label and annotations of the NetworkAttachments that the pod network
+// controller makes for a pod's interfaces. They are API, as k8s.io/api keeps
+// its well-known labels: the controller writes them, and a node's agent and
+// the apiserver read them. Only the controller sets PodUIDLabel: together
+// with a controller owner reference to a Pod it marks an attachment as the
+// controller's to delete.
+const (
+	// PodUIDLabel holds the UID of the pod the attachment is for, which
+	// tells the attachments of one incarnation of a pod name from those of
+	// the next.
+	PodUIDLabel = "network.example.com/pod-uid"
+	// PodAnnotation holds the name of the pod (which a label value may be
+	// too short for).
+	PodAnnotation = "network.example.com/pod"
+	// InterfaceAnnotation holds the name of the interface in the pod.
+	InterfaceAnnotation = "network.example.com/interface"
 )
 
 // hashLength is the length of the suffix that keeps apart the names that

@@ -1,8 +1,9 @@
-package agent
-
-// This file is `kos-agent cleanup`: it removes from a node what kos-agent's
-// pod made there, once the kos-agent addon is gone. What that is (as the
-// 0.3.0 manifests run the pod, both variants):
+// Package nodecleanup is `kos-agent cleanup`: it removes from a node what
+// kos-agent's pod made there, once the kos-agent addon is gone. It lives
+// beside package nodeovs, whose Open vSwitch it starts from its database
+// to delete KOS's bridges with their devices, and apart from the agent,
+// which runs none of it. What it removes (as the 0.3.0 manifests run the
+// pod, both variants):
 //
 //   - bridge kos (Bridge) with its VXLAN port and the attachments' ports, in
 //     the Open vSwitch the agent programmed: the node's own one when it ran
@@ -25,6 +26,7 @@ package agent
 //
 // The agent sets no sysctl; kos-ovs sets arp_ignore on the underlay
 // interface and puts it back when it stops (Release, again here).
+package nodecleanup
 
 import (
 	"context"
@@ -52,7 +54,7 @@ import (
 )
 
 // Where the 0.3.0 manifests put the agent's files on the node, the defaults
-// of CleanupConfig.
+// of Config.
 const (
 	DefaultCNIBinary     = "/opt/cni/bin/kos"
 	DefaultHostOVSRunDir = "/var/run/openvswitch"
@@ -63,12 +65,12 @@ const (
 const underlayRecordFile = "kos-underlay.json"
 
 // hostVethName matches the names of the agent's interfaces
-// (fabric.InterfaceName): the host ends of pods' veth pairs among them.
+// (v1alpha1.InterfaceName): the host ends of pods' veth pairs among them.
 var hostVethName = regexp.MustCompile(`^kos[0-9a-f]{12}$`)
 
-// CleanupConfig says what Cleanup removes. Every path is a path of the
+// Config says what Cleanup removes. Every path is a path of the
 // node, under Root.
-type CleanupConfig struct {
+type Config struct {
 	// Root is where the node's root file system is, "/" on the node
 	// itself; a container mounts it elsewhere.
 	Root string
@@ -91,10 +93,10 @@ type CleanupConfig struct {
 	Out io.Writer
 }
 
-// NewCleanupConfig returns the configuration that cleans up after the 0.3.0
+// NewConfig returns the configuration that cleans up after the 0.3.0
 // manifests, on the node itself.
-func NewCleanupConfig() CleanupConfig {
-	return CleanupConfig{
+func NewConfig() Config {
+	return Config{
 		Root:           "/",
 		Bridge:         ovs.DefaultBridge,
 		UnderlayBridge: nodeovs.DefaultUnderlayBridge,
@@ -107,80 +109,48 @@ func NewCleanupConfig() CleanupConfig {
 	}
 }
 
-// ServingError is Cleanup's refusal: an agent still serves on the node.
+// ServingError is Run's refusal: an agent still serves on the node.
 type ServingError struct {
 	// What says what answered.
 	What string
 }
 
+// ExitCode is the exit code of kos-agent cleanup that refuses so.
+func (e *ServingError) ExitCode() int { return ExitServing }
+
 func (e *ServingError) Error() string {
 	return fmt.Sprintf("a kos-agent still serves on this node (%s): delete the kos-agent addon (channels delete addon ...) and wait until its pods are gone (kubectl -n kos-node get pods), then run this again; --force cleans up under a running agent", e.What)
 }
 
-// cleanup is one run of Cleanup: the configuration with its paths resolved
+// cleanup is one run of Run: the configuration with its paths resolved
 // under the root, and how many changes were made.
 type cleanup struct {
-	cfg     CleanupConfig
+	cfg Config
+	// given is the configuration as given, whose paths messages name.
+	given   Config
 	changes int
 }
 
-// Cleanup removes what kos-agent's pod made on this node, and nothing else:
+// Run removes what kos-agent's pod made on this node, and nothing else:
 // other bridges, the node's own Open vSwitch and other files are kept. It
 // refuses with a *ServingError while the agent's CNI socket or kos-ovs's
 // Open vSwitch answers, unless cfg.Force. It is idempotent: a second run
 // changes nothing and says so. Its netlink calls act on the calling
 // thread's network namespace, which must be the node's.
-func Cleanup(ctx context.Context, cfg CleanupConfig) error {
-	c := &cleanup{cfg: cfg}
+func Run(ctx context.Context, cfg Config) error {
+	c := &cleanup{cfg: cfg, given: cfg}
 	if c.cfg.Out == nil {
 		c.cfg.Out = io.Discard
 	}
-	var errs []error
-	for _, p := range []*string{&c.cfg.OVSRunDir, &c.cfg.OVSDBDir, &c.cfg.HostOVSRunDir, &c.cfg.CNISocket, &c.cfg.CNIBinary} {
-		resolved, err := underRoot(c.cfg.Root, *p)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		*p = resolved
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := c.resolvePaths(); err != nil {
 		return err
 	}
-
-	cniServes := dialUnix(c.cfg.CNISocket) == nil
-	ownOVSRuns := ovs.Answers(c.cfg.OVSRunDir) == nil
-	var serving []string
-	if cniServes {
-		serving = append(serving, "its CNI socket "+cfg.CNISocket+" answers")
+	cniServes, ownOVSRuns, err := c.checkServing()
+	if err != nil {
+		return err
 	}
-	if ownOVSRuns {
-		serving = append(serving, "kos-ovs's Open vSwitch answers in "+cfg.OVSRunDir)
-	}
-	if len(serving) > 0 {
-		if !c.cfg.Force {
-			return &ServingError{What: strings.Join(serving, "; ")}
-		}
-		c.say("Forced: cleaning up although %s", strings.Join(serving, "; "))
-	}
-
-	hostOVSRuns := ovs.Answers(c.cfg.HostOVSRunDir) == nil
-	if hostOVSRuns {
-		if err := c.deleteBridges(ctx, c.cfg.HostOVSRunDir, "the node's own Open vSwitch ("+cfg.HostOVSRunDir+")", cfg.Bridge); err != nil {
-			return err
-		}
-	}
-	switch {
-	case ownOVSRuns:
-		// Forced: kos-ovs runs it, and its underlay bridge carries the
-		// node's address; only the agent's bridge goes.
-		if err := c.deleteBridges(ctx, c.cfg.OVSRunDir, "kos-ovs's Open vSwitch ("+cfg.OVSRunDir+")", cfg.Bridge); err != nil {
-			return err
-		}
-		c.say("Kept %s and %s: kos-ovs still runs there", cfg.OVSRunDir, cfg.OVSDBDir)
-	default:
-		if err := c.ownOVS(ctx, hostOVSRuns); err != nil {
-			return err
-		}
+	if err := c.deleteBridgesEverywhere(ctx, ownOVSRuns); err != nil {
+		return err
 	}
 	if err := c.deleteHostVeths(); err != nil {
 		return err
@@ -193,6 +163,61 @@ func Cleanup(ctx context.Context, cfg CleanupConfig) error {
 	} else {
 		c.say("Cleaned up: %d changes", c.changes)
 	}
+	return nil
+}
+
+// resolvePaths takes the configuration's paths of the node under its root.
+func (c *cleanup) resolvePaths() error {
+	var errs []error
+	for _, p := range []*string{&c.cfg.OVSRunDir, &c.cfg.OVSDBDir, &c.cfg.HostOVSRunDir, &c.cfg.CNISocket, &c.cfg.CNIBinary} {
+		resolved, err := underRoot(c.cfg.Root, *p)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		*p = resolved
+	}
+	return errors.Join(errs...)
+}
+
+// checkServing returns whether the agent's CNI socket and kos-ovs's Open
+// vSwitch answer, and a *ServingError when either does, unless forced.
+func (c *cleanup) checkServing() (cniServes, ownOVSRuns bool, err error) {
+	cniServes = dialUnix(c.cfg.CNISocket) == nil
+	ownOVSRuns = ovs.Answers(c.cfg.OVSRunDir) == nil
+	var serving []string
+	if cniServes {
+		serving = append(serving, "its CNI socket "+c.given.CNISocket+" answers")
+	}
+	if ownOVSRuns {
+		serving = append(serving, "kos-ovs's Open vSwitch answers in "+c.given.OVSRunDir)
+	}
+	if len(serving) > 0 {
+		if !c.cfg.Force {
+			return false, false, &ServingError{What: strings.Join(serving, "; ")}
+		}
+		c.say("Forced: cleaning up although %s", strings.Join(serving, "; "))
+	}
+	return cniServes, ownOVSRuns, nil
+}
+
+// deleteBridgesEverywhere deletes the agent's bridge from the node's own
+// Open vSwitch, if one runs, and KOS's bridges from kos-ovs's: from the
+// running one when forced (only the agent's bridge: the underlay bridge
+// carries the node's address), else from its database (ownOVS).
+func (c *cleanup) deleteBridgesEverywhere(ctx context.Context, ownOVSRuns bool) error {
+	hostOVSRuns := ovs.Answers(c.cfg.HostOVSRunDir) == nil
+	if hostOVSRuns {
+		if err := c.deleteBridges(ctx, c.cfg.HostOVSRunDir, "the node's own Open vSwitch ("+c.given.HostOVSRunDir+")", c.cfg.Bridge); err != nil {
+			return err
+		}
+	}
+	if !ownOVSRuns {
+		return c.ownOVS(ctx, hostOVSRuns)
+	}
+	if err := c.deleteBridges(ctx, c.cfg.OVSRunDir, "kos-ovs's Open vSwitch ("+c.given.OVSRunDir+")", c.cfg.Bridge); err != nil {
+		return err
+	}
+	c.say("Kept %s and %s: kos-ovs still runs there", c.given.OVSRunDir, c.given.OVSDBDir)
 	return nil
 }
 

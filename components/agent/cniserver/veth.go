@@ -1,8 +1,8 @@
-package agent
+package cniserver
 
 // This file plugs pods: it makes, checks and removes the veth pairs that
 // join a pod's network namespace to the switch, with netlink. Which pair
-// a CNI request wants, and when, is cni.go's business.
+// a CNI request wants, and when, is server.go's business.
 
 import (
 	"errors"
@@ -20,7 +20,7 @@ import (
 )
 
 // veth is a veth pair that joins a pod to the switch: the host end, named
-// as the attachment's interface (fabric.InterfaceName), where the switch's
+// as the attachment's interface (v1alpha1.InterfaceName), where the switch's
 // ports live, and the pod end, named as the CNI request asks, with the
 // attachment's MAC address and address.
 type veth struct {

@@ -1,9 +1,10 @@
-package agent
+package nodecleanup
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/kos-sdn/kos/internal/cmdline"
 )
 
 // writeTree makes files (path → content; a path ending in / is a folder)
@@ -107,23 +110,27 @@ func TestUnderRoot(t *testing.T) {
 func TestCleanupRefusesWhileServing(t *testing.T) {
 	root := t.TempDir()
 	writeTree(t, root, map[string]string{"opt/cni/bin/kos": "kos-cni"})
-	l, err := listenUnix(filepath.Join(root, "var/run/kos/cni.sock"))
+	sock := filepath.Join(root, "var/run/kos/cni.sock")
+	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 	before := listTree(t, root)
 
-	cfg := NewCleanupConfig()
+	cfg := NewConfig()
 	cfg.Root = root
 	var out bytes.Buffer
 	cfg.Out = &out
-	err = Cleanup(t.Context(), cfg)
+	err = Run(t.Context(), cfg)
 	var serving *ServingError
 	if !errors.As(err, &serving) {
 		t.Fatalf("Cleanup while the CNI socket answers: %v, want a *ServingError", err)
 	}
-	if got := ExitCode(err); got != ExitServing {
+	if got := serving.ExitCode(); got != ExitServing {
 		t.Errorf("ExitCode = %d, want %d", got, ExitServing)
 	}
 	for _, want := range []string{"/var/run/kos/cni.sock answers", "channels delete addon", "--force"} {
@@ -160,7 +167,7 @@ func TestCleanupFiles(t *testing.T) {
 	if err := os.Symlink("/run", filepath.Join(root, "var/run-link")); err != nil {
 		t.Fatal(err)
 	}
-	cfg := NewCleanupConfig()
+	cfg := NewConfig()
 	cfg.Root = root
 	cfg.CNISocket = "/var/run-link/kos/cni.sock"
 	cfg.OVSRunDir = "/var/run-link/kos/openvswitch"
@@ -214,23 +221,29 @@ changes: 8
 	}
 }
 
-func TestExitCode(t *testing.T) {
+// TestCommand checks the command line of kos-agent cleanup: its help, and
+// the errors of a wrong one.
+func TestCommand(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		args []string
-		want int
+		name      string
+		args      []string
+		wantErr   bool
+		wantUsage bool
 	}{
-		{name: "help", args: []string{"cleanup", "--help"}, want: ExitOK},
-		{name: "unknown flag", args: []string{"cleanup", "--no-such-flag"}, want: ExitUsage},
-		{name: "argument", args: []string{"cleanup", "now"}, want: ExitUsage},
-		{name: "relative path", args: []string{"cleanup", "--cni-bin=kos"}, want: ExitError},
+		{name: "help", args: []string{"--help"}},
+		{name: "unknown flag", args: []string{"--no-such-flag"}, wantErr: true, wantUsage: true},
+		{name: "argument", args: []string{"now"}, wantErr: true, wantUsage: true},
+		{name: "relative path", args: []string{"--cni-bin=kos"}, wantErr: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer
-			cmd := NewCommand(&out, &errOut)
+			cmd := NewCommand(&out)
+			cmd.SetOut(&out)
+			cmd.SetErr(&errOut)
 			cmd.SetArgs(tc.args)
-			if got := ExitCode(cmd.ExecuteContext(t.Context())); got != tc.want {
-				t.Errorf("exit code of kos-agent %v = %d, want %d (stderr %q)", tc.args, got, tc.want, errOut.String())
+			err := cmd.ExecuteContext(t.Context())
+			if (err != nil) != tc.wantErr || cmdline.IsUsage(err) != tc.wantUsage {
+				t.Errorf("kos-agent cleanup %v: %v; want an error %t, a usage error %t (stderr %q)", tc.args, err, tc.wantErr, tc.wantUsage, errOut.String())
 			}
 			if tc.name == "help" {
 				for _, want := range []string{"Exit codes:", "--host-root", "--force", "kos-agent cleanup --host-root=/host --stay"} {
@@ -241,11 +254,9 @@ func TestExitCode(t *testing.T) {
 			}
 		})
 	}
-	if got := ExitCode(&ServingError{What: "x"}); got != ExitServing {
-		t.Errorf("ExitCode(*ServingError) = %d, want %d", got, ExitServing)
-	}
-	if got := ExitCode(fmt.Errorf("wrapped: %w", &ServingError{What: "x"})); got != ExitServing {
-		t.Errorf("ExitCode(wrapped *ServingError) = %d, want %d", got, ExitServing)
+	var coder interface{ ExitCode() int }
+	if !errors.As(fmt.Errorf("wrapped: %w", &ServingError{What: "x"}), &coder) || coder.ExitCode() != ExitServing {
+		t.Errorf("a wrapped *ServingError does not say exit code %d", ExitServing)
 	}
 }
 

@@ -1,4 +1,4 @@
-package agent_test
+package nodecleanup_test
 
 import (
 	"context"
@@ -16,15 +16,31 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/kos-sdn/kos/components/agent"
+	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/cni"
 	"github.com/kos-sdn/kos/components/fabric"
 	"github.com/kos-sdn/kos/components/fabric/ovs"
+	"github.com/kos-sdn/kos/components/nodecleanup"
 	"github.com/kos-sdn/kos/tools/ovsenv"
 	"github.com/kos-sdn/kos/tools/poll"
 	"github.com/kos-sdn/kos/tools/spawner"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
+
+// TestMain stops the control plane's builds a test program made
+// (testenv.Build).
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// testMTU is the MTU of the attachments' interfaces the tests make.
+const testMTU = 1500 - fabric.VXLANOverhead
+
+func local(vni uint32, ip string) fabric.LocalAttachment {
+	return fabric.LocalAttachment{VNI: vni, IP: netip.MustParseAddr(ip)}
+}
+
+func remote(vni uint32, ip, host string) fabric.RemoteAttachment {
+	return fabric.RemoteAttachment{VNI: vni, IP: netip.MustParseAddr(ip), HostIP: netip.MustParseAddr(host)}
+}
 
 // cleanupNode is a simulated node for kos-agent cleanup: a network
 // namespace with an underlay interface ul0 joined to a peer's, and a
@@ -274,14 +290,14 @@ func TestIntegrationCleanup(t *testing.T) {
 	programmed := n.state(t, "srv")
 
 	out, code := n.cleanup(t, ownFlag)
-	if code != agent.ExitServing || !strings.Contains(out, "var/run/kos/cni.sock answers") || !strings.Contains(out, "--force") {
-		t.Errorf("cleanup while the agent serves: exit code %d, output %q; want %d, the socket and what to do", code, out, agent.ExitServing)
+	if code != nodecleanup.ExitServing || !strings.Contains(out, "var/run/kos/cni.sock answers") || !strings.Contains(out, "--force") {
+		t.Errorf("cleanup while the agent serves: exit code %d, output %q; want %d, the socket and what to do", code, out, nodecleanup.ExitServing)
 	}
 	// As a killed agent leaves it: the socket file, with nobody serving.
 	l.SetUnlinkOnClose(false)
 	l.Close()
-	if out, code := n.cleanup(t, ownFlag); code != agent.ExitServing || !strings.Contains(out, "kos-ovs's Open vSwitch answers") {
-		t.Errorf("cleanup while kos-ovs runs: exit code %d, output %q; want %d and kos-ovs", code, out, agent.ExitServing)
+	if out, code := n.cleanup(t, ownFlag); code != nodecleanup.ExitServing || !strings.Contains(out, "kos-ovs's Open vSwitch answers") {
+		t.Errorf("cleanup while kos-ovs runs: exit code %d, output %q; want %d and kos-ovs", code, out, nodecleanup.ExitServing)
 	}
 	if diff := cmp.Diff(programmed, n.state(t, "srv")); diff != "" {
 		t.Errorf("a refused cleanup changed the node (-before +after):\n%s", diff)
@@ -299,7 +315,7 @@ func TestIntegrationCleanup(t *testing.T) {
 		"Underlay addresses 192.168.78.2/24 and their routes back on ul0, as /var/lib/kos/openvswitch/kos-underlay.json recorded",
 		"Deleted bridge kos with its ports from kos-ovs's Open vSwitch (/var/lib/kos/openvswitch)",
 		"Deleted bridge br-ul",
-		"Deleted the veth pair of interface " + fabric.InterfaceName(local(301, "10.98.1.8").MAC()),
+		"Deleted the veth pair of interface " + v1alpha1.InterfaceName(local(301, "10.98.1.8").MAC()),
 		"Removed /opt/cni/bin/kos\n",
 		"Removed /var/run/kos/cni.sock",
 		"Removed /var/lib/kos (empty)",

@@ -1,4 +1,4 @@
-package fabric
+package v1alpha1
 
 import (
 	"encoding/hex"

@@ -1,4 +1,4 @@
-package agent
+package exechook
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 )
 
-var testVars = execVars{ifname: "kos060000050001", ipv4: "10.0.0.5", mac: "06:00:00:05:00:01"}
+var testVars = Vars{IfName: "kos060000050001", IPv4: "10.0.0.5", MAC: "06:00:00:05:00:01"}
 
 func TestExpand(t *testing.T) {
 	tests := []struct {
@@ -38,7 +38,7 @@ func TestExpand(t *testing.T) {
 }
 
 func TestExecCheck(t *testing.T) {
-	p := &execPolicy{allowed: sets.New("/bin/echo", "/usr/sbin/ip")}
+	p := &Policy{allowed: sets.New("/bin/echo", "/usr/sbin/ip")}
 	tests := []struct {
 		name    string
 		command []string
@@ -56,12 +56,12 @@ func TestExecCheck(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err := p.check(tc.command, testVars)
+			err := p.Check(tc.command, testVars)
 			if got := err == nil; got != tc.allowed {
 				t.Errorf("check(%q) = %v, want allowed %t", tc.command, err, tc.allowed)
 			}
-			if err != nil && len(tc.command) > 0 && !errors.Is(err, errNotAllowed) {
-				t.Errorf("check(%q) = %v, want errNotAllowed", tc.command, err)
+			if err != nil && len(tc.command) > 0 && !errors.Is(err, ErrNotAllowed) {
+				t.Errorf("check(%q) = %v, want ErrNotAllowed", tc.command, err)
 			}
 		})
 	}
@@ -78,7 +78,7 @@ func TestExecRun(t *testing.T) {
 	}
 	start := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 	clock := func() time.Time { return start }
-	p := &execPolicy{allowed: sets.New(sh, echo), timeout: 2 * time.Second, now: clock}
+	p := &Policy{allowed: sets.New(sh, echo), timeout: 2 * time.Second, now: clock}
 	long := strings.Repeat("x", 3*maxExecOutput)
 	tests := []struct {
 		name       string
@@ -97,7 +97,7 @@ func TestExecRun(t *testing.T) {
 	p.allowed.Insert(sh + "-not-there")
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := p.run(context.Background(), tc.command, testVars)
+			r := p.Run(context.Background(), tc.command, testVars)
 			if diff := cmp.Diff(r.Command, expand(tc.command, testVars)); diff != "" {
 				t.Errorf("command (-got +want):\n%s", diff)
 			}
@@ -121,7 +121,7 @@ func TestExecRun(t *testing.T) {
 }
 
 func TestExecRules(t *testing.T) {
-	rules, err := compileRules([]ExecRule{
+	rules, err := compileRules([]Rule{
 		{Path: "/usr/sbin/ip", Args: []string{"link", "set", "kos[0-9a-f]{12}", "mtu", "1[0-9]{3}"}},
 		{Path: "/usr/sbin/ip", Args: []string{"addr", "add", `10\.0\.0\.[0-9]+/24`, "dev", "kos[0-9a-f]{12}"}},
 		{Path: "/bin/true", Args: nil},
@@ -129,7 +129,7 @@ func TestExecRules(t *testing.T) {
 	if err != nil {
 		t.Fatalf("compiling rules: %v", err)
 	}
-	p := &execPolicy{allowed: sets.New("/bin/echo"), rules: rules}
+	p := &Policy{allowed: sets.New("/bin/echo"), rules: rules}
 	tests := []struct {
 		name    string
 		command []string
@@ -151,12 +151,12 @@ func TestExecRules(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err := p.check(tc.command, testVars)
+			err := p.Check(tc.command, testVars)
 			if got := err == nil; got != tc.allowed {
 				t.Errorf("check(%q) = %v, want allowed %t", tc.command, err, tc.allowed)
 			}
-			if err != nil && !errors.Is(err, errNotAllowed) {
-				t.Errorf("check(%q) = %v, want errNotAllowed", tc.command, err)
+			if err != nil && !errors.Is(err, ErrNotAllowed) {
+				t.Errorf("check(%q) = %v, want ErrNotAllowed", tc.command, err)
 			}
 		})
 	}
@@ -172,11 +172,11 @@ func TestLoadExecAllowFile(t *testing.T) {
 		return path
 	}
 	good := write("good.yaml", "rules:\n- path: /usr/sbin/ip\n  args: [link, set, 'kos[0-9a-f]{12}', up]\n- path: /bin/true\n")
-	rules, err := LoadExecAllowFile(good)
+	rules, err := LoadAllowFile(good)
 	if err != nil {
 		t.Fatalf("loading a good file: %v", err)
 	}
-	want := []ExecRule{{Path: "/usr/sbin/ip", Args: []string{"link", "set", "kos[0-9a-f]{12}", "up"}}, {Path: "/bin/true"}}
+	want := []Rule{{Path: "/usr/sbin/ip", Args: []string{"link", "set", "kos[0-9a-f]{12}", "up"}}, {Path: "/bin/true"}}
 	if diff := cmp.Diff(rules, want); diff != "" {
 		t.Errorf("rules (-got +want):\n%s", diff)
 	}
@@ -187,17 +187,17 @@ func TestLoadExecAllowFile(t *testing.T) {
 		"not a list":    {"rules: 3\n", "cannot unmarshal"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := LoadExecAllowFile(write(strings.ReplaceAll(name, " ", "-")+".yaml", tc.content))
+			_, err := LoadAllowFile(write(strings.ReplaceAll(name, " ", "-")+".yaml", tc.content))
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("LoadExecAllowFile = %v, want an error with %q", err, tc.wantErr)
+				t.Errorf("LoadAllowFile = %v, want an error with %q", err, tc.wantErr)
 			}
 		})
 	}
 	// The ConfigMap it comes from is optional: no file allows nothing.
-	if rules, err := LoadExecAllowFile(filepath.Join(dir, "missing.yaml")); err != nil || len(rules) != 0 {
+	if rules, err := LoadAllowFile(filepath.Join(dir, "missing.yaml")); err != nil || len(rules) != 0 {
 		t.Errorf("a missing file: rules %v, error %v; want none, nil", rules, err)
 	}
-	if _, err := LoadExecAllowFile(dir); err == nil {
+	if _, err := LoadAllowFile(dir); err == nil {
 		t.Error("a folder loads")
 	}
 }
