@@ -66,6 +66,9 @@ type Report struct {
 	// of the KOS definitions its policy-for names. Empty when it names none,
 	// and then KOS ignores it.
 	Networks []uint32
+	// Definitions are the KOS definitions its policy-for names that gave
+	// those networks, as namespace/name, in the annotation's order.
+	Definitions []string
 	// Pods counts the pods it selects that have an addressed KOS interface
 	// on those networks.
 	Pods int
@@ -177,7 +180,8 @@ type nodePolicy struct {
 
 // networks returns the KOS networks that a policy's policy-for names, as
 // the subnets of each VNI whose interfaces it governs.
-func (s *state) networks(p *v1beta1.MultiNetworkPolicy, problems *[]string) map[uint32]map[subnetKey]bool {
+func (s *state) networks(p *v1beta1.MultiNetworkPolicy, r *Report) map[uint32]map[subnetKey]bool {
+	problems := &r.Problems
 	annotation, ok := p.Annotations[v1beta1.PolicyForAnnotation]
 	if !ok {
 		*problems = append(*problems, fmt.Sprintf("The policy has no %s annotation: it governs no network.", v1beta1.PolicyForAnnotation))
@@ -222,6 +226,7 @@ func (s *state) networks(p *v1beta1.MultiNetworkPolicy, problems *[]string) map[
 			nets[vni] = map[subnetKey]bool{}
 		}
 		nets[vni][sk] = true
+		r.Definitions = append(r.Definitions, d.String())
 	}
 	return nets
 }
@@ -249,7 +254,7 @@ func policyTypes(spec *networkingv1.NetworkPolicySpec, problems *[]string) (ingr
 // and node, and its report.
 func (s *state) policy(p *v1beta1.MultiNetworkPolicy) ([]nodePolicy, Report) {
 	var r Report
-	nets := s.networks(p, &r.Problems)
+	nets := s.networks(p, &r)
 	for vni := range nets {
 		r.Networks = append(r.Networks, vni)
 	}

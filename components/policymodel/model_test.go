@@ -191,12 +191,12 @@ func TestBuild(t *testing.T) {
 			"n2": {denyAll("deny", "10.0.0.12")},
 			"n3": {denyAll("deny", "10.0.0.31")},
 		}),
-		wantReports: map[string]Report{"a/deny": {Networks: []uint32{7}, Pods: 4}},
+		wantReports: map[string]Report{"a/deny": {Networks: []uint32{7}, Definitions: []string{"a/blue"}, Pods: 4}},
 	}, {
 		name:         "policyTypes omitted and no rules: deny ingress",
 		policies:     []*v1beta1.MultiNetworkPolicy{policy("deny", "a/blue", networkingv1.NetworkPolicySpec{PodSelector: *sel("app", "db")})},
 		wantNetworks: blue(map[string][]fabric.Policy{"n3": {denyAll("deny", "10.0.0.31")}}),
-		wantReports:  map[string]Report{"a/deny": {Networks: []uint32{7}, Pods: 1}},
+		wantReports:  map[string]Report{"a/deny": {Networks: []uint32{7}, Definitions: []string{"a/blue"}, Pods: 1}},
 	}, {
 		name: "policyTypes omitted with egress rules: both directions",
 		policies: []*v1beta1.MultiNetworkPolicy{policy("p", "blue", networkingv1.NetworkPolicySpec{
@@ -207,7 +207,7 @@ func TestBuild(t *testing.T) {
 			Name: "a/p", Selected: addrs("10.0.0.31"), Ingress: true,
 			Egress: true, EgressRules: []fabric.Rule{{Peers: hosts("10.0.0.11", "10.0.0.12")}},
 		}}}),
-		wantReports: map[string]Report{"a/p": {Networks: []uint32{7}, Pods: 1}},
+		wantReports: map[string]Report{"a/p": {Networks: []uint32{7}, Definitions: []string{"a/blue"}, Pods: 1}},
 	}, {
 		name: "egress only: ingress rules do not count",
 		policies: []*v1beta1.MultiNetworkPolicy{policy("p", "blue", networkingv1.NetworkPolicySpec{
@@ -216,7 +216,7 @@ func TestBuild(t *testing.T) {
 			Ingress:     from(networkingv1.NetworkPolicyPeer{PodSelector: sel()}),
 		})},
 		wantNetworks: blue(map[string][]fabric.Policy{"n3": {{Name: "a/p", Selected: addrs("10.0.0.31"), Egress: true}}}),
-		wantReports:  map[string]Report{"a/p": {Networks: []uint32{7}, Pods: 1}},
+		wantReports:  map[string]Report{"a/p": {Networks: []uint32{7}, Definitions: []string{"a/blue"}, Pods: 1}},
 	}, {
 		name: "allow from pods on a port",
 		policies: []*v1beta1.MultiNetworkPolicy{policy("web", "blue", networkingv1.NetworkPolicySpec{
@@ -231,7 +231,7 @@ func TestBuild(t *testing.T) {
 			"n1": {{Name: "a/web", Selected: addrs("10.0.0.11"), Ingress: true, IngressRules: []fabric.Rule{{Peers: hosts("10.0.0.21"), Ports: []fabric.Port{tcp80}}}}},
 			"n2": {{Name: "a/web", Selected: addrs("10.0.0.12"), Ingress: true, IngressRules: []fabric.Rule{{Peers: hosts("10.0.0.21"), Ports: []fabric.Port{tcp80}}}}},
 		}),
-		wantReports: map[string]Report{"a/web": {Networks: []uint32{7}, Pods: 2}},
+		wantReports: map[string]Report{"a/web": {Networks: []uint32{7}, Definitions: []string{"a/blue"}, Pods: 2}},
 	}, {
 		name: "allow from a namespace, every namespace, and none",
 		policies: []*v1beta1.MultiNetworkPolicy{
@@ -247,9 +247,9 @@ func TestBuild(t *testing.T) {
 			denyAll("ns-b", "10.0.0.31"),
 		}}),
 		wantReports: map[string]Report{
-			"a/ns-a":   {Networks: []uint32{7}, Pods: 1},
-			"a/ns-all": {Networks: []uint32{7}, Pods: 1},
-			"a/ns-b":   {Networks: []uint32{7}, Pods: 1},
+			"a/ns-a":   {Networks: []uint32{7}, Definitions: []string{"a/blue"}, Pods: 1},
+			"a/ns-all": {Networks: []uint32{7}, Definitions: []string{"a/blue"}, Pods: 1},
+			"a/ns-b":   {Networks: []uint32{7}, Definitions: []string{"a/blue"}, Pods: 1},
 		},
 	}, {
 		name: "pod and namespace selector in one peer: and; in two peers: or",
@@ -267,7 +267,7 @@ func TestBuild(t *testing.T) {
 			{Name: "a/and", Selected: addrs("10.0.0.31"), Ingress: true, IngressRules: []fabric.Rule{{Peers: hosts("10.0.0.21")}}},
 			{Name: "a/or", Selected: addrs("10.0.0.31"), Ingress: true, IngressRules: []fabric.Rule{{Peers: hosts("10.0.0.11", "10.0.0.12")}}},
 		}}),
-		wantReports: map[string]Report{"a/and": {Networks: []uint32{7}, Pods: 1}, "a/or": {Networks: []uint32{7}, Pods: 1}},
+		wantReports: map[string]Report{"a/and": {Networks: []uint32{7}, Definitions: []string{"a/blue"}, Pods: 1}, "a/or": {Networks: []uint32{7}, Definitions: []string{"a/blue"}, Pods: 1}},
 	}, {
 		name: "ipBlock with except, and a rule without from",
 		policies: []*v1beta1.MultiNetworkPolicy{policy("p", "blue", networkingv1.NetworkPolicySpec{
@@ -286,7 +286,7 @@ func TestBuild(t *testing.T) {
 				{Peers: everyone, Ports: []fabric.Port{{Protocol: fabric.ProtocolUDP, Port: 53}}},
 			},
 		}}}),
-		wantReports: map[string]Report{"a/p": {Networks: []uint32{7}, Pods: 1}},
+		wantReports: map[string]Report{"a/p": {Networks: []uint32{7}, Definitions: []string{"a/blue"}, Pods: 1}},
 	}, {
 		name: "named port resolved per selected pod",
 		policies: []*v1beta1.MultiNetworkPolicy{policy("http", "blue", networkingv1.NetworkPolicySpec{
@@ -311,7 +311,7 @@ func TestBuild(t *testing.T) {
 			}}},
 			"n3": {{Name: "a/http", Selected: addrs("10.0.0.31"), Ingress: true, IngressRules: []fabric.Rule{{Peers: everyone, Ports: []fabric.Port{tcp80}}}}},
 		}),
-		wantReports: map[string]Report{"a/http": {Networks: []uint32{7}, Pods: 4}},
+		wantReports: map[string]Report{"a/http": {Networks: []uint32{7}, Definitions: []string{"a/blue"}, Pods: 4}},
 	}, {
 		name: "named port of the wrong protocol does not resolve",
 		policies: []*v1beta1.MultiNetworkPolicy{policy("p", "blue", networkingv1.NetworkPolicySpec{
@@ -319,7 +319,7 @@ func TestBuild(t *testing.T) {
 			Ingress:     []networkingv1.NetworkPolicyIngressRule{{Ports: []networkingv1.NetworkPolicyPort{port(corev1.ProtocolUDP, intstr.FromString("http"))}}},
 		})},
 		wantNetworks: blue(map[string][]fabric.Policy{"n1": {denyAll("p", "10.0.0.11")}, "n2": {denyAll("p", "10.0.0.12")}}),
-		wantReports:  map[string]Report{"a/p": {Networks: []uint32{7}, Pods: 2}},
+		wantReports:  map[string]Report{"a/p": {Networks: []uint32{7}, Definitions: []string{"a/blue"}, Pods: 2}},
 	}, {
 		name: "port ranges and protocols",
 		policies: []*v1beta1.MultiNetworkPolicy{policy("p", "blue", networkingv1.NetworkPolicySpec{
@@ -340,7 +340,7 @@ func TestBuild(t *testing.T) {
 				{Protocol: fabric.ProtocolUDP},
 			},
 		}}}}}),
-		wantReports: map[string]Report{"a/p": {Networks: []uint32{7}, Pods: 1}},
+		wantReports: map[string]Report{"a/p": {Networks: []uint32{7}, Definitions: []string{"a/blue"}, Pods: 1}},
 	}, {
 		name: "egress to pods by named port, to a block by name, and everywhere by number",
 		policies: []*v1beta1.MultiNetworkPolicy{policy("out", "blue", networkingv1.NetworkPolicySpec{
@@ -359,14 +359,14 @@ func TestBuild(t *testing.T) {
 			{Peers: hosts("10.0.0.12"), Ports: []fabric.Port{{Protocol: fabric.ProtocolUDP, Port: 53}}},
 			{Peers: everyone, Ports: []fabric.Port{{Protocol: fabric.ProtocolUDP, Port: 53}}},
 		}}}}),
-		wantReports: map[string]Report{"a/out": {Networks: []uint32{7}, Pods: 1}},
+		wantReports: map[string]Report{"a/out": {Networks: []uint32{7}, Definitions: []string{"a/blue"}, Pods: 1}},
 	}, {
 		name: "egress deny all",
 		policies: []*v1beta1.MultiNetworkPolicy{policy("p", "blue", networkingv1.NetworkPolicySpec{
 			PodSelector: *sel("role", "client"), PolicyTypes: egress,
 		})},
 		wantNetworks: blue(map[string][]fabric.Policy{"n1": {{Name: "a/p", Selected: addrs("10.0.0.21"), Egress: true}}}),
-		wantReports:  map[string]Report{"a/p": {Networks: []uint32{7}, Pods: 1}},
+		wantReports:  map[string]Report{"a/p": {Networks: []uint32{7}, Definitions: []string{"a/blue"}, Pods: 1}},
 	}, {
 		name: "multiple policies: each selected pod's policies, by name",
 		policies: []*v1beta1.MultiNetworkPolicy{
@@ -384,7 +384,7 @@ func TestBuild(t *testing.T) {
 			},
 			"n3": {{Name: "a/a-all", Selected: addrs("10.0.0.31"), Ingress: true, IngressRules: []fabric.Rule{{Peers: hosts("10.0.0.31")}}}},
 		}),
-		wantReports: map[string]Report{"a/z-web": {Networks: []uint32{7}, Pods: 2}, "a/a-all": {Networks: []uint32{7}, Pods: 4}},
+		wantReports: map[string]Report{"a/z-web": {Networks: []uint32{7}, Definitions: []string{"a/blue"}, Pods: 2}, "a/a-all": {Networks: []uint32{7}, Definitions: []string{"a/blue"}, Pods: 4}},
 	}, {
 		name: "two networks: each its own addresses",
 		policies: []*v1beta1.MultiNetworkPolicy{policy("p", "blue, a/red", networkingv1.NetworkPolicySpec{
@@ -398,7 +398,7 @@ func TestBuild(t *testing.T) {
 			},
 			8: {"n1": {VNI: 8, Policies: []fabric.Policy{{Name: "a/p", Selected: addrs("10.1.0.11"), Ingress: true, IngressRules: []fabric.Rule{{Peers: hosts("10.1.0.11")}}}}}},
 		},
-		wantReports: map[string]Report{"a/p": {Networks: []uint32{7, 8}, Pods: 2}},
+		wantReports: map[string]Report{"a/p": {Networks: []uint32{7, 8}, Definitions: []string{"a/blue", "a/red"}, Pods: 2}},
 	}, {
 		name: "definitions KOS does not provide, or cannot read",
 		policies: []*v1beta1.MultiNetworkPolicy{
@@ -443,7 +443,7 @@ func TestBuild(t *testing.T) {
 		wantNetworks: blue(map[string][]fabric.Policy{"n3": {{Name: "a/p", Selected: addrs("10.0.0.31"), Ingress: true, IngressRules: []fabric.Rule{
 			{Peers: everyone, Ports: []fabric.Port{{Protocol: fabric.ProtocolTCP, Port: 22}}},
 		}}}}),
-		wantReports: map[string]Report{"a/p": {Networks: []uint32{7}, Pods: 1, Problems: []string{
+		wantReports: map[string]Report{"a/p": {Networks: []uint32{7}, Definitions: []string{"a/blue"}, Pods: 1, Problems: []string{
 			`Policy type "Sideways" is neither Ingress nor Egress.`,
 			"spec.ingress[0].from[0].ipBlock: cidr fd00::/64 is not IPv4, and KOS networks are IPv4 only; the peer allows nothing.",
 			`spec.ingress[0].from[1].ipBlock: except "10.9.0.0/24" is not an IPv4 CIDR block within 10.0.0.0/24; the peer allows nothing.`,

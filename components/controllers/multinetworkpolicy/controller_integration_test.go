@@ -125,13 +125,13 @@ func TestIntegrationEvents(t *testing.T) {
 	policy("v6", ns+"/blue", map[string]any{"from": []any{map[string]any{"ipBlock": map[string]any{"cidr": "fd00::/64"}}}})
 	policy("mac", "mac")
 
-	waitEvent(t, kube, ns, "web", "Normal Applied Applies to 2 pods on KOS network 180.")
+	waitEvent(t, kube, ns, "web", "Normal Applied Applies to 2 pods on "+ns+"/blue (KOS network 180).")
 	waitEvent(t, kube, ns, "v6", "Warning NotHonoured spec.ingress[0].from[0].ipBlock: cidr fd00::/64 is not IPv4, and KOS networks are IPv4 only; the peer allows nothing.")
 
 	if err := pods.Delete(ctx, "web-1", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
-	waitEvent(t, kube, ns, "web", "Normal Applied Applies to 1 pod on KOS network 180.")
+	waitEvent(t, kube, ns, "web", "Normal Applied Applies to 1 pod on "+ns+"/blue (KOS network 180).")
 	// Another plugin's policy gets no Event; by now, the controller has
 	// synced it many times.
 	if got := events(t, kube, ns, "mac"); len(got) > 0 {

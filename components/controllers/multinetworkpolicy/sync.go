@@ -89,7 +89,7 @@ func applied(r policymodel.Report) string {
 	if r.Pods == 1 {
 		pods = "pod"
 	}
-	return fmt.Sprintf("Applies to %d %s on KOS %s %s.", r.Pods, pods, network, strings.Join(nets, ", "))
+	return fmt.Sprintf("Applies to %d %s on %s (KOS %s %s).", r.Pods, pods, strings.Join(r.Definitions, ", "), network, strings.Join(nets, ", "))
 }
 
 // tell records the Events of what now says that differ from what the

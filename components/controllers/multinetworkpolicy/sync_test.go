@@ -125,7 +125,7 @@ func TestSync(t *testing.T) {
 		name:   "a policy of a KOS network",
 		change: func() { f.setPolicy(t, "web", "u1", "blue", web) },
 		policy: "web",
-		want:   []string{"Normal Applied Applies to 2 pods on KOS network 7."},
+		want:   []string{"Normal Applied Applies to 2 pods on a/blue (KOS network 7)."},
 	}, {
 		name:   "nothing changed: no Event",
 		change: func() {},
@@ -134,7 +134,7 @@ func TestSync(t *testing.T) {
 		name:   "another pod: a new count",
 		change: func() { f.addPod(t, "web3", "10.0.0.13") },
 		policy: "web",
-		want:   []string{"Normal Applied Applies to 3 pods on KOS network 7."},
+		want:   []string{"Normal Applied Applies to 3 pods on a/blue (KOS network 7)."},
 	}, {
 		name: "what KOS cannot honour",
 		change: func() {
@@ -164,7 +164,7 @@ func TestSync(t *testing.T) {
 		name:   "created again: told again",
 		change: func() { f.setPolicy(t, "web", "u4", "blue", web) },
 		policy: "web",
-		want:   []string{"Normal Applied Applies to 3 pods on KOS network 7."},
+		want:   []string{"Normal Applied Applies to 3 pods on a/blue (KOS network 7)."},
 	}}
 	for _, s := range steps {
 		s.change()
