@@ -27,6 +27,12 @@ const (
 	// ReasonExecFailed: the postCreateExec exited with a status other than
 	// 0, or could not run.
 	ReasonExecFailed = "ExecFailed"
+	// ReasonAgentNotHeartbeating: the agent of the attachment's node has
+	// stopped renewing its heartbeat Lease, so nobody knows whether the
+	// interface still works; the condition is Unknown. The attachment
+	// liveness controller asks for it, and the server keeps it only on an
+	// attachment that is otherwise Ready.
+	ReasonAgentNotHeartbeating = "AgentNotHeartbeating"
 )
 
 // IPAMErrorSubnetNotValidated is the status.errors.ipam message of an

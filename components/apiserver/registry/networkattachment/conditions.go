@@ -21,8 +21,31 @@ import (
 // condition keeps its lastTransitionTime until its status changes; a new
 // status is stamped with now.
 func setConditions(att *network.NetworkAttachment, old []metav1.Condition, now time.Time) {
-	conds := slices.Clone(old)
+	setReady(att, old, readyCondition(att), now)
+}
+
+// setStatusConditions is setConditions for a write of the status endpoint
+// that asked for the conditions requested. It honours one request: Ready
+// Unknown for ReasonAgentNotHeartbeating, which the attachment liveness
+// controller makes when the agent of att's node stopped heartbeating. The
+// server keeps it only where it would derive Ready True and only on a write
+// that changed no status section (statusChanged false), so that it hides
+// no other reason and any report from IPAM or the agent derives the
+// condition afresh; a write that asks for anything else derives it too.
+func setStatusConditions(att *network.NetworkAttachment, requested, old []metav1.Condition, statusChanged bool, now time.Time) {
 	ready := readyCondition(att)
+	if ask := meta.FindStatusCondition(requested, v1alpha1.NetworkAttachmentReady); !statusChanged && ask != nil &&
+		ask.Status == metav1.ConditionUnknown && ask.Reason == v1alpha1.ReasonAgentNotHeartbeating &&
+		ready.Status == metav1.ConditionTrue {
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionUnknown, ask.Reason, ask.Message
+	}
+	setReady(att, old, ready, now)
+}
+
+// setReady sets att's conditions to old with ready in place of the Ready
+// condition, stamped with now if its status changed.
+func setReady(att *network.NetworkAttachment, old []metav1.Condition, ready metav1.Condition, now time.Time) {
+	conds := slices.Clone(old)
 	ready.LastTransitionTime = metav1.NewTime(now)
 	meta.SetStatusCondition(&conds, ready)
 	att.Status.Conditions = conds

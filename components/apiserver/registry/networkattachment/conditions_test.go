@@ -141,6 +141,10 @@ func TestConditionTransitions(t *testing.T) {
 		}
 	}
 	implemented := implementedStatus(7, "10.0.0.5")
+	// askUnknown is the attachment liveness controller's request.
+	askUnknown := func(a *network.NetworkAttachment) {
+		a.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionUnknown, Reason: "AgentNotHeartbeating", Message: "n1 silent"}}
+	}
 	steps := []step{
 		{"subnet not validated", false, func(a *network.NetworkAttachment) {
 			a.Status.Errors.IPAM = []string{"Referenced subnet is not validated"}
@@ -158,15 +162,26 @@ func TestConditionTransitions(t *testing.T) {
 		{"another write keeps the time", false, func(a *network.NetworkAttachment) {
 			a.Status.MTU = 1400
 		}, cond(metav1.ConditionTrue, 4, 1, "Ready", "Interface kos060000050007 with address 10.0.0.5 is ready on node n1")},
+		{"the agent stopped heartbeating", false, askUnknown, cond(metav1.ConditionUnknown, 6, 1, "AgentNotHeartbeating", "n1 silent")},
+		{"asking again keeps the time", false, askUnknown, cond(metav1.ConditionUnknown, 6, 1, "AgentNotHeartbeating", "n1 silent")},
+		{"a report of the agent derives it again", false, func(a *network.NetworkAttachment) {
+			a.Status.MTU = 1450 // the Unknown condition of its cache goes with it
+		}, cond(metav1.ConditionTrue, 8, 1, "Ready", "Interface kos060000050007 with address 10.0.0.5 is ready on node n1")},
+		{"stopped heartbeating again", false, askUnknown, cond(metav1.ConditionUnknown, 9, 1, "AgentNotHeartbeating", "n1 silent")},
+		{"a write without the request derives it again", false, func(a *network.NetworkAttachment) {
+			a.Status.Conditions = nil
+		}, cond(metav1.ConditionTrue, 10, 1, "Ready", "Interface kos060000050007 with address 10.0.0.5 is ready on node n1")},
 		{"a new postCreateExec is pending", true, func(a *network.NetworkAttachment) {
 			a.Spec.PostCreateExec = []string{"/bin/false"}
-		}, cond(metav1.ConditionFalse, 6, 2, "ExecPending", "postCreateExec has not reported yet")},
+		}, cond(metav1.ConditionFalse, 11, 2, "ExecPending", "postCreateExec has not reported yet")},
 		{"the exec fails: false since the exec was pending", false, func(a *network.NetworkAttachment) {
 			a.Status.PostCreateExecReport = &network.ExecReport{Command: []string{"/bin/false"}, ExitStatus: 1}
-		}, cond(metav1.ConditionFalse, 6, 2, "ExecFailed", `postCreateExec ["/bin/false"] exited with status 1`)},
+		}, cond(metav1.ConditionFalse, 11, 2, "ExecFailed", `postCreateExec ["/bin/false"] exited with status 1`)},
+		{"Unknown hides no other reason", false, askUnknown,
+			cond(metav1.ConditionFalse, 11, 2, "ExecFailed", `postCreateExec ["/bin/false"] exited with status 1`)},
 		{"a label changes nothing", true, func(a *network.NetworkAttachment) {
 			a.Labels = map[string]string{"a": "b"}
-		}, cond(metav1.ConditionFalse, 6, 2, "ExecFailed", `postCreateExec ["/bin/false"] exited with status 1`)},
+		}, cond(metav1.ConditionFalse, 11, 2, "ExecFailed", `postCreateExec ["/bin/false"] exited with status 1`)},
 	}
 	for i, st := range steps {
 		clk.SetTime(t0.Add(time.Duration(i+1) * time.Second))

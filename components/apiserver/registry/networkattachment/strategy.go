@@ -88,17 +88,19 @@ func (statusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
 
 // PrepareForUpdate keeps everything of the stored attachment but its status,
 // stamps the sections of the status that changed, and derives the
-// conditions from the new status, whatever the client wrote into them.
+// conditions from the new status, whatever the client wrote into them but
+// a stale agent's Unknown (setStatusConditions).
 func (s statusStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
 	att, oldAtt := obj.(*network.NetworkAttachment), old.(*network.NetworkAttachment)
 	att.Spec = oldAtt.Spec
 	registry.KeepMetadata(&att.ObjectMeta, &oldAtt.ObjectMeta)
 	att.ExtendedMetadata = oldAtt.ExtendedMetadata
 	now := s.Clock.Now()
-	for _, sec := range ChangedStatusSections(&att.Status, &oldAtt.Status) {
+	changed := ChangedStatusSections(&att.Status, &oldAtt.Status)
+	for _, sec := range changed {
 		att.ExtendedMetadata.Writes = att.ExtendedMetadata.Writes.Stamp(sec, now)
 	}
-	setConditions(att, oldAtt.Status.Conditions, now)
+	setStatusConditions(att, att.Status.Conditions, oldAtt.Status.Conditions, len(changed) > 0, now)
 }
 
 // ChangedStatusSections returns the write sections (network.SectionAddress,
