@@ -17,7 +17,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/dynamic"
@@ -32,6 +35,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/kos-sdn/kos/components/controllers/attachmentliveness"
 	"github.com/kos-sdn/kos/components/controllers/ipam"
 	"github.com/kos-sdn/kos/components/controllers/networkconfig"
 	"github.com/kos-sdn/kos/components/controllers/podnetwork"
@@ -39,6 +43,7 @@ import (
 	"github.com/kos-sdn/kos/components/generated/clientset/versioned"
 	kosscheme "github.com/kos-sdn/kos/components/generated/clientset/versioned/scheme"
 	"github.com/kos-sdn/kos/components/generated/informers/externalversions"
+	networkinformers "github.com/kos-sdn/kos/components/generated/informers/externalversions/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/monitoring"
 )
 
@@ -73,6 +78,19 @@ type Config struct {
 	// creates and keeps the cluster's NetworkConfig and reads the Nodes of
 	// the main cluster.
 	NetworkConfig bool
+
+	// AttachmentLiveness runs the attachment liveness controller: it reads
+	// the agents' heartbeat Leases in AgentLeaseNamespace of the main
+	// cluster and marks the Ready attachments of a node whose Lease went
+	// unrenewed for its duration and AgentLeaseGrace Ready=Unknown.
+	// Without the rights to list and watch those Leases (0.3.0's
+	// manifests) the manager says so once and runs the other controllers.
+	// Complete makes a zero AgentLeaseGrace attachmentliveness.DefaultGrace
+	// and a zero AttachmentLivenessWorkers 1.
+	AttachmentLiveness        bool
+	AgentLeaseNamespace       string
+	AgentLeaseGrace           time.Duration
+	AttachmentLivenessWorkers int
 
 	// ResyncPeriod makes the informers deliver every object again this
 	// often; 0 means never.
@@ -114,11 +132,15 @@ func (c Config) Complete() CompletedConfig {
 	c.SubnetValidatorWorkers = max(c.SubnetValidatorWorkers, 1)
 	c.IPAMWorkers = max(c.IPAMWorkers, 1)
 	c.PodNetworkWorkers = max(c.PodNetworkWorkers, 1)
+	c.AttachmentLivenessWorkers = max(c.AttachmentLivenessWorkers, 1)
+	if c.AgentLeaseGrace <= 0 {
+		c.AgentLeaseGrace = attachmentliveness.DefaultGrace
+	}
 	return CompletedConfig{&completedConfig{Config: c}}
 }
 
 // Manager runs the subnet validator, the IPAM controller and, when
-// configured, the pod-network controller.
+// configured, the pod-network and the attachment liveness controllers.
 type Manager struct {
 	cfg      completedConfig
 	kube     kubernetes.Interface
@@ -314,6 +336,15 @@ func (m *Manager) runControllers(ctx context.Context) error {
 		defer dynFactory.Shutdown()
 		runs = append(runs, func() error { return pods.Run(ctx, m.cfg.PodNetworkWorkers) })
 	}
+	if m.cfg.AttachmentLiveness {
+		run, err := m.attachmentLiveness(ctx, network.NetworkAttachments())
+		if err != nil {
+			return err
+		}
+		if run != nil {
+			runs = append(runs, run)
+		}
+	}
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
 
@@ -323,7 +354,7 @@ func (m *Manager) runControllers(ctx context.Context) error {
 	}
 	m.running.Store(true)
 	defer m.running.Store(false)
-	logger.Info("Running the controllers", "podNetworks", m.cfg.PodNetworks, "networkConfig", m.cfg.NetworkConfig)
+	logger.Info("Running the controllers", "podNetworks", m.cfg.PodNetworks, "networkConfig", m.cfg.NetworkConfig, "attachmentLiveness", m.cfg.AttachmentLiveness)
 	var all []error
 	for range runs {
 		if err := <-errs; err != nil && ctx.Err() == nil {
@@ -331,4 +362,40 @@ func (m *Manager) runControllers(ctx context.Context) error {
 		}
 	}
 	return errors.Join(all...)
+}
+
+// attachmentLiveness returns how to run the attachment liveness controller
+// on an informer of its own for the agents' Leases, which it starts and
+// stops with ctx; or nil when the manager may not list and watch those
+// Leases, as with 0.3.0's manifests, which it logs: without the controller
+// attachments are as before, Ready until their agent says otherwise.
+func (m *Manager) attachmentLiveness(ctx context.Context, attachments networkinformers.NetworkAttachmentInformer) (func() error, error) {
+	logger := klog.FromContext(ctx)
+	ns := m.cfg.AgentLeaseNamespace
+	for _, verb := range []string{"list", "watch"} {
+		review, err := m.kube.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: ns, Verb: verb, Group: coordinationv1.GroupName, Resource: "leases",
+			}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("asking whether the manager may %s the agents' leases: %w", verb, err)
+		}
+		if !review.Status.Allowed {
+			logger.Info("Not running the attachment liveness controller: the manager may not read the agents' Leases; the manifests need list and watch on leases in their namespace",
+				"namespace", ns, "verb", verb, "reason", review.Status.Reason)
+			return nil, nil
+		}
+	}
+	factory := kubeinformers.NewSharedInformerFactoryWithOptions(m.kube, m.cfg.ResyncPeriod, kubeinformers.WithNamespace(ns))
+	c, err := attachmentliveness.NewController(m.kos, factory.Coordination().V1().Leases(), ns, attachments,
+		attachmentliveness.Options{Grace: m.cfg.AgentLeaseGrace})
+	if err != nil {
+		return nil, err
+	}
+	return func() error {
+		factory.Start(ctx.Done())
+		defer factory.Shutdown()
+		return c.Run(ctx, m.cfg.AttachmentLivenessWorkers)
+	}, nil
 }

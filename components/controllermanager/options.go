@@ -12,6 +12,7 @@ import (
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
+	"github.com/kos-sdn/kos/components/controllers/attachmentliveness"
 	"github.com/kos-sdn/kos/components/kosapi"
 )
 
@@ -53,6 +54,11 @@ type Options struct {
 	NetworkConfig          bool
 	ResyncPeriod           time.Duration
 
+	AttachmentLiveness        bool
+	AgentLeaseNamespace       string
+	AgentLeaseGrace           time.Duration
+	AttachmentLivenessWorkers int
+
 	MetricsAddress string
 
 	LeaderElect                                                bool
@@ -74,16 +80,22 @@ func NewOptions() *Options {
 		PodNetworkWorkers:      4,
 		// Off until a release grants the rights it needs (nodes, networkconfigs):
 		// under 0.3.0's manifest it could only log Forbidden.
-		NetworkConfig:        false,
-		ResyncPeriod:         10 * time.Minute,
-		MetricsAddress:       DefaultMetricsBindAddress,
-		LeaderElect:          true,
-		LeaderElectNamespace: "example-com",
-		LeaderElectName:      Component,
-		LeaseDuration:        15 * time.Second,
-		RenewDeadline:        10 * time.Second,
-		RetryPeriod:          2 * time.Second,
-		Logs:                 logsapi.NewLoggingConfiguration(),
+		NetworkConfig: false,
+		ResyncPeriod:  10 * time.Minute,
+		// On by default: without the rights to read the agents' Leases
+		// (0.3.0's manifests) the manager logs that and goes on without.
+		AttachmentLiveness:        true,
+		AgentLeaseNamespace:       "kos-node",
+		AgentLeaseGrace:           attachmentliveness.DefaultGrace,
+		AttachmentLivenessWorkers: 2,
+		MetricsAddress:            DefaultMetricsBindAddress,
+		LeaderElect:               true,
+		LeaderElectNamespace:      "example-com",
+		LeaderElectName:           Component,
+		LeaseDuration:             15 * time.Second,
+		RenewDeadline:             10 * time.Second,
+		RetryPeriod:               2 * time.Second,
+		Logs:                      logsapi.NewLoggingConfiguration(),
 	}
 }
 
@@ -109,6 +121,10 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.IntVar(&o.PodNetworkWorkers, "pod-network-workers", o.PodNetworkWorkers, "Pods given their attachments at once, with --pod-networks.")
 	fs.BoolVar(&o.NetworkConfig, "network-config", o.NetworkConfig, "Run the network configuration controller: create the cluster's NetworkConfig \"cluster\" with every default filled in (the overlay MTU from the smallest underlay MTU that Nodes report in their network.example.com/underlay-mtu annotation, less 50), record the configuration applied in its status and report the nodes whose underlay cannot carry it. It needs the rights to list and watch nodes in the main cluster.")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "How often every object is checked again; 0 means never.")
+	fs.BoolVar(&o.AttachmentLiveness, "attachment-liveness", o.AttachmentLiveness, "Run the attachment liveness controller: mark the Ready attachments of a node whose agent stopped renewing its heartbeat Lease Ready=Unknown (reason AgentNotHeartbeating), and let the server derive Ready again once the agent is back. It needs list and watch on leases in --agent-lease-namespace of the main cluster; without them the manager logs that and runs the other controllers.")
+	fs.StringVar(&o.AgentLeaseNamespace, "agent-lease-namespace", o.AgentLeaseNamespace, "Namespace of the main cluster where each kos-agent renews a Lease named after its node: the agents' own namespace.")
+	fs.DurationVar(&o.AgentLeaseGrace, "agent-lease-grace", o.AgentLeaseGrace, "How long past a Lease's duration (40s from kos-agent) the attachment liveness controller waits before it marks the node's attachments.")
+	fs.IntVar(&o.AttachmentLivenessWorkers, "attachment-liveness-workers", o.AttachmentLivenessWorkers, "Nodes judged at once, with --attachment-liveness.")
 
 	fs = fss.FlagSet("metrics")
 	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", o.MetricsAddress, "Address of /metrics, /healthz and /readyz; empty serves none.")
@@ -154,6 +170,14 @@ func (o *Options) Validate() error {
 	if o.PodNetworks && o.PodNetworkWorkers < 1 {
 		errs = append(errs, fmt.Errorf("--pod-network-workers must be at least 1, got %d", o.PodNetworkWorkers))
 	}
+	if o.AttachmentLiveness {
+		if o.AgentLeaseNamespace == "" {
+			errs = append(errs, errors.New("--agent-lease-namespace must not be empty with --attachment-liveness"))
+		}
+		if o.AgentLeaseGrace <= 0 || o.AttachmentLivenessWorkers < 1 {
+			errs = append(errs, fmt.Errorf("--agent-lease-grace must be positive and --attachment-liveness-workers at least 1, got %s and %d", o.AgentLeaseGrace, o.AttachmentLivenessWorkers))
+		}
+	}
 	errs = append(errs, o.kosAccess().Validate()...)
 	if o.LeaderElect && !(o.LeaseDuration > o.RenewDeadline && o.RenewDeadline > o.RetryPeriod && o.RetryPeriod > 0) {
 		errs = append(errs, fmt.Errorf("leader election needs lease duration > renew deadline > retry period > 0, got %s, %s, %s", o.LeaseDuration, o.RenewDeadline, o.RetryPeriod))
@@ -197,6 +221,11 @@ func (o *Options) Config(ctx context.Context) (*Config, error) {
 		NetworkConfig:          o.NetworkConfig,
 		ResyncPeriod:           o.ResyncPeriod,
 		MetricsAddress:         o.MetricsAddress,
+
+		AttachmentLiveness:        o.AttachmentLiveness,
+		AgentLeaseNamespace:       o.AgentLeaseNamespace,
+		AgentLeaseGrace:           o.AgentLeaseGrace,
+		AttachmentLivenessWorkers: o.AttachmentLivenessWorkers,
 	}
 	if o.LeaderElect {
 		cfg.LeaderElection = &LeaderElection{

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/pflag"
@@ -43,6 +44,9 @@ func TestOptionsConfig(t *testing.T) {
 		PodNetworkWorkers            int
 		NetworkConfig                bool
 		Metrics                      string
+		Liveness                     bool
+		LeaseNamespace               string
+		LeaseGrace                   time.Duration
 	}
 	tests := []struct {
 		name string
@@ -52,19 +56,28 @@ func TestOptionsConfig(t *testing.T) {
 		{"defaults: aggregated, elected", nil, summary{
 			KubeHost: "https://127.0.0.1:6443", KOSHost: "https://127.0.0.1:6443",
 			QPS: 200, Burst: 400, KOSQPS: 5000, KOSBurst: 10000, Leader: true, IPAMWorkers: 16, PodNetworkWorkers: 4, Metrics: ":9295",
+			Liveness: true, LeaseNamespace: "kos-node", LeaseGrace: 5 * time.Second,
 		}},
 		{"direct, no election", []string{
 			"--kos-api-server=https://kos.example-com.svc:443", "--kos-api-ca-file=/ca.crt",
 			"--leader-elect=false", "--kube-api-qps=7", "--kube-api-burst=9", "--kos-api-qps=70", "--kos-api-burst=90",
 			"--ipam-workers=8", "--metrics-bind-address=", "--pod-networks", "--pod-network-workers=3",
 			"--network-config=false",
+			"--agent-lease-namespace=agents", "--agent-lease-grace=2s",
 		}, summary{
 			KubeHost: "https://127.0.0.1:6443", KOSHost: "https://kos.example-com.svc:443", KOSCAFile: "/ca.crt",
 			QPS: 7, Burst: 9, KOSQPS: 70, KOSBurst: 90, IPAMWorkers: 8, PodNetworks: true, PodNetworkWorkers: 3,
+			Liveness: true, LeaseNamespace: "agents", LeaseGrace: 2 * time.Second,
+		}},
+		{"no liveness", []string{"--attachment-liveness=false"}, summary{
+			KubeHost: "https://127.0.0.1:6443", KOSHost: "https://127.0.0.1:6443",
+			QPS: 200, Burst: 400, KOSQPS: 5000, KOSBurst: 10000, Leader: true, IPAMWorkers: 16, PodNetworkWorkers: 4, Metrics: ":9295",
+			LeaseNamespace: "kos-node", LeaseGrace: 5 * time.Second,
 		}},
 		{"named identity", []string{"--leader-elect-identity=me"}, summary{
 			KubeHost: "https://127.0.0.1:6443", KOSHost: "https://127.0.0.1:6443",
 			QPS: 200, Burst: 400, KOSQPS: 5000, KOSBurst: 10000, Leader: true, Identity: "me", IPAMWorkers: 16, PodNetworkWorkers: 4, Metrics: ":9295",
+			Liveness: true, LeaseNamespace: "kos-node", LeaseGrace: 5 * time.Second,
 		}},
 	}
 	for _, tc := range tests {
@@ -91,6 +104,7 @@ func TestOptionsConfig(t *testing.T) {
 				KubeHost: cfg.Kube.Host, KOSHost: cfg.KOS.Host, KOSCAFile: cfg.KOS.TLSClientConfig.CAFile,
 				QPS: cfg.Kube.QPS, Burst: cfg.Kube.Burst, KOSQPS: cfg.KOS.QPS, KOSBurst: cfg.KOS.Burst, Leader: cfg.LeaderElection != nil,
 				IPAMWorkers: cfg.IPAMWorkers, PodNetworks: cfg.PodNetworks, PodNetworkWorkers: cfg.PodNetworkWorkers, NetworkConfig: cfg.NetworkConfig, Metrics: cfg.MetricsAddress,
+				Liveness: cfg.AttachmentLiveness, LeaseNamespace: cfg.AgentLeaseNamespace, LeaseGrace: cfg.AgentLeaseGrace,
 			}
 			if cfg.LeaderElection != nil {
 				if tc.want.Identity == "" {
@@ -119,6 +133,9 @@ func TestOptionsValidate(t *testing.T) {
 		{"renew deadline beyond the lease", func(o *Options) { o.RenewDeadline = o.LeaseDuration }},
 		{"no QPS", func(o *Options) { o.QPS = 0 }},
 		{"no KOS burst", func(o *Options) { o.KOSBurst = 0 }},
+		{"no lease namespace", func(o *Options) { o.AgentLeaseNamespace = "" }},
+		{"no lease grace", func(o *Options) { o.AgentLeaseGrace = 0 }},
+		{"no liveness workers", func(o *Options) { o.AttachmentLivenessWorkers = 0 }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
