@@ -74,6 +74,23 @@ type Heartbeat struct {
 	failing string
 }
 
+// startHeartbeat runs the Heartbeat of s's agent, in the agent's namespace
+// of the main cluster, until ctx ends or the returned stop is called; stop
+// returns once it has stopped.
+func (s *Server) startHeartbeat(ctx context.Context) (stop func()) {
+	hb := &Heartbeat{Client: s.kube.CoordinationV1(), Namespace: HeartbeatNamespace(), Node: s.agent.node, Healthy: s.agent.Healthy}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		hb.Run(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
 // Run renews the Lease every Interval until ctx ends, and returns then.
 func (h *Heartbeat) Run(ctx context.Context) {
 	if h.Clock == nil {

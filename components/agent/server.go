@@ -139,6 +139,7 @@ func (c CompletedServerConfig) New() (*Server, error) {
 // agent too.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.broadcaster.Shutdown()
+	defer s.startHeartbeat(ctx)()
 	s.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.kube.CoreV1().Events("")})
 	server, err := monitoring.Listen(s.metricsBindAddress, s.handler)
 	if err != nil {
