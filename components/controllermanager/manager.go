@@ -368,7 +368,8 @@ func (m *Manager) runControllers(ctx context.Context) error {
 // on an informer of its own for the agents' Leases, which it starts and
 // stops with ctx; or nil when the manager may not list and watch those
 // Leases, as with 0.3.0's manifests, which it logs: without the controller
-// attachments are as before, Ready until their agent says otherwise.
+// attachments are as before, Ready until their agent says otherwise. A
+// failure to ask is logged, and the controller runs.
 func (m *Manager) attachmentLiveness(ctx context.Context, attachments networkinformers.NetworkAttachmentInformer) (func() error, error) {
 	logger := klog.FromContext(ctx)
 	ns := m.cfg.AgentLeaseNamespace
@@ -379,7 +380,10 @@ func (m *Manager) attachmentLiveness(ctx context.Context, attachments networkinf
 			}},
 		}, metav1.CreateOptions{})
 		if err != nil {
-			return nil, fmt.Errorf("asking whether the manager may %s the agents' leases: %w", verb, err)
+			// Not a reason to run no controller at all: assume the
+			// rights, as the manifests since 0.4.0 give them.
+			logger.Error(err, "Could not ask whether the manager may read the agents' Leases; running the attachment liveness controller", "namespace", ns, "verb", verb)
+			break
 		}
 		if !review.Status.Allowed {
 			logger.Info("Not running the attachment liveness controller: the manager may not read the agents' Leases; the manifests need list and watch on leases in their namespace",
