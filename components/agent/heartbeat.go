@@ -70,7 +70,8 @@ type Heartbeat struct {
 
 	// lease is the Lease as last written, to update without a read.
 	lease *coordinationv1.Lease
-	// failing is what last went wrong, so each trouble is logged once.
+	// failing is how the last beat went (beatRenewed, ...), so that each
+	// trouble is logged once.
 	failing string
 }
 
@@ -92,6 +93,9 @@ func (s *Server) startHeartbeat(ctx context.Context) (stop func()) {
 }
 
 // Run renews the Lease every Interval until ctx ends, and returns then.
+// While the Lease is forbidden to it, it asks only every
+// heartbeatForbiddenRetry, so that the agents of a cluster whose manifests
+// give them no rights do not load its API server.
 func (h *Heartbeat) Run(ctx context.Context) {
 	if h.Clock == nil {
 		h.Clock = clock.RealClock{}
@@ -103,8 +107,24 @@ func (h *Heartbeat) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx).WithValues("lease", klog.KRef(h.Namespace, h.Node))
 	ctx = klog.NewContext(ctx, logger)
 	logger.Info("Heartbeating", "interval", interval, "duration", h.duration())
-	wait.JitterUntilWithContext(ctx, func(ctx context.Context) { h.beat(ctx) }, interval, 0.04, true)
+	for {
+		next := interval
+		if h.beat(ctx) == beatForbidden {
+			next = heartbeatForbiddenRetry
+		}
+		t := time.NewTimer(wait.Jitter(next, 0.04))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
 }
+
+// heartbeatForbiddenRetry is how often the heartbeat asks again for a
+// Lease it may not write.
+const heartbeatForbiddenRetry = 5 * time.Minute
 
 func (h *Heartbeat) duration() time.Duration {
 	if h.Duration <= 0 {
@@ -113,31 +133,47 @@ func (h *Heartbeat) duration() time.Duration {
 	return h.Duration
 }
 
-// beat renews the Lease once, when the agent is healthy, and logs a
-// failure only when it differs from the last one.
-func (h *Heartbeat) beat(ctx context.Context) {
+// The outcomes of a beat.
+const (
+	beatRenewed   = ""
+	beatUnhealthy = "unhealthy"
+	beatForbidden = "forbidden"
+	beatFailed    = "failed"
+)
+
+// beat renews the Lease once, when the agent is healthy, and returns how
+// it went. It logs an outcome only when it differs from the last one: a
+// heartbeat that keeps failing the same way says so once.
+func (h *Heartbeat) beat(ctx context.Context) string {
 	logger := klog.FromContext(ctx)
-	var problem string
+	outcome, err := beatRenewed, error(nil)
 	if h.Healthy != nil {
-		if err := h.Healthy(); err != nil {
-			problem = fmt.Sprintf("not renewing the Lease of an unhealthy agent: %v", err)
+		if err = h.Healthy(); err != nil {
+			outcome = beatUnhealthy
 		}
 	}
-	if problem == "" {
-		if err := h.renew(ctx); err != nil {
-			problem = err.Error()
-			if apierrors.IsForbidden(err) {
-				problem = "no rights to heartbeat (the manifests need get, create and update on leases in this namespace); the node's attachments are not judged by their agent's liveness: " + problem
-			}
+	if outcome == beatRenewed {
+		if err = h.renew(ctx); apierrors.IsForbidden(err) {
+			outcome = beatForbidden
+		} else if err != nil {
+			outcome = beatFailed
 		}
 	}
-	switch {
-	case problem != "" && problem != h.failing:
-		logger.Info("Heartbeat failed; trying again quietly", "problem", problem)
-	case problem == "" && h.failing != "":
-		logger.Info("Heartbeating again")
+	if outcome != h.failing {
+		switch outcome {
+		case beatRenewed:
+			logger.Info("Heartbeating again")
+		case beatUnhealthy:
+			// As every agent is until its first reconcile.
+			logger.V(2).Info("Not renewing the Lease while the agent is unhealthy", "reason", err.Error())
+		case beatForbidden:
+			logger.Info("Not heartbeating: the agent may not write its Lease; the manifests need get, create and update on leases in its namespace. Its node's attachments are not judged by its liveness", "err", err.Error(), "retry", heartbeatForbiddenRetry)
+		default:
+			logger.Info("Heartbeat failed; trying again quietly", "err", err.Error())
+		}
 	}
-	h.failing = problem
+	h.failing = outcome
+	return outcome
 }
 
 // renew creates or updates the Lease with the time now.

@@ -48,16 +48,14 @@ func TestHeartbeatBeats(t *testing.T) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, "n1", errors.New("no rights"))
 	}
 	client.PrependReactor("*", "leases", forbidden)
-	hb.beat(ctx)
-	if hb.failing == "" {
-		t.Fatal("a forbidden heartbeat was taken for a success")
+	if got := hb.beat(ctx); got != beatForbidden {
+		t.Fatalf("a forbidden beat: %q, want %q", got, beatForbidden)
 	}
 	client.ReactionChain = client.ReactionChain[1:]
 	client.ClearActions()
 
-	hb.beat(ctx)
-	if hb.failing != "" {
-		t.Fatalf("failing = %q after a good beat", hb.failing)
+	if got := hb.beat(ctx); got != beatRenewed {
+		t.Fatalf("a good beat: %q, want %q", got, beatRenewed)
 	}
 	want := coordinationv1.LeaseSpec{
 		HolderIdentity: ptr.To("n1"), LeaseDurationSeconds: ptr.To[int32](40),
@@ -84,7 +82,9 @@ func TestHeartbeatBeats(t *testing.T) {
 	// An unhealthy agent does not vouch for its attachments.
 	healthErr = errors.New("the first reconcile of the fabric is not done")
 	clk.SetTime(t0.Add(20 * time.Second))
-	hb.beat(ctx)
+	if got := hb.beat(ctx); got != beatUnhealthy {
+		t.Fatalf("an unhealthy beat: %q, want %q", got, beatUnhealthy)
+	}
 	if diff := cmp.Diff(lease().Spec, want); diff != "" {
 		t.Fatalf("lease after an unhealthy beat (-got +want):\n%s", diff)
 	}
@@ -121,5 +121,22 @@ func TestHeartbeatRunStopsWithContext(t *testing.T) {
 	}
 	if _, err := client.CoordinationV1().Leases("kos-node").Get(context.Background(), "n1", metav1.GetOptions{}); err != nil {
 		t.Fatalf("no lease after running: %v", err)
+	}
+}
+
+// TestHeartbeatForbiddenBacksOff: without rights (0.3.0's manifests) the
+// heartbeat asks once, then only every heartbeatForbiddenRetry, however
+// short its interval.
+func TestHeartbeatForbiddenBacksOff(t *testing.T) {
+	client := fake.NewClientset()
+	client.PrependReactor("*", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, "n1", errors.New("no rights"))
+	})
+	hb := &Heartbeat{Client: client.CoordinationV1(), Namespace: "kos-node", Node: "n1", Interval: 5 * time.Millisecond}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	hb.Run(ctx)
+	if got := len(client.Actions()); got != 1 {
+		t.Errorf("%d requests in 200ms of a forbidden heartbeat every 5ms, want 1", got)
 	}
 }
