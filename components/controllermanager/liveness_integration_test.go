@@ -54,13 +54,13 @@ func TestIntegrationStaleReady(t *testing.T) {
 	s := createSubnet(t, c, newSubnet(ns, "s", "10.120.0.0/24", 120))
 	waitValidated(t, c, s)
 	beating := readyAttachment(t, c, ns, "beating", "node-beating", s.Name)
-	silent := readyAttachment(t, c, ns, "silent", "node-never", s.Name)
+	never := readyAttachment(t, c, ns, "never", "node-never", s.Name)
 
 	// The agent of node-beating heartbeats, as kos-agent does.
 	stopBeat := startHeartbeat(t, kube, leaseNS, "node-beating")
 	// Several Lease durations with the heartbeat: nothing is marked.
 	time.Sleep(3 * (testLeaseDuration + testLeaseGrace))
-	for _, name := range []string{beating, silent} {
+	for _, name := range []string{beating, never} {
 		if got := readyOf(t, c, ns, name); got.Status != metav1.ConditionTrue {
 			t.Fatalf("attachment %s with a heartbeating (or no) agent: Ready %s (%s: %s), want True", name, got.Status, got.Reason, got.Message)
 		}
@@ -69,7 +69,7 @@ func TestIntegrationStaleReady(t *testing.T) {
 	stopped := time.Now()
 	stopBeat()
 	var marked *metav1.Condition
-	poll.Until(t, 30*time.Second, "the silent agent's attachment Unknown", func(ctx context.Context) error {
+	poll.Until(t, 30*time.Second, "the stopped agent's attachment Unknown", func(ctx context.Context) error {
 		marked = readyOf(t, c, ns, beating)
 		if marked.Status != metav1.ConditionUnknown {
 			return fmt.Errorf("Ready %s (%s)", marked.Status, marked.Reason)
@@ -86,7 +86,7 @@ func TestIntegrationStaleReady(t *testing.T) {
 	if limit := testLeaseDuration + testLeaseGrace + testHeartbeatInterval + 5*time.Second; took > limit {
 		t.Errorf("marked %s after the heartbeat stopped, want within %s", took, limit)
 	}
-	if got := readyOf(t, c, ns, silent); got.Status != metav1.ConditionTrue {
+	if got := readyOf(t, c, ns, never); got.Status != metav1.ConditionTrue {
 		t.Errorf("attachment of a node that never heartbeat: Ready %s (%s), want True", got.Status, got.Reason)
 	}
 
