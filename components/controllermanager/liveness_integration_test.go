@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,6 +90,11 @@ func TestIntegrationStaleReady(t *testing.T) {
 	if got := readyOf(t, c, ns, never); got.Status != metav1.ConditionTrue {
 		t.Errorf("attachment of a node that never heartbeat: Ready %s (%s), want True", got.Status, got.Reason)
 	}
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	if metrics := get(t, srv.URL+"/metrics", http.StatusOK); !strings.Contains(metrics, "kos_nodes_not_heartbeating 1\n") {
+		t.Errorf("/metrics lacks kos_nodes_not_heartbeating 1 with one silent agent")
+	}
 
 	resumed := time.Now()
 	startHeartbeat(t, kube, leaseNS, "node-beating")
@@ -99,6 +105,9 @@ func TestIntegrationStaleReady(t *testing.T) {
 		return nil
 	})
 	t.Logf("Ready True %s after the heartbeat resumed", time.Since(resumed).Round(10*time.Millisecond))
+	if metrics := get(t, srv.URL+"/metrics", http.StatusOK); !strings.Contains(metrics, "kos_nodes_not_heartbeating 0\n") {
+		t.Errorf("/metrics lacks kos_nodes_not_heartbeating 0 once the agent is back")
+	}
 }
 
 // TestIntegrationStaleReadyWithoutLeaseRights: a manager that may not read

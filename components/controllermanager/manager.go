@@ -151,6 +151,7 @@ type Manager struct {
 
 	validatedLatency, addressLatency prometheus.Histogram
 	network                          *networkMetrics
+	silentNodes                      prometheus.Gauge
 
 	// running is true while the controllers run: the manager is ready.
 	running atomic.Bool
@@ -177,7 +178,7 @@ func (c CompletedConfig) New() (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the main cluster's dynamic client: %w", err)
 	}
-	reg, validated, addressed, err := newRegistry()
+	reg, validated, addressed, silent, err := newRegistry()
 	if err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
@@ -187,7 +188,7 @@ func (c CompletedConfig) New() (*Manager, error) {
 	}
 	m := &Manager{
 		cfg: cfg, kube: kube, dynamic: dyn, kos: kos, registry: reg,
-		validatedLatency: validated, addressLatency: addressed, network: network,
+		validatedLatency: validated, addressLatency: addressed, network: network, silentNodes: silent,
 		watchdog: leaderelection.NewLeaderHealthzAdaptor(20 * time.Second),
 	}
 	m.handler = monitoring.Handler(reg,
@@ -393,7 +394,7 @@ func (m *Manager) attachmentLiveness(ctx context.Context, attachments networkinf
 	}
 	factory := kubeinformers.NewSharedInformerFactoryWithOptions(m.kube, m.cfg.ResyncPeriod, kubeinformers.WithNamespace(ns))
 	c, err := attachmentliveness.NewController(m.kos, factory.Coordination().V1().Leases(), ns, attachments,
-		attachmentliveness.Options{Grace: m.cfg.AgentLeaseGrace})
+		attachmentliveness.Options{Grace: m.cfg.AgentLeaseGrace, SilentNodes: m.silentNodes})
 	if err != nil {
 		return nil, err
 	}

@@ -84,9 +84,9 @@ func (queueMetricsProvider) NewRetriesMetric(name string) workqueue.CounterMetri
 var latencyBuckets = prometheus.ExponentialBuckets(1e-3, 2, 17)
 
 // newRegistry returns a registry with the process and Go runtime metrics,
-// the work-queue metrics and the two latency histograms, which it returns
-// too.
-func newRegistry() (reg *prometheus.Registry, validated, addressed prometheus.Histogram, err error) {
+// the work-queue metrics, the two latency histograms and the gauge of
+// silent nodes, which it returns too.
+func newRegistry() (reg *prometheus.Registry, validated, addressed prometheus.Histogram, silent prometheus.Gauge, err error) {
 	setQueueMetricsProvider()
 	validated = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: "kos", Name: "subnet_create_to_validated_seconds",
@@ -98,17 +98,21 @@ func newRegistry() (reg *prometheus.Registry, validated, addressed prometheus.Hi
 		Help:    "Seconds from an attachment's creation to the write of its address, by the server's write times.",
 		Buckets: latencyBuckets,
 	})
+	silent = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "kos", Name: "nodes_not_heartbeating",
+		Help: "Nodes whose kos-agent stopped renewing its heartbeat Lease, whose Ready attachments are marked Ready=Unknown.",
+	})
 	reg = prometheus.NewRegistry()
 	m := &queueMetrics
 	for _, c := range []prometheus.Collector{
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.depth, m.adds, m.queueDuration, m.workDuration, m.unfinished, m.longest, m.retries,
-		validated, addressed,
+		validated, addressed, silent,
 	} {
 		if err := reg.Register(c); err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 	}
-	return reg, validated, addressed, nil
+	return reg, validated, addressed, silent, nil
 }

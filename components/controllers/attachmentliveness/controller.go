@@ -49,8 +49,16 @@ const DefaultLeaseDuration = 40 * time.Second
 // attachmentsByNodeIndex indexes attachments by spec.node.
 const attachmentsByNodeIndex = "attachmentliveness.node"
 
+// Gauge is a value that goes up and down, such as a Prometheus gauge.
+type Gauge interface {
+	Set(float64)
+}
+
 // Options tune a Controller. The zero value is usable.
 type Options struct {
+	// SilentNodes, when set, is kept at the number of nodes whose agent
+	// the controller judges silent (their Lease stale).
+	SilentNodes Gauge
 	// Grace is added to each Lease's duration; DefaultGrace when zero.
 	Grace time.Duration
 	// Clock tells the time; the real clock when nil.
@@ -69,9 +77,12 @@ type Controller struct {
 	grace       time.Duration
 
 	// mu guards seen, which holds, by node, the last renewTime seen on its
-	// Lease and when this controller first saw it.
-	mu   sync.Mutex
-	seen map[string]heartbeat
+	// Lease and when this controller first saw it, and silent, the nodes
+	// judged silent, which silentNodes counts.
+	mu          sync.Mutex
+	seen        map[string]heartbeat
+	silent      map[string]bool
+	silentNodes Gauge
 
 	// ignored warns once that the server does not keep the Unknown
 	// condition (a kos-apiserver older than this controller).
@@ -99,6 +110,8 @@ func NewController(client versioned.Interface, leases coordinationinformers.Leas
 		clock:       opts.Clock,
 		grace:       opts.Grace,
 		seen:        map[string]heartbeat{},
+		silent:      map[string]bool{},
+		silentNodes: opts.SilentNodes,
 	}
 	if c.clock == nil {
 		c.clock = clock.RealClock{}

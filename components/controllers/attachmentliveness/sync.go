@@ -70,6 +70,7 @@ func (c *Controller) judge(node string, lease *coordinationv1.Lease) (silence st
 	defer c.mu.Unlock()
 	if lease == nil {
 		delete(c.seen, node)
+		c.setSilentLocked(node, false)
 		return "", 0
 	}
 	var renewed time.Time
@@ -87,13 +88,28 @@ func (c *Controller) judge(node string, lease *coordinationv1.Lease) (silence st
 	}
 	deadline := hb.seenAt.Add(duration + c.grace)
 	if now.Before(deadline) {
+		c.setSilentLocked(node, false)
 		return "", deadline.Sub(now)
 	}
+	c.setSilentLocked(node, true)
 	last := "never"
 	if !renewed.IsZero() {
 		last = renewed.UTC().Format(time.RFC3339)
 	}
 	return fmt.Sprintf("The agent of node %s has not renewed its Lease %s/%s (duration %s) since %s", node, lease.Namespace, lease.Name, duration, last), 0
+}
+
+// setSilentLocked records whether node is judged silent and updates the
+// gauge. c.mu is held.
+func (c *Controller) setSilentLocked(node string, silent bool) {
+	if silent {
+		c.silent[node] = true
+	} else {
+		delete(c.silent, node)
+	}
+	if c.silentNodes != nil {
+		c.silentNodes.Set(float64(len(c.silent)))
+	}
 }
 
 // markedByUs tells whether the Ready condition is the Unknown this

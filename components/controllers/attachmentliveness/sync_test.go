@@ -52,6 +52,11 @@ func attachment(name, node string, ready metav1.ConditionStatus, reason string) 
 	}
 }
 
+// gauge remembers the value it was set to.
+type gauge struct{ v float64 }
+
+func (g *gauge) Set(v float64) { g.v = v }
+
 type testController struct {
 	*Controller
 	client      *fake.Clientset
@@ -87,6 +92,8 @@ func newTestController(t *testing.T, leases []*coordinationv1.Lease, atts ...*v1
 		clock:       clk,
 		grace:       DefaultGrace,
 		seen:        map[string]heartbeat{},
+		silent:      map[string]bool{},
+		silentNodes: &gauge{},
 	}
 	t.Cleanup(c.queue.ShutDown)
 	return &testController{Controller: c, client: c.client.(*fake.Clientset), clock: clk, leases: leaseIndexer, attachments: attIndexer}
@@ -110,6 +117,13 @@ func (tc *testController) statusWrites(t *testing.T) map[string]*metav1.Conditio
 	}
 	tc.client.ClearActions()
 	return got
+}
+
+func (tc *testController) wantSilentNodes(t *testing.T, want float64) {
+	t.Helper()
+	if got := tc.silentNodes.(*gauge).v; got != want {
+		t.Errorf("silent nodes gauge = %v, want %v", got, want)
+	}
 }
 
 // syncNode syncs node at the fake clock's time now.
@@ -187,6 +201,7 @@ func TestSyncMarksAndClears(t *testing.T) {
 	if diff := cmp.Diff(tc.statusWrites(t), want, ignoreTime); diff != "" {
 		t.Fatalf("writes to a stale node's attachments (-got +want):\n%s", diff)
 	}
+	tc.wantSilentNodes(t, 1)
 
 	// n2 has no Lease: its agent never heartbeat, and is not judged.
 	if err := tc.syncNode(t, "n2", time.Hour); err != nil {
@@ -222,6 +237,7 @@ func TestSyncMarksAndClears(t *testing.T) {
 	if diff := cmp.Diff(tc.statusWrites(t), map[string]*metav1.Condition{"ready": nil}); diff != "" {
 		t.Fatalf("writes when the agent is back (-got +want):\n%s", diff)
 	}
+	tc.wantSilentNodes(t, 0)
 
 	// The Lease is deleted (the agent is gone for good, or downgraded):
 	// a node without a Lease is not judged, so a mark goes too.
