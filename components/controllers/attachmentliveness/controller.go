@@ -12,7 +12,8 @@
 // clock, from when it saw the Lease's renewTime change, not by the agent's
 // clock, so skew between the nodes does not mark a live agent dead. The cost
 // is that a Lease already stale when the controller starts (or a new leader
-// takes over) is judged one duration and grace later.
+// takes over) is judged one duration and grace later; the marks it finds
+// then stay until it sees their Lease renewed, or deleted.
 package attachmentliveness
 
 import (
@@ -89,10 +90,14 @@ type Controller struct {
 	ignored sync.Once
 }
 
-// heartbeat is a renewal of a node's Lease as this controller saw it.
+// heartbeat is a renewal of a node's Lease as this controller saw it:
+// renewTime is the Lease's, seenAt this controller's time when it first
+// saw it, and renewalSeen whether it saw the renewTime change to it (not
+// so for the renewTime of a Lease it had not seen before).
 type heartbeat struct {
-	renewTime time.Time
-	seenAt    time.Time
+	renewTime   time.Time
+	seenAt      time.Time
+	renewalSeen bool
 }
 
 // NewController returns a controller that reads the agents' Leases from

@@ -18,8 +18,11 @@ import (
 
 // sync brings the Ready conditions of the attachments of the node key names
 // in line with its Lease: Unknown on the Ready ones while the Lease is
-// stale, derived by the server otherwise. While the Lease is live it comes
-// back when the Lease would go stale, which no event announces.
+// stale, derived by the server once the Lease is renewed or gone. Until the
+// controller has seen a renewal or a Lease go stale (after it started, or
+// took the lead) it leaves the marks as they are: clearing them would
+// undo a predecessor's for a Lease duration. While the Lease is not stale
+// the key comes back when it would be, which no event announces.
 func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	node := key.Name
 	lease, err := c.leases.Get(node)
@@ -28,7 +31,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	} else if err != nil {
 		return fmt.Errorf("reading the lease of node %s: %w", node, err)
 	}
-	silence, recheck := c.judge(node, lease)
+	v, silence, recheck := c.judge(node, lease)
 	if recheck > 0 {
 		c.queue.AddAfter(node, recheck)
 	}
@@ -43,13 +46,13 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 		att := obj.(*v1alpha1.NetworkAttachment)
 		ready := meta.FindStatusCondition(att.Status.Conditions, v1alpha1.NetworkAttachmentReady)
 		switch {
-		case silence != "" && ready != nil && ready.Status == metav1.ConditionTrue:
+		case v == silent && ready != nil && ready.Status == metav1.ConditionTrue:
 			if err := c.mark(ctx, att, silence); err != nil {
 				errs = append(errs, err)
 				continue
 			}
 			marked++
-		case silence == "" && markedByUs(ready):
+		case (v == alive || v == unjudged) && markedByUs(ready):
 			if err := c.clear(ctx, att); err != nil {
 				errs = append(errs, err)
 			}
@@ -61,25 +64,44 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	return errors.Join(errs...)
 }
 
-// judge returns, for node's Lease (nil when it has none), a message saying
-// since when the agent has been silent, or "" when it is not judged dead,
-// and when to look again (0: only on an event).
-func (c *Controller) judge(node string, lease *coordinationv1.Lease) (silence string, recheck time.Duration) {
+// verdict is what the controller makes of a node's Lease.
+type verdict int
+
+const (
+	// unjudged: the node has no Lease; its agent does not heartbeat.
+	unjudged verdict = iota
+	// pending: the Lease is not stale, but the controller has not seen it
+	// renewed yet.
+	pending
+	// alive: the controller saw the Lease renewed, and not long ago.
+	alive
+	// silent: the Lease has gone unrenewed for its duration and the grace.
+	silent
+)
+
+// judge returns its verdict on node's Lease (nil when it has none); for a
+// silent node, a message saying since when; and when to look again (0:
+// only on an event).
+func (c *Controller) judge(node string, lease *coordinationv1.Lease) (v verdict, silence string, recheck time.Duration) {
 	now := c.clock.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if lease == nil {
 		delete(c.seen, node)
 		c.setSilentLocked(node, false)
-		return "", 0
+		return unjudged, "", 0
 	}
 	var renewed time.Time
 	if lease.Spec.RenewTime != nil {
 		renewed = lease.Spec.RenewTime.Time
 	}
 	hb, ok := c.seen[node]
-	if !ok || !hb.renewTime.Equal(renewed) {
+	switch {
+	case !ok:
 		hb = heartbeat{renewTime: renewed, seenAt: now}
+		c.seen[node] = hb
+	case !hb.renewTime.Equal(renewed):
+		hb = heartbeat{renewTime: renewed, seenAt: now, renewalSeen: true}
 		c.seen[node] = hb
 	}
 	duration := DefaultLeaseDuration
@@ -89,14 +111,17 @@ func (c *Controller) judge(node string, lease *coordinationv1.Lease) (silence st
 	deadline := hb.seenAt.Add(duration + c.grace)
 	if now.Before(deadline) {
 		c.setSilentLocked(node, false)
-		return "", deadline.Sub(now)
+		if !hb.renewalSeen {
+			return pending, "", deadline.Sub(now)
+		}
+		return alive, "", deadline.Sub(now)
 	}
 	c.setSilentLocked(node, true)
 	last := "never"
 	if !renewed.IsZero() {
 		last = renewed.UTC().Format(time.RFC3339)
 	}
-	return fmt.Sprintf("The agent of node %s has not renewed its Lease %s/%s (duration %s) since %s", node, lease.Namespace, lease.Name, duration, last), 0
+	return silent, fmt.Sprintf("The agent of node %s has not renewed its Lease %s/%s (duration %s) since %s", node, lease.Namespace, lease.Name, duration, last), 0
 }
 
 // setSilentLocked records whether node is judged silent and updates the

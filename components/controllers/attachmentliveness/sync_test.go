@@ -139,19 +139,21 @@ func TestJudge(t *testing.T) {
 		lease       *coordinationv1.Lease
 		at          time.Duration // since the first look, at t0
 		renewed     *time.Time    // a renewal seen at "at"
-		wantSilent  bool
+		want        verdict
 		wantRecheck time.Duration
 	}{
-		{name: "no lease is never judged", lease: nil, at: time.Hour},
-		{name: "fresh", lease: lease("n1", t0, 40), at: 10 * time.Second, wantRecheck: 35 * time.Second},
-		{name: "within the grace", lease: lease("n1", t0, 40), at: 44 * time.Second, wantRecheck: time.Second},
-		{name: "stale", lease: lease("n1", t0, 40), at: 45 * time.Second, wantSilent: true},
-		{name: "no duration means the default", lease: lease("n1", t0, 0), at: 44 * time.Second, wantRecheck: time.Second},
-		{name: "short lease", lease: lease("n1", t0, 2), at: 8 * time.Second, wantSilent: true},
+		{name: "no lease is never judged", lease: nil, at: time.Hour, want: unjudged},
+		{name: "fresh, no renewal seen yet", lease: lease("n1", t0, 40), at: 10 * time.Second, want: pending, wantRecheck: 35 * time.Second},
+		{name: "within the grace", lease: lease("n1", t0, 40), at: 44 * time.Second, want: pending, wantRecheck: time.Second},
+		{name: "stale", lease: lease("n1", t0, 40), at: 45 * time.Second, want: silent},
+		{name: "no duration means the default", lease: lease("n1", t0, 0), at: 44 * time.Second, want: pending, wantRecheck: time.Second},
+		{name: "short lease", lease: lease("n1", t0, 2), at: 8 * time.Second, want: silent},
+		{name: "renewed", lease: lease("n1", t0, 40), at: 10 * time.Second, renewed: ptr.To(t0.Add(10 * time.Second)),
+			want: alive, wantRecheck: 45 * time.Second},
 		// The agent's clock is an hour behind: what counts is when this
 		// controller saw the renewal.
 		{name: "a renewal restarts the count whatever its time says", lease: lease("n1", t0.Add(-time.Hour), 40),
-			at: 50 * time.Second, renewed: ptr.To(t0.Add(-time.Hour + 10*time.Second)), wantRecheck: 45 * time.Second},
+			at: 50 * time.Second, renewed: ptr.To(t0.Add(-time.Hour + 10*time.Second)), want: alive, wantRecheck: 45 * time.Second},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -162,9 +164,12 @@ func TestJudge(t *testing.T) {
 			if tc.renewed != nil {
 				l = lease("n1", *tc.renewed, 40)
 			}
-			silence, recheck := c.judge("n1", l)
-			if (silence != "") != tc.wantSilent {
-				t.Errorf("silence = %q, want silent %v", silence, tc.wantSilent)
+			v, silence, recheck := c.judge("n1", l)
+			if v != tc.want {
+				t.Errorf("verdict = %d, want %d", v, tc.want)
+			}
+			if (silence != "") != (tc.want == silent) {
+				t.Errorf("silence = %q with verdict %d", silence, v)
 			}
 			if recheck != tc.wantRecheck {
 				t.Errorf("recheck = %s, want %s", recheck, tc.wantRecheck)
@@ -283,5 +288,31 @@ func TestSyncWriteErrors(t *testing.T) {
 				t.Errorf("sync error = %v, want error %v", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestSyncAfterRestart: a controller that starts (or takes the lead) with
+// marks already made leaves them until it has judged the node itself.
+func TestSyncAfterRestart(t *testing.T) {
+	marked := attachment("ready", "n1", metav1.ConditionUnknown, v1alpha1.ReasonAgentNotHeartbeating)
+	tc := newTestController(t, []*coordinationv1.Lease{lease("n1", t0.Add(-time.Hour), 40)}, marked)
+	for _, at := range []time.Duration{0, 44 * time.Second, 45 * time.Second} {
+		if err := tc.syncNode(t, "n1", at); err != nil {
+			t.Fatal(err)
+		}
+		if got := tc.statusWrites(t); len(got) != 0 {
+			t.Fatalf("at %s after the start: wrote %v", at, got)
+		}
+	}
+	tc.wantSilentNodes(t, 1)
+	// The agent is back.
+	if err := tc.leases.Update(lease("n1", t0.Add(50*time.Second), 40)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tc.syncNode(t, "n1", 50*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(tc.statusWrites(t), map[string]*metav1.Condition{"ready": nil}); diff != "" {
+		t.Fatalf("writes when the agent is back (-got +want):\n%s", diff)
 	}
 }
