@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -105,12 +106,23 @@ func cmdStatus(args *skel.CmdArgs) error {
 	return err
 }
 
-// socket returns the path of kos-agent's socket.
+// socket returns the path of kos-agent's socket: SocketEnv's, or
+// DefaultSocket. The network configuration has no say.
 func (c *NetConf) socket() string {
-	if c.Socket == "" {
-		return DefaultSocket
+	if s := os.Getenv(SocketEnv); s != "" {
+		return s
 	}
-	return c.Socket
+	return DefaultSocket
+}
+
+// checkSocket refuses a network configuration whose "socket" is not where
+// kos-cni reaches kos-agent: it would otherwise look as if it were obeyed.
+func (c *NetConf) checkSocket() error {
+	if c.Socket == "" || filepath.Clean(c.Socket) == filepath.Clean(c.socket()) {
+		return nil
+	}
+	return types.NewError(types.ErrInvalidNetworkConfig,
+		fmt.Sprintf("network configuration %q sets \"socket\" to %s: kos-cni reaches kos-agent only at %s, which the node's configuration sets, not the definition; remove \"socket\"", c.Name, c.Socket, c.socket()), "")
 }
 
 // newRequest decodes a CNI invocation into the request for kos-agent. It
@@ -139,6 +151,9 @@ func newRequest(command string, args *skel.CmdArgs) (*NetConf, *Request, error) 
 	}
 	if command != CommandAdd && command != CommandCheck {
 		return conf, req, nil
+	}
+	if err := conf.checkSocket(); err != nil {
+		return nil, nil, err
 	}
 	if conf.Subnet == "" {
 		return nil, nil, types.NewError(types.ErrInvalidNetworkConfig,

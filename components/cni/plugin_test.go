@@ -108,6 +108,8 @@ func (a *fakeAgent) received() []cni.Request {
 type invocation struct {
 	command, containerID, netns, ifname, args string
 	config                                    map[string]any
+	// socket is where the plugin reaches the agent (cni.SocketEnv).
+	socket string
 }
 
 // run runs kos-cni and returns its standard output and exit status.
@@ -124,6 +126,9 @@ func run(t *testing.T, inv invocation) (string, int) {
 		"CNI_PATH=/opt/cni/bin",
 		// The namespaces here are made up: skel must not check them.
 		"CNI_NETNS_OVERRIDE=1",
+	}
+	if inv.socket != "" {
+		cmd.Env = append(cmd.Env, cni.SocketEnv+"="+inv.socket)
 	}
 	if inv.config != nil {
 		data, err := json.Marshal(inv.config)
@@ -145,9 +150,11 @@ func run(t *testing.T, inv invocation) (string, int) {
 	return stdout.String(), 0
 }
 
-// netConf returns a network configuration naming subnet blue and socket.
-func netConf(socket string, mods ...func(map[string]any)) map[string]any {
-	c := map[string]any{"cniVersion": "1.0.0", "name": "blue-net", "type": "kos", "subnet": "blue", "socket": socket}
+// netConf returns a network configuration naming subnet blue. The socket
+// is the test's (the plugin learns it from cni.SocketEnv, see TestCommands),
+// not the configuration's.
+func netConf(_ string, mods ...func(map[string]any)) map[string]any {
+	c := map[string]any{"cniVersion": "1.0.0", "name": "blue-net", "type": "kos", "subnet": "blue"}
 	for _, m := range mods {
 		m(c)
 	}
@@ -271,6 +278,41 @@ func TestCommands(t *testing.T) {
 		wantOut:       types.NewError(types.ErrTryAgainLater, "kos-agent not reachable at ", ""),
 		wantMsgPrefix: "kos-agent not reachable at ",
 	}, {
+		name:   "ADD of a configuration naming the plugin's socket",
+		answer: okResult,
+		invoke: func(s string) []invocation {
+			return []invocation{addOf(s, func(c map[string]any) { c["socket"] = s })}
+		},
+		wantOut:      result(),
+		wantRequests: []cni.Request{wantAdd},
+	}, {
+		name:   "ADD of a configuration naming another socket is refused",
+		answer: okResult,
+		invoke: func(s string) []invocation {
+			return []invocation{addOf(s, func(c map[string]any) { c["socket"] = "/tmp/elsewhere.sock" })}
+		},
+		wantStatus:    1,
+		wantOut:       types.NewError(types.ErrInvalidNetworkConfig, `network configuration "blue-net" sets "socket" to /tmp/elsewhere.sock: kos-cni reaches kos-agent only at `, ""),
+		wantMsgPrefix: `network configuration "blue-net" sets "socket" to /tmp/elsewhere.sock: kos-cni reaches kos-agent only at `,
+	}, {
+		name:   "CHECK of a configuration naming another socket is refused",
+		answer: ok,
+		invoke: func(s string) []invocation {
+			inv := addOf(s, func(c map[string]any) { c["socket"] = "/tmp/elsewhere.sock" })
+			inv.command = "CHECK"
+			return []invocation{inv}
+		},
+		wantStatus:    1,
+		wantOut:       types.NewError(types.ErrInvalidNetworkConfig, `network configuration "blue-net" sets "socket" to /tmp/elsewhere.sock: kos-cni reaches kos-agent only at `, ""),
+		wantMsgPrefix: `network configuration "blue-net" sets "socket" to /tmp/elsewhere.sock: kos-cni reaches kos-agent only at `,
+	}, {
+		name:   "DEL of a configuration naming another socket goes to the plugin's",
+		answer: ok,
+		invoke: func(s string) []invocation {
+			return []invocation{{command: "DEL", containerID: "c1", ifname: "net1", args: podArgs, config: netConf(s, func(c map[string]any) { c["socket"] = "/tmp/elsewhere.sock" })}}
+		},
+		wantRequests: []cni.Request{{Command: "DEL", ContainerID: "c1", IfName: "net1", Pod: pod, Network: "blue-net", Subnet: "blue"}},
+	}, {
 		name:   "ADD of a configuration without a subnet",
 		answer: okResult,
 		invoke: func(s string) []invocation {
@@ -390,6 +432,9 @@ func TestCommands(t *testing.T) {
 			var out string
 			var status int
 			for _, inv := range tt.invoke(socket) {
+				if inv.socket == "" {
+					inv.socket = socket
+				}
 				out, status = run(t, inv)
 			}
 			if status != tt.wantStatus {

@@ -23,11 +23,18 @@ import (
 	"time"
 )
 
-// Defaults of the network configuration.
+// Where kos-cni reaches kos-agent.
 const (
-	// DefaultSocket is where kos-agent serves CNI requests unless the
-	// network configuration's "socket" says otherwise.
+	// DefaultSocket is where kos-agent serves CNI requests (its
+	// --cni-socket), and where kos-cni sends them.
 	DefaultSocket = "/var/run/kos/cni.sock"
+	// SocketEnv names the environment variable that, when set, makes
+	// kos-cni send its requests to another socket than DefaultSocket,
+	// such as a test agent's. kos-cni runs in the runtime's environment
+	// (and Multus passes its own on), which only the node's root sets; a
+	// network configuration, which tenants write, does not choose the
+	// socket (see NetConf.Socket).
+	SocketEnv = "KOS_CNI_SOCKET"
 )
 
 // RequestPath is the HTTP path of CNI requests on the agent's socket.
@@ -99,8 +106,12 @@ type NetConf struct {
 	// Subnet names the KOS Subnet, in the pod's namespace, that the
 	// interface's address comes from. Required.
 	Subnet string `json:"subnet,omitempty"`
-	// Socket is the path of kos-agent's Unix socket; DefaultSocket when
-	// empty.
+	// Socket is what KOS 0.3.0 read as the path of kos-agent's Unix
+	// socket. The plugin runs as root and hands the agent the sandbox's
+	// network namespace, so a tenant's definition must not point it at
+	// another socket: kos-cni refuses an ADD or CHECK whose Socket is not
+	// where it reaches the agent (DefaultSocket, or SocketEnv's), and a
+	// DEL or STATUS ignores it.
 	Socket string `json:"socket,omitempty"`
 	// RuntimeConfig holds what the runtime (or Multus) passes for the
 	// capabilities the configuration declares.

@@ -109,6 +109,9 @@ type Server struct {
 	observe func(command, outcome string, d time.Duration)
 	// sandboxes are the live sandboxes the server plugged, for Replug.
 	sandboxes sandboxes
+	// peerUID is the only user whose processes may connect: root, who
+	// runs kos-cni.
+	peerUID uint32
 }
 
 // New returns the CNI server of agent a on node, which reads Subnets with
@@ -155,6 +158,7 @@ func (s *Server) Run(ctx context.Context) {
 		_ = srv.Shutdown(context.Background())
 	}()
 	logger.Info("Serving CNI requests")
+	l = &peerListener{Listener: l, uid: s.peerUID, logger: logger}
 	if err := srv.Serve(cni.NetnsListener(l)); !errors.Is(err, http.ErrServerClosed) {
 		logger.Error(err, "Serving CNI requests stopped")
 	}
@@ -162,10 +166,15 @@ func (s *Server) Run(ctx context.Context) {
 }
 
 // listenUnix listens on a Unix socket at path, which only root may use,
-// replacing the socket a previous agent left.
+// replacing the socket a previous agent left. The socket's folder is made
+// root's alone (0700): kubelet creates the agent's hostPath folder 0755.
 func listenUnix(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating the folder of %s: %w", path, err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("restricting the folder of %s to root: %w", path, err)
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("removing the old socket %s: %w", path, err)
