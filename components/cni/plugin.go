@@ -20,8 +20,14 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 )
 
-// SupportedVersions are the CNI spec versions kos-cni speaks.
-var SupportedVersions = version.PluginSupports("1.0.0", "1.1.0")
+// SupportedVersions are the CNI spec versions kos-cni speaks. The agent
+// answers in 1.0.0; the CNI library converts a result to 0.3.1 and 0.4.0
+// (and a 0.4.0 prevResult back). The pod-network controller refuses a
+// definition of another version before it makes any attachment.
+var SupportedVersions = version.PluginSupports(Versions...)
+
+// Versions are SupportedVersions, oldest first.
+var Versions = []string{"0.3.1", "0.4.0", "1.0.0", "1.1.0"}
 
 // about is what kos-cni prints when run without a CNI command.
 const about = "kos-cni: attaches pods to KOS networks through the node's kos-agent"
@@ -138,6 +144,10 @@ func newRequest(command string, args *skel.CmdArgs) (*NetConf, *Request, error) 
 	if err != nil {
 		return nil, nil, err
 	}
+	prev, err := prevResult100(conf)
+	if err != nil {
+		return nil, nil, err
+	}
 	req := &Request{
 		Command:     command,
 		ContainerID: args.ContainerID,
@@ -147,7 +157,7 @@ func newRequest(command string, args *skel.CmdArgs) (*NetConf, *Request, error) 
 		Network:     conf.Name,
 		Subnet:      conf.Subnet,
 		IPs:         append(append(append([]string(nil), conf.RuntimeConfig.IPs...), conf.Args.CNI.IPs...), ipArgs...),
-		PrevResult:  conf.PrevResult,
+		PrevResult:  prev,
 	}
 	if command != CommandAdd && command != CommandCheck {
 		return conf, req, nil
@@ -164,6 +174,31 @@ func newRequest(command string, args *skel.CmdArgs) (*NetConf, *Request, error) 
 			"CNI_ARGS names no pod (K8S_POD_NAMESPACE and K8S_POD_NAME): kos-cni attaches Kubernetes pods only", "")
 	}
 	return conf, req, nil
+}
+
+// prevResult100 returns a CHECK's prevResult as a CNI 1.x result, which is
+// what the agent reads, whatever version the configuration has.
+func prevResult100(conf *NetConf) (json.RawMessage, error) {
+	if len(conf.PrevResult) == 0 {
+		return nil, nil
+	}
+	if newer, err := version.GreaterThanOrEqualTo(conf.CNIVersion, "1.0.0"); err != nil || newer {
+		// 1.x results are read as 1.0.0's (skel refused a malformed
+		// version already).
+		return conf.PrevResult, nil
+	}
+	prev, err := version.NewResult(conf.CNIVersion, conf.PrevResult)
+	if err == nil {
+		prev, err = prev.GetAsVersion(types100.ImplementedSpecVersion)
+	}
+	if err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("decoding prevResult of CNI version %s: %v", conf.CNIVersion, err), "")
+	}
+	data, err := json.Marshal(prev)
+	if err != nil {
+		return nil, types.NewError(types.ErrInternal, fmt.Sprintf("encoding prevResult: %v", err), "")
+	}
+	return data, nil
 }
 
 // parseArgs reads the pod, and the addresses asked for in IP, from CNI_ARGS

@@ -207,7 +207,7 @@ func TestVersion(t *testing.T) {
 	if status != 0 {
 		t.Fatalf("VERSION exited with %d: %s", status, out)
 	}
-	want := map[string]any{"cniVersion": "1.1.0", "supportedVersions": []any{"1.0.0", "1.1.0"}}
+	want := map[string]any{"cniVersion": "1.1.0", "supportedVersions": []any{"0.3.1", "0.4.0", "1.0.0", "1.1.0"}}
 	if diff := cmp.Diff(decode(t, out), any(want)); diff != "" {
 		t.Errorf("VERSION output (-got +want):\n%s", diff)
 	}
@@ -334,10 +334,48 @@ func TestCommands(t *testing.T) {
 		name:   "ADD of an unsupported CNI version",
 		answer: okResult,
 		invoke: func(s string) []invocation {
-			return []invocation{addOf(s, func(c map[string]any) { c["cniVersion"] = "0.4.0" })}
+			return []invocation{addOf(s, func(c map[string]any) { c["cniVersion"] = "0.2.0" })}
 		},
 		wantStatus: 1,
-		wantOut:    types.NewError(types.ErrIncompatibleCNIVersion, "incompatible CNI versions", `config is "0.4.0", plugin supports ["1.0.0" "1.1.0"]`),
+		wantOut:    types.NewError(types.ErrIncompatibleCNIVersion, "incompatible CNI versions", `config is "0.2.0", plugin supports ["0.3.1" "0.4.0" "1.0.0" "1.1.0"]`),
+	}, {
+		name:   "ADD of CNI version 0.3.1 prints a 0.3.1 result",
+		answer: okResult,
+		invoke: func(s string) []invocation {
+			return []invocation{addOf(s, func(c map[string]any) { c["cniVersion"] = "0.3.1" })}
+		},
+		wantOut: map[string]any{
+			"cniVersion": "0.3.1",
+			// 0.3.1 has no MTU.
+			"interfaces": []any{map[string]any{"name": "net1", "mac": "06:14:00:05:00:07", "sandbox": "/var/run/netns/c1"}},
+			"ips":        []any{map[string]any{"version": "4", "interface": 0, "address": "10.20.0.5/24"}},
+			"routes":     []any{map[string]any{"dst": "10.20.0.0/24"}},
+			"dns":        map[string]any{},
+		},
+		wantRequests: []cni.Request{wantAdd},
+	}, {
+		name:   "CHECK of CNI version 0.4.0 forwards the previous result as 1.x's",
+		answer: ok,
+		invoke: func(s string) []invocation {
+			inv := addOf(s, func(c map[string]any) {
+				c["cniVersion"] = "0.4.0"
+				c["prevResult"] = map[string]any{
+					"cniVersion": "0.4.0",
+					"interfaces": []any{map[string]any{"name": "net1", "mac": "06:14:00:05:00:07", "mtu": 1450, "sandbox": "/var/run/netns/c1"}},
+					"ips":        []any{map[string]any{"version": "4", "interface": 0, "address": "10.20.0.5/24"}},
+					"routes":     []any{map[string]any{"dst": "10.20.0.0/24"}},
+				}
+			})
+			inv.command = "CHECK"
+			return []invocation{inv}
+		},
+		wantRequests: []cni.Request{func() cni.Request {
+			r := wantAdd
+			r.Command = "CHECK"
+			// 0.4.0 has no MTU.
+			r.PrevResult = json.RawMessage(`{"cniVersion":"1.1.0","interfaces":[{"mac":"06:14:00:05:00:07","name":"net1","sandbox":"/var/run/netns/c1"}],"ips":[{"address":"10.20.0.5/24","interface":0}],"routes":[{"dst":"10.20.0.0/24"}]}`)
+			return r
+		}()},
 	}, {
 		name:         "ADD when the agent answers what is no CNI error",
 		answer:       func(*cni.Request) (int, any) { return http.StatusInternalServerError, "boom\n" },
