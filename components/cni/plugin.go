@@ -140,7 +140,7 @@ func newRequest(command string, args *skel.CmdArgs) (*NetConf, *Request, error) 
 	if err := json.Unmarshal(args.StdinData, conf); err != nil {
 		return nil, nil, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("decoding the network configuration: %v", err), "")
 	}
-	pod, ipArgs, err := parseArgs(args.Args)
+	pod, ipArgs, macArg, err := parseArgs(args.Args)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -158,6 +158,10 @@ func newRequest(command string, args *skel.CmdArgs) (*NetConf, *Request, error) 
 		Subnet:      conf.Subnet,
 		IPs:         append(append(append([]string(nil), conf.RuntimeConfig.IPs...), conf.Args.CNI.IPs...), ipArgs...),
 		PrevResult:  prev,
+		MAC:         conf.RuntimeConfig.MAC,
+	}
+	if req.MAC == "" {
+		req.MAC = macArg
 	}
 	if command != CommandAdd && command != CommandCheck {
 		return conf, req, nil
@@ -201,13 +205,12 @@ func prevResult100(conf *NetConf) (json.RawMessage, error) {
 	return data, nil
 }
 
-// parseArgs reads the pod, and the addresses asked for in IP, from CNI_ARGS
-// (KEY=VALUE pairs separated by semicolons). Other keys are ignored.
-func parseArgs(s string) (Pod, []string, error) {
-	var pod Pod
-	var ips []string
+// parseArgs reads the pod, the addresses asked for in IP and the MAC
+// address asked for in MAC from CNI_ARGS (KEY=VALUE pairs separated by
+// semicolons). Other keys are ignored.
+func parseArgs(s string) (pod Pod, ips []string, mac string, err error) {
 	if s == "" {
-		return pod, nil, nil
+		return pod, nil, "", nil
 	}
 	for pair := range strings.SplitSeq(s, ";") {
 		if pair == "" {
@@ -215,7 +218,7 @@ func parseArgs(s string) (Pod, []string, error) {
 		}
 		k, v, ok := strings.Cut(pair, "=")
 		if !ok {
-			return pod, nil, types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_ARGS: %q is not KEY=VALUE", pair), "")
+			return pod, nil, "", types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_ARGS: %q is not KEY=VALUE", pair), "")
 		}
 		switch k {
 		case "K8S_POD_NAMESPACE":
@@ -224,6 +227,8 @@ func parseArgs(s string) (Pod, []string, error) {
 			pod.Name = v
 		case "K8S_POD_UID":
 			pod.UID = v
+		case "MAC":
+			mac = v
 		case "IP":
 			for ip := range strings.SplitSeq(v, ",") {
 				if ip != "" {
@@ -232,7 +237,7 @@ func parseArgs(s string) (Pod, []string, error) {
 			}
 		}
 	}
-	return pod, ips, nil
+	return pod, ips, mac, nil
 }
 
 // agentDownError says that kos-agent could not be reached, or did not

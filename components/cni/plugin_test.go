@@ -262,6 +262,20 @@ func TestCommands(t *testing.T) {
 			return r
 		}()},
 	}, {
+		name:   "ADD forwards the MAC address asked for",
+		answer: okResult,
+		invoke: func(s string) []invocation {
+			return []invocation{addOf(s, func(c map[string]any) {
+				c["runtimeConfig"] = map[string]any{"mac": "02:00:00:00:00:01"}
+			})}
+		},
+		wantOut: result(),
+		wantRequests: []cni.Request{func() cni.Request {
+			r := wantAdd
+			r.MAC = "02:00:00:00:00:01"
+			return r
+		}()},
+	}, {
 		name: "ADD prints the agent's error",
 		answer: func(*cni.Request) (int, any) {
 			return http.StatusNotFound, types.NewError(types.ErrInvalidNetworkConfig, "subnet blue not found in namespace tenant-a", "")

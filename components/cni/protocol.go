@@ -83,6 +83,10 @@ type Request struct {
 	IPs []string `json:"ips,omitempty"`
 	// PrevResult is the result of the ADD that a CHECK checks.
 	PrevResult json.RawMessage `json:"prevResult,omitempty"`
+	// MAC is the MAC address the pod asked for (runtimeConfig.mac, or the
+	// MAC of CNI_ARGS). The agent refuses any other than the one the
+	// attachment's address gives.
+	MAC string `json:"mac,omitempty"`
 }
 
 // Pod names a pod, as the runtime gives it in CNI_ARGS.
@@ -118,6 +122,8 @@ type NetConf struct {
 	RuntimeConfig struct {
 		// IPs are the addresses the pod asks for (the "ips" capability).
 		IPs []string `json:"ips,omitempty"`
+		// MAC is the MAC address the pod asks for (the "mac" capability).
+		MAC string `json:"mac,omitempty"`
 	} `json:"runtimeConfig,omitempty"`
 	// Args holds the "args" of the CNI conventions, where some runtimes
 	// put the addresses a pod asks for.

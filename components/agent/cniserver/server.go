@@ -7,6 +7,7 @@
 package cniserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -308,6 +309,9 @@ func (s *Server) add(ctx context.Context, req *cni.Request) (*types100.Result, *
 	if err := checkRequestedIPs(req.IPs, addr.IP); err != nil {
 		return nil, cniError(types.ErrInvalidNetworkConfig, "NetworkAttachment %s has address %s: %v", cache.MetaObjectToName(att).String(), addr.IP, err)
 	}
+	if err := checkRequestedMAC(req.MAC, addr.MAC()); err != nil {
+		return nil, cniError(types.ErrInvalidNetworkConfig, "NetworkAttachment %s: %v", cache.MetaObjectToName(att).String(), err)
+	}
 	p := s.podPlugOf(ctx, req, cache.MetaObjectToName(att).String(), addr, prefix)
 	if err := s.plug(ctx, p); err != nil {
 		return nil, cniError(types.ErrInternal, "plugging interface %s of pod %s (NetworkAttachment %s, address %s): %v", req.IfName, req.Pod, p.key, addr.IP, err)
@@ -388,6 +392,19 @@ func checkRequestedIPs(ips []string, has netip.Addr) error {
 		}
 	}
 	return fmt.Errorf("the pod asked for %s", strings.Join(ips, ", "))
+}
+
+// checkRequestedMAC returns an error when a pod asked for a MAC address
+// (the "mac" capability) that is not has, the attachment's: KOS's flows and
+// the host end's name follow from it, so it cannot be honoured.
+func checkRequestedMAC(mac string, has net.HardwareAddr) error {
+	if mac == "" {
+		return nil
+	}
+	if hw, err := net.ParseMAC(mac); err == nil && bytes.Equal(hw, has) {
+		return nil
+	}
+	return fmt.Errorf("the pod asked for MAC address %s, but a KOS interface has its attachment's, %s, which follows from its address: remove \"mac\" from the pod's network selection", mac, has)
 }
 
 // podAttachment returns the local attachment of a pod's interface from the

@@ -1,6 +1,7 @@
 package cniserver
 
 import (
+	"net"
 	"net/http"
 	"net/netip"
 	"testing"
@@ -67,6 +68,25 @@ func TestHTTPStatus(t *testing.T) {
 	} {
 		if got := httpStatus(code); got != want {
 			t.Errorf("httpStatus(%d) = %d, want %d", code, got, want)
+		}
+	}
+}
+
+func TestCheckRequestedMAC(t *testing.T) {
+	has := net.HardwareAddr{0x06, 0x14, 0x00, 0x05, 0x00, 0x07}
+	for _, tt := range []struct {
+		mac     string
+		wantErr bool
+	}{
+		{"", false},
+		{"06:14:00:05:00:07", false},
+		{"06-14-00-05-00-07", false},
+		{"02:00:00:00:00:01", true},
+		{"not a mac", true},
+	} {
+		err := checkRequestedMAC(tt.mac, has)
+		if got := err != nil; got != tt.wantErr {
+			t.Errorf("checkRequestedMAC(%q) = %v, want an error: %t", tt.mac, err, tt.wantErr)
 		}
 	}
 }

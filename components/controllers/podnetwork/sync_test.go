@@ -385,6 +385,15 @@ func TestSync(t *testing.T) {
 			},
 		},
 		{
+			name: "a requested MAC address is refused on kos, left to another plugin",
+			pods: []*corev1.Pod{newPod("web-0", `[{"name":"blue","mac":"02:00:00:00:00:01"},{"name":"mac","mac":"02:00:00:00:00:02"}]`)},
+			nads: defs,
+			key:  "web-0",
+			wantEvents: []string{
+				`Warning InvalidNetwork Interface net1 on NetworkAttachmentDefinition pods/blue: the entry asks for MAC address 02:00:00:00:00:01, but a KOS interface has its attachment's MAC address, which follows from its IPv4 address: remove "mac"`,
+			},
+		},
+		{
 			name: "a refused address keeps the interface's attachment as it is",
 			pods: []*corev1.Pod{newPod("web-0", `[{"name":"blue","ips":["10.1.0.5","10.1.0.6"]}]`)},
 			nads: defs,
