@@ -53,6 +53,7 @@ func Main() {
 		Del:    cmdDel,
 		Check:  cmdCheck,
 		Status: cmdStatus,
+		GC:     cmdGC,
 	}, SupportedVersions, about)
 }
 
@@ -93,6 +94,27 @@ func cmdDel(args *skel.CmdArgs) error {
 	var down *agentDownError
 	if errors.As(err, &down) {
 		fmt.Fprintf(os.Stderr, "kos-cni: DEL of container %s interface %s succeeds without kos-agent: %v\n", args.ContainerID, args.IfName, err)
+		return nil
+	}
+	return err
+}
+
+// cmdGC asks kos-agent to release what it plugged for the network and no
+// valid attachment names (a sandbox gone without its DEL). It succeeds
+// when the agent cannot be reached: an agent that restarts remembers no
+// sandboxes, and sweeps the veths no attachment holds itself.
+func cmdGC(args *skel.CmdArgs) error {
+	conf, req, err := newRequest(CommandGC, args)
+	if err != nil {
+		return err
+	}
+	for _, a := range conf.ValidAttachments {
+		req.Valid = append(req.Valid, Attachment{ContainerID: a.ContainerID, IfName: a.IfName})
+	}
+	_, err = send(conf.socket(), req, deleteTimeout)
+	var down *agentDownError
+	if errors.As(err, &down) {
+		fmt.Fprintf(os.Stderr, "kos-cni: GC of network %s succeeds without kos-agent: %v\n", conf.Name, err)
 		return nil
 	}
 	return err

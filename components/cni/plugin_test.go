@@ -462,6 +462,30 @@ func TestCommands(t *testing.T) {
 		},
 		wantRequests: []cni.Request{{Command: "STATUS", Network: "blue-net", Subnet: "blue"}},
 	}, {
+		name:   "GC forwards the valid attachments",
+		answer: ok,
+		invoke: func(s string) []invocation {
+			return []invocation{{command: "GC", config: netConf(s, func(c map[string]any) {
+				c["cniVersion"] = "1.1.0"
+				c["cni.dev/valid-attachments"] = []any{map[string]any{"containerID": "c1", "ifname": "net1"}}
+			})}}
+		},
+		wantRequests: []cni.Request{{Command: "GC", Network: "blue-net", Subnet: "blue", Valid: []cni.Attachment{{ContainerID: "c1", IfName: "net1"}}}},
+	}, {
+		name:      "GC without the agent succeeds",
+		agentDown: true,
+		invoke: func(s string) []invocation {
+			return []invocation{{command: "GC", config: netConf(s, func(c map[string]any) { c["cniVersion"] = "1.1.0" })}}
+		},
+	}, {
+		name:   "GC of CNI version 1.0.0 is refused",
+		answer: ok,
+		invoke: func(s string) []invocation {
+			return []invocation{{command: "GC", config: netConf(s)}}
+		},
+		wantStatus: 1,
+		wantOut:    types.NewError(types.ErrIncompatibleCNIVersion, "config version does not allow GC", ""),
+	}, {
 		name:      "STATUS without the agent",
 		agentDown: true,
 		invoke: func(s string) []invocation {

@@ -21,6 +21,8 @@ package cni
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
 )
 
 // Where kos-cni reaches kos-agent.
@@ -55,6 +57,7 @@ const (
 	CommandDel    = "DEL"
 	CommandCheck  = "CHECK"
 	CommandStatus = "STATUS"
+	CommandGC     = "GC"
 )
 
 // Request is one CNI operation, as kos-cni sends it to kos-agent: a JSON
@@ -62,7 +65,8 @@ const (
 // of an ADD (types100.Result), or with an empty body; or another status
 // with a CNI error (types.Error) as the body.
 type Request struct {
-	// Command is CommandAdd, CommandDel, CommandCheck or CommandStatus.
+	// Command is CommandAdd, CommandDel, CommandCheck, CommandStatus or
+	// CommandGC.
 	Command string `json:"command"`
 	// ContainerID is CNI_CONTAINERID: the sandbox the interface is for.
 	ContainerID string `json:"containerID,omitempty"`
@@ -87,6 +91,16 @@ type Request struct {
 	// MAC of CNI_ARGS). The agent refuses any other than the one the
 	// attachment's address gives.
 	MAC string `json:"mac,omitempty"`
+	// Valid are, in a GC, the attachments of the network that the runtime
+	// still has (cni.dev/valid-attachments): the agent releases what it
+	// plugged for the network and no valid attachment names.
+	Valid []Attachment `json:"valid,omitempty"`
+}
+
+// Attachment is a sandbox's interface, as a GC names it.
+type Attachment struct {
+	ContainerID string `json:"containerID"`
+	IfName      string `json:"ifName"`
 }
 
 // Pod names a pod, as the runtime gives it in CNI_ARGS.
@@ -134,4 +148,7 @@ type NetConf struct {
 	} `json:"args,omitempty"`
 	// PrevResult is the result of the ADD, in a CHECK.
 	PrevResult json.RawMessage `json:"prevResult,omitempty"`
+	// ValidAttachments are, in a GC, the network's attachments that the
+	// runtime still has.
+	ValidAttachments []types.GCAttachment `json:"cni.dev/valid-attachments,omitempty"`
 }

@@ -255,6 +255,9 @@ func (s *Server) request(ctx context.Context, req *cni.Request) (*types100.Resul
 		return nil, nil
 	case cni.CommandCheck:
 		return nil, s.check(ctx, req)
+	case cni.CommandGC:
+		s.gc(ctx, req)
+		return nil, nil
 	case cni.CommandStatus:
 		if err := s.agent.Healthy(); err != nil {
 			return nil, types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("kos-agent on node %s is not ready: %v", s.node, err), "")

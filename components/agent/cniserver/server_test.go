@@ -4,9 +4,13 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/kos-sdn/kos/components/cni"
 )
 
 func TestCheckRequestedIPs(t *testing.T) {
@@ -88,5 +92,42 @@ func TestCheckRequestedMAC(t *testing.T) {
 		if got := err != nil; got != tt.wantErr {
 			t.Errorf("checkRequestedMAC(%q) = %v, want an error: %t", tt.mac, err, tt.wantErr)
 		}
+	}
+}
+
+func TestStaleSandboxes(t *testing.T) {
+	devNull := func() *os.File {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	var s sandboxes
+	s.byKey = map[string]*sandbox{
+		"ns/web-0-net1": {req: cni.Request{ContainerID: "c0", IfName: "net1", Network: "blue", Subnet: "blue"}, netns: devNull()},
+		"ns/web-1-net1": {req: cni.Request{ContainerID: "c1", IfName: "net1", Network: "blue", Subnet: "blue"}, netns: devNull()},
+		"ns/web-1-net2": {req: cni.Request{ContainerID: "c1", IfName: "net2", Network: "red", Subnet: "red"}, netns: devNull()},
+		"ns/web-2-net1": {req: cni.Request{ContainerID: "c2", IfName: "net1", Network: "blue", Subnet: "green"}, netns: devNull()},
+	}
+	for _, tt := range []struct {
+		name            string
+		network, subnet string
+		valid           []cni.Attachment
+		want            []string
+	}{
+		{"all valid", "blue", "blue", []cni.Attachment{{ContainerID: "c0", IfName: "net1"}, {ContainerID: "c1", IfName: "net1"}}, nil},
+		{"one gone", "blue", "blue", []cni.Attachment{{ContainerID: "c1", IfName: "net1"}}, []string{"ns/web-0-net1"}},
+		{"another interface of a valid sandbox", "blue", "blue", []cni.Attachment{{ContainerID: "c0", IfName: "net1"}, {ContainerID: "c1", IfName: "net2"}}, []string{"ns/web-1-net1"}},
+		{"none valid", "blue", "blue", nil, []string{"ns/web-0-net1", "ns/web-1-net1"}},
+		{"another network", "red", "red", nil, []string{"ns/web-1-net2"}},
+		{"an unknown network", "black", "black", nil, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(s.stale(tt.network, tt.subnet, tt.valid), tt.want); diff != "" {
+				t.Errorf("stale (-got +want):\n%s", diff)
+			}
+		})
 	}
 }
