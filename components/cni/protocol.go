@@ -43,11 +43,13 @@ const (
 const RequestPath = "/v1/cni"
 
 // Timeouts of the plugin's request to the agent. ADD waits for the pod's
-// attachment, which the agent bounds itself (60 s by default); the plugin's
-// bound only catches an agent that never answers. DEL gives up sooner, and
-// succeeds when it does.
+// attachment, which the agent bounds itself (60 s by default, and 90 s for
+// all the ADDs of one sandbox); the plugin's bound only catches an agent
+// that never answers, and stays under kubelet's runtime request timeout
+// (2 minutes by default), so that kubelet hears why. DEL gives up sooner,
+// and succeeds when it does.
 const (
-	requestTimeout = 2 * time.Minute
+	requestTimeout = 100 * time.Second
 	deleteTimeout  = 30 * time.Second
 )
 

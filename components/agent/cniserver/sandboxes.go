@@ -105,7 +105,7 @@ func (s *Server) Replug(ctx context.Context, att *v1alpha1.NetworkAttachment) {
 	}
 	go func() {
 		defer netns.Close()
-		ctx := klog.NewContext(ctx, logger)
+		ctx := context.WithValue(klog.NewContext(ctx, logger), replugKey{}, true)
 		if addr, ok := s.agent.Address(att); ok {
 			plugs, err := s.ports.Plugs(ctx, addr)
 			if err == nil && slices.ContainsFunc(plugs, func(pl fabric.Plug) bool { return pl.Owner == plugOwner(&req) }) {

@@ -25,7 +25,7 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
+	kwait "k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -37,6 +37,13 @@ import (
 
 // DefaultWait bounds how long an ADD waits for the pod's attachment.
 const DefaultWait = 60 * time.Second
+
+// DefaultTotalWait bounds how long all the ADDs of one sandbox wait
+// together, from the first: Multus runs them one after the other within
+// kubelet's one RunPodSandbox call, which kubelet gives up on after its
+// --runtime-request-timeout (2 minutes by default), so that a pod of
+// three networks gets an answer from KOS, not from kubelet's timeout.
+const DefaultTotalWait = 90 * time.Second
 
 // pollInterval is how often a waiting ADD looks at the cache again.
 const pollInterval = 20 * time.Millisecond
@@ -50,6 +57,9 @@ type Config struct {
 	// Wait bounds how long an ADD waits for the pod's attachment to exist,
 	// have its address and be ready on this node. DefaultWait when zero.
 	Wait time.Duration
+	// TotalWait bounds how long the ADDs of one sandbox (container ID)
+	// wait together, from the first; DefaultTotalWait when zero.
+	TotalWait time.Duration
 	// HostNetns is the path of the network namespace where the switch's
 	// ports live, where the host ends of pods' veth pairs go; the agent's
 	// own when empty, as on nodes, where the agent and Open vSwitch share
@@ -110,6 +120,8 @@ type Server struct {
 	observe func(command, outcome string, d time.Duration)
 	// sandboxes are the live sandboxes the server plugged, for Replug.
 	sandboxes sandboxes
+	// budgets are the total waits of sandboxes' ADDs.
+	budgets budgets
 	// peerUID is the only user whose processes may connect: root, who
 	// runs kos-cni.
 	peerUID uint32
@@ -121,6 +133,9 @@ type Server struct {
 func New(cfg Config, node string, a Agent, ports Ports, client kosclient.Interface, retry time.Duration, observe func(command, outcome string, d time.Duration)) *Server {
 	if cfg.Wait <= 0 {
 		cfg.Wait = DefaultWait
+	}
+	if cfg.TotalWait <= 0 {
+		cfg.TotalWait = DefaultTotalWait
 	}
 	return &Server{cfg: cfg, node: node, agent: a, ports: ports, client: client, retry: retry, observe: observe}
 }
@@ -302,7 +317,13 @@ func (s *Server) add(ctx context.Context, req *cni.Request) (*types100.Result, *
 	if cniErr != nil {
 		return nil, cniErr
 	}
-	att, addr, cniErr := s.awaitPodAttachment(ctx, req)
+	wait := s.cfg.Wait
+	if !isReplug(ctx) {
+		if wait, cniErr = s.budgets.wait(req.ContainerID, s.cfg.Wait, s.cfg.TotalWait, time.Now()); cniErr != nil {
+			return nil, cniErr
+		}
+	}
+	att, addr, cniErr := s.awaitPodAttachment(ctx, req, wait)
 	if cniErr != nil {
 		return nil, cniErr
 	}
@@ -427,16 +448,16 @@ func (s *Server) podAttachment(req *cni.Request) (*v1alpha1.NetworkAttachment, s
 	return att, ""
 }
 
-// awaitPodAttachment waits, up to the CNI wait, for the pod's attachment
+// awaitPodAttachment waits, up to wait, for the pod's attachment
 // to exist, to have its address and to be ready on this node, and returns
 // it. The error says what it was waiting for; an attachment whose status
 // holds IPAM's errors instead of an address fails at once with them.
-func (s *Server) awaitPodAttachment(ctx context.Context, req *cni.Request) (*v1alpha1.NetworkAttachment, fabric.LocalAttachment, *types.Error) {
+func (s *Server) awaitPodAttachment(ctx context.Context, req *cni.Request, wait time.Duration) (*v1alpha1.NetworkAttachment, fabric.LocalAttachment, *types.Error) {
 	var att *v1alpha1.NetworkAttachment
 	var addr fabric.LocalAttachment
 	var why string
 	var failed *types.Error
-	err := wait.PollUntilContextTimeout(ctx, pollInterval, s.cfg.Wait, true, func(context.Context) (bool, error) {
+	err := kwait.PollUntilContextTimeout(ctx, pollInterval, wait, true, func(context.Context) (bool, error) {
 		att, why = s.podAttachment(req)
 		if att == nil {
 			return false, nil
@@ -469,7 +490,7 @@ func (s *Server) awaitPodAttachment(ctx context.Context, req *cni.Request) (*v1a
 	case ctx.Err() != nil:
 		return nil, fabric.LocalAttachment{}, cniError(types.ErrTryAgainLater, "kos-agent on node %s stopped while waiting: %s", s.node, why)
 	case err != nil:
-		return nil, fabric.LocalAttachment{}, cniError(types.ErrTryAgainLater, "waited %s: %s", s.cfg.Wait, why)
+		return nil, fabric.LocalAttachment{}, cniError(types.ErrTryAgainLater, "waited %s: %s", wait.Round(time.Millisecond), why)
 	}
 	return att, addr, nil
 }
@@ -543,6 +564,7 @@ func (s *Server) del(ctx context.Context, req *cni.Request) {
 	}
 	key := req.Pod.Namespace + "/" + v1alpha1.AttachmentName(req.Pod.Name, req.IfName)
 	s.sandboxes.forget(key, req.ContainerID)
+	s.budgets.end(req.ContainerID)
 	att, exists := s.agent.CachedAttachment(key)
 	if !exists {
 		return // its port went with it
