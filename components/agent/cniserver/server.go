@@ -17,6 +17,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -431,13 +432,25 @@ func checkRequestedMAC(mac string, has net.HardwareAddr) error {
 	return fmt.Errorf("the pod asked for MAC address %s, but a KOS interface has its attachment's, %s, which follows from its address: remove \"mac\" from the pod's network selection", mac, has)
 }
 
+// generatedName matches the interface names Multus makes up, net<N>.
+var generatedName = regexp.MustCompile(`^net[0-9]+$`)
+
+// defaultNetworksHint ends the message of an ADD that finds no attachment
+// for a made-up interface name: Multus counts its defaultNetworks before
+// the annotation's entries, which the controller cannot see.
+const defaultNetworksHint = "; if Multus's configuration has defaultNetworks, Multus numbers net<N> after them while KOS counts the annotation's entries only: name the interface in the annotation (blue@net1, or \"interface\")"
+
 // podAttachment returns the local attachment of a pod's interface from the
 // cache, with its address if it has one, or why there is none yet.
 func (s *Server) podAttachment(req *cni.Request) (*v1alpha1.NetworkAttachment, string) {
 	key := req.Pod.Namespace + "/" + v1alpha1.AttachmentName(req.Pod.Name, req.IfName)
 	att, exists := s.agent.CachedAttachment(key)
 	if !exists {
-		return nil, fmt.Sprintf("no NetworkAttachment %s for interface %s of pod %s on node %s: kos-controller-manager makes it once the pod's k8s.v1.cni.cncf.io/networks annotation names a NetworkAttachmentDefinition of type kos (see the pod's events)", key, req.IfName, req.Pod, s.node)
+		why := fmt.Sprintf("no NetworkAttachment %s for interface %s of pod %s on node %s: kos-controller-manager makes it once the pod's k8s.v1.cni.cncf.io/networks annotation names a NetworkAttachmentDefinition of type kos (see the pod's events)", key, req.IfName, req.Pod, s.node)
+		if generatedName.MatchString(req.IfName) {
+			why += defaultNetworksHint
+		}
+		return nil, why
 	}
 	if uid := att.Labels[v1alpha1.PodUIDLabel]; req.Pod.UID != "" && uid != req.Pod.UID {
 		return nil, fmt.Sprintf("NetworkAttachment %s is for pod UID %s, not %s: an earlier pod of that name's, which kos-controller-manager replaces", key, uid, req.Pod.UID)

@@ -131,3 +131,11 @@ func TestStaleSandboxes(t *testing.T) {
 		})
 	}
 }
+
+func TestGeneratedName(t *testing.T) {
+	for name, want := range map[string]bool{"net1": true, "net12": true, "net": false, "data0": false, "eth0": false, "net1a": false} {
+		if got := generatedName.MatchString(name); got != want {
+			t.Errorf("generatedName.MatchString(%q) = %t, want %t", name, got, want)
+		}
+	}
+}
