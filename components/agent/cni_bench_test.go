@@ -82,16 +82,16 @@ func BenchmarkCNIAdd(b *testing.B) {
 		NoChecksumOffload: true,
 	}
 	agt := startAgent(b, cfg)
-	conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"blue","type":"kos","subnet":"blue","socket":%q}`, cfg.CNI.Socket)
+	conf := `{"cniVersion":"1.0.0","name":"blue","type":"kos","subnet":"blue"}`
 	createNAD(b, dyn.Resource(podnetwork.NetworkAttachmentDefinitions).Namespace(k.ns), "blue", conf)
 	if _, err := kube.CoreV1().ServiceAccounts(k.ns).Create(b.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		b.Fatal(err)
 	}
 	plugin := testenv.Build(b, "cmd/kos-cni")
-	rt := &runtime{binDir: filepath.Dir(plugin)}
+	rt := &runtime{binDir: filepath.Dir(plugin), socket: cfg.CNI.Socket}
 	poll.Until(b, settle, "the CNI server answers STATUS", func(ctx context.Context) error {
 		// STATUS came with CNI 1.1.0.
-		status := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"blue","type":"kos","subnet":"blue","socket":%q}`, cfg.CNI.Socket)
+		status := `{"cniVersion":"1.1.0","name":"blue","type":"kos","subnet":"blue"}`
 		out, err := rt.runPlugin(ctx, "STATUS", &podSandbox{pod: &corev1.Pod{}, netns: &ovsenv.Netns{}}, filepath.Base(plugin), "", status)
 		if err != nil {
 			return fmt.Errorf("%w: %s", err, out)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/kos-sdn/kos/components/agent/cniserver"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
+	"github.com/kos-sdn/kos/components/cni"
 	"github.com/kos-sdn/kos/components/controllermanager"
 	"github.com/kos-sdn/kos/components/controllers/podnetwork"
 	"github.com/kos-sdn/kos/components/fabric/ovs"
@@ -82,9 +83,7 @@ func TestIntegrationPodChain(t *testing.T) {
 	}
 	startAgent(t, cfg)
 
-	// The definition names the test agent's socket: the default is the
-	// node's, /var/run/kos/cni.sock.
-	blue := fmt.Sprintf(`{"cniVersion":"1.0.0","type":"kos","subnet":"blue","socket":%q}`, cfg.CNI.Socket)
+	blue := `{"cniVersion":"1.0.0","type":"kos","subnet":"blue"}`
 	createNAD(t, dyn.Resource(podnetwork.NetworkAttachmentDefinitions).Namespace(k.ns), "blue", blue)
 	// Without kube-controller-manager, no one makes the ServiceAccount that
 	// admission wants pods to have.
@@ -92,6 +91,8 @@ func TestIntegrationPodChain(t *testing.T) {
 		t.Fatal(err)
 	}
 	rt := newRuntime(t, env.Kubeconfig)
+	// kos-cni reaches the test agent's socket, not the node's.
+	rt.socket = cfg.CNI.Socket
 
 	newPod := func(name, networks string) *podSandbox {
 		t.Helper()
@@ -140,7 +141,7 @@ func TestIntegrationPodChain(t *testing.T) {
 	// kos-cni straight, as Multus sends it: Multus itself refuses an ADD
 	// for an interface name the sandbox has (validateIfName), and then
 	// deletes what it added; runtimes send no second ADD without a DEL.
-	delegated := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"blue","type":"kos","subnet":"blue","socket":%q}`, cfg.CNI.Socket)
+	delegated := `{"cniVersion":"1.0.0","name":"blue","type":"kos","subnet":"blue"}`
 	if out, err := rt.runPlugin(ctx, "ADD", pods[0], "kos", "net1", delegated); err != nil {
 		t.Fatalf("second ADD of %s, to kos-cni: %v\n%s", pods[0].pod.Name, err, out)
 	}
@@ -219,6 +220,9 @@ type runtime struct {
 	conf   []byte
 	binDir string
 	logDir string
+	// socket, when set, is where kos-cni reaches the agent (cni.SocketEnv),
+	// which Multus passes on to its delegates with its environment.
+	socket string
 }
 
 // newRuntime makes a node's CNI setup in temporary folders: a binary folder
@@ -281,6 +285,9 @@ func (r *runtime) runPlugin(ctx context.Context, command string, p *podSandbox, 
 			p.pod.Namespace, p.pod.Name, p.containerID, p.pod.UID),
 		"CNI_PATH="+r.binDir,
 	)
+	if r.socket != "" {
+		cmd.Env = append(cmd.Env, cni.SocketEnv+"="+r.socket)
+	}
 	cmd.Stdin = strings.NewReader(conf)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

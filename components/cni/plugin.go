@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -19,8 +20,14 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 )
 
-// SupportedVersions are the CNI spec versions kos-cni speaks.
-var SupportedVersions = version.PluginSupports("1.0.0", "1.1.0")
+// SupportedVersions are the CNI spec versions kos-cni speaks. The agent
+// answers in 1.0.0; the CNI library converts a result to 0.3.1 and 0.4.0
+// (and a 0.4.0 prevResult back). The pod-network controller refuses a
+// definition of another version before it makes any attachment.
+var SupportedVersions = version.PluginSupports(Versions...)
+
+// Versions are SupportedVersions, oldest first.
+var Versions = []string{"0.3.1", "0.4.0", "1.0.0", "1.1.0"}
 
 // about is what kos-cni prints when run without a CNI command.
 const about = "kos-cni: attaches pods to KOS networks through the node's kos-agent"
@@ -46,6 +53,7 @@ func Main() {
 		Del:    cmdDel,
 		Check:  cmdCheck,
 		Status: cmdStatus,
+		GC:     cmdGC,
 	}, SupportedVersions, about)
 }
 
@@ -91,6 +99,27 @@ func cmdDel(args *skel.CmdArgs) error {
 	return err
 }
 
+// cmdGC asks kos-agent to release what it plugged for the network and no
+// valid attachment names (a sandbox gone without its DEL). It succeeds
+// when the agent cannot be reached: an agent that restarts remembers no
+// sandboxes, and sweeps the veths no attachment holds itself.
+func cmdGC(args *skel.CmdArgs) error {
+	conf, req, err := newRequest(CommandGC, args)
+	if err != nil {
+		return err
+	}
+	for _, a := range conf.ValidAttachments {
+		req.Valid = append(req.Valid, Attachment{ContainerID: a.ContainerID, IfName: a.IfName})
+	}
+	_, err = send(conf.socket(), req, deleteTimeout)
+	var down *agentDownError
+	if errors.As(err, &down) {
+		fmt.Fprintf(os.Stderr, "kos-cni: GC of network %s succeeds without kos-agent: %v\n", conf.Name, err)
+		return nil
+	}
+	return err
+}
+
 // cmdStatus reports whether kos-agent answers, and is ready.
 func cmdStatus(args *skel.CmdArgs) error {
 	conf, req, err := newRequest(CommandStatus, args)
@@ -105,12 +134,23 @@ func cmdStatus(args *skel.CmdArgs) error {
 	return err
 }
 
-// socket returns the path of kos-agent's socket.
+// socket returns the path of kos-agent's socket: SocketEnv's, or
+// DefaultSocket. The network configuration has no say.
 func (c *NetConf) socket() string {
-	if c.Socket == "" {
-		return DefaultSocket
+	if s := os.Getenv(SocketEnv); s != "" {
+		return s
 	}
-	return c.Socket
+	return DefaultSocket
+}
+
+// checkSocket refuses a network configuration whose "socket" is not where
+// kos-cni reaches kos-agent: it would otherwise look as if it were obeyed.
+func (c *NetConf) checkSocket() error {
+	if c.Socket == "" || filepath.Clean(c.Socket) == filepath.Clean(c.socket()) {
+		return nil
+	}
+	return types.NewError(types.ErrInvalidNetworkConfig,
+		fmt.Sprintf("network configuration %q sets \"socket\" to %s: kos-cni reaches kos-agent only at %s, which the node's configuration sets, not the definition; remove \"socket\"", c.Name, c.Socket, c.socket()), "")
 }
 
 // newRequest decodes a CNI invocation into the request for kos-agent. It
@@ -122,7 +162,11 @@ func newRequest(command string, args *skel.CmdArgs) (*NetConf, *Request, error) 
 	if err := json.Unmarshal(args.StdinData, conf); err != nil {
 		return nil, nil, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("decoding the network configuration: %v", err), "")
 	}
-	pod, ipArgs, err := parseArgs(args.Args)
+	pod, ipArgs, macArg, err := parseArgs(args.Args)
+	if err != nil {
+		return nil, nil, err
+	}
+	prev, err := prevResult100(conf)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -135,10 +179,17 @@ func newRequest(command string, args *skel.CmdArgs) (*NetConf, *Request, error) 
 		Network:     conf.Name,
 		Subnet:      conf.Subnet,
 		IPs:         append(append(append([]string(nil), conf.RuntimeConfig.IPs...), conf.Args.CNI.IPs...), ipArgs...),
-		PrevResult:  conf.PrevResult,
+		PrevResult:  prev,
+		MAC:         conf.RuntimeConfig.MAC,
+	}
+	if req.MAC == "" {
+		req.MAC = macArg
 	}
 	if command != CommandAdd && command != CommandCheck {
 		return conf, req, nil
+	}
+	if err := conf.checkSocket(); err != nil {
+		return nil, nil, err
 	}
 	if conf.Subnet == "" {
 		return nil, nil, types.NewError(types.ErrInvalidNetworkConfig,
@@ -151,13 +202,37 @@ func newRequest(command string, args *skel.CmdArgs) (*NetConf, *Request, error) 
 	return conf, req, nil
 }
 
-// parseArgs reads the pod, and the addresses asked for in IP, from CNI_ARGS
-// (KEY=VALUE pairs separated by semicolons). Other keys are ignored.
-func parseArgs(s string) (Pod, []string, error) {
-	var pod Pod
-	var ips []string
+// prevResult100 returns a CHECK's prevResult as a CNI 1.x result, which is
+// what the agent reads, whatever version the configuration has.
+func prevResult100(conf *NetConf) (json.RawMessage, error) {
+	if len(conf.PrevResult) == 0 {
+		return nil, nil
+	}
+	if newer, err := version.GreaterThanOrEqualTo(conf.CNIVersion, "1.0.0"); err != nil || newer {
+		// 1.x results are read as 1.0.0's (skel refused a malformed
+		// version already).
+		return conf.PrevResult, nil
+	}
+	prev, err := version.NewResult(conf.CNIVersion, conf.PrevResult)
+	if err == nil {
+		prev, err = prev.GetAsVersion(types100.ImplementedSpecVersion)
+	}
+	if err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("decoding prevResult of CNI version %s: %v", conf.CNIVersion, err), "")
+	}
+	data, err := json.Marshal(prev)
+	if err != nil {
+		return nil, types.NewError(types.ErrInternal, fmt.Sprintf("encoding prevResult: %v", err), "")
+	}
+	return data, nil
+}
+
+// parseArgs reads the pod, the addresses asked for in IP and the MAC
+// address asked for in MAC from CNI_ARGS (KEY=VALUE pairs separated by
+// semicolons). Other keys are ignored.
+func parseArgs(s string) (pod Pod, ips []string, mac string, err error) {
 	if s == "" {
-		return pod, nil, nil
+		return pod, nil, "", nil
 	}
 	for pair := range strings.SplitSeq(s, ";") {
 		if pair == "" {
@@ -165,7 +240,7 @@ func parseArgs(s string) (Pod, []string, error) {
 		}
 		k, v, ok := strings.Cut(pair, "=")
 		if !ok {
-			return pod, nil, types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_ARGS: %q is not KEY=VALUE", pair), "")
+			return pod, nil, "", types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_ARGS: %q is not KEY=VALUE", pair), "")
 		}
 		switch k {
 		case "K8S_POD_NAMESPACE":
@@ -174,6 +249,8 @@ func parseArgs(s string) (Pod, []string, error) {
 			pod.Name = v
 		case "K8S_POD_UID":
 			pod.UID = v
+		case "MAC":
+			mac = v
 		case "IP":
 			for ip := range strings.SplitSeq(v, ",") {
 				if ip != "" {
@@ -182,7 +259,7 @@ func parseArgs(s string) (Pod, []string, error) {
 			}
 		}
 	}
-	return pod, ips, nil
+	return pod, ips, mac, nil
 }
 
 // agentDownError says that kos-agent could not be reached, or did not

@@ -108,6 +108,8 @@ func (a *fakeAgent) received() []cni.Request {
 type invocation struct {
 	command, containerID, netns, ifname, args string
 	config                                    map[string]any
+	// socket is where the plugin reaches the agent (cni.SocketEnv).
+	socket string
 }
 
 // run runs kos-cni and returns its standard output and exit status.
@@ -124,6 +126,9 @@ func run(t *testing.T, inv invocation) (string, int) {
 		"CNI_PATH=/opt/cni/bin",
 		// The namespaces here are made up: skel must not check them.
 		"CNI_NETNS_OVERRIDE=1",
+	}
+	if inv.socket != "" {
+		cmd.Env = append(cmd.Env, cni.SocketEnv+"="+inv.socket)
 	}
 	if inv.config != nil {
 		data, err := json.Marshal(inv.config)
@@ -145,9 +150,11 @@ func run(t *testing.T, inv invocation) (string, int) {
 	return stdout.String(), 0
 }
 
-// netConf returns a network configuration naming subnet blue and socket.
-func netConf(socket string, mods ...func(map[string]any)) map[string]any {
-	c := map[string]any{"cniVersion": "1.0.0", "name": "blue-net", "type": "kos", "subnet": "blue", "socket": socket}
+// netConf returns a network configuration naming subnet blue. The socket
+// is the test's (the plugin learns it from cni.SocketEnv, see TestCommands),
+// not the configuration's.
+func netConf(_ string, mods ...func(map[string]any)) map[string]any {
+	c := map[string]any{"cniVersion": "1.0.0", "name": "blue-net", "type": "kos", "subnet": "blue"}
 	for _, m := range mods {
 		m(c)
 	}
@@ -200,7 +207,7 @@ func TestVersion(t *testing.T) {
 	if status != 0 {
 		t.Fatalf("VERSION exited with %d: %s", status, out)
 	}
-	want := map[string]any{"cniVersion": "1.1.0", "supportedVersions": []any{"1.0.0", "1.1.0"}}
+	want := map[string]any{"cniVersion": "1.1.0", "supportedVersions": []any{"0.3.1", "0.4.0", "1.0.0", "1.1.0"}}
 	if diff := cmp.Diff(decode(t, out), any(want)); diff != "" {
 		t.Errorf("VERSION output (-got +want):\n%s", diff)
 	}
@@ -255,6 +262,20 @@ func TestCommands(t *testing.T) {
 			return r
 		}()},
 	}, {
+		name:   "ADD forwards the MAC address asked for",
+		answer: okResult,
+		invoke: func(s string) []invocation {
+			return []invocation{addOf(s, func(c map[string]any) {
+				c["runtimeConfig"] = map[string]any{"mac": "02:00:00:00:00:01"}
+			})}
+		},
+		wantOut: result(),
+		wantRequests: []cni.Request{func() cni.Request {
+			r := wantAdd
+			r.MAC = "02:00:00:00:00:01"
+			return r
+		}()},
+	}, {
 		name: "ADD prints the agent's error",
 		answer: func(*cni.Request) (int, any) {
 			return http.StatusNotFound, types.NewError(types.ErrInvalidNetworkConfig, "subnet blue not found in namespace tenant-a", "")
@@ -270,6 +291,41 @@ func TestCommands(t *testing.T) {
 		wantStatus:    1,
 		wantOut:       types.NewError(types.ErrTryAgainLater, "kos-agent not reachable at ", ""),
 		wantMsgPrefix: "kos-agent not reachable at ",
+	}, {
+		name:   "ADD of a configuration naming the plugin's socket",
+		answer: okResult,
+		invoke: func(s string) []invocation {
+			return []invocation{addOf(s, func(c map[string]any) { c["socket"] = s })}
+		},
+		wantOut:      result(),
+		wantRequests: []cni.Request{wantAdd},
+	}, {
+		name:   "ADD of a configuration naming another socket is refused",
+		answer: okResult,
+		invoke: func(s string) []invocation {
+			return []invocation{addOf(s, func(c map[string]any) { c["socket"] = "/tmp/elsewhere.sock" })}
+		},
+		wantStatus:    1,
+		wantOut:       types.NewError(types.ErrInvalidNetworkConfig, `network configuration "blue-net" sets "socket" to /tmp/elsewhere.sock: kos-cni reaches kos-agent only at `, ""),
+		wantMsgPrefix: `network configuration "blue-net" sets "socket" to /tmp/elsewhere.sock: kos-cni reaches kos-agent only at `,
+	}, {
+		name:   "CHECK of a configuration naming another socket is refused",
+		answer: ok,
+		invoke: func(s string) []invocation {
+			inv := addOf(s, func(c map[string]any) { c["socket"] = "/tmp/elsewhere.sock" })
+			inv.command = "CHECK"
+			return []invocation{inv}
+		},
+		wantStatus:    1,
+		wantOut:       types.NewError(types.ErrInvalidNetworkConfig, `network configuration "blue-net" sets "socket" to /tmp/elsewhere.sock: kos-cni reaches kos-agent only at `, ""),
+		wantMsgPrefix: `network configuration "blue-net" sets "socket" to /tmp/elsewhere.sock: kos-cni reaches kos-agent only at `,
+	}, {
+		name:   "DEL of a configuration naming another socket goes to the plugin's",
+		answer: ok,
+		invoke: func(s string) []invocation {
+			return []invocation{{command: "DEL", containerID: "c1", ifname: "net1", args: podArgs, config: netConf(s, func(c map[string]any) { c["socket"] = "/tmp/elsewhere.sock" })}}
+		},
+		wantRequests: []cni.Request{{Command: "DEL", ContainerID: "c1", IfName: "net1", Pod: pod, Network: "blue-net", Subnet: "blue"}},
 	}, {
 		name:   "ADD of a configuration without a subnet",
 		answer: okResult,
@@ -292,10 +348,48 @@ func TestCommands(t *testing.T) {
 		name:   "ADD of an unsupported CNI version",
 		answer: okResult,
 		invoke: func(s string) []invocation {
-			return []invocation{addOf(s, func(c map[string]any) { c["cniVersion"] = "0.4.0" })}
+			return []invocation{addOf(s, func(c map[string]any) { c["cniVersion"] = "0.2.0" })}
 		},
 		wantStatus: 1,
-		wantOut:    types.NewError(types.ErrIncompatibleCNIVersion, "incompatible CNI versions", `config is "0.4.0", plugin supports ["1.0.0" "1.1.0"]`),
+		wantOut:    types.NewError(types.ErrIncompatibleCNIVersion, "incompatible CNI versions", `config is "0.2.0", plugin supports ["0.3.1" "0.4.0" "1.0.0" "1.1.0"]`),
+	}, {
+		name:   "ADD of CNI version 0.3.1 prints a 0.3.1 result",
+		answer: okResult,
+		invoke: func(s string) []invocation {
+			return []invocation{addOf(s, func(c map[string]any) { c["cniVersion"] = "0.3.1" })}
+		},
+		wantOut: map[string]any{
+			"cniVersion": "0.3.1",
+			// 0.3.1 has no MTU.
+			"interfaces": []any{map[string]any{"name": "net1", "mac": "06:14:00:05:00:07", "sandbox": "/var/run/netns/c1"}},
+			"ips":        []any{map[string]any{"version": "4", "interface": 0, "address": "10.20.0.5/24"}},
+			"routes":     []any{map[string]any{"dst": "10.20.0.0/24"}},
+			"dns":        map[string]any{},
+		},
+		wantRequests: []cni.Request{wantAdd},
+	}, {
+		name:   "CHECK of CNI version 0.4.0 forwards the previous result as 1.x's",
+		answer: ok,
+		invoke: func(s string) []invocation {
+			inv := addOf(s, func(c map[string]any) {
+				c["cniVersion"] = "0.4.0"
+				c["prevResult"] = map[string]any{
+					"cniVersion": "0.4.0",
+					"interfaces": []any{map[string]any{"name": "net1", "mac": "06:14:00:05:00:07", "mtu": 1450, "sandbox": "/var/run/netns/c1"}},
+					"ips":        []any{map[string]any{"version": "4", "interface": 0, "address": "10.20.0.5/24"}},
+					"routes":     []any{map[string]any{"dst": "10.20.0.0/24"}},
+				}
+			})
+			inv.command = "CHECK"
+			return []invocation{inv}
+		},
+		wantRequests: []cni.Request{func() cni.Request {
+			r := wantAdd
+			r.Command = "CHECK"
+			// 0.4.0 has no MTU.
+			r.PrevResult = json.RawMessage(`{"cniVersion":"1.1.0","interfaces":[{"mac":"06:14:00:05:00:07","name":"net1","sandbox":"/var/run/netns/c1"}],"ips":[{"address":"10.20.0.5/24","interface":0}],"routes":[{"dst":"10.20.0.0/24"}]}`)
+			return r
+		}()},
 	}, {
 		name:         "ADD when the agent answers what is no CNI error",
 		answer:       func(*cni.Request) (int, any) { return http.StatusInternalServerError, "boom\n" },
@@ -368,6 +462,30 @@ func TestCommands(t *testing.T) {
 		},
 		wantRequests: []cni.Request{{Command: "STATUS", Network: "blue-net", Subnet: "blue"}},
 	}, {
+		name:   "GC forwards the valid attachments",
+		answer: ok,
+		invoke: func(s string) []invocation {
+			return []invocation{{command: "GC", config: netConf(s, func(c map[string]any) {
+				c["cniVersion"] = "1.1.0"
+				c["cni.dev/valid-attachments"] = []any{map[string]any{"containerID": "c1", "ifname": "net1"}}
+			})}}
+		},
+		wantRequests: []cni.Request{{Command: "GC", Network: "blue-net", Subnet: "blue", Valid: []cni.Attachment{{ContainerID: "c1", IfName: "net1"}}}},
+	}, {
+		name:      "GC without the agent succeeds",
+		agentDown: true,
+		invoke: func(s string) []invocation {
+			return []invocation{{command: "GC", config: netConf(s, func(c map[string]any) { c["cniVersion"] = "1.1.0" })}}
+		},
+	}, {
+		name:   "GC of CNI version 1.0.0 is refused",
+		answer: ok,
+		invoke: func(s string) []invocation {
+			return []invocation{{command: "GC", config: netConf(s)}}
+		},
+		wantStatus: 1,
+		wantOut:    types.NewError(types.ErrIncompatibleCNIVersion, "config version does not allow GC", ""),
+	}, {
 		name:      "STATUS without the agent",
 		agentDown: true,
 		invoke: func(s string) []invocation {
@@ -390,6 +508,9 @@ func TestCommands(t *testing.T) {
 			var out string
 			var status int
 			for _, inv := range tt.invoke(socket) {
+				if inv.socket == "" {
+					inv.socket = socket
+				}
 				out, status = run(t, inv)
 			}
 			if status != tt.wantStatus {

@@ -105,7 +105,7 @@ func (s *Server) Replug(ctx context.Context, att *v1alpha1.NetworkAttachment) {
 	}
 	go func() {
 		defer netns.Close()
-		ctx := klog.NewContext(ctx, logger)
+		ctx := context.WithValue(klog.NewContext(ctx, logger), replugKey{}, true)
 		if addr, ok := s.agent.Address(att); ok {
 			plugs, err := s.ports.Plugs(ctx, addr)
 			if err == nil && slices.ContainsFunc(plugs, func(pl fabric.Plug) bool { return pl.Owner == plugOwner(&req) }) {
@@ -118,4 +118,41 @@ func (s *Server) Replug(ctx context.Context, att *v1alpha1.NetworkAttachment) {
 		}
 		logger.Info("Plugged a pod's sandbox again, its attachment back")
 	}()
+}
+
+// stale returns the keys of the sandboxes plugged for network (by the
+// name and subnet of its configuration) whose interface valid does not
+// name.
+func (s *sandboxes) stale(network, subnet string, valid []cni.Attachment) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var keys []string
+	for key, sb := range s.byKey {
+		if sb.req.Network != network || sb.req.Subnet != subnet {
+			continue
+		}
+		if !slices.Contains(valid, cni.Attachment{ContainerID: sb.req.ContainerID, IfName: sb.req.IfName}) {
+			keys = append(keys, key)
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// gc releases what the server plugged for a GC's network and no valid
+// attachment names, as a DEL of each would: the pod's interface, if its
+// namespace is still there, and the port. What it never plugged since it
+// started is not its to release: the attachments go with their pods, and
+// the agent sweeps veths that no attachment holds.
+func (s *Server) gc(ctx context.Context, req *cni.Request) {
+	for _, key := range s.sandboxes.stale(req.Network, req.Subnet, req.Valid) {
+		r, netns, ok := s.sandboxes.get(key)
+		if !ok {
+			continue
+		}
+		klog.FromContext(ctx).Info("Releasing a sandbox no valid attachment names", "attachment", key, "containerID", r.ContainerID, "ifname", r.IfName)
+		r.Command = cni.CommandDel
+		s.del(ctx, &r)
+		netns.Close()
+	}
 }

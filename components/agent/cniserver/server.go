@@ -7,6 +7,7 @@
 package cniserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -24,7 +26,7 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
+	kwait "k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -36,6 +38,13 @@ import (
 
 // DefaultWait bounds how long an ADD waits for the pod's attachment.
 const DefaultWait = 60 * time.Second
+
+// DefaultTotalWait bounds how long all the ADDs of one sandbox wait
+// together, from the first: Multus runs them one after the other within
+// kubelet's one RunPodSandbox call, which kubelet gives up on after its
+// --runtime-request-timeout (2 minutes by default), so that a pod of
+// three networks gets an answer from KOS, not from kubelet's timeout.
+const DefaultTotalWait = 90 * time.Second
 
 // pollInterval is how often a waiting ADD looks at the cache again.
 const pollInterval = 20 * time.Millisecond
@@ -49,6 +58,9 @@ type Config struct {
 	// Wait bounds how long an ADD waits for the pod's attachment to exist,
 	// have its address and be ready on this node. DefaultWait when zero.
 	Wait time.Duration
+	// TotalWait bounds how long the ADDs of one sandbox (container ID)
+	// wait together, from the first; DefaultTotalWait when zero.
+	TotalWait time.Duration
 	// HostNetns is the path of the network namespace where the switch's
 	// ports live, where the host ends of pods' veth pairs go; the agent's
 	// own when empty, as on nodes, where the agent and Open vSwitch share
@@ -109,6 +121,11 @@ type Server struct {
 	observe func(command, outcome string, d time.Duration)
 	// sandboxes are the live sandboxes the server plugged, for Replug.
 	sandboxes sandboxes
+	// budgets are the total waits of sandboxes' ADDs.
+	budgets budgets
+	// peerUID is the only user whose processes may connect: root, who
+	// runs kos-cni.
+	peerUID uint32
 }
 
 // New returns the CNI server of agent a on node, which reads Subnets with
@@ -117,6 +134,9 @@ type Server struct {
 func New(cfg Config, node string, a Agent, ports Ports, client kosclient.Interface, retry time.Duration, observe func(command, outcome string, d time.Duration)) *Server {
 	if cfg.Wait <= 0 {
 		cfg.Wait = DefaultWait
+	}
+	if cfg.TotalWait <= 0 {
+		cfg.TotalWait = DefaultTotalWait
 	}
 	return &Server{cfg: cfg, node: node, agent: a, ports: ports, client: client, retry: retry, observe: observe}
 }
@@ -155,6 +175,7 @@ func (s *Server) Run(ctx context.Context) {
 		_ = srv.Shutdown(context.Background())
 	}()
 	logger.Info("Serving CNI requests")
+	l = &peerListener{Listener: l, uid: s.peerUID, logger: logger}
 	if err := srv.Serve(cni.NetnsListener(l)); !errors.Is(err, http.ErrServerClosed) {
 		logger.Error(err, "Serving CNI requests stopped")
 	}
@@ -162,10 +183,15 @@ func (s *Server) Run(ctx context.Context) {
 }
 
 // listenUnix listens on a Unix socket at path, which only root may use,
-// replacing the socket a previous agent left.
+// replacing the socket a previous agent left. The socket's folder is made
+// root's alone (0700): kubelet creates the agent's hostPath folder 0755.
 func listenUnix(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating the folder of %s: %w", path, err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("restricting the folder of %s to root: %w", path, err)
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("removing the old socket %s: %w", path, err)
@@ -245,6 +271,9 @@ func (s *Server) request(ctx context.Context, req *cni.Request) (*types100.Resul
 		return nil, nil
 	case cni.CommandCheck:
 		return nil, s.check(ctx, req)
+	case cni.CommandGC:
+		s.gc(ctx, req)
+		return nil, nil
 	case cni.CommandStatus:
 		if err := s.agent.Healthy(); err != nil {
 			return nil, types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("kos-agent on node %s is not ready: %v", s.node, err), "")
@@ -289,7 +318,13 @@ func (s *Server) add(ctx context.Context, req *cni.Request) (*types100.Result, *
 	if cniErr != nil {
 		return nil, cniErr
 	}
-	att, addr, cniErr := s.awaitPodAttachment(ctx, req)
+	wait := s.cfg.Wait
+	if !isReplug(ctx) {
+		if wait, cniErr = s.budgets.wait(req.ContainerID, s.cfg.Wait, s.cfg.TotalWait, time.Now()); cniErr != nil {
+			return nil, cniErr
+		}
+	}
+	att, addr, cniErr := s.awaitPodAttachment(ctx, req, wait)
 	if cniErr != nil {
 		return nil, cniErr
 	}
@@ -298,6 +333,9 @@ func (s *Server) add(ctx context.Context, req *cni.Request) (*types100.Result, *
 	}
 	if err := checkRequestedIPs(req.IPs, addr.IP); err != nil {
 		return nil, cniError(types.ErrInvalidNetworkConfig, "NetworkAttachment %s has address %s: %v", cache.MetaObjectToName(att).String(), addr.IP, err)
+	}
+	if err := checkRequestedMAC(req.MAC, addr.MAC()); err != nil {
+		return nil, cniError(types.ErrInvalidNetworkConfig, "NetworkAttachment %s: %v", cache.MetaObjectToName(att).String(), err)
 	}
 	p := s.podPlugOf(ctx, req, cache.MetaObjectToName(att).String(), addr, prefix)
 	if err := s.plug(ctx, p); err != nil {
@@ -381,13 +419,38 @@ func checkRequestedIPs(ips []string, has netip.Addr) error {
 	return fmt.Errorf("the pod asked for %s", strings.Join(ips, ", "))
 }
 
+// checkRequestedMAC returns an error when a pod asked for a MAC address
+// (the "mac" capability) that is not has, the attachment's: KOS's flows and
+// the host end's name follow from it, so it cannot be honoured.
+func checkRequestedMAC(mac string, has net.HardwareAddr) error {
+	if mac == "" {
+		return nil
+	}
+	if hw, err := net.ParseMAC(mac); err == nil && bytes.Equal(hw, has) {
+		return nil
+	}
+	return fmt.Errorf("the pod asked for MAC address %s, but a KOS interface has its attachment's, %s, which follows from its address: remove \"mac\" from the pod's network selection", mac, has)
+}
+
+// generatedName matches the interface names Multus makes up, net<N>.
+var generatedName = regexp.MustCompile(`^net[0-9]+$`)
+
+// defaultNetworksHint ends the message of an ADD that finds no attachment
+// for a made-up interface name: Multus counts its defaultNetworks before
+// the annotation's entries, which the controller cannot see.
+const defaultNetworksHint = "; if Multus's configuration has defaultNetworks, Multus numbers net<N> after them while KOS counts the annotation's entries only: name the interface in the annotation (blue@net1, or \"interface\")"
+
 // podAttachment returns the local attachment of a pod's interface from the
 // cache, with its address if it has one, or why there is none yet.
 func (s *Server) podAttachment(req *cni.Request) (*v1alpha1.NetworkAttachment, string) {
 	key := req.Pod.Namespace + "/" + v1alpha1.AttachmentName(req.Pod.Name, req.IfName)
 	att, exists := s.agent.CachedAttachment(key)
 	if !exists {
-		return nil, fmt.Sprintf("no NetworkAttachment %s for interface %s of pod %s on node %s: kos-controller-manager makes it once the pod's k8s.v1.cni.cncf.io/networks annotation names a NetworkAttachmentDefinition of type kos (see the pod's events)", key, req.IfName, req.Pod, s.node)
+		why := fmt.Sprintf("no NetworkAttachment %s for interface %s of pod %s on node %s: kos-controller-manager makes it once the pod's k8s.v1.cni.cncf.io/networks annotation names a NetworkAttachmentDefinition of type kos (see the pod's events)", key, req.IfName, req.Pod, s.node)
+		if generatedName.MatchString(req.IfName) {
+			why += defaultNetworksHint
+		}
+		return nil, why
 	}
 	if uid := att.Labels[v1alpha1.PodUIDLabel]; req.Pod.UID != "" && uid != req.Pod.UID {
 		return nil, fmt.Sprintf("NetworkAttachment %s is for pod UID %s, not %s: an earlier pod of that name's, which kos-controller-manager replaces", key, uid, req.Pod.UID)
@@ -398,16 +461,16 @@ func (s *Server) podAttachment(req *cni.Request) (*v1alpha1.NetworkAttachment, s
 	return att, ""
 }
 
-// awaitPodAttachment waits, up to the CNI wait, for the pod's attachment
+// awaitPodAttachment waits, up to wait, for the pod's attachment
 // to exist, to have its address and to be ready on this node, and returns
 // it. The error says what it was waiting for; an attachment whose status
 // holds IPAM's errors instead of an address fails at once with them.
-func (s *Server) awaitPodAttachment(ctx context.Context, req *cni.Request) (*v1alpha1.NetworkAttachment, fabric.LocalAttachment, *types.Error) {
+func (s *Server) awaitPodAttachment(ctx context.Context, req *cni.Request, wait time.Duration) (*v1alpha1.NetworkAttachment, fabric.LocalAttachment, *types.Error) {
 	var att *v1alpha1.NetworkAttachment
 	var addr fabric.LocalAttachment
 	var why string
 	var failed *types.Error
-	err := wait.PollUntilContextTimeout(ctx, pollInterval, s.cfg.Wait, true, func(context.Context) (bool, error) {
+	err := kwait.PollUntilContextTimeout(ctx, pollInterval, wait, true, func(context.Context) (bool, error) {
 		att, why = s.podAttachment(req)
 		if att == nil {
 			return false, nil
@@ -440,7 +503,7 @@ func (s *Server) awaitPodAttachment(ctx context.Context, req *cni.Request) (*v1a
 	case ctx.Err() != nil:
 		return nil, fabric.LocalAttachment{}, cniError(types.ErrTryAgainLater, "kos-agent on node %s stopped while waiting: %s", s.node, why)
 	case err != nil:
-		return nil, fabric.LocalAttachment{}, cniError(types.ErrTryAgainLater, "waited %s: %s", s.cfg.Wait, why)
+		return nil, fabric.LocalAttachment{}, cniError(types.ErrTryAgainLater, "waited %s: %s", wait.Round(time.Millisecond), why)
 	}
 	return att, addr, nil
 }
@@ -514,6 +577,7 @@ func (s *Server) del(ctx context.Context, req *cni.Request) {
 	}
 	key := req.Pod.Namespace + "/" + v1alpha1.AttachmentName(req.Pod.Name, req.IfName)
 	s.sandboxes.forget(key, req.ContainerID)
+	s.budgets.end(req.ContainerID)
 	att, exists := s.agent.CachedAttachment(key)
 	if !exists {
 		return // its port went with it

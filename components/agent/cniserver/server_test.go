@@ -1,11 +1,16 @@
 package cniserver
 
 import (
+	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/kos-sdn/kos/components/cni"
 )
 
 func TestCheckRequestedIPs(t *testing.T) {
@@ -67,6 +72,70 @@ func TestHTTPStatus(t *testing.T) {
 	} {
 		if got := httpStatus(code); got != want {
 			t.Errorf("httpStatus(%d) = %d, want %d", code, got, want)
+		}
+	}
+}
+
+func TestCheckRequestedMAC(t *testing.T) {
+	has := net.HardwareAddr{0x06, 0x14, 0x00, 0x05, 0x00, 0x07}
+	for _, tt := range []struct {
+		mac     string
+		wantErr bool
+	}{
+		{"", false},
+		{"06:14:00:05:00:07", false},
+		{"06-14-00-05-00-07", false},
+		{"02:00:00:00:00:01", true},
+		{"not a mac", true},
+	} {
+		err := checkRequestedMAC(tt.mac, has)
+		if got := err != nil; got != tt.wantErr {
+			t.Errorf("checkRequestedMAC(%q) = %v, want an error: %t", tt.mac, err, tt.wantErr)
+		}
+	}
+}
+
+func TestStaleSandboxes(t *testing.T) {
+	devNull := func() *os.File {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	var s sandboxes
+	s.byKey = map[string]*sandbox{
+		"ns/web-0-net1": {req: cni.Request{ContainerID: "c0", IfName: "net1", Network: "blue", Subnet: "blue"}, netns: devNull()},
+		"ns/web-1-net1": {req: cni.Request{ContainerID: "c1", IfName: "net1", Network: "blue", Subnet: "blue"}, netns: devNull()},
+		"ns/web-1-net2": {req: cni.Request{ContainerID: "c1", IfName: "net2", Network: "red", Subnet: "red"}, netns: devNull()},
+		"ns/web-2-net1": {req: cni.Request{ContainerID: "c2", IfName: "net1", Network: "blue", Subnet: "green"}, netns: devNull()},
+	}
+	for _, tt := range []struct {
+		name            string
+		network, subnet string
+		valid           []cni.Attachment
+		want            []string
+	}{
+		{"all valid", "blue", "blue", []cni.Attachment{{ContainerID: "c0", IfName: "net1"}, {ContainerID: "c1", IfName: "net1"}}, nil},
+		{"one gone", "blue", "blue", []cni.Attachment{{ContainerID: "c1", IfName: "net1"}}, []string{"ns/web-0-net1"}},
+		{"another interface of a valid sandbox", "blue", "blue", []cni.Attachment{{ContainerID: "c0", IfName: "net1"}, {ContainerID: "c1", IfName: "net2"}}, []string{"ns/web-1-net1"}},
+		{"none valid", "blue", "blue", nil, []string{"ns/web-0-net1", "ns/web-1-net1"}},
+		{"another network", "red", "red", nil, []string{"ns/web-1-net2"}},
+		{"an unknown network", "black", "black", nil, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(s.stale(tt.network, tt.subnet, tt.valid), tt.want); diff != "" {
+				t.Errorf("stale (-got +want):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestGeneratedName(t *testing.T) {
+	for name, want := range map[string]bool{"net1": true, "net12": true, "net": false, "data0": false, "eth0": false, "net1a": false} {
+		if got := generatedName.MatchString(name); got != want {
+			t.Errorf("generatedName.MatchString(%q) = %t, want %t", name, got, want)
 		}
 	}
 }

@@ -4,11 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/kos-sdn/kos/components/cni"
 )
 
 // PluginType is the CNI plugin type of a NetworkAttachmentDefinition whose
@@ -40,7 +43,8 @@ func (c PluginConfig) IsKOS() bool { return c.Type == PluginType }
 // CNI network configuration, or a configuration list whose first plugin
 // makes the interface. An empty config (Multus then reads a file on the
 // node) parses as a configuration of no type. A configuration of type kos
-// must name a valid subnet; one of another type is not checked further.
+// must have a cniVersion kos-cni speaks (cni.Versions) and name a valid
+// subnet; one of another type is not checked further.
 func ParsePluginConfig(config string) (PluginConfig, error) {
 	if strings.TrimSpace(config) == "" {
 		return PluginConfig{}, nil
@@ -73,6 +77,11 @@ func ParsePluginConfig(config string) (PluginConfig, error) {
 	c := PluginConfig{CNIVersion: p.CNIVersion, Type: p.Type, Subnet: p.Subnet}
 	if !c.IsKOS() {
 		return c, nil
+	}
+	if !slices.Contains(cni.Versions, c.CNIVersion) {
+		// kos-cni would refuse every ADD; an attachment and its address
+		// would only hide that.
+		return c, fmt.Errorf("the kos configuration's cniVersion %q is not one kos-cni speaks (%s)", c.CNIVersion, strings.Join(cni.Versions, ", "))
 	}
 	if c.Subnet == "" {
 		return c, errors.New(`the kos configuration has no "subnet": it must name a KOS Subnet in the NetworkAttachmentDefinition's namespace`)

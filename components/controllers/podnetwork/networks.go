@@ -30,6 +30,9 @@ type Network struct {
 	Interface string
 	// IPs are the addresses asked for, as written (an address or a CIDR).
 	IPs []string
+	// MAC is the MAC address asked for ("mac"), as written. KOS gives an
+	// interface its attachment's MAC address, so a kos entry refuses it.
+	MAC string
 }
 
 // String returns the entry in the annotation's short form,
@@ -41,7 +44,7 @@ func (n Network) String() string {
 // ParseNetworks parses the value of a pod's networks annotation: a list of
 // NetworkAttachmentDefinitions separated by commas, each as
 // [<namespace>/]<name>[@<interface>], or a JSON list of objects with the
-// keys name, namespace, interface and ips (other keys are Multus's and
+// keys name, namespace, interface, ips and mac (other keys are Multus's and
 // ignored here). namespace is the pod's. It reports every problem at once,
 // each naming the entry by its position; an empty value asks for nothing.
 func ParseNetworks(value, namespace string) ([]Network, error) {
@@ -58,12 +61,13 @@ func ParseNetworks(value, namespace string) ([]Network, error) {
 			Namespace string   `json:"namespace"`
 			Interface string   `json:"interface"`
 			IPs       []string `json:"ips"`
+			MAC       string   `json:"mac"`
 		}
 		if err := json.Unmarshal([]byte(value), &list); err != nil {
 			return nil, fmt.Errorf("parsing the JSON list: %w", err)
 		}
 		for _, e := range list {
-			nets = append(nets, Network{Namespace: e.Namespace, Name: e.Name, Interface: e.Interface, IPs: e.IPs})
+			nets = append(nets, Network{Namespace: e.Namespace, Name: e.Name, Interface: e.Interface, IPs: e.IPs, MAC: e.MAC})
 			errs = append(errs, nil)
 		}
 	} else if strings.HasPrefix(value, "{") {

@@ -30,7 +30,7 @@ func TestParseNetworks(t *testing.T) {
 			{Namespace: "pods", Name: "blue", Interface: "net2"},
 		}, nil},
 		{"JSON", `[{"name":"blue","interface":"data0","ips":["10.1.0.5/24"],"mac":"c2:b0:57:49:47:f1"},{"name":"red","namespace":"other"}]`, []Network{
-			{Namespace: "pods", Name: "blue", Interface: "data0", IPs: []string{"10.1.0.5/24"}},
+			{Namespace: "pods", Name: "blue", Interface: "data0", IPs: []string{"10.1.0.5/24"}, MAC: "c2:b0:57:49:47:f1"},
 			{Namespace: "other", Name: "red", Interface: "net2"},
 		}, nil},
 		{"empty JSON list", "[]", nil, nil},

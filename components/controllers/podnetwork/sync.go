@@ -227,6 +227,9 @@ func checkKOSNetwork(pod *corev1.Pod, n Network) (ipv4, problem string) {
 	if n.Namespace != pod.Namespace {
 		return "", fmt.Sprintf("the definition's subnet is in namespace %s, but a KOS interface of a pod in namespace %s must use a subnet of its own namespace", n.Namespace, pod.Namespace)
 	}
+	if n.MAC != "" {
+		return "", fmt.Sprintf("the entry asks for MAC address %s, but a KOS interface has its attachment's MAC address, which follows from its IPv4 address: remove \"mac\"", n.MAC)
+	}
 	addr, err := RequestedIPv4(n.IPs)
 	if err != nil {
 		return "", err.Error()

@@ -324,17 +324,21 @@ func TestSync(t *testing.T) {
 		},
 		{
 			name: "broken definitions",
-			pods: []*corev1.Pod{newPod("web-0", "broken,nosubnet,blue")},
+			pods: []*corev1.Pod{newPod("web-0", "broken,nosubnet,old,blue")},
 			nads: append([]*unstructured.Unstructured{
 				newDefinition(ns, "broken", `{"type":"kos",`),
 				newDefinition(ns, "nosubnet", `{"cniVersion":"1.0.0","type":"kos"}`),
+				// kos-cni would refuse every ADD: no attachment, no
+				// address, before any sandbox tries.
+				newDefinition(ns, "old", `{"cniVersion":"0.2.0","type":"kos","subnet":"s-blue"}`),
 			}, defs...),
 			key:        "web-0",
-			wantWrites: []string{"create web-0-net3"},
+			wantWrites: []string{"create web-0-net4"},
 			wantEvents: []string{
 				"Warning InvalidNetwork NetworkAttachmentDefinition pods/broken of interface net1: parsing the CNI configuration: unexpected end of JSON input",
 				`Warning InvalidNetwork NetworkAttachmentDefinition pods/nosubnet of interface net2: the kos configuration has no "subnet": it must name a KOS Subnet in the NetworkAttachmentDefinition's namespace`,
-				"Normal AttachmentCreated Created NetworkAttachment web-0-net3 for interface net3 in subnet s-blue",
+				`Warning InvalidNetwork NetworkAttachmentDefinition pods/old of interface net3: the kos configuration's cniVersion "0.2.0" is not one kos-cni speaks (0.3.1, 0.4.0, 1.0.0, 1.1.0)`,
+				"Normal AttachmentCreated Created NetworkAttachment web-0-net4 for interface net4 in subnet s-blue",
 			},
 		},
 		{
@@ -378,6 +382,15 @@ func TestSync(t *testing.T) {
 			key:  "web-0",
 			wantEvents: []string{
 				`Warning InvalidNetwork Interface net1 on NetworkAttachmentDefinition pods/blue: requested address "fd00::5/64" is not IPv4; KOS subnets are IPv4`,
+			},
+		},
+		{
+			name: "a requested MAC address is refused on kos, left to another plugin",
+			pods: []*corev1.Pod{newPod("web-0", `[{"name":"blue","mac":"02:00:00:00:00:01"},{"name":"mac","mac":"02:00:00:00:00:02"}]`)},
+			nads: defs,
+			key:  "web-0",
+			wantEvents: []string{
+				`Warning InvalidNetwork Interface net1 on NetworkAttachmentDefinition pods/blue: the entry asks for MAC address 02:00:00:00:00:01, but a KOS interface has its attachment's MAC address, which follows from its IPv4 address: remove "mac"`,
 			},
 		},
 		{
