@@ -54,6 +54,8 @@ type Options struct {
 	HostOVSRunDir string
 	// MTU is the MTU of the interfaces of local attachments; 0 takes the
 	// underlay's (the interface holding HostIP) less VXLAN's overhead.
+	// Either is the agent's own MTU, which the NetworkConfig's applied
+	// overlay MTU replaces once the agent reads one.
 	MTU int
 
 	// Workers is how many attachments are synced at once.
