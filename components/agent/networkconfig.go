@@ -229,3 +229,27 @@ func (a *Agent) startNetworkConfig(ctx context.Context, wg *sync.WaitGroup) {
 		a.netConfig.start(ctx, a, wg)
 	}
 }
+
+// keptMTU returns the MTU the status of a local attachment should report:
+// want's, unless the status reports another MTU for the same interface
+// and that interface is a plug (a pod's veth), which keeps the MTU its
+// maker gave it when the agent's MTU changes (a forced change of the
+// NetworkConfig): the status must then go on saying so, for the
+// controller counts the attachments whose interfaces still have another
+// MTU by it. Internal ports take the new MTU on the next reconcile, and
+// so does their status. The switch is asked only when the MTUs differ; a
+// failed read reports want's.
+func (a *Agent) keptMTU(ctx context.Context, addr address, want, got implStatus) int32 {
+	if !want.ready() || got.mtu == 0 || got.mtu == want.mtu || got.ifcName != want.ifcName || got.hostIP != want.hostIP {
+		return want.mtu
+	}
+	plugs, err := a.fabric.Plugs(ctx, fabric.LocalAttachment{VNI: addr.vni, IP: addr.ip})
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Not telling whether an interface is a plug; reporting the MTU in use", "interface", want.ifcName, "err", err)
+		return want.mtu
+	}
+	if len(plugs) == 0 {
+		return want.mtu
+	}
+	return got.mtu
+}

@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
+	"github.com/kos-sdn/kos/components/fabric"
 	"github.com/kos-sdn/kos/components/fabric/logging"
 	kosfake "github.com/kos-sdn/kos/components/generated/clientset/versioned/fake"
 )
@@ -199,6 +200,47 @@ func TestReportUnderlay(t *testing.T) {
 			}
 			if got := n.Annotations[v1alpha1.UnderlayMTUAnnotation]; got != tt.want && !(tt.want == "" && got == tt.node.Annotations[v1alpha1.UnderlayMTUAnnotation]) {
 				t.Errorf("the annotation is %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestKeptMTU checks that after a change of the MTU in use, the status of
+// a pod's interface (a plug) goes on reporting the MTU the interface has,
+// while that of an internal port follows the change.
+func TestKeptMTU(t *testing.T) {
+	plugged := address{vni: 7, ip: netip.MustParseAddr("10.0.0.1")}
+	internal := address{vni: 7, ip: netip.MustParseAddr("10.0.0.2")}
+	impl := func(addr address, mtu int32) implStatus {
+		mac := v1alpha1.MACAddress(addr.vni, addr.ip)
+		return implStatus{mac: mac.String(), ifcName: v1alpha1.InterfaceName(mac), hostIP: "192.168.100.1", mtu: mtu}
+	}
+	tests := []struct {
+		name      string
+		addr      address
+		want, got implStatus
+		wantMTU   int32
+	}{
+		{name: "a plug keeps its MTU", addr: plugged, want: impl(plugged, 1400), got: impl(plugged, 1450), wantMTU: 1450},
+		{name: "an internal port follows", addr: internal, want: impl(internal, 1400), got: impl(internal, 1450), wantMTU: 1400},
+		{name: "a first report", addr: plugged, want: impl(plugged, 1400), got: implStatus{}, wantMTU: 1400},
+		{name: "the same MTU", addr: plugged, want: impl(plugged, 1400), got: impl(plugged, 1400), wantMTU: 1400},
+		{name: "another host", addr: plugged, want: impl(plugged, 1400), got: func() implStatus { s := impl(plugged, 1450); s.hostIP = "192.168.100.2"; return s }(), wantMTU: 1400},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			a, fab := newConfigAgent(t, kosfake.NewSimpleClientset(), 1450, 0)
+			at := func(addr address) fabric.LocalAttachment { return fabric.LocalAttachment{VNI: addr.vni, IP: addr.ip} }
+			if err := fab.CreateLocal(ctx, at(internal)); err != nil {
+				t.Fatal(err)
+			}
+			if err := fab.PlugLocal(ctx, fabric.Plug{LocalAttachment: at(plugged), Owner: "sandbox/eth1"}); err != nil {
+				t.Fatal(err)
+			}
+			fab.SetMTU(1400)
+			if got := a.keptMTU(ctx, tt.addr, tt.want, tt.got); got != tt.wantMTU {
+				t.Errorf("keptMTU = %d, want %d", got, tt.wantMTU)
 			}
 		})
 	}
