@@ -64,7 +64,8 @@ func chooseMTU(own, given int, applied int32) mtuChoice {
 
 // networkConfig is the agent's view of the NetworkConfig "cluster": it
 // sets the fabric's MTU for new interfaces from the configuration applied.
-// Interfaces that exist keep theirs: a pod's keeps the MTU of its ADD.
+// A pod's interface keeps the MTU of its ADD; internal ports, which the
+// switch reports partial with another MTU, take it at the next reconcile.
 type networkConfig struct {
 	own, given, underlayMTU int
 	fabric                  fabric.Interface
@@ -176,7 +177,7 @@ func (n *networkConfig) apply(ctx context.Context, c *v1alpha1.NetworkConfig) {
 	setter.SetMTU(choice.mtu)
 	switch {
 	case choice.applied:
-		logger.Info("New interfaces get the NetworkConfig's overlay MTU; interfaces that exist keep theirs", "mtu", choice.mtu, "previous", prev.mtu)
+		logger.Info("New interfaces get the NetworkConfig's overlay MTU; pods' interfaces that exist keep theirs, internal ports take it at the next reconcile", "mtu", choice.mtu, "previous", prev.mtu)
 		if choice.givenDiffers && n.once("given") {
 			logger.Info("Warning: --mtu differs from the NetworkConfig's overlay MTU; using the NetworkConfig's, so that every attachment of a network has one MTU",
 				"mtu", n.given, "overlayMTU", choice.mtu)

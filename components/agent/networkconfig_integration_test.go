@@ -87,7 +87,8 @@ func underlayAnnotation(kube kubernetes.Interface, node, want string) func(conte
 // TestIntegrationNetworkConfigMTU runs an agent on OVS whose own MTU is
 // 1450 (a 1500-byte underlay) while the NetworkConfig applies 1400: the
 // interface of a new attachment gets 1400, asked of OVS, on the device and
-// in status.mtu, and the agent reports its underlay on its Node.
+// in status.mtu, and the agent reports its underlay on its Node. Then the
+// NetworkConfig applies another MTU, which the next new interface gets.
 func TestIntegrationNetworkConfigMTU(t *testing.T) {
 	k := newAPI(t)
 	const vni = 241
@@ -100,13 +101,28 @@ func TestIntegrationNetworkConfigMTU(t *testing.T) {
 	inst, fab := startOVS(t)
 	cfg := agentConfig(t, node, hostA, fab)
 	cfg.NetworkConfig, cfg.UnderlayMTU, cfg.Nodes = true, 1500, kube.CoreV1().Nodes()
-	startAgent(t, cfg)
+	r := startAgent(t, cfg)
 
 	k.attachment("a1", node, "s1")
 	k.address("a1", "10.241.0.5", vni)
 	poll.Until(t, settle, "a1 is ready", k.ready("a1", hostA))
 	poll.Until(t, settle, "a1 has the applied MTU", k.hasMTU(inst, "a1", appliedMTU))
 	poll.Until(t, settle, "the node reports its underlay", underlayAnnotation(kube, node, "1500"))
+
+	// A forced change of the overlay MTU reaches the running agent: the
+	// next new interface gets it.
+	const changed = appliedMTU - 50
+	applyNetworkConfig(t, changed)
+	poll.Until(t, settle, "the agent uses the changed MTU", func(context.Context) error {
+		if got := r.agent.MTU(); got != changed {
+			return fmt.Errorf("the agent's MTU is %d, want %d", got, changed)
+		}
+		return nil
+	})
+	k.attachment("a2", node, "s1")
+	k.address("a2", "10.241.0.6", vni)
+	poll.Until(t, settle, "a2 is ready", k.ready("a2", hostA))
+	poll.Until(t, settle, "a2 has the changed MTU", k.hasMTU(inst, "a2", changed))
 }
 
 // TestIntegrationNetworkConfigForbidden runs an agent with the rights of
