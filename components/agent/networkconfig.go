@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"strconv"
 	"sync"
 	"time"
@@ -224,10 +225,45 @@ func reportUnderlay(ctx context.Context, nodes NodePatcher, node string, mtu int
 // interfaces it makes get the configuration's MTU.
 func (a *Agent) startNetworkConfig(ctx context.Context, wg *sync.WaitGroup) {
 	if a.nodes != nil && a.underlayMTU > 0 {
-		wg.Go(func() { reportUnderlay(ctx, a.nodes, a.node, a.underlayMTU) })
+		wg.Go(func() { a.watchUnderlay(ctx, underlayCheckPeriod, findUnderlay) })
 	}
 	if a.netConfig != nil {
 		a.netConfig.start(ctx, a, wg)
+	}
+}
+
+// underlayCheckPeriod is how often the agent reads its underlay's MTU
+// again, which an operator may change while it runs.
+const underlayCheckPeriod = time.Minute
+
+// watchUnderlay reports the underlay's MTU on the Node, then reads it
+// again (with find) every period and reports each change, with the gauge
+// and, when the MTU in use no longer fits, a warning. It returns when ctx
+// is done. A failed read keeps what was read last.
+func (a *Agent) watchUnderlay(ctx context.Context, period time.Duration, find func(netip.Addr) (underlay, error)) {
+	logger := klog.FromContext(ctx)
+	last := a.underlayMTU
+	reportUnderlay(ctx, a.nodes, a.node, last)
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		u, err := find(a.hostIP)
+		if err != nil || u.mtu == last {
+			continue
+		}
+		logger.Info("The underlay's MTU changed", "underlay", u.name, "underlayMTU", u.mtu, "previous", last)
+		last = u.mtu
+		a.metrics.underlayMTU.Set(float64(u.mtu))
+		if mtu := a.MTU(); mtu > 0 && u.mtu < mtu+fabric.VXLANOverhead {
+			logger.Info("Warning: the underlay cannot carry the MTU in use with VXLAN's overhead; full-size packets between nodes are lost unless the path carries more",
+				"mtu", mtu, "underlayMTU", u.mtu, "fits", u.mtu-fabric.VXLANOverhead)
+		}
+		reportUnderlay(ctx, a.nodes, a.node, u.mtu)
 	}
 }
 

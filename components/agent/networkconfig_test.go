@@ -245,3 +245,58 @@ func TestKeptMTU(t *testing.T) {
 		})
 	}
 }
+
+// TestWatchUnderlay checks that the agent reports its underlay at start and
+// again when its MTU changes, and keeps the last one read when a read
+// fails.
+func TestWatchUnderlay(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	kube := kubefake.NewSimpleClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}})
+	a, _ := newConfigAgent(t, kosfake.NewSimpleClientset(), 1450, 0)
+	a.nodes = kube.CoreV1().Nodes()
+	// find reads what the test sends, and then the last MTU it sent; an
+	// MTU of 0 is a failed read.
+	reads := make(chan underlay)
+	current := underlay{name: "eth0", mtu: 1500}
+	find := func(netip.Addr) (underlay, error) {
+		select {
+		case u := <-reads:
+			if u.mtu == 0 {
+				return underlay{}, errNoUnderlay
+			}
+			current = u
+		default:
+		}
+		return current, nil
+	}
+	done := make(chan struct{})
+	go func() { a.watchUnderlay(ctx, time.Millisecond, find); close(done) }()
+	annotation := func() string {
+		n, err := kube.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.Annotations[v1alpha1.UnderlayMTUAnnotation]
+	}
+	waitFor := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for annotation() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("the annotation is %q, want %q", annotation(), want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitFor("1500")
+	reads <- underlay{} // a failed read changes nothing
+	reads <- underlay{name: "eth0", mtu: 9000}
+	waitFor("9000")
+	if got := testutil.ToFloat64(a.metrics.underlayMTU); got != 9000 {
+		t.Errorf("kos_agent_underlay_mtu is %g, want 9000", got)
+	}
+	cancel()
+	<-done
+}
