@@ -73,6 +73,19 @@ type Config struct {
 	// ExecWorkers is how many postCreateExec and postDeleteExec commands
 	// may run at once. DefaultExecWorkers when zero.
 	ExecWorkers int
+	// NetworkConfig makes the agent give new interfaces the overlay MTU
+	// that the NetworkConfig "cluster" applies (its status.overlayMTU),
+	// in place of the fabric's own, as soon as it reads one; it keeps the
+	// fabric's when it may not read the NetworkConfig.
+	NetworkConfig bool
+	// GivenMTU is the MTU the operator gave (--mtu), 0 for none: the agent
+	// warns when it differs from the NetworkConfig's.
+	GivenMTU int
+	// UnderlayMTU is the MTU of the node's underlay, 0 when unknown.
+	UnderlayMTU int
+	// Nodes, when set with UnderlayMTU, is where the agent reports the
+	// underlay's MTU on its Node (v1alpha1.UnderlayMTUAnnotation).
+	Nodes NodePatcher
 	// CNI configures the CNI server that plugs pods' interfaces for
 	// kos-cni; none runs when CNI.Socket is empty.
 	CNI cniserver.Config
@@ -111,6 +124,10 @@ type Agent struct {
 	flowCheckPeriod time.Duration
 	reconcilePeriod time.Duration
 	cni             cniserver.Config
+	// netConfig applies the NetworkConfig's MTU, when Config asks.
+	netConfig   *networkConfig
+	nodes       NodePatcher
+	underlayMTU int
 	// cniSrv is the CNI server, when cni names a socket.
 	cniSrv *cniserver.Server
 
@@ -204,8 +221,14 @@ func New(cfg Config) (*Agent, error) {
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kos-agent"},
 		),
-		addrSeed: maphash.MakeSeed(),
+		addrSeed:    maphash.MakeSeed(),
+		nodes:       cfg.Nodes,
+		underlayMTU: cfg.UnderlayMTU,
 	}
+	if cfg.NetworkConfig {
+		a.netConfig = newNetworkConfig(cfg, m)
+	}
+	m.observeMTU(cfg.UnderlayMTU, cfg.Fabric.MTU())
 	a.state = newState(m, a.newNetworkInformer)
 	if a.cni.Socket != "" {
 		a.cniSrv = a.cniServer()
@@ -312,6 +335,7 @@ func (a *Agent) Run(ctx context.Context, workers int) error {
 	defer wg.Wait()
 	defer a.queue.ShutDown()
 
+	a.startNetworkConfig(ctx, &wg)
 	wg.Go(func() { a.localInformer.RunWithContext(ctx) })
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, a.localInformer.HasSynced) {
 		return nil // ctx ended: only that stops the wait

@@ -35,6 +35,8 @@ type metrics struct {
 	informerStarts  prometheus.Counter
 	informerStopped prometheus.Counter
 	cniRequests     *prometheus.HistogramVec
+	underlayMTU     prometheus.Gauge
+	mtu             prometheus.Gauge
 }
 
 // latencyBuckets span a millisecond to a minute.
@@ -108,6 +110,14 @@ func newMetrics(reg prometheus.Registerer, fab fabric.Interface) (*metrics, erro
 			Help:    "How long kos-cni's requests took, from the agent's receipt to its answer, by command (ADD, DEL, CHECK, STATUS) and result (ok, error). An ADD includes the wait for the pod's attachment.",
 			Buckets: latencyBuckets,
 		}, []string{"command", "result"}),
+		underlayMTU: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "underlay_mtu",
+			Help: "The MTU of the node's underlay, the interface that holds the agent's host IP; 0 when unknown.",
+		}),
+		mtu: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "mtu",
+			Help: "The MTU the agent gives new interfaces of attachments: the NetworkConfig's overlay MTU once applied, else its own; 0 when it leaves it to the switch.",
+		}),
 	}
 	// Every series a dashboard shows exists from the start, at zero, so
 	// that a panel of errors shows none rather than nothing.
@@ -126,7 +136,7 @@ func newMetrics(reg prometheus.Registerer, fab fabric.Interface) (*metrics, erro
 	for _, c := range []prometheus.Collector{
 		m.fabricOps, m.fabricErrors, m.createToReady, m.dissemination, m.localAtts, m.remoteAtts, m.networks,
 		m.notifications, m.reconciles, m.statusWrites, m.execs, m.informerStarts, m.informerStopped,
-		m.cniRequests,
+		m.cniRequests, m.underlayMTU, m.mtu,
 	} {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)
@@ -195,4 +205,10 @@ func (c *dropsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.tunnel, prometheus.CounterValue, float64(d.Tunnel))
 	ch <- prometheus.MustNewConstMetric(c.spoofed, prometheus.CounterValue, float64(d.Spoofed))
+}
+
+// observeMTU sets the MTU gauges.
+func (m *metrics) observeMTU(underlay, inUse int) {
+	m.underlayMTU.Set(float64(underlay))
+	m.mtu.Set(float64(inUse))
 }

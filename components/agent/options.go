@@ -54,6 +54,8 @@ type Options struct {
 	HostOVSRunDir string
 	// MTU is the MTU of the interfaces of local attachments; 0 takes the
 	// underlay's (the interface holding HostIP) less VXLAN's overhead.
+	// Either is the agent's own MTU, which the NetworkConfig's applied
+	// overlay MTU replaces once the agent reads one.
 	MTU int
 
 	// Workers is how many attachments are synced at once.
@@ -143,7 +145,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.DatapathType, "datapath-type", o.DatapathType, `The bridge's datapath_type: empty for OVS's default (the kernel datapath), "netdev" for the userspace one.`)
 	fs.StringVar(&o.OVSRunDir, "ovs-run-dir", o.OVSRunDir, "The run dir (OVS_RUNDIR) of the Open vSwitch to program; empty for the default.")
 	fs.StringVar(&o.HostOVSRunDir, "host-ovs-run-dir", o.HostOVSRunDir, "The run dir of the node's own Open vSwitch (from a package, as kos-agent 0.1.0 used it). When one answers there as the agent starts, the agent programs it instead of --ovs-run-dir's, so that a node upgraded from 0.1.0 keeps the bridge and ports that carry its attachments' traffic; kos-ovs --host-run-dir then runs no Open vSwitch of its own. Empty: always --ovs-run-dir.")
-	fs.IntVar(&o.MTU, "mtu", o.MTU, fmt.Sprintf("The MTU of every interface the agent makes for an attachment, in [%d,%d]. 0 takes the MTU of the underlay, the interface holding --host-ip, less the %d bytes VXLAN over IPv4 adds, so that full-size packets fit the underlay once encapsulated. Set it when the path between nodes carries less than that interface (a tunnel or VPN beneath) or more; too large an MTU loses every full-size packet between nodes. A changed MTU reaches existing interfaces when the agent restarts, except those moved into other network namespaces.", fabric.MinMTU, fabric.MaxMTU, fabric.VXLANOverhead))
+	fs.IntVar(&o.MTU, "mtu", o.MTU, fmt.Sprintf("The MTU of every interface the agent makes for an attachment, in [%d,%d], until the agent reads the overlay MTU that the NetworkConfig cluster applies (status.overlayMTU), which then wins, with a warning when it differs, so that every attachment of a network has one MTU; the agent keeps this one while it may not read the NetworkConfig. 0 takes the MTU of the underlay, the interface holding --host-ip, less the %d bytes VXLAN over IPv4 adds, so that full-size packets fit the underlay once encapsulated. Set it when the path between nodes carries less than that interface (a tunnel or VPN beneath) or more; too large an MTU loses every full-size packet between nodes. A changed MTU reaches existing interfaces when the agent restarts, except those moved into other network namespaces.", fabric.MinMTU, fabric.MaxMTU, fabric.VXLANOverhead))
 	fs.DurationVar(&o.FlowCheckPeriod, "flow-check-period", o.FlowCheckPeriod, "How often to check whether the switch lost its flows (as when ovs-vswitchd restarts).")
 	fs.DurationVar(&o.ReconcilePeriod, "reconcile-period", o.ReconcilePeriod, "How often to reconcile the switch fully against the attachments, repairing drift.")
 
@@ -257,7 +259,9 @@ func (o *Options) kosAccess() kosapi.Access {
 // client configurations, the fabric and the agent's settings. With
 // --kos-api-ca-apiservice it reads that APIService from the main cluster.
 // Without --mtu, the OVS fabric's MTU comes from the underlay, for which it
-// waits up to 30 seconds (see attachmentMTU).
+// waits up to 30 seconds (see attachmentMTU). That MTU, or --mtu's, is the
+// agent's own: it holds until the agent reads the overlay MTU that the
+// NetworkConfig applies (Config.NetworkConfig).
 func (o *Options) Config(ctx context.Context) (*ServerConfig, error) {
 	mainCfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
 	if err != nil {
@@ -298,6 +302,11 @@ func (o *Options) Config(ctx context.Context) (*ServerConfig, error) {
 		}
 		fab = ovs.New(ovs.Config{Bridge: o.Bridge, DatapathType: o.DatapathType, RunDir: o.ovsRunDir(), MTU: mtu})
 	}
+	// The underlay, when one holds the host IP, is reported on the Node.
+	var underlayMTU int
+	if u, err := findUnderlay(hostIP); err == nil {
+		underlayMTU = u.mtu
+	}
 	return &ServerConfig{
 		Main: mainCfg,
 		KOS:  kosCfg,
@@ -305,6 +314,9 @@ func (o *Options) Config(ctx context.Context) (*ServerConfig, error) {
 			NodeName:        o.NodeName,
 			HostIP:          hostIP,
 			Fabric:          fab,
+			NetworkConfig:   true,
+			GivenMTU:        o.MTU,
+			UnderlayMTU:     underlayMTU,
 			AllowedPrograms: o.AllowedPrograms,
 			FlowCheckPeriod: o.FlowCheckPeriod,
 			ReconcilePeriod: o.ReconcilePeriod,

@@ -30,8 +30,8 @@ type ServerConfig struct {
 	// KOS is the client configuration of the KOS API: kos-apiserver
 	// itself, or the main cluster's kube-apiserver, which proxies to it.
 	KOS *rest.Config
-	// Agent configures the agent; New fills in its Client, Recorder and
-	// Registerer.
+	// Agent configures the agent; New fills in its Client, Recorder,
+	// Registerer and Nodes.
 	Agent Config
 	// Workers is how many attachments the agent syncs at once; Complete
 	// makes 0 into 1.
@@ -98,6 +98,7 @@ func (c CompletedServerConfig) New() (*Server, error) {
 	cfg.Client = kos
 	cfg.Recorder = broadcaster.NewRecorder(kosscheme.Scheme, corev1.EventSource{Component: "kos-agent", Host: cfg.NodeName})
 	cfg.Registerer = reg
+	cfg.Nodes = kube.CoreV1().Nodes()
 	a, err := New(cfg)
 	if err != nil {
 		broadcaster.Shutdown()

@@ -300,6 +300,7 @@ func (a *Agent) syncLocalStatus(ctx context.Context, att *v1alpha1.NetworkAttach
 	key := keyOf(att)
 	want := a.wantImpl(key, addr, hasAddr, held, settleErr)
 	got := implOf(&att.Status)
+	want.mtu = a.keptMTU(ctx, addr, want, got)
 	if settleErr != nil {
 		a.recorder.Event(att, corev1.EventTypeWarning, reasonFabricError, settleErr.Error())
 	}

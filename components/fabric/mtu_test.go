@@ -1,6 +1,28 @@
 package fabric
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
+)
+
+// TestMTUBoundsMatchTheAPI checks that the fabric's MTU arithmetic is the
+// API's: kos-controller-manager computes the overlay MTU that agents apply
+// with v1alpha1's, and kos-apiserver validates it with them.
+func TestMTUBoundsMatchTheAPI(t *testing.T) {
+	for _, c := range []struct {
+		name           string
+		fabric, apiVal int
+	}{
+		{"VXLANOverhead", VXLANOverhead, v1alpha1.VXLANOverhead},
+		{"MinMTU", MinMTU, v1alpha1.MinOverlayMTU},
+		{"MaxMTU", MaxMTU, v1alpha1.MaxOverlayMTU},
+	} {
+		if c.fabric != c.apiVal {
+			t.Errorf("fabric.%s is %d, the API's is %d", c.name, c.fabric, c.apiVal)
+		}
+	}
+}
 
 func TestAttachmentMTU(t *testing.T) {
 	tests := []struct {

@@ -23,6 +23,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goovs "github.com/digitalocean/go-openvswitch/ovs"
@@ -75,9 +76,10 @@ type Config struct {
 type Fabric struct {
 	bridge       string
 	datapathType string
-	mtu          int
-	ovs          *ovsClient
-	flows        *flowBatcher
+	// mtu is the MTU CreateLocal gives interfaces; SetMTU changes it.
+	mtu   atomic.Int64
+	ovs   *ovsClient
+	flows *flowBatcher
 
 	mu sync.Mutex
 	// tunnelPort is the OpenFlow number of the tunnel port, 0 while
@@ -98,13 +100,14 @@ func New(cfg Config) *Fabric {
 		cfg.Timeout = DefaultTimeout
 	}
 	client := newOVSClient(cfg.RunDir, cfg.Timeout)
-	return &Fabric{
+	f := &Fabric{
 		bridge:       cfg.Bridge,
 		datapathType: cfg.DatapathType,
-		mtu:          cfg.MTU,
 		ovs:          client,
 		flows:        &flowBatcher{ovs: client, bridge: cfg.Bridge},
 	}
+	f.mtu.Store(int64(cfg.MTU))
+	return f
 }
 
 // Ensure creates the bridge and its tunnel port unless they exist and
@@ -191,7 +194,7 @@ func (f *Fabric) CreateLocal(ctx context.Context, atts ...fabric.LocalAttachment
 		ports = append(ports, internalPort{
 			name:        a.InterfaceName(),
 			mac:         a.MAC().String(),
-			mtu:         f.mtu,
+			mtu:         f.MTU(),
 			externalIDs: attachmentIDs(a),
 		})
 	}
@@ -524,7 +527,7 @@ func attachmentOf(r interfaceRow) (fabric.LocalAttachment, bool) {
 // maker gave it, which its pod has too, and is not checked.
 func (f *Fabric) localWhole(att fabric.LocalAttachment, r interfaceRow, flows []*goovs.Flow) bool {
 	port := plugged(r) ||
-		(r.Type == "internal" && r.MAC == att.MAC().String() && (f.mtu == 0 || r.MTURequest == f.mtu))
+		(r.Type == "internal" && r.MAC == att.MAC().String() && (f.MTU() == 0 || r.MTURequest == f.MTU()))
 	return port && r.OFPort > 0 && sameFlows(flows, localFlows(att, r.OFPort))
 }
 
@@ -554,7 +557,13 @@ func (f *Fabric) Drops(ctx context.Context) (fabric.Drops, error) {
 
 // MTU returns the MTU of the interfaces CreateLocal makes; 0 when OVS
 // chooses.
-func (f *Fabric) MTU() int { return f.mtu }
+func (f *Fabric) MTU() int { return int(f.mtu.Load()) }
+
+// SetMTU sets the MTU of the interfaces CreateLocal makes from now on.
+// Internal ports made with another become partial in List, and a
+// reconcile asks OVS for the new MTU; plugged interfaces keep their
+// maker's.
+func (f *Fabric) SetMTU(mtu int) { f.mtu.Store(int64(mtu)) }
 
 // tunnelPortNumber returns the tunnel port's OpenFlow number, reading it if
 // it is not known yet.
