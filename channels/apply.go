@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/metadata"
 	"k8s.io/klog/v2"
 )
 
@@ -302,7 +303,7 @@ func (c *Client) applyRun(ctx context.Context, plan *Plan, items []PlanItem, opt
 		return out
 	}
 	ros = keep(ros, func(ro *rollout) error {
-		ro.writer = &addonWriter{client: c, parallelism: opts.Parallelism, shared: ro.item.shared, defined: defined, decl: decl, adoptForeign: opts.Adopt}
+		ro.writer = &addonWriter{client: c, parallelism: opts.Parallelism, shared: ro.item.shared, defined: defined, decl: decl, adoptForeign: opts.Adopt, metadataResults: !opts.Wait}
 		rel, err := ro.writer.prepare(ctx, ro.objs)
 		decl.set(ro.item.Addon, rel, ro.objs, err)
 		if err != nil {
@@ -457,6 +458,10 @@ type addonWriter struct {
 	// adoptForeign lets the addon take over objects neither channels nor
 	// kOps's channels made (ApplyOptions.Adopt).
 	adoptForeign bool
+	// metadataResults makes apply return the metadata of the objects it
+	// applies rather than the whole objects: set in a run that does not
+	// wait for them, which reads nothing else of them.
+	metadataResults bool
 	// declaredBy holds, in a run, the DeclaredByAnnotation each object of
 	// the release is to carry (none when absent); nil outside a run, which
 	// leaves the annotation as it is.
@@ -689,7 +694,7 @@ func (w *addonWriter) applyOne(ctx context.Context, t *target) (*unstructured.Un
 		ri = w.client.Dynamic.Resource(t.mapping.Resource).Namespace(t.key.Namespace)
 	}
 	opts := metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
-	out, err := ri.Apply(ctx, t.key.Name, t.obj, opts)
+	out, err := w.serverApply(ctx, ri, t, opts)
 	if err != nil {
 		return nil, fmt.Errorf("applying %s: %w", t.key, err)
 	}
@@ -712,7 +717,7 @@ func (w *addonWriter) applyOne(ctx context.Context, t *target) (*unstructured.Un
 		if err != nil {
 			return nil, fmt.Errorf("taking over the fields of %s: %w", t.key, err)
 		}
-		if out, err = ri.Apply(ctx, t.key.Name, t.obj, opts); err != nil {
+		if out, err = w.serverApply(ctx, ri, t, opts); err != nil {
 			return nil, fmt.Errorf("applying %s: %w", t.key, err)
 		}
 		klog.FromContext(ctx).V(2).Info("Took over fields of other managers", "object", t.key.String())
@@ -720,6 +725,30 @@ func (w *addonWriter) applyOne(ctx context.Context, t *target) (*unstructured.Un
 	}
 	klog.FromContext(ctx).V(3).Info("Applied object", "object", t.key.String())
 	return out, nil
+}
+
+// serverApply server-side applies one object and returns it as the server
+// answered: whole, or, when the writer reads only metadata of what it
+// applies (metadataResults), its metadata alone, which the server encodes
+// and the client decodes as protobuf. A CRD is always returned whole, for
+// waitEstablished.
+func (w *addonWriter) serverApply(ctx context.Context, ri dynamic.ResourceInterface, t *target, opts metav1.ApplyOptions) (*unstructured.Unstructured, error) {
+	if !w.metadataResults || t.key.GroupKind == crdKind {
+		return ri.Apply(ctx, t.key.Name, t.obj, opts)
+	}
+	data, err := t.obj.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	var mi metadata.ResourceInterface = w.client.Metadata.Resource(t.mapping.Resource)
+	if t.key.Namespace != "" {
+		mi = w.client.Metadata.Resource(t.mapping.Resource).Namespace(t.key.Namespace)
+	}
+	m, err := mi.Patch(ctx, t.key.Name, types.ApplyPatchType, data, opts.ToPatchOptions())
+	if err != nil {
+		return nil, err
+	}
+	return metadataObject(t.mapping.GroupVersionKind, m)
 }
 
 // waitEstablished waits until every CRD among the applied targets is
