@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/metadata"
 	"k8s.io/klog/v2"
 )
 
@@ -122,8 +123,8 @@ func (e *ApplyError) Unwrap() []error {
 // (see AdoptAnnotation), writes the pending inventory (the kinds and
 // namespaces it is about to apply) unless the record already covers them,
 // and applies its objects with server-side apply in phases (see Phase),
-// taking over fields kOps or kubectl's client-side apply own; each phase is
-// applied for every addon before the next, so that the Namespaces and CRDs
+// taking over fields kOps or kubectl's client-side apply own; each wave of
+// phases is applied for every addon before the next, so that the Namespaces and CRDs
 // of all come first (see applyRun). Once every addon is applied it waits,
 // for all of them at once, until their objects are ready (when opts.Wait is
 // set); then, addon by addon, it prunes what the release no longer has
@@ -257,10 +258,10 @@ type rollout struct {
 //     are Established, before any other object of the run;
 //   - give the addons that need PKI their CA and Issuer (cert-manager's
 //     Issuer CRD may be one the run just applied);
-//   - apply the other phases (see Phase), each for every addon before the
-//     next: webhooks and APIServices of all addons come last, so that no
-//     addon's objects pass through another's webhook before its server
-//     runs.
+//   - apply the other waves of phases (see Phase), each for every addon
+//     before the next: webhooks and APIServices of all addons come last, so
+//     that no addon's objects pass through another's webhook before its
+//     server runs.
 func (c *Client) applyRun(ctx context.Context, plan *Plan, items []PlanItem, opts ApplyOptions, r *reporter, fail func(string, error)) []*rollout {
 	logger := klog.FromContext(ctx)
 	var ros []*rollout
@@ -302,7 +303,7 @@ func (c *Client) applyRun(ctx context.Context, plan *Plan, items []PlanItem, opt
 		return out
 	}
 	ros = keep(ros, func(ro *rollout) error {
-		ro.writer = &addonWriter{client: c, parallelism: opts.Parallelism, shared: ro.item.shared, defined: defined, decl: decl, adoptForeign: opts.Adopt}
+		ro.writer = &addonWriter{client: c, parallelism: opts.Parallelism, shared: ro.item.shared, defined: defined, decl: decl, adoptForeign: opts.Adopt, metadataResults: !opts.Wait}
 		rel, err := ro.writer.prepare(ctx, ro.objs)
 		decl.set(ro.item.Addon, rel, ro.objs, err)
 		if err != nil {
@@ -365,25 +366,25 @@ func (c *Client) applyRun(ctx context.Context, plan *Plan, items []PlanItem, opt
 		}
 		return nil
 	})
-	applyPhase := func(p Phase) {
+	applyWave := func(wv wave) {
 		ros = keep(ros, func(ro *rollout) error {
 			if completing(ro) {
 				return nil
 			}
-			out, err := ro.writer.applyPhase(ctx, ro.rel, p)
+			out, err := ro.writer.applyWave(ctx, ro.rel, wv)
 			ro.objects = append(ro.objects, out...)
 			return err
 		})
 	}
-	applyPhase(PhaseDefinitions)
+	applyWave(applyWaves[0])
 	ros = keep(ros, func(ro *rollout) error {
 		if !ro.item.Addon.NeedsPKI || completing(ro) {
 			return nil
 		}
 		return c.installPKI(ctx, ro.item.Addon, defined[issuerKind.GroupKind()])
 	})
-	for p := PhaseDefinitions + 1; p < phaseCount; p++ {
-		applyPhase(p)
+	for _, wv := range applyWaves[1:] {
+		applyWave(wv)
 	}
 	if opts.Wait {
 		// Every object is applied: say so before waiting, so that a
@@ -457,6 +458,10 @@ type addonWriter struct {
 	// adoptForeign lets the addon take over objects neither channels nor
 	// kOps's channels made (ApplyOptions.Adopt).
 	adoptForeign bool
+	// metadataResults makes apply return the metadata of the objects it
+	// applies rather than the whole objects: set in a run that does not
+	// wait for them, which reads nothing else of them.
+	metadataResults bool
 	// declaredBy holds, in a run, the DeclaredByAnnotation each object of
 	// the release is to carry (none when absent); nil outside a run, which
 	// leaves the annotation as it is.
@@ -571,12 +576,12 @@ func (in *applied) claim(u *unstructured.Unstructured) error {
 	return nil
 }
 
-// apply applies a prepared release phase by phase and returns the objects
+// apply applies a prepared release wave by wave and returns the objects
 // as the server answered.
 func (w *addonWriter) apply(ctx context.Context, rel *release) ([]*unstructured.Unstructured, error) {
 	var out []*unstructured.Unstructured
-	for p := Phase(0); p < phaseCount; p++ {
-		got, err := w.applyPhase(ctx, rel, p)
+	for _, wv := range applyWaves {
+		got, err := w.applyWave(ctx, rel, wv)
 		if err != nil {
 			return nil, err
 		}
@@ -585,24 +590,27 @@ func (w *addonWriter) apply(ctx context.Context, rel *release) ([]*unstructured.
 	return out, nil
 }
 
-// applyPhase applies the objects of one phase of a prepared release and
-// returns them as the server answered; after PhaseDefinitions it waits
-// until the CRDs are Established. An object that asks to be created only
-// (CreateOnlyAnnotation) and exists is left as it is.
-func (w *addonWriter) applyPhase(ctx context.Context, rel *release, p Phase) ([]*unstructured.Unstructured, error) {
+// applyWave applies the objects of one wave of a prepared release, in
+// phase order, and returns them as the server answered; after the wave of
+// PhaseDefinitions it waits until the CRDs are Established. An object that
+// asks to be created only (CreateOnlyAnnotation) and exists is left as it
+// is.
+func (w *addonWriter) applyWave(ctx context.Context, rel *release, wv wave) ([]*unstructured.Unstructured, error) {
 	var targets []*target
 	var errs []error
-	for _, u := range rel.byPhase[p] {
-		t := rel.ready[u]
-		if t == nil {
-			mapping, err := w.client.mapping(ctx, u.GroupVersionKind(), true)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", keyOf(u), err))
-				continue
+	for p := wv.first; p <= wv.last; p++ {
+		for _, u := range rel.byPhase[p] {
+			t := rel.ready[u]
+			if t == nil {
+				mapping, err := w.client.mapping(ctx, u.GroupVersionKind(), true)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", keyOf(u), err))
+					continue
+				}
+				t = &target{obj: u, key: keyOf(u), mapping: mapping}
 			}
-			t = &target{obj: u, key: keyOf(u), mapping: mapping}
+			targets = append(targets, t)
 		}
-		targets = append(targets, t)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -625,7 +633,7 @@ func (w *addonWriter) applyPhase(ctx context.Context, rel *release, p Phase) ([]
 	if err != nil {
 		return nil, err
 	}
-	if p == PhaseDefinitions {
+	if wv.first == PhaseDefinitions {
 		if err := w.waitEstablished(ctx, targets, results); err != nil {
 			return nil, err
 		}
@@ -686,7 +694,7 @@ func (w *addonWriter) applyOne(ctx context.Context, t *target) (*unstructured.Un
 		ri = w.client.Dynamic.Resource(t.mapping.Resource).Namespace(t.key.Namespace)
 	}
 	opts := metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
-	out, err := ri.Apply(ctx, t.key.Name, t.obj, opts)
+	out, err := w.serverApply(ctx, ri, t, opts)
 	if err != nil {
 		return nil, fmt.Errorf("applying %s: %w", t.key, err)
 	}
@@ -709,7 +717,7 @@ func (w *addonWriter) applyOne(ctx context.Context, t *target) (*unstructured.Un
 		if err != nil {
 			return nil, fmt.Errorf("taking over the fields of %s: %w", t.key, err)
 		}
-		if out, err = ri.Apply(ctx, t.key.Name, t.obj, opts); err != nil {
+		if out, err = w.serverApply(ctx, ri, t, opts); err != nil {
 			return nil, fmt.Errorf("applying %s: %w", t.key, err)
 		}
 		klog.FromContext(ctx).V(2).Info("Took over fields of other managers", "object", t.key.String())
@@ -717,6 +725,30 @@ func (w *addonWriter) applyOne(ctx context.Context, t *target) (*unstructured.Un
 	}
 	klog.FromContext(ctx).V(3).Info("Applied object", "object", t.key.String())
 	return out, nil
+}
+
+// serverApply server-side applies one object and returns it as the server
+// answered: whole, or, when the writer reads only metadata of what it
+// applies (metadataResults), its metadata alone, which the server encodes
+// and the client decodes as protobuf. A CRD is always returned whole, for
+// waitEstablished.
+func (w *addonWriter) serverApply(ctx context.Context, ri dynamic.ResourceInterface, t *target, opts metav1.ApplyOptions) (*unstructured.Unstructured, error) {
+	if !w.metadataResults || t.key.GroupKind == crdKind {
+		return ri.Apply(ctx, t.key.Name, t.obj, opts)
+	}
+	data, err := t.obj.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	var mi metadata.ResourceInterface = w.client.Metadata.Resource(t.mapping.Resource)
+	if t.key.Namespace != "" {
+		mi = w.client.Metadata.Resource(t.mapping.Resource).Namespace(t.key.Namespace)
+	}
+	m, err := mi.Patch(ctx, t.key.Name, types.ApplyPatchType, data, opts.ToPatchOptions())
+	if err != nil {
+		return nil, err
+	}
+	return metadataObject(t.mapping.GroupVersionKind, m)
 }
 
 // waitEstablished waits until every CRD among the applied targets is
@@ -795,11 +827,15 @@ func definedKinds(objs []*unstructured.Unstructured) map[schema.GroupKind]bool {
 // returns every error, joined. It does not stop at the first: a phase
 // reports all its failing objects.
 func (w *addonWriter) each(ctx context.Context, n int, fn func(context.Context, int) error) error {
+	parallelism := w.parallelism
+	if parallelism <= 0 {
+		parallelism = defaultParallelism
+	}
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
 		errs []error
-		sem  = make(chan struct{}, w.parallelism)
+		sem  = make(chan struct{}, parallelism)
 	)
 	for i := 0; i < n; i++ {
 		sem <- struct{}{}

@@ -7,6 +7,7 @@ import (
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 )
@@ -30,6 +31,10 @@ type Client struct {
 	Kube kubernetes.Interface
 	// Dynamic applies, lists and deletes the objects of manifests.
 	Dynamic dynamic.Interface
+	// Metadata lists objects as their metadata alone, where labels,
+	// annotations and managed fields are all that is read (ownership,
+	// prune): the server sends less and the client decodes protobuf.
+	Metadata metadata.Interface
 	// Discovery caches discovery in memory; Mapper.Reset invalidates it.
 	Discovery discovery.CachedDiscoveryInterface
 	// Mapper maps kinds to resources. It reads discovery only when first
@@ -55,10 +60,15 @@ func NewClient(config *rest.Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating dynamic client: %w", err)
 	}
+	meta, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating metadata client: %w", err)
+	}
 	cached := memory.NewMemCacheClient(kube.Discovery())
 	return &Client{
 		Kube:      kube,
 		Dynamic:   dyn,
+		Metadata:  meta,
 		Discovery: cached,
 		Mapper:    restmapper.NewDeferredDiscoveryRESTMapper(cached),
 	}, nil

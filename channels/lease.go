@@ -22,11 +22,21 @@ const (
 	LeaseName      = "channels"
 )
 
-// Lease timing. A run renews the lease every retry period while it works; a
-// run that died holding it blocks others for at most leaseDuration.
+// Lease timing. A run that waits for the lease tries to take it every
+// retryPeriod; a run that holds it writes it every renewPeriod, a third of
+// leaseDuration, as leader election's renewals are a fraction of the lease
+// (a run of a few seconds writes it only to take and release it); a run
+// that died holding it blocks others for at most leaseDuration.
+//
+// A holder that cannot write the lease stops once renewDeadline has passed
+// since its first failed renewal, which comes at most renewPeriod plus a
+// retryPeriod after its last write: 5 + 1 + 8 = 14 s, before another run,
+// which counts leaseDuration from when it saw that last write, may take
+// the lease.
 const (
 	leaseDuration = 15 * time.Second
-	renewDeadline = 10 * time.Second
+	renewPeriod   = leaseDuration / 3
+	renewDeadline = 8 * time.Second
 	retryPeriod   = time.Second
 )
 
@@ -61,6 +71,7 @@ func (c *Client) withLease(ctx context.Context, identity string, r *reporter, fn
 			LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
 		},
 		abort: cancel,
+		now:   time.Now,
 	}
 	var (
 		workErr  error
@@ -125,14 +136,21 @@ func (c *Client) withLease(ctx context.Context, identity string, r *reporter, fn
 
 // watchedLock wraps the lease lock to learn what leader election does not
 // tell: whether this run ever wrote the lease as its holder, and whether an
-// error means waiting is pointless.
+// error means waiting is pointless. It also spaces the holder's renewals:
+// leader election renews every retryPeriod, which is also how often a
+// waiting run tries; a renewal within renewPeriod of the last write is
+// taken as done without writing.
 type watchedLock struct {
 	resourcelock.Interface
 	abort func()
+	now   func() time.Time
 
 	mu   sync.Mutex
 	held bool
 	err  error
+	// written is when this run last wrote the lease as its holder; zero
+	// once it released it or a write failed.
+	written time.Time
 }
 
 // Get reads the lease.
@@ -149,19 +167,35 @@ func (l *watchedLock) Create(ctx context.Context, ler resourcelock.LeaderElectio
 	return err
 }
 
-// Update writes the lease: taking, renewing or releasing it.
+// Update writes the lease: taking, renewing or releasing it. A renewal
+// within renewPeriod of the last write is not written.
 func (l *watchedLock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	if l.skipRenewal(ler) {
+		return nil
+	}
 	err := l.Interface.Update(ctx, ler)
 	l.observeWrite(ler, err)
 	return err
 }
 
+// skipRenewal reports whether a write renews the lease this run holds
+// within renewPeriod of its last write.
+func (l *watchedLock) skipRenewal(ler resourcelock.LeaderElectionRecord) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return ler.HolderIdentity == l.Identity() && !l.written.IsZero() && l.now().Sub(l.written) < renewPeriod
+}
+
 func (l *watchedLock) observeWrite(ler resourcelock.LeaderElectionRecord, err error) {
+	l.mu.Lock()
 	if err == nil && ler.HolderIdentity == l.Identity() {
-		l.mu.Lock()
 		l.held = true
-		l.mu.Unlock()
+		l.written = l.now()
+	} else {
+		// Released, or not written: the next renewal writes.
+		l.written = time.Time{}
 	}
+	l.mu.Unlock()
 	l.observe(err)
 }
 

@@ -140,8 +140,9 @@ func keyOf(u *unstructured.Unstructured) objectKey {
 	}
 }
 
-// Phase orders the objects of an addon for apply: a phase starts when every
-// object of the phases before it has been applied.
+// Phase orders the objects of an addon for apply. Apply sends them in
+// phase order, and waits between waves of phases (see applyWaves): a wave
+// starts when every object of the waves before it has been applied.
 type Phase int
 
 // The phases, in order.
@@ -212,6 +213,27 @@ var phaseOfKind = map[schema.GroupKind]Phase{
 	{Group: "apiregistration.k8s.io", Kind: "APIService"}:                           PhaseRegistration,
 	{Group: "admissionregistration.k8s.io", Kind: "MutatingWebhookConfiguration"}:   PhaseRegistration,
 	{Group: "admissionregistration.k8s.io", Kind: "ValidatingWebhookConfiguration"}: PhaseRegistration,
+}
+
+// wave is a run of phases that apply sends without waiting between them.
+type wave struct{ first, last Phase }
+
+// applyWaves are the waves of phases. What must exist before other objects
+// are created has a wave of its own: Namespaces and CRDs first (the objects
+// in them, or of their kinds, cannot be created before), then what pods
+// read when they are created (their ServiceAccount, PriorityClass and
+// LimitRange are checked by admission, and Services become their
+// environment variables) before the workloads, and webhooks and
+// APIServices last. Within a wave the phases are sent in order, at most
+// ApplyOptions.Parallelism objects in flight, without waiting for one
+// phase's last objects before sending the next phase's first: nothing in
+// them needs another to exist first (a RoleBinding may name a Role that
+// does not exist yet; a claim waits for its StorageClass).
+var applyWaves = []wave{
+	{PhaseDefinitions, PhaseDefinitions},
+	{PhaseIdentity, PhaseServices},
+	{PhaseWorkloads, PhaseOther},
+	{PhaseRegistration, PhaseRegistration},
 }
 
 // PhaseOf returns the phase objects of a kind are applied in.

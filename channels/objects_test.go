@@ -213,3 +213,43 @@ func TestCRDEstablished(t *testing.T) {
 		})
 	}
 }
+
+func TestApplyWaves(t *testing.T) {
+	// Every phase is in exactly one wave, in order.
+	var got []Phase
+	for _, wv := range applyWaves {
+		if wv.first > wv.last {
+			t.Errorf("wave %v..%v is empty", wv.first, wv.last)
+		}
+		for p := wv.first; p <= wv.last; p++ {
+			got = append(got, p)
+		}
+	}
+	var want []Phase
+	for p := Phase(0); p < phaseCount; p++ {
+		want = append(want, p)
+	}
+	if diff := cmp.Diff(got, want); diff != "" {
+		t.Errorf("phases of the waves (-got +want):\n%s", diff)
+	}
+	// What must exist before others are created is never in their wave.
+	waveOf := func(p Phase) int {
+		for i, wv := range applyWaves {
+			if wv.first <= p && p <= wv.last {
+				return i
+			}
+		}
+		return -1
+	}
+	for _, before := range [][2]Phase{
+		{PhaseDefinitions, PhaseIdentity},
+		{PhaseIdentity, PhaseWorkloads},
+		{PhaseConfig, PhaseWorkloads},
+		{PhaseServices, PhaseWorkloads},
+		{PhaseOther, PhaseRegistration},
+	} {
+		if waveOf(before[0]) >= waveOf(before[1]) {
+			t.Errorf("phase %v is not applied before phase %v starts", before[0], before[1])
+		}
+	}
+}

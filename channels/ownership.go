@@ -14,7 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/metadata"
 )
 
 // AdoptAnnotation, set to "true" on an object of a manifest, lets the addon
@@ -612,9 +614,10 @@ func checkDuplicates(ros []*rollout) map[string]error {
 //     carries AdoptAnnotation or the run adopts foreign objects
 //     (ApplyOptions.Adopt).
 //
-// It lists the objects of every kind and namespace the release applies to,
-// twice: those labelled as another addon's, and those without the label;
-// Namespaces, which every addon declares, are left out, and so are the
+// It lists the metadata of the objects of every kind and namespace the
+// release applies to, once each and all at once, by a selector that leaves
+// out the objects labelled as this addon's; Namespaces, which every addon
+// declares, are left out, and so are the
 // kinds the run's CRDs define (none of their objects can be found before
 // those apply) and objects to create only (an existing one is left as it
 // is).
@@ -645,15 +648,44 @@ func (w *addonWriter) checkOwnership(ctx context.Context, ro *rollout, r *report
 func (w *addonWriter) ownership(ctx context.Context, ro *rollout, r *reporter) (adopted map[objectKey]string, shared map[objectKey]map[string]bool, refused []error, err error) {
 	a := ro.item.Addon
 	type where struct {
-		gvr       schema.GroupVersionResource
-		gk        schema.GroupKind
+		mapping   *meta.RESTMapping
 		namespace string
 	}
-	lists := map[where]bool{}
+	seen := map[string]bool{}
+	var lists []where
 	for _, t := range ro.rel.ready {
-		if !isNamespace(t.key) {
-			lists[where{gvr: t.mapping.Resource, gk: t.key.GroupKind, namespace: t.key.Namespace}] = true
+		if isNamespace(t.key) {
+			continue
 		}
+		id := t.mapping.Resource.String() + "/" + t.key.Namespace
+		if !seen[id] {
+			seen[id] = true
+			lists = append(lists, where{mapping: t.mapping, namespace: t.key.Namespace})
+		}
+	}
+	sort.Slice(lists, func(i, j int) bool {
+		if gi, gj := lists[i].mapping.Resource.String(), lists[j].mapping.Resource.String(); gi != gj {
+			return gi < gj
+		}
+		return lists[i].namespace < lists[j].namespace
+	})
+	// One list per kind and namespace, of metadata alone, run at once:
+	// every object that does not carry this addon's IdentityLabel (a
+	// selector key!=value also selects the objects without the key).
+	found := make([][]*unstructured.Unstructured, len(lists))
+	err = w.each(ctx, len(lists), func(ctx context.Context, i int) error {
+		wh := lists[i]
+		opts := metav1.ListOptions{LabelSelector: IdentityLabel + "!=" + a.Name}
+		err := w.client.listMetadata(ctx, wh.mapping, wh.namespace, opts, func(u *unstructured.Unstructured) {
+			found[i] = append(found[i], u)
+		})
+		if err != nil && !meta.IsNoMatchError(err) {
+			return fmt.Errorf("listing %s to check who owns it: %w", wh.mapping.GroupVersionKind.GroupKind(), err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	once := map[objectKey]bool{}
 	for _, u := range ro.objs {
@@ -672,62 +704,45 @@ func (w *addonWriter) ownership(ctx context.Context, ro *rollout, r *reporter) (
 		}
 		shared[key][owner] = true
 	}
-	selectors := []string{IdentityLabel + "," + IdentityLabel + "!=" + a.Name, "!" + IdentityLabel}
-	for wh := range lists {
-		for _, selector := range selectors {
-			opts := metav1.ListOptions{LabelSelector: selector, Limit: listLimit}
-			for {
-				list, err := resourceFor(w.client.Dynamic, wh.gvr, wh.namespace).List(ctx, opts)
-				if err != nil {
-					if meta.IsNoMatchError(err) {
-						break
-					}
-					return nil, nil, nil, fmt.Errorf("listing %s to check who owns it: %w", wh.gk, err)
+	for i, wh := range lists {
+		gk := wh.mapping.GroupVersionKind.GroupKind()
+		for _, u := range found[i] {
+			key := objectKey{GroupKind: gk, Namespace: u.GetNamespace(), Name: u.GetName()}
+			if _, ok := ro.rel.done.keep[key]; !ok || u.GetDeletionTimestamp() != nil || once[key] {
+				continue
+			}
+			owner, labeled := u.GetLabels()[IdentityLabel]
+			if !labeled {
+				if madeByChannels(u, a.Selector) {
+					continue
 				}
-				for i := range list.Items {
-					u := &list.Items[i]
-					key := objectKey{GroupKind: wh.gk, Namespace: u.GetNamespace(), Name: u.GetName()}
-					if _, ok := ro.rel.done.keep[key]; !ok || u.GetDeletionTimestamp() != nil || once[key] {
-						continue
-					}
-					owner, labeled := u.GetLabels()[IdentityLabel]
-					if !labeled {
-						if madeByChannels(u, a.Selector) {
-							continue
-						}
-						adopted[key] = "neither channels nor kOps made it"
-						switch {
-						case ro.adopt[key], adopts(u):
-							r.report(EventNote, a.Name, "Adopting %s, which neither channels nor kOps made: it is annotated %s", key, AdoptAnnotation)
-						case w.adoptForeign:
-							r.report(EventNote, a.Name, "Adopting %s, which neither channels nor kOps made (adopt asked)", key)
-						default:
-							refused = append(refused, fmt.Errorf("%s exists and neither channels nor kOps's channels made it (fields of %s): annotate it %s=true (kubectl annotate), or adopt with --adopt, to let addon %q take it over",
-								key, foreignManagers(u), AdoptAnnotation, a.Name))
-						}
-						continue
-					}
-					why, declares, err := w.owns(ctx, owner, key, ro)
-					if err != nil {
-						return nil, nil, nil, err
-					}
-					if declares {
-						share(key, owner)
-					}
-					if ro.adopt[key] {
-						adopted[key] = fmt.Sprintf("from addon %s", owner)
-						r.report(EventNote, a.Name, "Adopting %s from addon %q", key, owner)
-						continue
-					}
-					if why != "" {
-						refused = append(refused, fmt.Errorf("%s belongs to addon %q, which %s; addon %q declares it too: set annotation %s: \"true\" on it in this addon's manifest to take it over",
-							key, owner, why, a.Name, AdoptAnnotation))
-					}
+				adopted[key] = "neither channels nor kOps made it"
+				switch {
+				case ro.adopt[key], adopts(u):
+					r.report(EventNote, a.Name, "Adopting %s, which neither channels nor kOps made: it is annotated %s", key, AdoptAnnotation)
+				case w.adoptForeign:
+					r.report(EventNote, a.Name, "Adopting %s, which neither channels nor kOps made (adopt asked)", key)
+				default:
+					refused = append(refused, fmt.Errorf("%s exists and neither channels nor kOps's channels made it (fields of %s): annotate it %s=true (kubectl annotate), or adopt with --adopt, to let addon %q take it over",
+						key, foreignManagers(u), AdoptAnnotation, a.Name))
 				}
-				if list.GetContinue() == "" {
-					break
-				}
-				opts.Continue = list.GetContinue()
+				continue
+			}
+			why, declares, err := w.owns(ctx, owner, key, ro)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			if declares {
+				share(key, owner)
+			}
+			if ro.adopt[key] {
+				adopted[key] = fmt.Sprintf("from addon %s", owner)
+				r.report(EventNote, a.Name, "Adopting %s from addon %q", key, owner)
+				continue
+			}
+			if why != "" {
+				refused = append(refused, fmt.Errorf("%s belongs to addon %q, which %s; addon %q declares it too: set annotation %s: \"true\" on it in this addon's manifest to take it over",
+					key, owner, why, a.Name, AdoptAnnotation))
 			}
 		}
 	}
@@ -853,4 +868,46 @@ func definedKindOf(u *unstructured.Unstructured) schema.GroupKind {
 	group, _, _ := unstructured.NestedString(u.Object, "spec", "group")
 	kind, _, _ := unstructured.NestedString(u.Object, "spec", "names", "kind")
 	return schema.GroupKind{Group: group, Kind: kind}
+}
+
+// listMetadata lists the metadata of the objects of a mapping's kind in a
+// namespace ("" for a cluster-scoped kind, or every namespace) that opts
+// select, page by page, and calls fn for each, as an Unstructured holding
+// its kind and metadata alone.
+func (c *Client) listMetadata(ctx context.Context, mapping *meta.RESTMapping, namespace string, opts metav1.ListOptions, fn func(*unstructured.Unstructured)) error {
+	var ri metadata.ResourceInterface = c.Metadata.Resource(mapping.Resource)
+	if namespace != "" {
+		ri = c.Metadata.Resource(mapping.Resource).Namespace(namespace)
+	}
+	opts.Limit = listLimit
+	for {
+		list, err := ri.List(ctx, opts)
+		if err != nil {
+			return err
+		}
+		for i := range list.Items {
+			u, err := metadataObject(mapping.GroupVersionKind, &list.Items[i])
+			if err != nil {
+				return err
+			}
+			fn(u)
+		}
+		if list.Continue == "" {
+			return nil
+		}
+		opts.Continue = list.Continue
+	}
+}
+
+// metadataObject returns an object's metadata as an Unstructured of its
+// kind, for the code that reads labels, annotations and managed fields of
+// listed objects.
+func metadataObject(gvk schema.GroupVersionKind, m *metav1.PartialObjectMetadata) (*unstructured.Unstructured, error) {
+	md, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&m.ObjectMeta)
+	if err != nil {
+		return nil, fmt.Errorf("reading the metadata of %s %s: %w", gvk.Kind, m.Name, err)
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{"metadata": md}}
+	u.SetGroupVersionKind(gvk)
+	return u, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sort"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -215,5 +216,36 @@ func TestDefinitionUsers(t *testing.T) {
 				t.Errorf("definitionUsers (-got +want):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestMetadataObject(t *testing.T) {
+	deleted := metav1.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)
+	m := &metav1.PartialObjectMetadata{
+		TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadata"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "c", Namespace: "ns", UID: "u1",
+			Labels:            map[string]string{IdentityLabel: "a"},
+			Annotations:       map[string]string{DeclaredByAnnotation: "a,b"},
+			DeletionTimestamp: &deleted,
+			ManagedFields:     []metav1.ManagedFieldsEntry{{Manager: "kubectl-client-side-apply", Operation: metav1.ManagedFieldsOperationUpdate}},
+		},
+	}
+	u, err := metadataObject(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]any{
+		"kind": u.GroupVersionKind().String(), "key": keyOf(u).String(), "uid": string(u.GetUID()),
+		"labels": u.GetLabels(), "declaredBy": declaredBy(u), "deleted": u.GetDeletionTimestamp() != nil,
+		"managers": foreignManagers(u), "kops": kopsMade(u),
+	}
+	want := map[string]any{
+		"kind": "/v1, Kind=ConfigMap", "key": "ConfigMap ns/c", "uid": "u1",
+		"labels": map[string]string{IdentityLabel: "a"}, "declaredBy": []string{"a", "b"}, "deleted": true,
+		"managers": "kubectl-client-side-apply", "kops": false,
+	}
+	if diff := cmp.Diff(got, want); diff != "" {
+		t.Errorf("the object as ownership and prune read it (-got +want):\n%s", diff)
 	}
 }

@@ -6,13 +6,13 @@ import (
 	"sort"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/kos-sdn/kos/channels/api"
 )
@@ -269,57 +269,61 @@ func (w *addonWriter) pruneMapping(ctx context.Context, a *Addon, gk schema.Grou
 	return m, true, nil
 }
 
-// list returns the objects a query finds that the addon did not just apply.
-// Those that carry another addon's identity are left out; those that carry
-// none while other addons (shared) have the same selector are returned with
-// the reason to keep them.
+// list returns the objects a query finds that the addon did not just apply,
+// from a list of their metadata (all prune reads, but for what a CRD
+// defines, which it reads from the CRD). Those that carry another addon's
+// identity are left out; those that carry none while other addons (shared)
+// have the same selector are returned with the reason to keep them.
 func (w *addonWriter) list(ctx context.Context, q pruneQuery, in *applied, addon string, shared []string) ([]candidate, error) {
-	var ri dynamic.ResourceInterface = w.client.Dynamic.Resource(q.mapping.Resource)
-	if q.namespace != "" {
-		ri = w.client.Dynamic.Resource(q.mapping.Resource).Namespace(q.namespace)
-	}
 	gk := q.mapping.GroupVersionKind.GroupKind()
-	var out []candidate
-	opts := metav1.ListOptions{LabelSelector: q.labelSelector, FieldSelector: q.fieldSelector, Limit: listLimit}
-	for {
-		list, err := ri.List(ctx, opts)
-		if err != nil {
-			where := ""
-			if q.namespace != "" {
-				where = " in namespace " + q.namespace
-			}
-			return nil, fmt.Errorf("listing %s%s to prune: %w", gk, where, err)
+	var listed []*unstructured.Unstructured
+	opts := metav1.ListOptions{LabelSelector: q.labelSelector, FieldSelector: q.fieldSelector}
+	err := w.client.listMetadata(ctx, q.mapping, q.namespace, opts, func(u *unstructured.Unstructured) {
+		listed = append(listed, u)
+	})
+	if err != nil {
+		where := ""
+		if q.namespace != "" {
+			where = " in namespace " + q.namespace
 		}
-		for i := range list.Items {
-			u := &list.Items[i]
-			key := objectKey{GroupKind: gk, Namespace: u.GetNamespace(), Name: u.GetName()}
-			if in.keep[key] || u.GetDeletionTimestamp() != nil || ownedByController(u) {
-				continue
-			}
-			c := candidate{key: key, uid: u.GetUID(), mapping: q.mapping, defines: definedKindOf(u)}
-			identity, labeled := u.GetLabels()[IdentityLabel]
-			c.mine = labeled
-			switch {
-			case labeled && identity != addon:
-				continue
-			case !labeled && len(shared) > 0:
-				c.skip = fmt.Sprintf("it carries no %s label and addon %s has the same selector; delete it by hand if it is this addon's", IdentityLabel, strings.Join(shared, ", "))
-			}
-			if c.skip == "" {
-				c.skip = protection(u, q.named)
-			}
-			if c.skip == "" && w.decl != nil {
-				if err := w.keepForOthers(ctx, &c, addon, u); err != nil {
-					return nil, err
-				}
-			}
-			out = append(out, c)
-		}
-		if list.GetContinue() == "" {
-			return out, nil
-		}
-		opts.Continue = list.GetContinue()
+		return nil, fmt.Errorf("listing %s%s to prune: %w", gk, where, err)
 	}
+	var out []candidate
+	for _, u := range listed {
+		key := objectKey{GroupKind: gk, Namespace: u.GetNamespace(), Name: u.GetName()}
+		if in.keep[key] || u.GetDeletionTimestamp() != nil || ownedByController(u) {
+			continue
+		}
+		c := candidate{key: key, uid: u.GetUID(), mapping: q.mapping}
+		identity, labeled := u.GetLabels()[IdentityLabel]
+		c.mine = labeled
+		switch {
+		case labeled && identity != addon:
+			continue
+		case !labeled && len(shared) > 0:
+			c.skip = fmt.Sprintf("it carries no %s label and addon %s has the same selector; delete it by hand if it is this addon's", IdentityLabel, strings.Join(shared, ", "))
+		}
+		if gk == crdKind {
+			crd, err := w.client.Dynamic.Resource(q.mapping.Resource).Get(ctx, key.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				continue // deleted since it was listed
+			}
+			if err != nil {
+				return nil, fmt.Errorf("reading %s to prune: %w", key, err)
+			}
+			c.defines = definedKindOf(crd)
+		}
+		if c.skip == "" {
+			c.skip = protection(u, q.named)
+		}
+		if c.skip == "" && w.decl != nil {
+			if err := w.keepForOthers(ctx, &c, addon, u); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, c)
+	}
+	return out, nil
 }
 
 // ownedByController reports whether a controller owns the object: such

@@ -12,16 +12,18 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 )
 
-// How often the readiness gate reads the objects it waits for, and how often
-// it reports progress when nothing changes.
+// How often the readiness gate checks its deadline and may report progress,
+// and how often it reports progress when nothing changes.
 const (
-	readyPollInterval = time.Second
-	progressInterval  = 10 * time.Second
+	progressTick     = time.Second
+	progressInterval = 10 * time.Second
 )
 
 var apiServiceKind = schema.GroupKind{Group: "apiregistration.k8s.io", Kind: "APIService"}
@@ -29,18 +31,38 @@ var apiServiceKind = schema.GroupKind{Group: "apiregistration.k8s.io", Kind: "AP
 // waiting is an applied object the readiness gate waits for.
 type waiting struct {
 	key     objectKey
-	ri      dynamic.ResourceInterface
 	message string
+}
+
+// watchGroup is the objects of one kind in one namespace that the readiness
+// gate waits for, which one watch follows.
+type watchGroup struct {
+	gvr       schema.GroupVersionResource
+	gk        schema.GroupKind
+	namespace string
+	names     map[string]bool
+	// labeled is set when every object carries the addon's IdentityLabel,
+	// which the watch then selects by.
+	labeled bool
+}
+
+// seen is an object as a watch saw it; obj is nil once it is deleted.
+type seen struct {
+	key objectKey
+	obj *unstructured.Unstructured
 }
 
 // waitReady waits until every applied object is ready, as kstatus computes
 // it: Deployments, DaemonSets and StatefulSets rolled out, Jobs complete,
 // and so on; and APIServices Available, which kstatus does not know. It
-// reports progress while it waits, and fails on the first object kstatus
-// finds Failed, or when timeout passes, naming the objects not ready and
-// why.
+// reads the objects as apply returned them, then follows those not ready
+// with one watch per kind and namespace (by the addon's IdentityLabel)
+// rather than reading them again. It reports progress while it waits, and
+// fails on the first object kstatus finds Failed, on one deleted while it
+// waits, or when timeout passes, naming the objects not ready and why.
 func (w *addonWriter) waitReady(ctx context.Context, addon string, objs []*unstructured.Unstructured, timeout time.Duration, r *reporter) error {
-	var pending []*waiting
+	pending := map[objectKey]*waiting{}
+	groups := map[string]*watchGroup{}
 	for _, u := range objs {
 		if u == nil {
 			continue
@@ -57,55 +79,131 @@ func (w *addonWriter) waitReady(ctx context.Context, addon string, objs []*unstr
 		if err != nil {
 			return fmt.Errorf("%s: %w", key, err)
 		}
-		var ri dynamic.ResourceInterface = w.client.Dynamic.Resource(mapping.Resource)
-		if key.Namespace != "" {
-			ri = w.client.Dynamic.Resource(mapping.Resource).Namespace(key.Namespace)
+		pending[key] = &waiting{key: key, message: msg}
+		id := mapping.Resource.String() + "/" + key.Namespace
+		g := groups[id]
+		if g == nil {
+			g = &watchGroup{gvr: mapping.Resource, gk: key.GroupKind, namespace: key.Namespace, names: map[string]bool{}, labeled: true}
+			groups[id] = g
 		}
-		pending = append(pending, &waiting{key: key, ri: ri, message: msg})
+		g.names[key.Name] = true
+		g.labeled = g.labeled && u.GetLabels()[IdentityLabel] == addon
 	}
 	if len(pending) == 0 {
 		return nil
 	}
-	sort.Slice(pending, func(i, j int) bool { return pending[i].key.String() < pending[j].key.String() })
-	deadline := time.Now().Add(timeout)
-	lastReport, lastLine := time.Time{}, ""
-	ticker := time.NewTicker(readyPollInterval)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	events := make(chan seen)
+	for _, g := range groups {
+		w.watch(ctx, g, addon, events)
+	}
+	line := func() string {
+		ws := make([]*waiting, 0, len(pending))
+		for _, p := range pending {
+			ws = append(ws, p)
+		}
+		sort.Slice(ws, func(i, j int) bool { return ws[i].key.String() < ws[j].key.String() })
+		return describeWaiting(ws)
+	}
+	lastLine := line()
+	r.report(EventProgress, addon, "Waiting for %s", lastLine)
+	lastReport := time.Now()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	ticker := time.NewTicker(progressTick)
 	defer ticker.Stop()
 	for {
-		line := describeWaiting(pending)
-		if line != lastLine || time.Since(lastReport) >= progressInterval {
-			r.report(EventProgress, addon, "Waiting for %s", line)
-			lastReport, lastLine = time.Now(), line
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not ready after %s: %s; the release stays unrecorded, fix it and run again (or raise --timeout)", timeout, line)
-		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w", line, context.Cause(ctx))
+			return fmt.Errorf("waiting for %s: %w", line(), context.Cause(ctx))
+		case <-deadline.C:
+			return fmt.Errorf("not ready after %s: %s; the release stays unrecorded, fix it and run again (or raise --timeout)", timeout, line())
 		case <-ticker.C:
-		}
-		var still []*waiting
-		for _, p := range pending {
-			u, err := p.ri.Get(ctx, p.key.Name, metav1.GetOptions{})
-			if err != nil {
-				return fmt.Errorf("reading %s: %w", p.key, err)
+			// Progress at most once a tick, whatever the watches see.
+			if l := line(); l != lastLine || time.Since(lastReport) >= progressInterval {
+				r.report(EventProgress, addon, "Waiting for %s", l)
+				lastReport, lastLine = time.Now(), l
 			}
-			ready, msg, err := w.readiness(ctx, u)
+		case ev := <-events:
+			p, ok := pending[ev.key]
+			if !ok {
+				continue
+			}
+			if ev.obj == nil {
+				return fmt.Errorf("%s was deleted while waiting for it to be ready", ev.key)
+			}
+			ready, msg, err := w.readiness(ctx, ev.obj)
 			if err != nil {
 				return err
 			}
 			if !ready {
 				p.message = msg
-				still = append(still, p)
+				continue
+			}
+			delete(pending, ev.key)
+			if len(pending) == 0 {
+				r.report(EventProgress, addon, "Ready")
+				return nil
 			}
 		}
-		pending = still
-		if len(pending) == 0 {
-			r.report(EventProgress, addon, "Ready")
-			return nil
+	}
+}
+
+// watch follows the objects of a group until ctx is done, sending each
+// version of them it sees (first as listed, then as watched, listing again
+// when the watch ends) to out. It selects by the addon's IdentityLabel when
+// every object carries it, by name when the group is one object, and
+// filters by name in any case.
+func (w *addonWriter) watch(ctx context.Context, g *watchGroup, addon string, out chan<- seen) {
+	ri := resourceFor(w.client.Dynamic, g.gvr, g.namespace)
+	narrow := func(o *metav1.ListOptions) {
+		switch {
+		case g.labeled:
+			o.LabelSelector = IdentityLabel + "=" + addon
+		case len(g.names) == 1:
+			for name := range g.names {
+				o.FieldSelector = "metadata.name=" + name
+			}
 		}
 	}
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			narrow(&o)
+			return ri.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			narrow(&o)
+			return ri.Watch(ctx, o)
+		},
+	}
+	send := func(obj any, deleted bool) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok || !g.names[u.GetName()] {
+			return
+		}
+		ev := seen{key: objectKey{GroupKind: g.gk, Namespace: u.GetNamespace(), Name: u.GetName()}, obj: u}
+		if deleted {
+			ev.obj = nil
+		}
+		select {
+		case out <- ev:
+		case <-ctx.Done():
+		}
+	}
+	inf := cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, cache.Indexers{})
+	// The handlers run on the informer's goroutine: what they send is read
+	// in the order it happened.
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { send(obj, false) },
+		UpdateFunc: func(_, obj any) { send(obj, false) },
+		DeleteFunc: func(obj any) { send(obj, true) },
+	})
+	// The informer stops when waitReady returns and cancels ctx.
+	go inf.RunWithContext(ctx)
 }
 
 // mustHold names, for kinds kstatus calls Current too early, the condition

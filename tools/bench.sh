@@ -18,6 +18,7 @@ export KOS_CHANNELS_BIN=$PWD/.cache/bin/channels
 # package, -bench pattern, -benchtime, more flags (timeout, benchmark flags)
 benchmarks='
 ./tools/bench ^(BenchmarkColdInstall|BenchmarkNoOp|BenchmarkUpgradePrune|BenchmarkReadyInstall|BenchmarkNoOpRequests)$ 3x
+./tools/bench ^BenchmarkVersusKubectl$ 3x -timeout 20m
 ./tools/bench ^BenchmarkDriftPass$ 20x
 ./tools/bench ^BenchmarkDaemonRSS$ 1x -timeout 30m
 ./channels ^BenchmarkUnifiedDiff$ 1s

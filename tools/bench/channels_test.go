@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/rest"
 
@@ -288,4 +289,79 @@ func BenchmarkNoOpRequests(b *testing.B) {
 		b.ReportMetric(float64(counting.requests.Load()), "requests/op")
 		b.ReportMetric(float64(counting.write.Load()), "writes/op")
 	}
+}
+
+// BenchmarkVersusKubectl times channels and kubectl apply --server-side
+// side by side, as the processes a person runs, on the same control plane
+// and the same 200 objects, one tool right after the other in every
+// iteration so that both see the same load: a cold install, a no-op re-run
+// of it, and an upgrade that drops 50 objects and prunes them (kubectl
+// prunes server-side applied objects only with an ApplySet, so its
+// upgrade's objects were installed with one). It reports each tool's mean
+// time, kubectl's over channels' (the ratio), and the 1-minute load average
+// around each iteration.
+func BenchmarkVersusKubectl(b *testing.B) {
+	bin := channelsBinary(b)
+	kubeconfig := testenv.Shared(b).Kubeconfig
+	timed := func(b *testing.B, env []string, name string, args ...string) time.Duration {
+		b.Helper()
+		cmd := exec.Command(name, append(args, "--kubeconfig", kubeconfig)...)
+		cmd.Env = append(os.Environ(), env...)
+		start := time.Now()
+		out, err := cmd.CombinedOutput()
+		took := time.Since(start)
+		if err != nil {
+			b.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		}
+		return took
+	}
+	applySet := []string{"KUBECTL_APPLYSET=true"}
+	kubectlSet := func(b *testing.B, s *set, manifest string) time.Duration {
+		return timed(b, applySet, "kubectl", "apply", "--server-side", "--prune", "--applyset=bench", "-n", s.ns, "-f", manifest)
+	}
+	var sum struct{ cold, noop, upgrade [2]time.Duration }
+	var load float64
+	for b.Loop() {
+		before := loadAverage(b)
+		// channels: install, re-run, upgrade with prune.
+		c := newSet(b, "versus-channels")
+		sum.cold[0] += timed(b, nil, bin, "apply", "channel", c.channel(b, "1.0.0", c.full), "--yes", "--wait=false")
+		sum.noop[0] += timed(b, nil, bin, "apply", "channel", c.channel(b, "1.0.0", c.full), "--yes", "--wait=false")
+		sum.upgrade[0] += timed(b, nil, bin, "apply", "channel", c.channel(b, "1.1.0", c.smaller), "--yes", "--wait=false")
+		// kubectl: install and re-run plainly; install in an ApplySet
+		// (its namespace made first, as the ApplySet lives in it), then
+		// upgrade with prune.
+		k := newSet(b, "versus-kubectl")
+		sum.cold[1] += timed(b, nil, "kubectl", "apply", "--server-side", "-f", k.full)
+		sum.noop[1] += timed(b, nil, "kubectl", "apply", "--server-side", "-f", k.full)
+		p := newSet(b, "versus-kubectl-prune")
+		timed(b, nil, "kubectl", "create", "namespace", p.ns)
+		kubectlSet(b, p, p.full)
+		sum.upgrade[1] += kubectlSet(b, p, p.smaller)
+		load += (before + loadAverage(b)) / 2
+	}
+	n := float64(b.N)
+	for _, m := range []struct {
+		name string
+		d    [2]time.Duration
+	}{{"cold", sum.cold}, {"noop", sum.noop}, {"upgrade", sum.upgrade}} {
+		b.ReportMetric(m.d[0].Seconds()/n, m.name+"-channels-s")
+		b.ReportMetric(m.d[1].Seconds()/n, m.name+"-kubectl-s")
+		b.ReportMetric(float64(m.d[1])/float64(m.d[0]), m.name+"-ratio")
+	}
+	b.ReportMetric(load/n, "load")
+}
+
+// loadAverage returns the host's 1-minute load average.
+func loadAverage(b *testing.B) float64 {
+	b.Helper()
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var load float64
+	if _, err := fmt.Sscan(string(data), &load); err != nil {
+		b.Fatalf("reading /proc/loadavg: %v", err)
+	}
+	return load
 }
