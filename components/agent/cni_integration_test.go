@@ -191,8 +191,10 @@ func transfer(ctx context.Context, from, to *ovsenv.Netns, dst netip.Addr, size 
 // a veth pair into each pod's namespace with the attachment's MAC address,
 // address, MTU and subnet route, and they ping and carry TCP; CHECK passes;
 // the interfaces survive an ovs-vswitchd restart and an agent restart; a
-// stale DEL removes nothing; DEL removes the pod's interface and gives the
-// attachment its internal port back; ADDs fail with messages that say why.
+// stale DEL removes nothing; DEL removes the pod's interface and leaves
+// the attachment without a port, as it was before its ADD (a pod's
+// attachment's only port is its veth); ADDs fail with messages that say
+// why.
 func TestIntegrationCNI(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
@@ -239,6 +241,13 @@ func TestIntegrationCNI(t *testing.T) {
 		})
 	}
 	serving()
+	// The agent has reconciled with both attachments, and made them no
+	// port: the ADD plugs the only one.
+	for _, att := range atts {
+		if out, err := inst.Netns.Run(ctx, "ip", "-o", "link", "show", att.InterfaceName()); err == nil {
+			t.Errorf("before the ADDs, %s exists: %s; want no port before the pod's veth", att.InterfaceName(), out)
+		}
+	}
 
 	for i, p := range pods {
 		began := time.Now()
@@ -322,17 +331,19 @@ func TestIntegrationCNI(t *testing.T) {
 		t.Errorf("CHECK of web-0 after a stale DEL: %v", cniErr)
 	}
 
-	// DEL removes web-0's interface; the attachment gets its internal port
-	// back. A DEL again, or of an unknown container, succeeds.
+	// DEL removes web-0's interface and its port, and makes none in its
+	// place. A DEL again, or of an unknown container, succeeds.
 	c.mustSucceed(pods[0].request(cni.CommandDel))
 	if out, err := pods[0].netns.Run(ctx, "ip", "link", "show", "net1"); err == nil {
 		t.Errorf("web-0 still has net1 after DEL: %s", out)
 	}
-	if out, err := inst.Netns.Run(ctx, "ip", "-o", "link", "show", atts[0].InterfaceName()); err != nil || strings.Contains(out, "veth") {
-		t.Errorf("after DEL, %s is %q (%v), want the internal port again", atts[0].InterfaceName(), out, err)
+	if out, err := inst.Netns.Run(ctx, "ip", "-o", "link", "show", atts[0].InterfaceName()); err == nil {
+		t.Errorf("after DEL, %s is %q, want no interface", atts[0].InterfaceName(), out)
 	}
 	checkPlugs("after DEL", fab, wantPlugs[1:])
-	poll.Until(t, settle, "the switch holds both attachments", holds(fab, &fabric.Inventory{Local: atts}))
+	if err := holds(fab, &fabric.Inventory{Local: atts[1:]})(ctx); err != nil {
+		t.Errorf("after DEL: %v", err)
+	}
 	c.mustSucceed(pods[0].request(cni.CommandDel))
 	unknown := pods[0].request(cni.CommandDel)
 	unknown.ContainerID, unknown.Pod = "unknown", cni.Pod{Namespace: k.ns, Name: "nobody"}
