@@ -351,10 +351,15 @@ func TestIntegrationCNI(t *testing.T) {
 	if _, cniErr := c.do(pods[0].request(cni.CommandCheck)); cniErr == nil {
 		t.Errorf("CHECK of web-0 after DEL passed, want an error")
 	}
-	// A new sandbox of web-0 gets its interface again.
+	// A new sandbox of web-0 gets its interface again, in place of an
+	// internal port such as a 0.3.0 agent made for a pod's attachment.
+	if err := fab.CreateLocal(ctx, atts[0]); err != nil {
+		t.Fatal(err)
+	}
 	pods[0].containerID = "c0-again"
 	c.mustSucceed(pods[0].request(cni.CommandAdd))
 	carries("after web-0's new sandbox")
+	checkPlugs("after web-0's new sandbox", fab, []fabric.Plug{{LocalAttachment: atts[0], Owner: "c0-again/net1"}, wantPlugs[1]})
 
 	// An ADD that comes before its pod's attachment waits for it.
 	late := &sandbox{netns: ovsenv.NetnsT(t), pod: cni.Pod{Namespace: k.ns, Name: "web-2", UID: "uid-web-2"}, containerID: "c2"}
