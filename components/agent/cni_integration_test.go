@@ -193,7 +193,8 @@ func transfer(ctx context.Context, from, to *ovsenv.Netns, dst netip.Addr, size 
 // the interfaces survive an ovs-vswitchd restart and an agent restart; a
 // stale DEL removes nothing; DEL removes the pod's interface and leaves
 // the attachment without a port, as it was before its ADD (a pod's
-// attachment's only port is its veth); ADDs fail with messages that say
+// attachment's only port is its veth); a new sandbox's ADD replaces an
+// internal port an older agent made; ADDs fail with messages that say
 // why.
 func TestIntegrationCNI(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
