@@ -48,11 +48,16 @@ var cniRate = flag.Float64("cni.rate", 10, "pods BenchmarkCNIAdd's second sub-be
 // Each reports the p50, p99 and longest ADD (p50-ms, p99-ms, max-ms), the
 // ADDs done per second from the first pod's creation to the last result
 // (adds/s), and the agent's mean time per fabric operation of a pod
-// (create_local-ms: the attachment's internal port and flows;
-// delete_ports-ms and plug_local-ms: the ADD's swap of that port for the
-// veth), and logs them with the machine's load average. Run it as
+// (plug_local-ms: the veth as the attachment's port, and its flows; a
+// pod's attachment gets no internal port, so create_local-ms and
+// delete_ports-ms, which an internal port's making and removal would
+// take, stay 0 with no such operation counted), and logs them, with how
+// many ran, and the machine's load average. Run it as
 //
 //	go test ./components/agent/ -run '^$' -bench CNIAdd -benchtime 100x
+//
+// and, for the rate one node sustains, with a rate above it, such as
+// -cni.rate 40.
 func BenchmarkCNIAdd(b *testing.B) {
 	env := testenv.Shared(b)
 	kube, err := kubernetes.NewForConfig(env.RESTConfig)

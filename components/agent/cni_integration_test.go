@@ -191,8 +191,11 @@ func transfer(ctx context.Context, from, to *ovsenv.Netns, dst netip.Addr, size 
 // a veth pair into each pod's namespace with the attachment's MAC address,
 // address, MTU and subnet route, and they ping and carry TCP; CHECK passes;
 // the interfaces survive an ovs-vswitchd restart and an agent restart; a
-// stale DEL removes nothing; DEL removes the pod's interface and gives the
-// attachment its internal port back; ADDs fail with messages that say why.
+// stale DEL removes nothing; DEL removes the pod's interface and leaves
+// the attachment without a port, as it was before its ADD (a pod's
+// attachment's only port is its veth); a new sandbox's ADD replaces an
+// internal port an older agent made; ADDs fail with messages that say
+// why.
 func TestIntegrationCNI(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
@@ -239,6 +242,13 @@ func TestIntegrationCNI(t *testing.T) {
 		})
 	}
 	serving()
+	// The agent has reconciled with both attachments, and made them no
+	// port: the ADD plugs the only one.
+	for _, att := range atts {
+		if out, err := inst.Netns.Run(ctx, "ip", "-o", "link", "show", att.InterfaceName()); err == nil {
+			t.Errorf("before the ADDs, %s exists: %s; want no port before the pod's veth", att.InterfaceName(), out)
+		}
+	}
 
 	for i, p := range pods {
 		began := time.Now()
@@ -322,17 +332,19 @@ func TestIntegrationCNI(t *testing.T) {
 		t.Errorf("CHECK of web-0 after a stale DEL: %v", cniErr)
 	}
 
-	// DEL removes web-0's interface; the attachment gets its internal port
-	// back. A DEL again, or of an unknown container, succeeds.
+	// DEL removes web-0's interface and its port, and makes none in its
+	// place. A DEL again, or of an unknown container, succeeds.
 	c.mustSucceed(pods[0].request(cni.CommandDel))
 	if out, err := pods[0].netns.Run(ctx, "ip", "link", "show", "net1"); err == nil {
 		t.Errorf("web-0 still has net1 after DEL: %s", out)
 	}
-	if out, err := inst.Netns.Run(ctx, "ip", "-o", "link", "show", atts[0].InterfaceName()); err != nil || strings.Contains(out, "veth") {
-		t.Errorf("after DEL, %s is %q (%v), want the internal port again", atts[0].InterfaceName(), out, err)
+	if out, err := inst.Netns.Run(ctx, "ip", "-o", "link", "show", atts[0].InterfaceName()); err == nil {
+		t.Errorf("after DEL, %s is %q, want no interface", atts[0].InterfaceName(), out)
 	}
 	checkPlugs("after DEL", fab, wantPlugs[1:])
-	poll.Until(t, settle, "the switch holds both attachments", holds(fab, &fabric.Inventory{Local: atts}))
+	if err := holds(fab, &fabric.Inventory{Local: atts[1:]})(ctx); err != nil {
+		t.Errorf("after DEL: %v", err)
+	}
 	c.mustSucceed(pods[0].request(cni.CommandDel))
 	unknown := pods[0].request(cni.CommandDel)
 	unknown.ContainerID, unknown.Pod = "unknown", cni.Pod{Namespace: k.ns, Name: "nobody"}
@@ -340,10 +352,15 @@ func TestIntegrationCNI(t *testing.T) {
 	if _, cniErr := c.do(pods[0].request(cni.CommandCheck)); cniErr == nil {
 		t.Errorf("CHECK of web-0 after DEL passed, want an error")
 	}
-	// A new sandbox of web-0 gets its interface again.
+	// A new sandbox of web-0 gets its interface again, in place of an
+	// internal port such as a 0.3.0 agent made for a pod's attachment.
+	if err := fab.CreateLocal(ctx, atts[0]); err != nil {
+		t.Fatal(err)
+	}
 	pods[0].containerID = "c0-again"
 	c.mustSucceed(pods[0].request(cni.CommandAdd))
 	carries("after web-0's new sandbox")
+	checkPlugs("after web-0's new sandbox", fab, []fabric.Plug{{LocalAttachment: atts[0], Owner: "c0-again/net1"}, wantPlugs[1]})
 
 	// An ADD that comes before its pod's attachment waits for it.
 	late := &sandbox{netns: ovsenv.NetnsT(t), pod: cni.Pod{Namespace: k.ns, Name: "web-2", UID: "uid-web-2"}, containerID: "c2"}

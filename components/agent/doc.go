@@ -40,15 +40,19 @@
 // pod's interface to it. An ADD
 // waits, for a bounded time, for the pod's attachment (named by
 // v1alpha1.AttachmentName and made by kos-controller-manager) to have its
-// address and be ready on this node, then plugs a veth pair into the pod in
-// place of the attachment's internal port: the host end, named as the
-// internal port was, becomes the attachment's port (fabric PlugLocal), which
-// records the sandbox's container ID and interface; the pod's end gets the
-// attachment's MAC address, address and the fabric's MTU. A DEL removes the
-// pod's end and, if the sandbox still owns the port, gives the attachment
-// an internal port again, so that a stale DEL removes nothing of a newer
-// sandbox. Plugged ports survive agent and ovs-vswitchd restarts: the
-// switch keeps them, and a reconcile repairs only their flows.
+// address and be ready on this node, then plugs a veth pair into the pod:
+// the host end, named as the attachment's interface, becomes the
+// attachment's port (fabric PlugLocal), which records the sandbox's
+// container ID and interface; the pod's end gets the attachment's MAC
+// address, address and the fabric's MTU. A pod's attachment (the pod-UID
+// label) gets no internal port from the agent: it is ready without a port,
+// and its veth is its only port. A DEL removes the pod's end and, if the
+// sandbox still owns the port, the port, so that a stale DEL removes
+// nothing of a newer sandbox; a pod's attachment is left without a port, a
+// plain one gets an internal port again. Plugged ports survive agent and
+// ovs-vswitchd restarts: the switch keeps them, and a reconcile repairs
+// only their flows (a pod's port whose veth is gone, after a reboot, goes,
+// and the pod's next sandbox plugs a new one).
 //
 // Three jobs the agent also does live in packages of their own, each
 // behind a narrow interface: cniserver answers kos-cni as above, exechook

@@ -165,7 +165,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.DurationVar(&o.ExecTimeout, "exec-timeout", o.ExecTimeout, "How long a postCreateExec or postDeleteExec command may run.")
 
 	fs = fss.FlagSet("cni")
-	fs.StringVar(&o.CNISocket, "cni-socket", o.CNISocket, "The Unix socket where kos-cni, the CNI plugin, reaches the agent (kos-cni's default is "+cni.DefaultSocket+"); empty serves no CNI requests. The agent then plugs a veth pair into each pod whose NetworkAttachment is ready on this node, in place of the attachment's internal port.")
+	fs.StringVar(&o.CNISocket, "cni-socket", o.CNISocket, "The Unix socket where kos-cni, the CNI plugin, reaches the agent (kos-cni's default is "+cni.DefaultSocket+"); empty serves no CNI requests. The agent then plugs a veth pair into each pod whose NetworkAttachment is ready on this node, as the attachment's only port.")
 	fs.DurationVar(&o.CNIWait, "cni-wait", o.CNIWait, "How long a CNI ADD waits for the pod's NetworkAttachment to exist, get its address and be ready on this node before it fails.")
 
 	fs = fss.FlagSet("metrics")

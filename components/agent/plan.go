@@ -29,7 +29,9 @@ type kind uint8
 const (
 	// absent: nothing.
 	absent kind = iota
-	// local: a whole local attachment, interface and flows.
+	// local: a whole local attachment, interface and flows; for a pod's
+	// attachment (placement.pod) possibly nothing yet, until the CNI
+	// server plugs the pod's veth as its port.
 	local
 	// remote: the whole flows of a remote attachment, towards hostIP.
 	remote
@@ -49,12 +51,16 @@ type placement struct {
 	// is for; "" when no attachment claims it, as for an orphan found on
 	// the switch.
 	owner string
+	// pod says that a local attachment is a pod's (it has the pod-UID
+	// label): its only port is the pod's veth, which the CNI server plugs
+	// (port and flows) and unplugs; the agent makes it no internal port.
+	pod bool
 }
 
 // sameOnSwitch reports whether p and q leave the switch alike: which
 // attachment wants it does not matter there.
 func (p placement) sameOnSwitch(q placement) bool {
-	return p.kind == q.kind && p.hostIP == q.hostIP
+	return p.kind == q.kind && p.hostIP == q.hostIP && p.pod == q.pod
 }
 
 // op is one fabric operation on one address.
@@ -65,6 +71,11 @@ const (
 	opDeleteRemote
 	opCreateLocal
 	opCreateRemote
+	// opRepairPod repairs a pod's local attachment found partial: the
+	// flows of its plugged veth (CreateLocal keeps a plugged port), or,
+	// when it has no plugged port, whatever is there goes and the
+	// attachment waits for the CNI server's plug.
+	opRepairPod
 )
 
 var opNames = [...]string{
@@ -72,6 +83,7 @@ var opNames = [...]string{
 	opDeleteRemote: "delete_remote",
 	opCreateLocal:  "create_local",
 	opCreateRemote: "create_remote",
+	opRepairPod:    "repair_pod",
 }
 
 func (o op) String() string { return opNames[o] }
@@ -80,15 +92,28 @@ func (o op) String() string { return opNames[o] }
 // fabric holds at an address (have) into what it should hold (want).
 // Deletions come before creations. Creating a local attachment needs no
 // deletion first, as it replaces a remote one's flows; creating a remote
-// one does, since it would leave a local interface in place.
+// one does, since it would leave a local interface in place. A pod's local
+// attachment gets no port from the agent: whatever local port the switch
+// holds is kept (the pod's veth, or an internal port an older agent made,
+// which the plug replaces), a remote attachment's flows go, and a partial
+// one is repaired without making a port (opRepairPod).
 func planAddress(have, want placement) []op {
 	if have.kind != unknown && have.sameOnSwitch(want) {
 		return nil
 	}
-	switch want.kind {
-	case local:
+	switch {
+	case want.kind == local && want.pod:
+		switch have.kind {
+		case remote:
+			return []op{opDeleteRemote}
+		case unknown:
+			return []op{opRepairPod}
+		default:
+			return nil
+		}
+	case want.kind == local:
 		return []op{opCreateLocal}
-	case remote:
+	case want.kind == remote:
 		if have.kind == local || have.kind == unknown {
 			return []op{opDeleteLocal, opCreateRemote}
 		}
@@ -112,6 +137,9 @@ type reconcilePlan struct {
 	deleteRemote []fabric.RemoteAttachment
 	createLocal  []fabric.LocalAttachment
 	createRemote []fabric.RemoteAttachment
+	// repairPod are pods' local attachments found partial (opRepairPod),
+	// carried out before the others.
+	repairPod []fabric.LocalAttachment
 	// adopted counts the attachments found whole and wanted as they are.
 	adopted int
 	// deferred counts the addresses left as they are because their
@@ -177,7 +205,7 @@ func planReconcile(inv *fabric.Inventory, want map[address]placement, deferred f
 			continue
 		}
 		ops := planAddress(h, w)
-		if len(ops) == 0 && w.kind != absent {
+		if len(ops) == 0 && w.kind != absent && h.kind != absent {
 			plan.adopted++
 		}
 		for _, o := range ops {
@@ -190,6 +218,8 @@ func planReconcile(inv *fabric.Inventory, want map[address]placement, deferred f
 				plan.createLocal = append(plan.createLocal, fabric.LocalAttachment{VNI: a.vni, IP: a.ip})
 			case opCreateRemote:
 				plan.createRemote = append(plan.createRemote, fabric.RemoteAttachment{VNI: a.vni, IP: a.ip, HostIP: w.hostIP})
+			case opRepairPod:
+				plan.repairPod = append(plan.repairPod, fabric.LocalAttachment{VNI: a.vni, IP: a.ip})
 			}
 		}
 		if w.kind != absent {

@@ -23,6 +23,7 @@ func TestPlanAddress(t *testing.T) {
 	remB := placement{kind: remote, hostIP: hostB, owner: "ns/b"}
 	unk := placement{kind: unknown}
 	none := placement{}
+	pod := placement{kind: local, owner: "ns/p", pod: true}
 	tests := []struct {
 		name       string
 		have, want placement
@@ -43,6 +44,15 @@ func TestPlanAddress(t *testing.T) {
 		{"unknown to local", unk, loc, []op{opCreateLocal}},
 		{"unknown to remote", unk, remA, []op{opDeleteLocal, opCreateRemote}},
 		{"unknown stays unknown", unk, unk, []op{opDeleteLocal, opDeleteRemote}},
+		// A pod's attachment gets its port from the CNI server's plug.
+		{"nothing to a pod's", none, pod, nil},
+		{"a pod's stays", pod, pod, nil},
+		{"a port found is a pod's", loc, pod, nil},
+		{"remote becomes a pod's", remA, pod, []op{opDeleteRemote}},
+		{"unknown to a pod's", unk, pod, []op{opRepairPod}},
+		{"a pod's goes", pod, none, []op{opDeleteLocal}},
+		{"a pod's becomes remote", pod, remA, []op{opDeleteLocal, opCreateRemote}},
+		{"a pod's becomes plain", pod, loc, []op{opCreateLocal}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -69,6 +79,7 @@ func TestPlanReconcile(t *testing.T) {
 		b2 = addr(2, "10.0.0.2")
 	)
 	loc := func(owner string) placement { return placement{kind: local, owner: owner} }
+	podLoc := func(owner string) placement { return placement{kind: local, owner: owner, pod: true} }
 	rem := func(h netip.Addr, owner string) placement { return placement{kind: remote, hostIP: h, owner: owner} }
 	tests := []struct {
 		name     string
@@ -116,6 +127,23 @@ func TestPlanReconcile(t *testing.T) {
 			createLocal:  []fabric.LocalAttachment{la(a1), la(b1)},
 			createRemote: []fabric.RemoteAttachment{ra(a2, hostA)},
 			after:        map[address]placement{a1: loc("ns/a1"), b1: loc("ns/b1"), a2: rem(hostA, "ns/a2")},
+		},
+	}, {
+		name: "pods' attachments: adopted, waiting for their plug, repaired",
+		inv: fabric.Inventory{
+			// a1's veth is plugged; a2 has none yet; a3's flows went
+			// with an ovs-vswitchd restart; b1 moved here from another
+			// node.
+			Local:        []fabric.LocalAttachment{la(a1)},
+			PartialLocal: []fabric.LocalAttachment{la(a3)},
+			Remote:       []fabric.RemoteAttachment{ra(b1, hostA)},
+		},
+		want: map[address]placement{a1: podLoc("ns/a1"), a2: podLoc("ns/a2"), a3: podLoc("ns/a3"), b1: podLoc("ns/b1")},
+		plan: reconcilePlan{
+			adopted:      1,
+			repairPod:    []fabric.LocalAttachment{la(a3)},
+			deleteRemote: []fabric.RemoteAttachment{{VNI: b1.vni, IP: b1.ip}},
+			after:        map[address]placement{a1: podLoc("ns/a1"), a2: podLoc("ns/a2"), a3: podLoc("ns/a3"), b1: podLoc("ns/b1")},
 		},
 	}, {
 		name: "repair and move",

@@ -143,6 +143,11 @@ func (a *Agent) reconcileLocked(ctx context.Context, reason string) (int, error)
 			plan.after[addr] = placement{kind: unknown, owner: want[addr].owner}
 		}
 	}
+	if len(plan.repairPod) > 0 {
+		if err := a.planRepairPods(ctx, &plan); err != nil {
+			failed(err, localAddresses(plan.repairPod))
+		}
+	}
 	var deletedLocal []fabric.LocalAttachment
 	if len(plan.deleteLocal) > 0 {
 		if err := a.timed(opDeleteLocal.String(), func() error { return a.fabric.DeleteLocal(ctx, plan.deleteLocal...) }); err != nil {
@@ -217,6 +222,27 @@ func (a *Agent) reconcileLocked(ctx context.Context, reason string) (int, error)
 	return plan.deferred, errors.Join(errs...)
 }
 
+// planRepairPods turns the plan's repairs of pods' partial local
+// attachments into its batches: one whose port is the pod's plugged veth
+// has its flows repaired (CreateLocal keeps a plugged port); one without
+// (its veth gone at a reboot, or never plugged) has whatever is there
+// deleted, and waits for the CNI server's plug.
+func (a *Agent) planRepairPods(ctx context.Context, plan *reconcilePlan) error {
+	plugged, err := a.pluggedVeths(ctx, plan.repairPod...)
+	if err != nil {
+		return fmt.Errorf("reading the ports of %d pods' partial attachments: %w", len(plan.repairPod), err)
+	}
+	for _, l := range plan.repairPod {
+		if plugged[l] {
+			plan.createLocal = append(plan.createLocal, l)
+			continue
+		}
+		plan.deleteLocal = append(plan.deleteLocal, l)
+		plan.deleteRemote = append(plan.deleteRemote, fabric.RemoteAttachment{VNI: l.VNI, IP: l.IP})
+	}
+	return nil
+}
+
 // flowsRestorer is a fabric whose switch may wait, after a restart, until
 // told that its flows are back before it forwards again (the OVS fabric:
 // Open vSwitch's flow-restore-wait).
@@ -255,7 +281,7 @@ func (a *Agent) wantedAll() (map[address]placement, map[address]*v1alpha1.Networ
 		}
 		if w := winners[addr]; w == nil || newer(att, w) {
 			winners[addr] = att
-			want[addr] = placement{kind: local, owner: keyOf(att)}
+			want[addr] = a.localPlacement(att)
 		}
 	}
 	synced, unsynced := a.state.syncedNetworks()

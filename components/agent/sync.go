@@ -12,9 +12,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/kos-sdn/kos/components/agent/cniserver"
 	"github.com/kos-sdn/kos/components/agent/exechook"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/fabric"
@@ -158,7 +160,7 @@ func (a *Agent) wanted(addr address) (placement, *v1alpha1.NetworkAttachment) {
 		}
 	}
 	if best != nil {
-		return placement{kind: local, owner: keyOf(best)}, best
+		return a.localPlacement(best), best
 	}
 	var host netip.Addr
 	for _, inf := range a.state.networkInformers(func(n network) bool { return n.vni == addr.vni }) {
@@ -213,6 +215,7 @@ var opVerbs = [...]string{
 	opDeleteRemote: "deleting remote attachment",
 	opCreateLocal:  "creating local attachment",
 	opCreateRemote: "creating remote attachment",
+	opRepairPod:    "repairing pod's local attachment",
 }
 
 // apply carries out the operations on one address, in order, stopping at
@@ -240,6 +243,8 @@ func (a *Agent) apply(ctx context.Context, addr address, hostIP netip.Addr, ops 
 			err = a.timed(o.String(), func() error {
 				return a.fabric.CreateRemote(ctx, fabric.RemoteAttachment{VNI: addr.vni, IP: addr.ip, HostIP: hostIP})
 			})
+		case opRepairPod:
+			err = a.repairPod(ctx, fabric.LocalAttachment{VNI: addr.vni, IP: addr.ip})
 		}
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", opVerbs[o], addr, err)
@@ -247,6 +252,59 @@ func (a *Agent) apply(ctx context.Context, addr address, hostIP netip.Addr, ops 
 		klog.FromContext(ctx).V(4).Info("Changed the fabric", "operation", o, "address", addr, "hostIP", hostIP)
 	}
 	return nil
+}
+
+// localPlacement returns the placement a local attachment wants: with the
+// CNI server on, a pod's (the controller labels it with the pod's UID)
+// gets its port from the server's plug, not from the agent.
+func (a *Agent) localPlacement(att *v1alpha1.NetworkAttachment) placement {
+	return placement{kind: local, owner: keyOf(att), pod: a.cni.Socket != "" && att.Labels[v1alpha1.PodUIDLabel] != ""}
+}
+
+// pluggedVeths returns those of atts whose ports are plugged veths that
+// still exist; the switch keeps the port of a veth gone (at a reboot), on
+// which CreateLocal would make an internal port.
+func (a *Agent) pluggedVeths(ctx context.Context, atts ...fabric.LocalAttachment) (map[fabric.LocalAttachment]bool, error) {
+	plugs, err := a.fabric.Plugs(ctx, atts...)
+	if err != nil || len(plugs) == 0 {
+		return nil, err
+	}
+	names, err := cniserver.HostVeths(a.cni.HostNetns)
+	if err != nil {
+		return nil, fmt.Errorf("listing the node's veths: %w", err)
+	}
+	veths := sets.New(names...)
+	plugged := map[fabric.LocalAttachment]bool{}
+	for _, p := range plugs {
+		if veths.Has(p.InterfaceName()) {
+			plugged[p.LocalAttachment] = true
+		}
+	}
+	return plugged, nil
+}
+
+// repairPod repairs a pod's local attachment found partial: the flows of
+// its plugged veth, which CreateLocal keeps; without one, whatever is
+// there goes (a stray veth too), and the attachment waits for the CNI
+// server's plug.
+func (a *Agent) repairPod(ctx context.Context, at fabric.LocalAttachment) error {
+	plugged, err := a.pluggedVeths(ctx, at)
+	if err != nil {
+		return fmt.Errorf("reading the port: %w", err)
+	}
+	if plugged[at] {
+		return a.timed(opCreateLocal.String(), func() error { return a.fabric.CreateLocal(ctx, at) })
+	}
+	err = a.timed(opDeleteLocal.String(), func() error { return a.fabric.DeleteLocal(ctx, at) })
+	if err == nil {
+		err = a.deleteStrayVeth(ctx, at)
+	}
+	if err == nil {
+		err = a.timed(opDeleteRemote.String(), func() error {
+			return a.fabric.DeleteRemote(ctx, fabric.RemoteAttachment{VNI: at.VNI, IP: at.IP})
+		})
+	}
+	return err
 }
 
 // timed runs one fabric operation and observes its duration and result.

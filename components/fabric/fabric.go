@@ -54,8 +54,11 @@ type Interface interface {
 	// local attachments in place of internal ones, and installs their
 	// flows. Each interface must exist, named as its attachment's
 	// InterfaceName, where the switch's ports live; the attachment must
-	// have no port yet (DeleteLocal the one it has first: two interfaces
-	// cannot share a name). The switch keeps each plug's Owner on its
+	// have no port (DeletePorts or DeleteLocal the one it has first: two
+	// interfaces cannot share a name, and the switch does not open again
+	// an interface deleted and made anew under a port it keeps). One that
+	// never had a port, as a pod's, needs nothing else: PlugLocal alone
+	// makes it whole. The switch keeps each plug's Owner on its
 	// port. Once plugged, an attachment keeps its interface across
 	// restarts: CreateLocal repairs its flows and leaves the port as it is
 	// (unless the switch cannot open the interface, which is then gone:

@@ -295,6 +295,16 @@ type podPlug struct {
 	addr  fabric.LocalAttachment
 	owner string
 	veth  *veth
+	// pod says that the attachment is a pod's (it has the pod-UID label):
+	// the agent makes it no internal port, so the veth is its only port,
+	// and a failed plug or a DEL leaves it none.
+	pod bool
+}
+
+// podOwned reports whether an attachment is a pod's, labelled with its
+// UID by kos-controller-manager.
+func podOwned(att *v1alpha1.NetworkAttachment) bool {
+	return att.Labels[v1alpha1.PodUIDLabel] != ""
 }
 
 // plugOwner is the owner recorded on the port of a pod's interface: the
@@ -302,8 +312,9 @@ type podPlug struct {
 func plugOwner(req *cni.Request) string { return req.ContainerID + "/" + req.IfName }
 
 // add waits for the pod's attachment to be ready on this node, then
-// plugs a veth pair into the pod in place of the attachment's internal
-// port, and returns the CNI result. An ADD of a sandbox and interface
+// plugs a veth pair into the pod as the attachment's port (a pod's
+// attachment has none before; a plain one's internal port makes way), and
+// returns the CNI result. An ADD of a sandbox and interface
 // plugged already plugs them anew.
 func (s *Server) add(ctx context.Context, req *cni.Request) (*types100.Result, *types.Error) {
 	switch {
@@ -338,6 +349,7 @@ func (s *Server) add(ctx context.Context, req *cni.Request) (*types100.Result, *
 		return nil, cniError(types.ErrInvalidNetworkConfig, "NetworkAttachment %s: %v", cache.MetaObjectToName(att).String(), err)
 	}
 	p := s.podPlugOf(ctx, req, cache.MetaObjectToName(att).String(), addr, prefix)
+	p.pod = podOwned(att)
 	if err := s.plug(ctx, p); err != nil {
 		return nil, cniError(types.ErrInternal, "plugging interface %s of pod %s (NetworkAttachment %s, address %s): %v", req.IfName, req.Pod, p.key, addr.IP, err)
 	}
@@ -508,31 +520,45 @@ func (s *Server) awaitPodAttachment(ctx context.Context, req *cni.Request, wait 
 	return att, addr, nil
 }
 
-// plug replaces the port of the attachment by the pod's veth pair: it
-// takes the attachment's port off the switch, deletes the veth of an
-// earlier sandbox (which has the name the new one needs), makes the pair
-// and plugs its host end. It holds the address's lock throughout, so that
-// no sync or reconcile sees the attachment without a port. On failure it
-// gives the attachment back an internal port.
+// plug makes the pod's veth pair the attachment's port: it deletes the
+// veth of an earlier sandbox (which has the name the new one needs), takes
+// the port of that name off the switch if there is one, makes the pair and
+// plugs its host end, which replaces the flows. A pod's attachment has no
+// port before its first plug, so its ADD costs the plug alone. It holds the address's lock throughout, so that no sync
+// or reconcile sees the attachment half plugged. On failure it leaves the
+// attachment as the agent makes it: a plain one with an internal port, a
+// pod's with none.
 func (s *Server) plug(ctx context.Context, p *podPlug) (err error) {
 	release, notHeld := s.agent.Hold(p.addr, p.key)
 	defer release()
 	if notHeld != nil {
 		return fmt.Errorf("the switch no longer holds the attachment for it (%w); try again", notHeld)
 	}
-	// Only the port goes: PlugLocal replaces the flows it leaves, and on
-	// failure restorePort's CreateLocal does.
-	if err := s.ports.DeletePorts(ctx, p.addr); err != nil {
-		s.agent.Lost(p.addr, p.key)
-		return fmt.Errorf("taking the internal port off the switch: %w", err)
-	}
 	defer func() {
 		if err != nil {
 			s.restorePort(ctx, p)
 		}
 	}()
-	if _, err := deleteHostEnd(p.veth.hostNetns, p.veth.hostName); err != nil {
+	// A port the switch keeps for an interface of the name the veth
+	// needs must go first: an earlier sandbox's veth (the switch would
+	// not open the new one under its port), an internal port (a plain
+	// attachment's, or one an older agent made for a pod's, or the
+	// agent's repair of a pod's whose veth vanished).
+	taken, err := deleteHostEnd(p.veth.hostNetns, p.veth.hostName)
+	if err != nil {
 		return fmt.Errorf("deleting the veth of an earlier sandbox: %w", err)
+	}
+	if !taken && p.pod {
+		if taken, err = hostNameTaken(p.veth.hostNetns, p.veth.hostName); err != nil {
+			return err
+		}
+	}
+	if taken || !p.pod {
+		// Only the port goes: PlugLocal replaces the flows it leaves.
+		if err := s.ports.DeletePorts(ctx, p.addr); err != nil {
+			s.agent.Lost(p.addr, p.key)
+			return fmt.Errorf("taking the internal port off the switch: %w", err)
+		}
 	}
 	if err := p.veth.add(); err != nil {
 		return err
@@ -544,12 +570,20 @@ func (s *Server) plug(ctx context.Context, p *podPlug) (err error) {
 	return nil
 }
 
-// restorePort deletes the pod's veth pair and gives the attachment back an
-// internal port, as the agent makes for every local attachment; when that
-// fails, the agent's sync repairs it.
+// restorePort deletes the pod's veth pair and leaves the attachment as the
+// agent makes it: a pod's without a port (its port and flows go, until the
+// next plug), a plain one with an internal port again; when that fails,
+// the agent's sync repairs it.
 func (s *Server) restorePort(ctx context.Context, p *podPlug) {
 	if _, err := deleteHostEnd(p.veth.hostNetns, p.veth.hostName); err != nil {
 		klog.FromContext(ctx).Error(err, "Deleting a pod's veth failed", "attachment", p.key)
+	}
+	if p.pod {
+		if err := s.ports.DeleteLocal(ctx, p.addr); err != nil {
+			klog.FromContext(ctx).Error(err, "Taking a pod's port off the switch failed; its sync repairs it", "attachment", p.key)
+			s.agent.Lost(p.addr, p.key)
+		}
+		return
 	}
 	if err := s.ports.CreateLocal(ctx, p.addr); err != nil {
 		klog.FromContext(ctx).Error(err, "Giving an attachment its internal port back failed; its sync repairs it", "attachment", p.key)
@@ -559,8 +593,9 @@ func (s *Server) restorePort(ctx context.Context, p *podPlug) {
 
 // del removes the interface a sandbox got: the pod's end of the veth
 // pair, in the sandbox's namespace if it is still there, and the port, if
-// the sandbox still owns it, which the attachment gets back as an internal
-// port. A DEL never fails: whatever it cannot remove goes with the
+// the sandbox still owns it; a pod's attachment is left without a port
+// (the pod's next sandbox plugs one), a plain one gets an internal port
+// back. A DEL never fails: whatever it cannot remove goes with the
 // sandbox's namespace, or with the attachment. A stale DEL (of an earlier
 // sandbox) removes nothing of the current one: its namespace is another,
 // and the port names another owner.
@@ -586,15 +621,15 @@ func (s *Server) del(ctx context.Context, req *cni.Request) {
 	if !ok {
 		return
 	}
-	p := &podPlug{key: key, addr: addr, owner: plugOwner(req), veth: &veth{hostNetns: s.cfg.HostNetns, hostName: addr.InterfaceName()}}
+	p := &podPlug{key: key, addr: addr, owner: plugOwner(req), veth: &veth{hostNetns: s.cfg.HostNetns, hostName: addr.InterfaceName()}, pod: podOwned(att)}
 	if err := s.unplug(ctx, p); err != nil {
 		logger.Error(err, "Unplugging the pod's interface failed", "attachment", key)
 	}
 }
 
 // unplug takes the plug's port off the switch if the plug's owner still
-// owns it, and gives the attachment an internal port again if the agent
-// holds it as local.
+// owns it, and gives a plain attachment an internal port again if the
+// agent holds it as local; a pod's attachment gets none.
 func (s *Server) unplug(ctx context.Context, p *podPlug) error {
 	release, notHeld := s.agent.Hold(p.addr, p.key)
 	defer release()
@@ -606,9 +641,10 @@ func (s *Server) unplug(ctx context.Context, p *podPlug) error {
 		klog.FromContext(ctx).V(2).Info("The port is not the sandbox's; leaving it", "attachment", p.key, "plugs", plugs)
 		return nil
 	}
-	// An attachment the agent still holds gets an internal port back,
-	// whose CreateLocal replaces the flows: only the port goes first.
-	if notHeld == nil {
+	// A plain attachment the agent still holds gets an internal port
+	// back, whose CreateLocal replaces the flows: only the port goes
+	// first.
+	if notHeld == nil && !p.pod {
 		if err := s.ports.DeletePorts(ctx, p.addr); err != nil {
 			s.agent.Lost(p.addr, p.key)
 			return fmt.Errorf("taking the pod's port off the switch: %w", err)

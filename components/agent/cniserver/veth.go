@@ -211,6 +211,25 @@ func deleteHostEnd(hostNetns, name string) (bool, error) {
 	return deleteVeth(host, name)
 }
 
+// hostNameTaken reports whether an interface named name exists in the
+// network namespace at hostNetns, such as an internal port of the switch.
+func hostNameTaken(hostNetns, name string) (bool, error) {
+	host, err := handleAt(hostNetns)
+	if err != nil {
+		return false, err
+	}
+	defer host.Close()
+	_, err = host.LinkByName(name)
+	var notFound netlink.LinkNotFoundError
+	switch {
+	case errors.As(err, &notFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("finding interface %s: %w", name, err)
+	}
+	return true, nil
+}
+
 // deleteVeth deletes the veth named name, if there is one: only a veth,
 // so that a request never deletes an interface someone else made.
 func deleteVeth(h *netlink.Handle, name string) (bool, error) {

@@ -41,6 +41,18 @@ func plugGuest(t *testing.T, ctx context.Context, f *Fabric, inst *ovsenv.Instan
 			t.Errorf("after DeletePorts: List = %+v, want %v partial", inv, att)
 		}
 	}
+	guest := newGuest(t, ctx, inst, att)
+	if err := f.PlugLocal(ctx, fabric.Plug{LocalAttachment: att, Owner: owner}); err != nil {
+		t.Fatalf("PlugLocal: %v", err)
+	}
+	return guest
+}
+
+// newGuest makes a veth pair into a guest namespace of its own for att, as
+// the agent's CNI server does for a pod: the host end named as the
+// attachment's interface, the guest end net1 with its MAC and address.
+func newGuest(t *testing.T, ctx context.Context, inst *ovsenv.Instance, att fabric.LocalAttachment) *ovsenv.Netns {
+	t.Helper()
 	guest := ovsenv.NetnsT(t)
 	if err := ovsenv.AddVethPair(ctx, inst.Netns, att.InterfaceName(), guest, "net1"); err != nil {
 		t.Fatal(err)
@@ -57,10 +69,60 @@ func plugGuest(t *testing.T, ctx context.Context, f *Fabric, inst *ovsenv.Instan
 			t.Fatal(err)
 		}
 	}
-	if err := f.PlugLocal(ctx, fabric.Plug{LocalAttachment: att, Owner: owner}); err != nil {
-		t.Fatalf("PlugLocal: %v", err)
-	}
 	return guest
+}
+
+// TestIntegrationPlugWithoutPort plugs veth pairs as the only ports of two
+// pods' attachments, which had none before: PlugLocal alone makes each
+// whole, carrying traffic. Then a new sandbox's veth replaces one, as the
+// CNI server does when a pod's sandbox is made again without a DEL: the
+// earlier veth deleted, its port taken off (DeletePorts), the new veth
+// plugged with its new owner.
+func TestIntegrationPlugWithoutPort(t *testing.T) {
+	f, inst := startFabric(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	a := fabric.LocalAttachment{VNI: 9, IP: netip.MustParseAddr("10.9.0.1")}
+	b := fabric.LocalAttachment{VNI: 9, IP: netip.MustParseAddr("10.9.0.2")}
+	plug := func(att fabric.LocalAttachment, owner string) *ovsenv.Netns {
+		t.Helper()
+		guest := newGuest(t, ctx, inst, att)
+		if err := f.PlugLocal(ctx, fabric.Plug{LocalAttachment: att, Owner: owner}); err != nil {
+			t.Fatalf("PlugLocal of %v: %v", att, err)
+		}
+		return guest
+	}
+	check := func(step string, guest *ovsenv.Netns, wantPlugs []fabric.Plug) {
+		t.Helper()
+		if diff := diffInventory(&fabric.Inventory{Local: []fabric.LocalAttachment{a, b}}, list(t, f)); diff != "" {
+			t.Errorf("%s: List (-want +got):\n%s", step, diff)
+		}
+		plugs, err := f.Plugs(ctx, a, b)
+		if err != nil {
+			t.Fatalf("%s: Plugs: %v", step, err)
+		}
+		if diff := cmp.Diff(plugs, wantPlugs, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+			t.Errorf("%s: Plugs (-got +want):\n%s", step, diff)
+		}
+		if got, err := guest.Ping(ctx, b.IP, 3, time.Second); err != nil || got != 3 {
+			t.Errorf("%s: ping from a to b: %d of 3 replies (%v), want 3", step, got, err)
+		}
+	}
+	guestA := plug(a, "c1/net1")
+	plug(b, "c2/net1")
+	check("plugged", guestA, []fabric.Plug{{LocalAttachment: a, Owner: "c1/net1"}, {LocalAttachment: b, Owner: "c2/net1"}})
+
+	if _, err := inst.Netns.Run(ctx, "ip", "link", "del", b.InterfaceName()); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.DeletePorts(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	plug(b, "c3/net1")
+	check("plugged again", guestA, []fabric.Plug{{LocalAttachment: a, Owner: "c1/net1"}, {LocalAttachment: b, Owner: "c3/net1"}})
+	if diff := cmp.Diff(bridgePorts(t, inst), []string{a.InterfaceName(), b.InterfaceName(), TunnelPort}); diff != "" {
+		t.Errorf("ports (-got +want):\n%s", diff)
+	}
 }
 
 // TestIntegrationPlug plugs veth pairs in place of two attachments'
