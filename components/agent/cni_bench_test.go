@@ -70,10 +70,12 @@ func BenchmarkCNIAdd(b *testing.B) {
 	}
 	installNADCRD(b, dyn)
 	k := newAPI(b)
-	startControllerManager(b)
 	const vni = 234
 	// Room for every pod of a long run: the benchmark deletes none.
 	k.subnet("blue", "10.234.0.0/16", vni)
+	// Started after the subnet, so stopped before the subnet's cleanup,
+	// which would otherwise race it making the pods' attachments anew.
+	startControllerManager(b)
 
 	inst := ovsenv.StartT(b, ovsenv.Options{})
 	cfg := agentConfig(b, k.node("a"), hostA, ovs.New(ovs.Config{RunDir: inst.RunDir, DatapathType: "netdev", MTU: podMTU}))
