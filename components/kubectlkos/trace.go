@@ -29,7 +29,7 @@ another node's attachment leaves by the tunnel (set_field:...->tun_dst); one
 for an address nobody in the network holds is dropped.
 
 The request goes to the agent through a port-forward of the kube-apiserver,
-which needs create on pods/portforward in the agents' namespace, with your
+which needs get (WebSockets) and create (SPDY) on pods/portforward in the agents' namespace, with your
 credentials, for which the agent asks the cluster for create on
 nodes/kos-debug of its node (agents before 0.4.0: create on pods/proxy).`,
 		Example: `  kubectl kos trace a1 --to 10.1.0.7 -n tenant-a

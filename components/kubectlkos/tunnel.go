@@ -21,7 +21,7 @@ import (
 
 // tunnel reaches the debug endpoints of an agent since 0.4.0: through a
 // port-forward that the kube-apiserver opens to the agent pod (RBAC:
-// create pods/portforward), it sends the request with the user's own
+// get and create on pods/portforward), it sends the request with the user's own
 // credentials, a bearer token or a client certificate, to the agent, which
 // asks the cluster whether the user may (nodes/kos-debug). The pod proxy
 // cannot carry them: kube-apiserver takes the credentials off what it
