@@ -46,7 +46,7 @@ func benchInput(pods, policies int) Input {
 		Namespaces: []*corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{"ns": "a"}}}},
 		Definitions: []*unstructured.Unstructured{{Object: map[string]any{
 			"metadata": map[string]any{"namespace": "a", "name": "blue"},
-			"spec":     map[string]any{"config": `{"type":"kos","subnet":"blue"}`},
+			"spec":     map[string]any{"config": `{"cniVersion":"1.0.0","type":"kos","subnet":"blue"}`},
 		}}},
 		Subnets: []*v1alpha1.Subnet{{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "blue"}, Spec: v1alpha1.SubnetSpec{VNI: 7}}},
 	}

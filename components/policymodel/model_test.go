@@ -76,7 +76,7 @@ func cluster() Input {
 			nad("a", "blue", `{"cniVersion":"1.0.0","type":"kos","subnet":"blue"}`),
 			nad("a", "red", `{"cniVersion":"1.0.0","type":"kos","subnet":"red"}`),
 			nad("a", "mac", `{"cniVersion":"1.0.0","type":"macvlan"}`),
-			nad("a", "broken", `{"type":"kos"}`),
+			nad("a", "broken", `{"cniVersion":"1.0.0","type":"kos"}`),
 			nad("b", "green", `{"cniVersion":"1.0.0","type":"kos","subnet":"green"}`),
 		},
 		Subnets: []*v1alpha1.Subnet{subnet("a", "blue", 7), subnet("a", "red", 8), subnet("b", "green", 9)},

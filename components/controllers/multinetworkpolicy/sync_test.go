@@ -55,7 +55,7 @@ func newFixture(t *testing.T) *fixture {
 	}
 	add(f.namespaces, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "a"}})
 	add(subnets, &v1alpha1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "blue"}, Spec: v1alpha1.SubnetSpec{VNI: 7}})
-	for name, config := range map[string]string{"blue": `{"type":"kos","subnet":"blue"}`, "mac": `{"type":"macvlan"}`} {
+	for name, config := range map[string]string{"blue": `{"cniVersion":"1.0.0","type":"kos","subnet":"blue"}`, "mac": `{"type":"macvlan"}`} {
 		add(f.definitions, &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
 			"metadata": map[string]any{"namespace": "a", "name": name}, "spec": map[string]any{"config": config},
