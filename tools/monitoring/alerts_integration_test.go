@@ -44,8 +44,8 @@ func alertNames(t testing.TB, rules string) []string {
 	return names
 }
 
-// TestIntegrationRulesPromtool checks the shipped rules with Prometheus's
-// own promtool: they parse (check rules), and each alert fires on its
+// TestIntegrationRulesPromtool checks the rules of the repository (which
+// TestRulesShipped compares with the releases) with Prometheus's own promtool: they parse (check rules), and each alert fires on its
 // fault's series, after its "for", and not on healthy ones
 // (testdata/kos.rules.test.yaml, which must test every alert).
 func TestIntegrationRulesPromtool(t *testing.T) {
@@ -53,7 +53,7 @@ func TestIntegrationRulesPromtool(t *testing.T) {
 	if err != nil {
 		t.Fatalf("promtool is not installed (tools/deps.sh installs prometheus, which has it): %v", err)
 	}
-	rules := configMapData(t, manifestObjects(t), "prometheus-rules")["kos.rules.yaml"]
+	rules := rulesFile(t)
 	if out, err := exec.Command(promtool, "check", "rules", writeFile(t, "kos.rules.yaml", []byte(rules))).CombinedOutput(); err != nil {
 		t.Errorf("promtool check rules: %v\n%s", err, out)
 	}
@@ -95,7 +95,7 @@ func TestIntegrationRulesPromtool(t *testing.T) {
 // plane, serving its metrics; a real Prometheus with the addon's
 // configuration and rules scrapes it. The alert KOSPKINotRenewing must
 // fire, as /api/v1/alerts says; once the Role is granted, the signer's next
-// pass succeeds and the alert must resolve. The rules are the shipped ones
+// pass succeeds and the alert must resolve. The rules are the repository's
 // with every "for" set to 0: the expressions are what is tested here (their
 // "for"s are in TestIntegrationRulesPromtool).
 func TestIntegrationAlertFires(t *testing.T) {
@@ -129,7 +129,7 @@ func TestIntegrationAlertFires(t *testing.T) {
 
 	objs := manifestObjects(t)
 	var rules map[string]any
-	if err := yaml.Unmarshal([]byte(configMapData(t, objs, "prometheus-rules")["kos.rules.yaml"]), &rules); err != nil {
+	if err := yaml.Unmarshal([]byte(rulesFile(t)), &rules); err != nil {
 		t.Fatal(err)
 	}
 	for _, g := range rules["groups"].([]any) {

@@ -359,7 +359,7 @@ func TestIntegrationDashboardsHaveData(t *testing.T) {
 		// The test's kos-apiserver has a self-signed certificate for
 		// localhost; the addon's verifies the KOS CA's for its Service.
 		kosCA: kosServer.CACertFile, serverName: "localhost",
-		rules: writeFile(t, "kos.rules.yaml", []byte(configMapData(t, objs, "prometheus-rules")["kos.rules.yaml"])),
+		rules: writeFile(t, "kos.rules.yaml", []byte(rulesFile(t))),
 	}
 
 	label := fmt.Sprintf("kos-monitoring-test-%d", time.Now().UnixNano()%1000000)
