@@ -109,16 +109,18 @@ with your credentials; see docs/kubectl-kos.md).`,
 	o.config.AddFlags(cmd.PersistentFlags())
 	cmd.PersistentFlags().StringVar(&o.agentNamespace, "agent-namespace", DefaultAgentNamespace, "The namespace of the kos-agent pods")
 	cmd.PersistentFlags().StringVar(&o.agentSelector, "agent-selector", DefaultAgentSelector, "The label selector of the kos-agent pods")
+	cmd.PersistentFlags().StringVar(&o.controlPlaneNamespace, "control-plane-namespace", DefaultControlPlaneNamespace, "The namespace of kos-etcd, kos-pki, kos-apiserver and kos-controller-manager")
 	cmd.AddCommand(newStatusCommand(o), newTraceCommand(o), newSupportBundleCommand(o))
 	return cmd
 }
 
 // options holds what every command shares.
 type options struct {
-	config         *genericclioptions.ConfigFlags
-	streams        genericiooptions.IOStreams
-	agentNamespace string
-	agentSelector  string
+	config                *genericclioptions.ConfigFlags
+	streams               genericiooptions.IOStreams
+	agentNamespace        string
+	agentSelector         string
+	controlPlaneNamespace string
 }
 
 // clients are the clients of one command run.
@@ -173,6 +175,12 @@ func (o *options) agents(c *clients) *agents {
 		proxy:     podProxy{kube: c.kube},
 		tunnel:    tunnel{config: c.config, kube: c.kube},
 	}
+}
+
+// controlPlane returns the control plane the flags select, read through
+// c's kube-apiserver.
+func (o *options) controlPlane(c *clients) *controlPlane {
+	return &controlPlane{kube: c.kube, dynamic: c.dynamic, namespace: o.controlPlaneNamespace, proxy: podProxy{kube: c.kube}}
 }
 
 func noArgs(cmd *cobra.Command, args []string) error {
