@@ -54,6 +54,9 @@ type Options struct {
 	// NetworkAttachment: kos-controller-manager's and the garbage
 	// collector's.
 	PodAttachmentDeleters []string
+	// EtcdReadinessGrace is how long the server stays ready while its
+	// etcd checks fail (withEtcdGrace); 0 makes it unready at once.
+	EtcdReadinessGrace time.Duration
 }
 
 // NewOptions returns the default settings of kos-apiserver.
@@ -65,6 +68,7 @@ func NewOptions() *Options {
 
 		AgentIdentities:       slices.Clone(noderestriction.DefaultAgents),
 		PodAttachmentDeleters: slices.Clone(podattachments.DefaultDeleters),
+		EtcdReadinessGrace:    DefaultEtcdReadinessGrace,
 	}
 	// NodeRestriction is on by default, next to the generic plugins; it is
 	// made after the flags are parsed, so it sees --agent-identities.
@@ -110,6 +114,10 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	// The universal flags include --feature-gates and --emulated-version.
 	o.ServerRun.AddUniversalFlags(fss.FlagSet("generic"))
 	o.Recommended.Etcd.AddFlags(fss.FlagSet("etcd"))
+	fss.FlagSet("etcd").DurationVar(&o.EtcdReadinessGrace, "etcd-readiness-grace", o.EtcdReadinessGrace,
+		"How long /readyz keeps passing while its etcd checks fail. Every replica checks the same etcd, so without a grace an etcd blip "+
+			"(a member restarting, a leader election) makes every replica unready at once and the KOS API answers 503 until the probes pass again. "+
+			"0 makes the server unready as soon as a check fails. /livez checks etcd without a grace.")
 	o.Recommended.SecureServing.AddFlags(fss.FlagSet("secure serving"))
 	fss.FlagSet("secure serving").StringSliceVar(&o.AlternateDNS, "alternate-dns", o.AlternateDNS,
 		"More DNS names for the self-signed serving certificate made when --tls-cert-file is not given (localhost and 127.0.0.1 are always in it).")
@@ -148,6 +156,9 @@ func (o *Options) Validate() error {
 	errs = append(errs, o.ServerRun.Validate()...)
 	errs = append(errs, o.Recommended.Validate()...)
 	errs = append(errs, o.ServerRun.ComponentGlobalsRegistry.Validate()...)
+	if o.EtcdReadinessGrace < 0 {
+		errs = append(errs, fmt.Errorf("--etcd-readiness-grace %s: must not be negative", o.EtcdReadinessGrace))
+	}
 	if err := logsapi.Validate(o.Logs, nil, nil).ToAggregate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -177,6 +188,7 @@ func (o *Options) Config() (*Config, error) {
 	if err := o.Recommended.ApplyTo(generic); err != nil {
 		return nil, fmt.Errorf("applying the settings: %w", err)
 	}
+	generic.ReadyzChecks = withEtcdGrace(generic.ReadyzChecks, o.EtcdReadinessGrace, time.Now)
 	if generic.FlowControl != nil && o.Recommended.Etcd.EnableWatchCache {
 		generic.FlowControl = indexedWatches{generic.FlowControl}
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path"
 	"slices"
@@ -33,9 +34,12 @@ import (
 
 // bundleOptions are the flags of support-bundle.
 type bundleOptions struct {
-	out       string
-	node      string
-	tailLines int64
+	out           string
+	node          string
+	tailLines     int64
+	since         time.Duration
+	allNamespaces bool
+	controlPlane  bool
 }
 
 // defaultTailLines is how many lines of each log a bundle holds.
@@ -52,7 +56,7 @@ func newSupportBundleCommand(o *options) *cobra.Command {
 	bo := &bundleOptions{}
 	cmd := &cobra.Command{
 		Use:   "support-bundle",
-		Short: "Write agent and OVS logs, flows, tunnels, routes and a namespace's KOS objects into one archive",
+		Short: "Write control-plane, agent and OVS logs, flows, tunnels, routes and KOS objects into one archive",
 		Long: `Write a support bundle: a gzipped tar archive of what it takes to
 troubleshoot KOS in a namespace, for a bug report or a colleague.
 
@@ -60,13 +64,20 @@ From every node's agent (or --node's), through the kube-apiserver: the
 logs of the agent and of Open vSwitch (the pod's kos-agent and ovs
 containers, and their previous runs), the agent's status, the switch's flows,
 tunnel ports and neighbours, and the node's and Open vSwitch's routes. From
-the namespace (-n): the KOS objects (Subnets, NetworkAttachments, IPLocks)
-and its Events.
+the control plane (unless --control-plane=false): the pods of kos-apiserver,
+kos-etcd, kos-controller-manager and kos-pki, their logs, what
+"kubectl kos status" says of them, and the KOS APIService. From the namespace
+(-n), or every namespace that holds any (-A): the KOS objects (Subnets,
+NetworkAttachments, IPLocks) and the namespace's Events.
+
+--tail and --since bound every log: the last --tail lines, of those written
+in the last --since.
 
 No Secret is read. Tokens, passwords and keys found in the logs are replaced
 by REDACTED, as are the values of the agent pods' environment variables.
 What could not be collected is listed in errors.txt inside the archive.`,
 		Example: `  kubectl kos support-bundle -n tenant-a
+  kubectl kos support-bundle -A --since 2h
   kubectl kos support-bundle -n tenant-a -o /tmp/kos.tar.gz
   kubectl kos support-bundle -n tenant-a --node node-1 -o - > kos.tar.gz`,
 		Args: noArgs,
@@ -74,9 +85,15 @@ What could not be collected is listed in errors.txt inside the archive.`,
 			if bo.tailLines == 0 || bo.tailLines < -1 {
 				return cmdline.UsageErrorf(cmd, "--tail must be positive, or -1 for whole logs")
 			}
+			if bo.since < 0 {
+				return cmdline.UsageErrorf(cmd, "--since must not be negative")
+			}
 			ns, err := o.namespace()
 			if err != nil {
 				return err
+			}
+			if bo.allNamespaces {
+				ns = metav1.NamespaceAll
 			}
 			c, err := o.clients()
 			if err != nil {
@@ -96,8 +113,11 @@ What could not be collected is listed in errors.txt inside the archive.`,
 				discovery: c.kube.Discovery(),
 				dynamic:   c.dynamic,
 			}
+			if bo.controlPlane {
+				src.controlPlane = o.controlPlane(c)
+			}
 			n, problems, err := writeBundle(cmd.Context(), w, src, bundleRequest{
-				namespace: ns, node: bo.node, tailLines: bo.tailLines, now: began,
+				namespace: ns, allNamespaces: bo.allNamespaces, node: bo.node, tailLines: bo.tailLines, since: bo.since, now: began,
 			})
 			if cerr := closeOut(); err == nil {
 				err = cerr
@@ -117,6 +137,9 @@ What could not be collected is listed in errors.txt inside the archive.`,
 	cmd.Flags().StringVarP(&bo.out, "output", "o", "", `The archive to write; "-" writes to standard output. Default: kos-support-bundle-<time>.tar.gz`)
 	cmd.Flags().StringVar(&bo.node, "node", "", "Only the agent of this node")
 	cmd.Flags().Int64Var(&bo.tailLines, "tail", defaultTailLines, "Lines of each log to keep, from its end; -1 keeps whole logs")
+	cmd.Flags().DurationVar(&bo.since, "since", 0, "Keep only log lines newer than this (5m, 2h); 0 keeps them all")
+	cmd.Flags().BoolVarP(&bo.allNamespaces, "all-namespaces", "A", false, "The KOS objects and Events of every namespace that holds KOS objects, instead of -n's")
+	cmd.Flags().BoolVar(&bo.controlPlane, "control-plane", true, "The control plane's pods, logs and status, and the KOS APIService")
 	return cmd
 }
 
@@ -139,14 +162,19 @@ type bundleSource struct {
 	kube      kubernetes.Interface
 	discovery discovery.DiscoveryInterface
 	dynamic   dynamic.Interface
+	// controlPlane is read when not nil.
+	controlPlane *controlPlane
 }
 
 // bundleRequest says what a bundle holds.
 type bundleRequest struct {
-	namespace string
-	node      string
-	tailLines int64
-	now       time.Time
+	// namespace is "" for none, unless allNamespaces.
+	namespace     string
+	allNamespaces bool
+	node          string
+	tailLines     int64
+	since         time.Duration
+	now           time.Time
 }
 
 // bundleFile is one file of a bundle, relative to its top folder.
@@ -177,7 +205,7 @@ func writeBundle(ctx context.Context, w io.Writer, src *bundleSource, req bundle
 		wg.Go(func() {
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			perNode[i], nodeProblems[i] = collectNode(ctx, src, &pods[i], req.tailLines)
+			perNode[i], nodeProblems[i] = collectNode(ctx, src, &pods[i], req)
 		})
 	}
 	wg.Wait()
@@ -191,12 +219,23 @@ func writeBundle(ctx context.Context, w io.Writer, src *bundleSource, req bundle
 		add("agents/pods.yaml", data)
 	}
 
-	if req.namespace != "" {
-		objs, errs := collectNamespace(ctx, src, req.namespace)
+	if req.namespace != "" || req.allNamespaces {
+		objs, errs := collectNamespaces(ctx, src, req.namespace)
 		for _, f := range objs {
 			add(f.name, f.data)
 		}
 		problems = append(problems, errs...)
+	}
+	controlPlaneNamespace := "<left out>"
+	if src.controlPlane != nil {
+		controlPlaneNamespace = src.controlPlane.namespace
+		cpFiles, errs := collectControlPlane(ctx, src, req)
+		files = append(files, cpFiles...)
+		problems = append(problems, errs...)
+	}
+	namespace := orNone(req.namespace)
+	if req.allNamespaces {
+		namespace = "<all that hold KOS objects>"
 	}
 
 	slices.SortStableFunc(files, func(a, b bundleFile) int { return strings.Compare(a.name, b.name) })
@@ -205,16 +244,23 @@ Written: %s by kubectl kos support-bundle
 Namespace: %s
 Node: %s
 Agents: %d pods in namespace %s (%s)
+Control plane: namespace %s
+Logs: the last %s lines%s
 
+control-plane/pods.yaml             the control plane's pods (environment values redacted)
+control-plane/status.json           the control plane as kubectl kos status -o json shows it
+control-plane/apiservice.yaml       the APIService of the KOS API
+control-plane/POD/logs/CONTAINER[.previous].log   the control plane's logs, redacted
 agents/pods.yaml                    the agent pods (environment values redacted)
 nodes/NODE/status.json              the agent's status (kubectl kos status -o json shows the same)
 nodes/NODE/flows.txt                ovs-ofctl dump-flows of the node's bridge
 nodes/NODE/tunnels.txt              ovs-vsctl show, tunnel ports and neighbours
 nodes/NODE/routes.txt               the node's IPv4 routes and Open vSwitch's
-nodes/NODE/logs/CONTAINER[.previous].log   the last %s lines of each log, redacted
+nodes/NODE/logs/CONTAINER[.previous].log   the agent's and Open vSwitch's logs, redacted
 namespaces/NAMESPACE/RESOURCE.yaml  the namespace's KOS objects and Events
 errors.txt                          what could not be collected
-`, req.now.Format(time.RFC3339), orNone(req.namespace), orAll(req.node), len(pods), src.agents.namespace, src.agents.selector, tailText(req.tailLines))
+`, req.now.Format(time.RFC3339), namespace, orAll(req.node), len(pods), src.agents.namespace, src.agents.selector,
+		controlPlaneNamespace, tailText(req.tailLines), sinceText(req.since))
 	files = append([]bundleFile{{name: "README.txt", data: []byte(readme)}}, files...)
 	if len(problems) > 0 {
 		files = append(files, bundleFile{name: "errors.txt", data: []byte(strings.Join(problems, "\n") + "\n")})
@@ -240,6 +286,13 @@ func orAll(s string) string {
 	return s
 }
 
+func sinceText(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return " of the last " + d.String()
+}
+
 func tailText(n int64) string {
 	if n < 0 {
 		return "all"
@@ -249,32 +302,13 @@ func tailText(n int64) string {
 
 // collectNode reads what a bundle holds of one agent pod's node: its
 // containers' logs and what its debug endpoints say.
-func collectNode(ctx context.Context, src *bundleSource, pod *corev1.Pod, tailLines int64) ([]bundleFile, []string) {
+func collectNode(ctx context.Context, src *bundleSource, pod *corev1.Pod, req bundleRequest) ([]bundleFile, []string) {
 	node := pod.Spec.NodeName
 	if node == "" {
 		node = "unscheduled-" + pod.Name
 	}
 	dir := path.Join("nodes", node)
-	var files []bundleFile
-	var problems []string
-	for _, c := range pod.Status.ContainerStatuses {
-		runs := []bool{false}
-		if c.RestartCount > 0 {
-			runs = append(runs, true)
-		}
-		for _, previous := range runs {
-			name := c.Name
-			if previous {
-				name += ".previous"
-			}
-			logs, err := readLogs(ctx, src.kube.CoreV1().Pods(pod.Namespace), pod.Name, c.Name, previous, tailLines)
-			if err != nil {
-				problems = append(problems, fmt.Sprintf("log of %s/%s container %s (previous %t): %v", pod.Namespace, pod.Name, c.Name, previous, err))
-				continue
-			}
-			files = append(files, bundleFile{name: path.Join(dir, "logs", name+".log"), data: redactText(logs)})
-		}
-	}
+	files, problems := collectLogs(ctx, src.kube, pod, dir, req)
 	if pod.Status.Phase != corev1.PodRunning {
 		return files, append(problems, fmt.Sprintf("node %s: the agent pod %s is %s: its endpoints were not asked", node, pod.Name, pod.Status.Phase))
 	}
@@ -294,12 +328,95 @@ func collectNode(ctx context.Context, src *bundleSource, pod *corev1.Pod, tailLi
 	return files, problems
 }
 
-// readLogs reads the end of a container's log, at most maxLogBytes.
-func readLogs(ctx context.Context, pods typedcorev1.PodInterface, pod, container string, previous bool, tailLines int64) ([]byte, error) {
+// collectLogs reads the logs of every container of pod, and of their
+// previous runs after a restart, into dir/logs.
+func collectLogs(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, dir string, req bundleRequest) ([]bundleFile, []string) {
+	var files []bundleFile
+	var problems []string
+	for _, c := range pod.Status.ContainerStatuses {
+		runs := []bool{false}
+		if c.RestartCount > 0 {
+			runs = append(runs, true)
+		}
+		for _, previous := range runs {
+			name := c.Name
+			if previous {
+				name += ".previous"
+			}
+			logs, err := readLogs(ctx, kube.CoreV1().Pods(pod.Namespace), pod.Name, c.Name, previous, req.tailLines, req.since)
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("log of %s/%s container %s (previous %t): %v", pod.Namespace, pod.Name, c.Name, previous, err))
+				continue
+			}
+			files = append(files, bundleFile{name: path.Join(dir, "logs", name+".log"), data: redactText(logs)})
+		}
+	}
+	return files, problems
+}
+
+// collectControlPlane reads the control plane's pods, their logs, what
+// status says of it, and the KOS APIService, into control-plane/.
+func collectControlPlane(ctx context.Context, src *bundleSource, req bundleRequest) ([]bundleFile, []string) {
+	cp := src.controlPlane
+	var files []bundleFile
+	var problems []string
+	pods, err := cp.kube.CoreV1().Pods(cp.namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/name in (" + strings.Join(controlPlaneComponents, ",") + ")",
+	})
+	if err != nil {
+		problems = append(problems, fmt.Sprintf("listing the control plane's pods in %s: %v", cp.namespace, err))
+	} else {
+		slices.SortFunc(pods.Items, func(x, y corev1.Pod) int { return strings.Compare(x.Name, y.Name) })
+		for i := range pods.Items {
+			f, errs := collectLogs(ctx, src.kube, &pods.Items[i], path.Join("control-plane", pods.Items[i].Name), req)
+			files = append(files, f...)
+			problems = append(problems, errs...)
+		}
+		if data, err := objectsYAML(podObjects(pods.Items)); err != nil {
+			problems = append(problems, fmt.Sprintf("control-plane pods: %v", err))
+		} else {
+			files = append(files, bundleFile{name: "control-plane/pods.yaml", data: data})
+		}
+	}
+	rows := cp.collect(ctx, req.now)
+	list, err := statusList(statusReport{ControlPlane: rows})
+	if err == nil {
+		var data []byte
+		if data, err = list.MarshalJSON(); err == nil {
+			files = append(files, bundleFile{name: "control-plane/status.json", data: data})
+		}
+	}
+	if err != nil {
+		problems = append(problems, fmt.Sprintf("control-plane status: %v", err))
+	}
+	for _, r := range rows {
+		if r.Error != "" {
+			problems = append(problems, fmt.Sprintf("control plane: %s %s: %s", r.Component, r.Name, r.Error))
+		}
+	}
+	u, err := cp.dynamic.Resource(apiServices).Get(ctx, kosAPIService, metav1.GetOptions{})
+	if err != nil {
+		return files, append(problems, fmt.Sprintf("reading the APIService %s: %v", kosAPIService, err))
+	}
+	data, err := objectsYAML([]*unstructured.Unstructured{u})
+	if err != nil {
+		return files, append(problems, fmt.Sprintf("the APIService: %v", err))
+	}
+	return append(files, bundleFile{name: "control-plane/apiservice.yaml", data: data}), problems
+}
+
+// readLogs reads the end of a container's log, at most maxLogBytes, of
+// the last since if not 0.
+func readLogs(ctx context.Context, pods typedcorev1.PodInterface, pod, container string, previous bool, tailLines int64, since time.Duration) ([]byte, error) {
 	limit := int64(maxLogBytes)
 	opts := &corev1.PodLogOptions{Container: container, Previous: previous, LimitBytes: &limit, Timestamps: true}
 	if tailLines > 0 {
 		opts.TailLines = &tailLines
+	}
+	if since > 0 {
+		// The server counts whole seconds; round up, never to 0.
+		seconds := int64((since + time.Second - 1) / time.Second)
+		opts.SinceSeconds = &seconds
 	}
 	stream, err := pods.GetLogs(pod, opts).Stream(ctx)
 	if err != nil {
@@ -309,12 +426,12 @@ func readLogs(ctx context.Context, pods typedcorev1.PodInterface, pod, container
 	return io.ReadAll(io.LimitReader(stream, maxLogBytes))
 }
 
-// collectNamespace reads the KOS objects and the Events of namespace ns.
-// It never reads Secrets: only the KOS API group and Events.
-func collectNamespace(ctx context.Context, src *bundleSource, ns string) ([]bundleFile, []string) {
+// collectNamespaces reads the KOS objects and the Events of namespace ns,
+// or, when ns is "", of every namespace that holds KOS objects. It never
+// reads Secrets: only the KOS API group and Events.
+func collectNamespaces(ctx context.Context, src *bundleSource, ns string) ([]bundleFile, []string) {
 	var files []bundleFile
 	var problems []string
-	dir := path.Join("namespaces", ns)
 	resources := kosResources
 	if list, err := src.discovery.ServerResourcesForGroupVersion(v1alpha1.SchemeGroupVersion.String()); err == nil {
 		resources = nil
@@ -327,26 +444,59 @@ func collectNamespace(ctx context.Context, src *bundleSource, ns string) ([]bund
 		problems = append(problems, fmt.Sprintf("discovering the KOS API: %v (listing %s)", err, strings.Join(kosResources, ", ")))
 	}
 	slices.Sort(resources)
+	where := ns
+	if ns == "" {
+		where = "every namespace"
+	}
+	// byNamespace holds each namespace's objects by resource; a named
+	// namespace has every resource's file, even an empty one.
+	byNamespace := map[string]map[string][]*unstructured.Unstructured{}
+	if ns != "" {
+		byNamespace[ns] = map[string][]*unstructured.Unstructured{}
+	}
+	listed := map[string]bool{}
 	for _, r := range resources {
 		list, err := src.dynamic.Resource(v1alpha1.SchemeGroupVersion.WithResource(r)).Namespace(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("listing %s in %s: %v", r, ns, err))
+			problems = append(problems, fmt.Sprintf("listing %s in %s: %v", r, where, err))
 			continue
 		}
-		objs := make([]*unstructured.Unstructured, len(list.Items))
+		listed[r] = true
 		for i := range list.Items {
-			objs[i] = &list.Items[i]
+			n := list.Items[i].GetNamespace()
+			if byNamespace[n] == nil {
+				byNamespace[n] = map[string][]*unstructured.Unstructured{}
+			}
+			byNamespace[n][r] = append(byNamespace[n][r], &list.Items[i])
 		}
-		data, err := objectsYAML(objs)
-		if err != nil {
-			problems = append(problems, fmt.Sprintf("%s in %s: %v", r, ns, err))
-			continue
-		}
-		files = append(files, bundleFile{name: path.Join(dir, r+".yaml"), data: data})
 	}
+	namespaces := slices.Sorted(maps.Keys(byNamespace))
+	for _, n := range namespaces {
+		dir := path.Join("namespaces", n)
+		for _, r := range resources {
+			if !listed[r] {
+				continue
+			}
+			data, err := objectsYAML(byNamespace[n][r])
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("%s in %s: %v", r, n, err))
+				continue
+			}
+			files = append(files, bundleFile{name: path.Join(dir, r+".yaml"), data: data})
+		}
+		f, errs := collectEvents(ctx, src, n)
+		files = append(files, f...)
+		problems = append(problems, errs...)
+	}
+	return files, problems
+}
+
+// collectEvents reads the Events of namespace ns.
+func collectEvents(ctx context.Context, src *bundleSource, ns string) ([]bundleFile, []string) {
+	var problems []string
 	events, err := src.kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return files, append(problems, fmt.Sprintf("listing the events of %s: %v", ns, err))
+		return nil, []string{fmt.Sprintf("listing the events of %s: %v", ns, err)}
 	}
 	var objs []*unstructured.Unstructured
 	for i := range events.Items {
@@ -359,9 +509,9 @@ func collectNamespace(ctx context.Context, src *bundleSource, ns string) ([]bund
 	}
 	data, err := objectsYAML(objs)
 	if err != nil {
-		return files, append(problems, fmt.Sprintf("events of %s: %v", ns, err))
+		return nil, append(problems, fmt.Sprintf("events of %s: %v", ns, err))
 	}
-	return append(files, bundleFile{name: path.Join(dir, "events.yaml"), data: data}), problems
+	return []bundleFile{{name: path.Join("namespaces", ns, "events.yaml"), data: data}}, problems
 }
 
 // podObjects turns pods into the unstructured objects a bundle holds.

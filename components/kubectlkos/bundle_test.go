@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -19,6 +20,7 @@ import (
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kos-sdn/kos/components/agent/api"
 )
@@ -61,7 +63,10 @@ func readTarGz(t *testing.T, data []byte) map[string]string {
 	return files
 }
 
-func TestSupportBundle(t *testing.T) {
+// bundleFixture is statusFixture's agents, whose first answers every
+// endpoint, and KOS objects in namespaces t1 and t2, Events and a Secret in
+// t1.
+func bundleFixture(t *testing.T) (*bundleSource, *fake.Clientset) {
 	ag, p, _ := statusFixture()
 	// The first node's agent answers everything, its flows with a secret
 	// someone put in a flow's note.
@@ -100,6 +105,11 @@ func TestSupportBundle(t *testing.T) {
 		kosObject("NetworkAttachment", "t2", "other", map[string]any{"node": "node-1", "subnet": "s1"}),
 	)
 	src := &bundleSource{agents: ag, kube: kube, discovery: kube.Discovery(), dynamic: dyn}
+	return src, kube
+}
+
+func TestSupportBundle(t *testing.T) {
+	src, kube := bundleFixture(t)
 
 	var out bytes.Buffer
 	n, problems, err := writeBundle(context.Background(), &out, src, bundleRequest{namespace: "t1", tailLines: 100, now: now})
@@ -170,5 +180,88 @@ func TestSupportBundle(t *testing.T) {
 		if a.GetResource().Resource == "secrets" && a.GetVerb() != "create" {
 			t.Errorf("the bundle read Secrets: %v", a)
 		}
+	}
+}
+
+// TestSupportBundleAll checks -A (every namespace with KOS objects, and
+// only those) and the control plane's files: pods, logs of every
+// container (and previous runs), status, the APIService.
+func TestSupportBundleAll(t *testing.T) {
+	src, kube := bundleFixture(t)
+	cp, _ := controlPlaneFixture(t)
+	for _, pod := range []string{"kos-apiserver-7d9-aaaa", "kos-apiserver-7d9-bbbb", "kos-etcd-0", "kos-etcd-1", "kos-etcd-2", "kos-pki-5f4-cccc"} {
+		p, err := cp.kube.CoreV1().Pods(DefaultControlPlaneNamespace).Get(context.Background(), pod, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kube.CoreV1().Pods(DefaultControlPlaneNamespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cp.kube = kube
+	src.controlPlane = cp
+
+	var out bytes.Buffer
+	_, _, err := writeBundle(context.Background(), &out, src, bundleRequest{allNamespaces: true, tailLines: 100, since: 90 * time.Minute, now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := readTarGz(t, out.Bytes())
+	const top = "kos-support-bundle-20261127T100000Z/"
+	var names []string
+	for name := range files {
+		if n := strings.TrimPrefix(name, top); strings.HasPrefix(n, "control-plane/") || strings.HasPrefix(n, "namespaces/") {
+			names = append(names, n)
+		}
+	}
+	wantNames := []string{
+		"control-plane/apiservice.yaml",
+		"control-plane/kos-apiserver-7d9-aaaa/logs/kos-apiserver.log",
+		"control-plane/kos-apiserver-7d9-bbbb/logs/kos-apiserver.log",
+		"control-plane/kos-apiserver-7d9-bbbb/logs/kos-apiserver.previous.log",
+		"control-plane/kos-etcd-0/logs/kos-etcd.log",
+		"control-plane/kos-etcd-1/logs/kos-etcd.log",
+		"control-plane/kos-etcd-1/logs/kos-etcd.previous.log",
+		"control-plane/kos-etcd-2/logs/kos-etcd.log",
+		"control-plane/kos-pki-5f4-cccc/logs/kos-pki.log",
+		"control-plane/pods.yaml",
+		"control-plane/status.json",
+		"namespaces/t1/events.yaml",
+		"namespaces/t1/iplocks.yaml",
+		"namespaces/t1/networkattachments.yaml",
+		"namespaces/t1/subnets.yaml",
+		"namespaces/t2/events.yaml",
+		"namespaces/t2/iplocks.yaml",
+		"namespaces/t2/networkattachments.yaml",
+		"namespaces/t2/subnets.yaml",
+	}
+	if diff := cmp.Diff(names, wantNames, cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
+		t.Errorf("files (-got +want):\n%s", diff)
+	}
+	for _, check := range []struct{ file, want string }{
+		{"namespaces/t2/networkattachments.yaml", "name: other"},
+		{"control-plane/status.json", `"leader":true`},
+		{"control-plane/status.json", `"name":"kos-etcd-server"`},
+		{"control-plane/apiservice.yaml", "reason: MissingEndpoints"},
+		{"control-plane/pods.yaml", "name: kos-etcd-0"},
+		{"errors.txt", "control plane: kos-controller-manager <none>: no kos-controller-manager pod"},
+		{"README.txt", "Logs: the last 100 lines of the last 1h30m0s"},
+	} {
+		if got := files[top+check.file]; !strings.Contains(got, check.want) {
+			t.Errorf("%s: want %q in:\n%s", check.file, check.want, got)
+		}
+	}
+	// Every log was asked for the last 90 minutes.
+	logs := 0
+	for _, a := range kube.Actions() {
+		if g, ok := a.(k8stesting.GenericAction); ok && a.GetSubresource() == "log" {
+			logs++
+			if opts, ok := g.GetValue().(*corev1.PodLogOptions); !ok || opts.SinceSeconds == nil || *opts.SinceSeconds != 5400 {
+				t.Errorf("log request %v: want sinceSeconds 5400", g.GetValue())
+			}
+		}
+	}
+	if logs == 0 {
+		t.Error("no log was asked for")
 	}
 }

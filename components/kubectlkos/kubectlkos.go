@@ -72,7 +72,7 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	}
 	cmd := &cobra.Command{
 		Use:   "kubectl-kos",
-		Short: "Troubleshoot KOS: node agents' status, packet traces, support bundles",
+		Short: "Troubleshoot KOS: status, health checks, packet traces, support bundles",
 		Long: `kubectl kos helps troubleshoot KOS, the SDN of network attachments.
 
 It reads the KOS API with your credentials and reaches the node agents (the
@@ -80,8 +80,11 @@ kos-agent pods) through the kube-apiserver, never directly: what you may see
 is what your RBAC allows (pods/portforward, pods/proxy and pods/log on the
 agent pods, and get and create on nodes/kos-debug, which each agent checks
 with your credentials; see docs/kubectl-kos.md).`,
-		Example: `  # Every node's agent: version, attachments on its switch, flows, last reconcile, errors.
+		Example: `  # The control plane and every node's agent: versions, etcd, certificates, attachments, errors.
   kubectl kos status
+
+  # Health checks, exit code 0 when every one passes, 1 when one fails.
+  kubectl kos check
 
   # What the switch of attachment a1's node does with a ping from a1 to 10.1.0.7.
   kubectl kos trace a1 --to 10.1.0.7 -n tenant-a
@@ -109,16 +112,18 @@ with your credentials; see docs/kubectl-kos.md).`,
 	o.config.AddFlags(cmd.PersistentFlags())
 	cmd.PersistentFlags().StringVar(&o.agentNamespace, "agent-namespace", DefaultAgentNamespace, "The namespace of the kos-agent pods")
 	cmd.PersistentFlags().StringVar(&o.agentSelector, "agent-selector", DefaultAgentSelector, "The label selector of the kos-agent pods")
-	cmd.AddCommand(newStatusCommand(o), newTraceCommand(o), newSupportBundleCommand(o))
+	cmd.PersistentFlags().StringVar(&o.controlPlaneNamespace, "control-plane-namespace", DefaultControlPlaneNamespace, "The namespace of kos-etcd, kos-pki, kos-apiserver and kos-controller-manager")
+	cmd.AddCommand(newStatusCommand(o), newCheckCommand(o), newTraceCommand(o), newSupportBundleCommand(o))
 	return cmd
 }
 
 // options holds what every command shares.
 type options struct {
-	config         *genericclioptions.ConfigFlags
-	streams        genericiooptions.IOStreams
-	agentNamespace string
-	agentSelector  string
+	config                *genericclioptions.ConfigFlags
+	streams               genericiooptions.IOStreams
+	agentNamespace        string
+	agentSelector         string
+	controlPlaneNamespace string
 }
 
 // clients are the clients of one command run.
@@ -173,6 +178,12 @@ func (o *options) agents(c *clients) *agents {
 		proxy:     podProxy{kube: c.kube},
 		tunnel:    tunnel{config: c.config, kube: c.kube},
 	}
+}
+
+// controlPlane returns the control plane the flags select, read through
+// c's kube-apiserver.
+func (o *options) controlPlane(c *clients) *controlPlane {
+	return &controlPlane{kube: c.kube, dynamic: c.dynamic, namespace: o.controlPlaneNamespace, proxy: podProxy{kube: c.kube}}
 }
 
 func noArgs(cmd *cobra.Command, args []string) error {

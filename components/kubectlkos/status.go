@@ -30,8 +30,9 @@ import (
 // outputAPIVersion and nodeStatusKind type the objects that -o json and
 // yaml print. They exist only in this output.
 const (
-	outputAPIVersion = "kubectl-kos.network.example.com/v1alpha1"
-	nodeStatusKind   = "NodeStatus"
+	outputAPIVersion    = "kubectl-kos.network.example.com/v1alpha1"
+	nodeStatusKind      = "NodeStatus"
+	componentStatusKind = "ComponentStatus"
 )
 
 // agentConcurrency bounds how many agents a command asks at once.
@@ -59,23 +60,39 @@ type NodeStatus struct {
 	NotReady    *int `json:"notReady,omitempty"`
 }
 
+// statusReport is what status prints: the control plane's rows (nil when
+// not asked for) and the nodes'.
+type statusReport struct {
+	ControlPlane []ComponentStatus
+	Nodes        []NodeStatus
+}
+
 // statusOptions are the flags of status.
 type statusOptions struct {
-	node      string
-	print     *genericclioptions.PrintFlags
-	noHeaders bool
+	node         string
+	controlPlane bool
+	print        *genericclioptions.PrintFlags
+	noHeaders    bool
 }
 
 func newStatusCommand(o *options) *cobra.Command {
 	so := &statusOptions{print: genericclioptions.NewPrintFlags("").WithDefaultOutput("")}
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show every node agent's status: version, attachments, flows, last reconcile, errors",
-		Long: `Show the status of the KOS agent of every node (or of --node): the
-agent's version (its image's tag), whether it is ready, the local and remote
-attachments on the node's switch, the switch's flows, when the agent last
-reconciled the switch, how many of the node's attachments are not Ready, and
-the agent's errors. Each agent is asked through the kube-apiserver's pod proxy.`,
+		Short: "Show the control plane's and every node agent's status",
+		Long: `Show the status of the KOS control plane, then of the KOS agent of every
+node (or of --node, which leaves the control plane out).
+
+The control plane: each pod of kos-apiserver, kos-etcd, kos-controller-manager
+and kos-pki (version, Ready, restarts); each etcd member's role (leader,
+follower, no leader) and database size against its quota, read from its
+metrics; the APIService that serves the KOS API and whether it is Available;
+and every certificate kos-pki keeps, with its expiry (not Ready within 21 days).
+
+The agents: the agent's version (its image's tag), whether it is ready, the
+local and remote attachments on the node's switch, the switch's flows, when the
+agent last reconciled the switch, how many of the node's attachments are not
+Ready, and the agent's errors. Everything is asked through the kube-apiserver.`,
 		Example: `  kubectl kos status
   kubectl kos status -o wide
   kubectl kos status --node node-1 -o yaml`,
@@ -89,26 +106,33 @@ the agent's errors. Each agent is asked through the kube-apiserver's pod proxy.`
 			if err != nil {
 				return err
 			}
-			statuses, err := collectStatus(cmd.Context(), o.agents(c), c.kos, so.node, o.warnf)
+			var rep statusReport
+			if so.node == "" && so.controlPlane {
+				rep.ControlPlane = o.controlPlane(c).collect(cmd.Context(), time.Now())
+			}
+			rep.Nodes, err = collectStatus(cmd.Context(), o.agents(c), c.kos, so.node, o.warnf)
 			if err != nil {
 				return err
 			}
-			if len(statuses) == 0 {
+			if len(rep.Nodes) == 0 {
 				fmt.Fprintf(o.streams.ErrOut, "No agent pods found in namespace %s.\n", o.agentNamespace)
-				return nil
+				if rep.ControlPlane == nil {
+					return nil
+				}
 			}
-			return print(o.streams.Out, statuses, time.Now())
+			return print(o.streams.Out, rep, time.Now())
 		},
 	}
-	cmd.Flags().StringVar(&so.node, "node", "", "Only the agent of this node")
+	cmd.Flags().StringVar(&so.node, "node", "", "Only the agent of this node (and not the control plane)")
+	cmd.Flags().BoolVar(&so.controlPlane, "control-plane", true, "Show the control plane: kos-apiserver, etcd, kos-controller-manager, kos-pki, the APIService, the certificates")
 	so.print.AddFlags(cmd)
 	cmd.Flags().Lookup("output").Usage = "Output format: wide, json or yaml. Default: a table"
 	cmd.Flags().BoolVar(&so.noHeaders, "no-headers", false, "Leave out the header line of the table")
 	return cmd
 }
 
-// statusPrinter prints node statuses; now is when ages are counted from.
-type statusPrinter func(w io.Writer, statuses []NodeStatus, now time.Time) error
+// statusPrinter prints a status report; now is when ages are counted from.
+type statusPrinter func(w io.Writer, rep statusReport, now time.Time) error
 
 // printer checks -o and returns the printer it selects: a table (wide or
 // not), or cli-runtime's JSON and YAML printers of a List.
@@ -116,8 +140,17 @@ func (so *statusOptions) printer(cmd *cobra.Command) (statusPrinter, error) {
 	format := *so.print.OutputFormat
 	if format == "" || format == "wide" {
 		opts := printers.PrintOptions{NoHeaders: so.noHeaders, Wide: format == "wide"}
-		return func(w io.Writer, statuses []NodeStatus, now time.Time) error {
-			return printers.NewTablePrinter(opts).PrintObj(statusTable(statuses, now), w)
+		return func(w io.Writer, rep statusReport, now time.Time) error {
+			if rep.ControlPlane != nil {
+				if err := printers.NewTablePrinter(opts).PrintObj(controlPlaneTable(rep.ControlPlane, now), w); err != nil {
+					return err
+				}
+				if len(rep.Nodes) == 0 {
+					return nil
+				}
+				fmt.Fprintln(w)
+			}
+			return printers.NewTablePrinter(opts).PrintObj(statusTable(rep.Nodes, now), w)
 		}, nil
 	}
 	if format != "json" && format != "yaml" {
@@ -127,8 +160,8 @@ func (so *statusOptions) printer(cmd *cobra.Command) (statusPrinter, error) {
 	if err != nil {
 		return nil, cmdline.UsageErrorf(cmd, "--output %q: %v", format, err)
 	}
-	return func(w io.Writer, statuses []NodeStatus, _ time.Time) error {
-		list, err := statusList(statuses)
+	return func(w io.Writer, rep statusReport, _ time.Time) error {
+		list, err := statusList(rep)
 		if err != nil {
 			return err
 		}
@@ -324,22 +357,33 @@ func formatCounts(counts map[string]int) string {
 	return strings.Join(parts, ",")
 }
 
-// statusList is the List that -o json and yaml print, one NodeStatus
-// object per node.
-func statusList(statuses []NodeStatus) (*unstructured.UnstructuredList, error) {
+// statusList is the List that -o json and yaml print: one ComponentStatus
+// object per control-plane row, then one NodeStatus object per node.
+func statusList(rep statusReport) (*unstructured.UnstructuredList, error) {
 	list := &unstructured.UnstructuredList{Object: map[string]any{"apiVersion": "v1", "kind": "List", "metadata": map[string]any{"resourceVersion": ""}}}
-	for _, st := range statuses {
-		raw, err := json.Marshal(st)
+	add := func(v any, kind, name string) error {
+		raw, err := json.Marshal(v)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		obj := map[string]any{}
 		if err := json.Unmarshal(raw, &obj); err != nil {
+			return err
+		}
+		obj["apiVersion"], obj["kind"] = outputAPIVersion, kind
+		obj["metadata"] = map[string]any{"name": name}
+		list.Items = append(list.Items, unstructured.Unstructured{Object: obj})
+		return nil
+	}
+	for _, c := range rep.ControlPlane {
+		if err := add(c, componentStatusKind, c.Component+"/"+c.Name); err != nil {
 			return nil, err
 		}
-		obj["apiVersion"], obj["kind"] = outputAPIVersion, nodeStatusKind
-		obj["metadata"] = map[string]any{"name": st.Node}
-		list.Items = append(list.Items, unstructured.Unstructured{Object: obj})
+	}
+	for _, st := range rep.Nodes {
+		if err := add(st, nodeStatusKind, st.Node); err != nil {
+			return nil, err
+		}
 	}
 	return list, nil
 }

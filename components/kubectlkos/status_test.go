@@ -137,7 +137,7 @@ func TestStatusOutput(t *testing.T) {
 				t.Fatal(err)
 			}
 			var out bytes.Buffer
-			if err := print(&out, statuses, now); err != nil {
+			if err := print(&out, statusReport{Nodes: statuses}, now); err != nil {
 				t.Fatal(err)
 			}
 			name := "status"

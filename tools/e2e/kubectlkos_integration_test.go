@@ -189,23 +189,36 @@ func (kk *kubectlKOS) mustPlugin(t *testing.T, args ...string) string {
 	return out
 }
 
-// testStatus checks every node's row: the agent ready, its attachment and
-// the other two nodes' on its switch, flows, a reconcile, no errors.
+// testStatus checks the control plane's rows (every pod Ready, one etcd
+// leader, databases under their quota, the APIService Available, the
+// certificates kos-pki keeps far from expiry) and every node's row: the
+// agent ready, its attachment and the other two nodes' on its switch,
+// flows, a reconcile, no errors.
 func (kk *kubectlKOS) testStatus(t *testing.T) {
 	help, _, code := kk.plugin(t, "--help")
 	if code != 0 || !strings.Contains(help, "kubectl kos [command]") {
 		t.Errorf("kubectl kos --help: exit %d:\n%s", code, help)
 	}
-	table := kk.mustPlugin(t, "status")
+	table := kk.mustPlugin(t, "status", "--control-plane=false")
 	if !strings.HasPrefix(table, "NODE ") || strings.Count(table, "\n") != len(kk.env.Nodes)+1 {
 		t.Errorf("kubectl kos status: want a header and a row per node:\n%s", table)
+	}
+	table = kk.mustPlugin(t, "status")
+	if !strings.HasPrefix(table, "COMPONENT ") || !strings.Contains(table, "\n\nNODE ") {
+		t.Errorf("kubectl kos status: want the control plane's table, then the nodes':\n%s", table)
+	}
+	kk.checkControlPlane(t)
+	// The health checks of a healthy cluster all pass, exit code 0.
+	checks := kk.mustPlugin(t, "check", "--no-headers")
+	if n := strings.Count(checks, "\n"); n < 9 || strings.Contains(checks, "FAIL") {
+		t.Errorf("kubectl kos check: want nine checks or more, none failed:\n%s", checks)
 	}
 	var list struct {
 		Items []kubectlkos.NodeStatus `json:"items"`
 	}
 	// Each agent syncs its remote attachments on its own: wait for all.
 	poll.Until(t, time.Minute, "every agent to hold the three attachments", func(context.Context) error {
-		out := kk.mustPlugin(t, "status", "-o", "json")
+		out := kk.mustPlugin(t, "status", "-o", "json", "--control-plane=false")
 		list.Items = nil
 		if err := json.Unmarshal([]byte(out), &list); err != nil {
 			return err
@@ -237,6 +250,60 @@ func (kk *kubectlKOS) testStatus(t *testing.T) {
 	}
 }
 
+// checkControlPlane reads status's control-plane rows (-o json) and checks
+// them against the standard release: two kos-apiservers, three etcd
+// members of which one leads, a controller manager and kos-pki, all Ready;
+// the APIService Available; kos-pki's certificates valid for over 21 days.
+func (kk *kubectlKOS) checkControlPlane(t *testing.T) {
+	var list struct {
+		Items []struct {
+			Kind string `json:"kind"`
+			kubectlkos.ComponentStatus
+		} `json:"items"`
+	}
+	out := kk.mustPlugin(t, "status", "-o", "json")
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	leaders := 0
+	for _, it := range list.Items {
+		c := it.ComponentStatus
+		if it.Kind != "ComponentStatus" {
+			continue
+		}
+		count[c.Component]++
+		if !c.Ready || c.Error != "" {
+			t.Errorf("%s %s: ready %t, error %q", c.Component, c.Name, c.Ready, c.Error)
+		}
+		switch c.Component {
+		case "kos-etcd":
+			if c.Leader == nil || c.DBSize == nil || c.DBQuota == nil || *c.DBSize <= 0 || *c.DBSize >= *c.DBQuota || c.Version == "" {
+				t.Errorf("etcd member %s: leader %v, database %v of %v, version %q: want its role, a database under its quota and etcd's version", c.Name, c.Leader, c.DBSize, c.DBQuota, c.Version)
+			} else if *c.Leader {
+				leaders++
+			}
+		case "certificate":
+			if c.Expires == nil || time.Until(c.Expires.Time) < 21*24*time.Hour {
+				t.Errorf("certificate %s: expires %v", c.Name, c.Expires)
+			}
+		}
+	}
+	for component, want := range map[string]int{"kos-apiserver": 2, "kos-etcd": 3, "kos-pki": 1, "apiservice": 1} {
+		if count[component] != want {
+			t.Errorf("%d rows of %s, want %d", count[component], component, want)
+		}
+	}
+	// The controller managers, and the CA and leaves kos-pki keeps (etcd's
+	// server, peer and client pairs, kos-apiserver's serving pair).
+	if count["kos-controller-manager"] < 1 || count["certificate"] < 4 {
+		t.Errorf("rows by component %v: want a controller manager and at least four certificates", count)
+	}
+	if leaders != 1 {
+		t.Errorf("%d etcd members say they lead, want 1", leaders)
+	}
+}
+
 // testTrace traces a ping from the first node's attachment to the
 // second's, which leaves by the tunnel towards the second node, and to an
 // address nobody holds, which is dropped.
@@ -255,12 +322,12 @@ func (kk *kubectlKOS) testTrace(t *testing.T) {
 	}
 }
 
-// testSupportBundle writes a bundle of the test's namespace and checks
-// that it holds every node's files and the namespace's objects, and that
-// nothing failed.
+// testSupportBundle writes a bundle of every namespace (-A) and checks
+// that it holds every node's files, the control plane's and the test
+// namespace's objects, and that nothing failed.
 func (kk *kubectlKOS) testSupportBundle(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "bundle.tar.gz")
-	kk.mustPlugin(t, "support-bundle", "-n", kubectlKOSNamespace, "-o", file)
+	kk.mustPlugin(t, "support-bundle", "-A", "--since", "1h", "-o", file)
 	files := tarGzFiles(t, file)
 	var want []string
 	for _, n := range kk.env.Nodes {
@@ -268,7 +335,19 @@ func (kk *kubectlKOS) testSupportBundle(t *testing.T) {
 			want = append(want, "nodes/"+n.Name+"/"+f)
 		}
 	}
-	want = append(want, "agents/pods.yaml", "namespaces/"+kubectlKOSNamespace+"/networkattachments.yaml", "namespaces/"+kubectlKOSNamespace+"/subnets.yaml", "namespaces/"+kubectlKOSNamespace+"/events.yaml")
+	want = append(want, "agents/pods.yaml", "namespaces/"+kubectlKOSNamespace+"/networkattachments.yaml", "namespaces/"+kubectlKOSNamespace+"/subnets.yaml", "namespaces/"+kubectlKOSNamespace+"/events.yaml",
+		"control-plane/pods.yaml", "control-plane/status.json", "control-plane/apiservice.yaml")
+	logs := 0
+	for name := range files {
+		if strings.HasPrefix(name, "control-plane/") && strings.HasSuffix(name, ".log") {
+			logs++
+		}
+	}
+	// Two kos-apiservers, three etcd members, kos-pki, the controller
+	// managers: a log each at least.
+	if logs < 7 {
+		t.Errorf("the bundle holds %d control-plane logs, want one per control-plane container", logs)
+	}
 	for _, name := range want {
 		if files[name] == "" {
 			t.Errorf("the bundle has no %s (or it is empty)", name)
@@ -296,6 +375,7 @@ func (kk *kubectlKOS) testForbidden(t *testing.T) {
 	from := kk.attachments[kk.env.Nodes[0].Name]
 	for _, args := range [][]string{
 		{"status"},
+		{"check"},
 		{"trace", from.Name, "--to", "10.252.0.250", "-n", kubectlKOSNamespace},
 		{"support-bundle", "-n", kubectlKOSNamespace, "-o", filepath.Join(t.TempDir(), "b.tar.gz")},
 	} {

@@ -4,13 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,8 +47,8 @@ func alertNames(t testing.TB, rules string) []string {
 	return names
 }
 
-// TestIntegrationRulesPromtool checks the shipped rules with Prometheus's
-// own promtool: they parse (check rules), and each alert fires on its
+// TestIntegrationRulesPromtool checks the rules of the repository (which
+// TestRulesShipped compares with the releases) with Prometheus's own promtool: they parse (check rules), and each alert fires on its
 // fault's series, after its "for", and not on healthy ones
 // (testdata/kos.rules.test.yaml, which must test every alert).
 func TestIntegrationRulesPromtool(t *testing.T) {
@@ -53,7 +56,7 @@ func TestIntegrationRulesPromtool(t *testing.T) {
 	if err != nil {
 		t.Fatalf("promtool is not installed (tools/deps.sh installs prometheus, which has it): %v", err)
 	}
-	rules := configMapData(t, manifestObjects(t), "prometheus-rules")["kos.rules.yaml"]
+	rules := rulesFile(t)
 	if out, err := exec.Command(promtool, "check", "rules", writeFile(t, "kos.rules.yaml", []byte(rules))).CombinedOutput(); err != nil {
 		t.Errorf("promtool check rules: %v\n%s", err, out)
 	}
@@ -95,7 +98,7 @@ func TestIntegrationRulesPromtool(t *testing.T) {
 // plane, serving its metrics; a real Prometheus with the addon's
 // configuration and rules scrapes it. The alert KOSPKINotRenewing must
 // fire, as /api/v1/alerts says; once the Role is granted, the signer's next
-// pass succeeds and the alert must resolve. The rules are the shipped ones
+// pass succeeds and the alert must resolve. The rules are the repository's
 // with every "for" set to 0: the expressions are what is tested here (their
 // "for"s are in TestIntegrationRulesPromtool).
 func TestIntegrationAlertFires(t *testing.T) {
@@ -128,20 +131,7 @@ func TestIntegrationAlertFires(t *testing.T) {
 	targets := []target{{job: "kos", address: serve(t, signer.Handler()), name: "kos-pki", port: "metrics", node: "node-a"}}
 
 	objs := manifestObjects(t)
-	var rules map[string]any
-	if err := yaml.Unmarshal([]byte(configMapData(t, objs, "prometheus-rules")["kos.rules.yaml"]), &rules); err != nil {
-		t.Fatal(err)
-	}
-	for _, g := range rules["groups"].([]any) {
-		for _, r := range g.(map[string]any)["rules"].([]any) {
-			r.(map[string]any)["for"] = "0s"
-		}
-	}
-	rulesData, err := yaml.Marshal(rules)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := localFiles{rules: writeFile(t, "kos.rules.yaml", rulesData)}
+	files := localFiles{rules: writeFile(t, "kos.rules.yaml", rulesWithoutFor(t))}
 	base := startPrometheus(t, prometheusConfig(t, configMapData(t, objs, "prometheus-config")["prometheus.yml"], targets, files, true))
 
 	began := time.Now()
@@ -200,4 +190,102 @@ func alertState(base, name, pod, state string) error {
 		return nil
 	}
 	return fmt.Errorf("alert %s of %s: states %v, want %q; all alerts: %s", name, pod, states, state, data)
+}
+
+// TestIntegrationEtcdAlertsFire runs two more faults past a real
+// Prometheus with the addon's configuration and the repository's rules
+// (every "for" 0): an etcd member that does not answer, beside a real
+// etcd member that does, fires KOSEtcdMemberDown for that member only; and
+// the components with no target at all (here all but etcd) fire
+// KOSComponentAbsent, which KOSComponentDown cannot (it needs a target),
+// while etcd's does not.
+func TestIntegrationEtcdAlertsFire(t *testing.T) {
+	env := testenv.Shared(t)
+	etcdURL, err := env.StartEtcd(context.Background(), fmt.Sprintf("alerts-%d", time.Now().UnixNano()%100000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A member whose process is gone: its port refuses connections.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := l.Addr().String()
+	l.Close()
+	targets := []target{
+		{job: "kos", address: strings.TrimPrefix(etcdURL, "http://"), name: "kos-etcd", pod: "kos-etcd-0", port: "metrics", node: "node-a"},
+		{job: "kos", address: down, name: "kos-etcd", pod: "kos-etcd-1", port: "metrics", node: "node-b"},
+	}
+	objs := manifestObjects(t)
+	files := localFiles{rules: writeFile(t, "kos.rules.yaml", rulesWithoutFor(t))}
+	base := startPrometheus(t, prometheusConfig(t, configMapData(t, objs, "prometheus-config")["prometheus.yml"], targets, files, true))
+
+	began := time.Now()
+	poll.Until(t, time.Minute, "KOSEtcdMemberDown fires for kos-etcd-1", func(context.Context) error {
+		return alertState(base, "KOSEtcdMemberDown", "kos-etcd-1", "firing")
+	})
+	t.Logf("KOSEtcdMemberDown fired %s after Prometheus started", time.Since(began).Round(100*time.Millisecond))
+	if err := alertState(base, "KOSEtcdMemberDown", "kos-etcd-0", ""); err != nil {
+		t.Errorf("the member that answers: %v", err)
+	}
+	if err := alertState(base, "KOSComponentDown", "kos-etcd-1", ""); err != nil {
+		t.Errorf("KOSComponentDown leaves etcd to KOSEtcdMemberDown: %v", err)
+	}
+	poll.Until(t, time.Minute, "KOSComponentAbsent fires for every component without a target", func(context.Context) error {
+		jobs, err := firingJobs(base, "KOSComponentAbsent")
+		if err != nil {
+			return err
+		}
+		if diff := cmp.Diff(jobs, []string{"kos-agent", "kos-apiserver", "kos-controller-manager", "kos-pki"}); diff != "" {
+			return fmt.Errorf("KOSComponentAbsent firing for jobs (-got +want):\n%s", diff)
+		}
+		return nil
+	})
+}
+
+// rulesWithoutFor returns the repository's rules with every "for" set to
+// 0: the expressions are what is tested (their "for"s are in
+// TestIntegrationRulesPromtool).
+func rulesWithoutFor(t *testing.T) []byte {
+	t.Helper()
+	var rules map[string]any
+	if err := yaml.Unmarshal([]byte(rulesFile(t)), &rules); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range rules["groups"].([]any) {
+		for _, r := range g.(map[string]any)["rules"].([]any) {
+			r.(map[string]any)["for"] = "0s"
+		}
+	}
+	data, err := yaml.Marshal(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// firingJobs returns the job labels of the firing alerts of that name,
+// sorted.
+func firingJobs(base, name string) ([]string, error) {
+	data, err := promGet(base, "/api/v1/alerts", nil)
+	if err != nil {
+		return nil, err
+	}
+	var r struct {
+		Alerts []struct {
+			Labels map[string]string `json:"labels"`
+			State  string            `json:"state"`
+		} `json:"alerts"`
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, err
+	}
+	var jobs []string
+	for _, a := range r.Alerts {
+		if a.Labels["alertname"] == name && a.State == "firing" {
+			jobs = append(jobs, a.Labels["job"])
+		}
+	}
+	slices.Sort(jobs)
+	return jobs, nil
 }

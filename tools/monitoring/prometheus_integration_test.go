@@ -85,14 +85,20 @@ func run(t *testing.T, name string, fn func(context.Context) error) {
 // pod discovery would find.
 type target struct {
 	job, address, name, port, node string
+	// pod is the pod's name; "" means name-0.
+	pod string
 }
 
 func (tg target) staticConfig() map[string]any {
+	pod := tg.pod
+	if pod == "" {
+		pod = tg.name + "-0"
+	}
 	return map[string]any{
 		"targets": []string{tg.address},
 		"labels": map[string]string{
 			"__meta_kubernetes_namespace":                           "example-com",
-			"__meta_kubernetes_pod_name":                            tg.name + "-0",
+			"__meta_kubernetes_pod_name":                            pod,
 			"__meta_kubernetes_pod_node_name":                       tg.node,
 			"__meta_kubernetes_pod_label_app_kubernetes_io_name":    tg.name,
 			"__meta_kubernetes_pod_label_app_kubernetes_io_part_of": "kos",
@@ -359,7 +365,7 @@ func TestIntegrationDashboardsHaveData(t *testing.T) {
 		// The test's kos-apiserver has a self-signed certificate for
 		// localhost; the addon's verifies the KOS CA's for its Service.
 		kosCA: kosServer.CACertFile, serverName: "localhost",
-		rules: writeFile(t, "kos.rules.yaml", []byte(configMapData(t, objs, "prometheus-rules")["kos.rules.yaml"])),
+		rules: writeFile(t, "kos.rules.yaml", []byte(rulesFile(t))),
 	}
 
 	label := fmt.Sprintf("kos-monitoring-test-%d", time.Now().UnixNano()%1000000)
