@@ -164,37 +164,59 @@ func fingerprint(m metav1.Object) string {
 
 // checkDrift checks the objects of every addon the plan finds up to date
 // for drift, and repairs or reports it as each object's drift mode says
-// (driftMode; DriftOff in the daemon's options checks nothing). An addon
-// checked for the first time (or again after an apply), and every addon
-// when full is set, has all its objects looked at: those to repair are
-// re-applied (server-side apply leaves an unchanged object untouched, and
-// its answer gives the fingerprints to compare next time), those to report
-// are read and dry-run. Otherwise the check lists the addon's objects'
-// metadata, one list per kind and namespace, by its IdentityLabel, and
-// looks again only at the objects whose fingerprint changed or that are
-// gone. An object created only (CreateOnlyAnnotation) drifts only by being
-// deleted. Repairs hold the channels Lease, and skip addons another run
-// updated meanwhile; reports change nothing but Events.
+// (driftMode; DriftOff in the daemon's options checks nothing). It runs in
+// three steps: findDrift works out which objects to look at again,
+// inspectDrift looks at them, reports what is to be reported and plans
+// the repairs (planRepair), and repairDrift re-applies, under the channels
+// Lease, what is to be repaired. The decisions are pure functions
+// (upToDate, changedTargets, lookMode, planRepair, repairOutcome), each
+// unit-tested; the steps only read, write and count.
 func (d *Daemon) checkDrift(ctx context.Context, plan *Plan, full bool) (DriftResult, error) {
 	res := DriftResult{Full: full}
 	if d.opts.Drift == DriftOff {
 		return res, nil
 	}
+	looks, errs := d.findDrift(ctx, upToDate(plan), full, &res)
+	repairs, ierrs := d.inspectDrift(ctx, looks, &res)
+	errs = append(errs, ierrs...)
+	if len(repairs) > 0 {
+		errs = append(errs, d.repairDrift(ctx, repairs, &res)...)
+	}
+	return res, errors.Join(errs...)
+}
+
+// driftLook is what a drift check looks at again of one addon.
+type driftLook struct {
+	item  PlanItem
+	state *addonDrift
+	// targets are the objects to look at (findDrift), or to re-apply
+	// (inspectDrift's answer).
+	targets []*target
+	// listed holds what the metadata lists found; nil when they failed.
+	listed map[objectKey]listedObject
+}
+
+// upToDate is the plan's addons that are installed as the channel has
+// them: the ones whose objects may have drifted from their release.
+func upToDate(plan *Plan) []PlanItem {
 	var current []PlanItem
 	for _, it := range plan.Items {
 		if !it.Decision.Apply && it.Decision.Reason == ReasonUpToDate {
 			current = append(current, it)
 		}
 	}
-	// Work out, without the lease, what to look at again.
-	type repair struct {
-		item    PlanItem
-		state   *addonDrift
-		targets []*target
-		// listed holds what the lists found; nil when they failed.
-		listed map[objectKey]listedObject
-	}
-	var repairs []repair
+	return current
+}
+
+// findDrift works out, without the Lease, which objects of the up-to-date
+// addons to look at again. An addon checked for the first time (or again
+// after an apply), and every addon when full is set, has all its objects
+// looked at, and its state starts afresh (keeping what is reported of the
+// same release). Otherwise findDrift lists the addon's objects' metadata,
+// one list per kind and namespace, by its IdentityLabel, and picks the
+// objects that changedTargets finds changed or gone.
+func (d *Daemon) findDrift(ctx context.Context, current []PlanItem, full bool, res *DriftResult) ([]driftLook, []error) {
+	var looks []driftLook
 	var errs []error
 	for _, it := range current {
 		a := it.Addon
@@ -214,15 +236,15 @@ func (d *Daemon) checkDrift(ctx context.Context, plan *Plan, full bool) (DriftRe
 			st = &addonDrift{release: releaseOf(a), targets: targets, seen: map[objectKey]string{}, reported: reported}
 			d.drift.addons[a.Name] = st
 			res.Checked += len(targets)
-			// Every object is applied again; what the lists find tells
-			// which of those applies repaired drift, for the counts. A
-			// failed list only leaves the counts out.
+			// Every object is looked at; what the lists find tells which
+			// repairs repaired drift, for the counts. A failed list only
+			// leaves the counts out.
 			listed, err := d.listFingerprints(ctx, a.Name, st)
 			if err != nil {
 				klog.FromContext(ctx).V(1).Info("Listing for the drift counts failed", "addon", a.Name, "err", err)
 				listed = nil
 			}
-			repairs = append(repairs, repair{item: it, state: st, targets: targets, listed: listed})
+			looks = append(looks, driftLook{item: it, state: st, targets: targets, listed: listed})
 			continue
 		}
 		listed, err := d.listFingerprints(ctx, a.Name, st)
@@ -231,38 +253,95 @@ func (d *Daemon) checkDrift(ctx context.Context, plan *Plan, full bool) (DriftRe
 			continue
 		}
 		res.Checked += len(st.targets)
-		var changed []*target
-		for _, t := range st.targets {
-			got, ok := listed[t.key]
-			switch {
-			case isNamespace(t.key):
-				// Several addons may declare one Namespace, so it carries
-				// the labels of whichever applied it last: only its
-				// deletion is drift, or the addons would take it from
-				// each other on every pass.
-				if !ok {
-					changed = append(changed, t)
-				}
-			case !ok || got.fingerprint != st.seen[t.key]:
-				changed = append(changed, t)
-			}
-		}
-		if len(changed) > 0 {
-			repairs = append(repairs, repair{item: it, state: st, targets: changed, listed: listed})
+		if changed := changedTargets(st, listed); len(changed) > 0 {
+			looks = append(looks, driftLook{item: it, state: st, targets: changed, listed: listed})
 		}
 	}
-	// Split what to look at by drift mode: reports need no lease.
-	var toRepair []repair
-	for _, rp := range repairs {
-		var fix []*target
-		name := rp.item.Addon.Name
-		for _, t := range rp.targets {
-			mode := driftMode(t.obj, d.opts.Drift)
-			if mode == DriftOff {
-				continue
+	return looks, errs
+}
+
+// changedTargets is the objects of an addon whose fingerprint in listed
+// differs from the one last seen, or that listed lacks.
+func changedTargets(st *addonDrift, listed map[objectKey]listedObject) []*target {
+	var changed []*target
+	for _, t := range st.targets {
+		got, ok := listed[t.key]
+		switch {
+		case isNamespace(t.key):
+			// Several addons may declare one Namespace, so it carries the
+			// labels of whichever applied it last: only its deletion is
+			// drift, or the addons would take it from each other on every
+			// pass.
+			if !ok {
+				changed = append(changed, t)
 			}
-			if _, present := rp.listed[t.key]; mode == DriftRepair && createOnly(t.obj) && present {
-				rp.state.seen[t.key] = rp.listed[t.key].fingerprint
+		case !ok || got.fingerprint != st.seen[t.key]:
+			changed = append(changed, t)
+		}
+	}
+	return changed
+}
+
+// lookMode is the drift mode of an object to look at again (driftMode),
+// and whether to inspect it: an object in DriftOff is left alone, and one
+// created only (CreateOnlyAnnotation) that is to be repaired and still
+// exists has nothing to repair.
+func lookMode(t *target, daemon DriftMode, present bool) (DriftMode, bool) {
+	mode := driftMode(t.obj, daemon)
+	switch {
+	case mode == DriftOff:
+		return mode, false
+	case mode == DriftRepair && createOnly(t.obj) && present:
+		return mode, false
+	}
+	return mode, true
+}
+
+// planRepair decides, for what inspect found of an object in drift mode
+// repair, what to report and what to re-apply: what people changed is
+// reverted, what controllers set is reported and left to them. It returns
+// the finding to report (its how is "" when no controller set anything)
+// and the target to re-apply: t itself, t without the controllers'
+// fields, or nil when there is nothing of a person's to revert.
+func planRepair(t *target, f driftFinding) (driftFinding, *target, error) {
+	report := driftFinding{how: f.how, controllers: f.controllers, live: f.live}
+	if len(f.controllers) == 0 {
+		report.how = ""
+	}
+	switch {
+	case f.how == "" || f.byController():
+		return report, nil, nil
+	case len(f.controllers) > 0:
+		managers := sets.New[string]()
+		for _, o := range f.controllers {
+			managers.Insert(o.Manager)
+		}
+		obj, err := withoutFieldsOf(t.obj, f.live, managers)
+		if err != nil {
+			return report, nil, fmt.Errorf("%s: %w", t.key, err)
+		}
+		return report, &target{obj: obj, key: t.key, mapping: t.mapping}, nil
+	}
+	return report, t, nil
+}
+
+// inspectDrift looks at the objects findDrift picked, reports the drift of
+// those in drift mode report (and the controllers' part of those in
+// repair), and returns what is to be re-applied. It needs no Lease: it
+// only reads, dry-runs and posts Events.
+func (d *Daemon) inspectDrift(ctx context.Context, looks []driftLook, res *DriftResult) ([]driftLook, []error) {
+	var repairs []driftLook
+	var errs []error
+	for _, lk := range looks {
+		var fix []*target
+		name := lk.item.Addon.Name
+		for _, t := range lk.targets {
+			listed, present := lk.listed[t.key]
+			mode, look := lookMode(t, d.opts.Drift, present)
+			if !look {
+				if mode != DriftOff {
+					lk.state.seen[t.key] = listed.fingerprint
+				}
 				continue
 			}
 			f, err := d.inspect(ctx, t)
@@ -270,56 +349,63 @@ func (d *Daemon) checkDrift(ctx context.Context, plan *Plan, full bool) (DriftRe
 				errs = append(errs, fmt.Errorf("addon %q: %w", name, err))
 				continue
 			}
-			if mode == DriftReport {
-				reported, err := d.reportDrift(ctx, name, rp.state, t, f)
-				res.Reported += reported
+			report, repair := f, (*target)(nil)
+			if mode == DriftRepair {
+				report, repair, err = planRepair(t, f)
 				if err != nil {
 					errs = append(errs, fmt.Errorf("addon %q: %w", name, err))
 				}
-				continue
 			}
-			// Repair: what people changed is reverted, what controllers
-			// set is reported and left to them.
-			ctrl := driftFinding{how: f.how, controllers: f.controllers, live: f.live}
-			if len(f.controllers) == 0 {
-				ctrl.how = ""
-			}
-			reported, err := d.reportDrift(ctx, name, rp.state, t, ctrl)
+			reported, err := d.reportDrift(ctx, name, lk.state, t, report)
 			res.Reported += reported
 			if err != nil {
 				errs = append(errs, fmt.Errorf("addon %q: %w", name, err))
 			}
-			switch {
-			case f.how == "" || f.byController():
-				continue
-			case len(f.controllers) > 0:
-				managers := sets.New[string]()
-				for _, o := range f.controllers {
-					managers.Insert(o.Manager)
+			if repair != nil {
+				fix = append(fix, repair)
+				if len(f.people) > 0 {
+					klog.FromContext(ctx).V(1).Info("Object changed by hand; repairing it", "addon", name, "object", t.key.String(), "people", describeOwners(f.people))
 				}
-				obj, err := withoutFieldsOf(t.obj, f.live, managers)
-				if err != nil {
-					errs = append(errs, fmt.Errorf("addon %q: %s: %w", name, t.key, err))
-					continue
-				}
-				fix = append(fix, &target{obj: obj, key: t.key, mapping: t.mapping})
-			default:
-				fix = append(fix, t)
-			}
-			if len(f.people) > 0 {
-				klog.FromContext(ctx).V(1).Info("Object changed by hand; repairing it", "addon", name, "object", t.key.String(), "people", describeOwners(f.people))
 			}
 		}
 		if len(fix) > 0 {
-			rp.targets = fix
-			toRepair = append(toRepair, rp)
+			lk.targets = fix
+			repairs = append(repairs, lk)
 		}
 	}
-	repairs = toRepair
-	if len(repairs) == 0 {
-		return res, errors.Join(errs...)
-	}
+	return repairs, errs
+}
 
+// repairOutcome says what re-applying an object repaired, for the counts
+// and notes: "deleted" when the lists did not find it, "changed" when the
+// apply changed it (its resourceVersion moved), "" when it repaired
+// nothing, or when the lists failed (listed is nil). A Namespace only
+// drifts by being deleted (see changedTargets).
+func repairOutcome(listed map[objectKey]listedObject, key objectKey, out *unstructured.Unstructured) string {
+	if listed == nil {
+		return ""
+	}
+	before, ok := listed[key]
+	switch {
+	case !ok:
+		return "deleted"
+	case isNamespace(key):
+		return ""
+	case out.GetResourceVersion() != before.resourceVersion:
+		// A change the apply leaves alone, such as a controller's
+		// annotation, is no drift.
+		return "changed"
+	}
+	return ""
+}
+
+// repairDrift re-applies, holding the channels Lease, the objects
+// inspectDrift found to repair; an object created only is created again.
+// It skips an addon another run updated since the plan was made, and
+// forgets the state of an addon whose repair failed, so that the next
+// check looks at all of it again.
+func (d *Daemon) repairDrift(ctx context.Context, repairs []driftLook, res *DriftResult) []error {
+	var errs []error
 	r := newReporter(d.opts.Apply.OnEvent)
 	var mu sync.Mutex
 	err := d.client.withLease(ctx, d.opts.Apply.Identity, r, func(ctx context.Context) error {
@@ -327,14 +413,10 @@ func (d *Daemon) checkDrift(ctx context.Context, plan *Plan, full bool) (DriftRe
 		for i := range repairs {
 			items[i] = repairs[i].item
 		}
-		// Another run may have updated an addon since the plan was made.
 		if err := d.client.decide(ctx, items, d.decideOptions()); err != nil {
 			return err
 		}
 		w := &addonWriter{client: d.client, parallelism: d.opts.Apply.Parallelism}
-		if w.parallelism <= 0 {
-			w.parallelism = defaultParallelism
-		}
 		for i, rp := range repairs {
 			name := rp.item.Addon.Name
 			if items[i].Decision.Apply || items[i].Decision.Reason != ReasonUpToDate {
@@ -353,30 +435,20 @@ func (d *Daemon) checkDrift(ctx context.Context, plan *Plan, full bool) (DriftRe
 				if err != nil {
 					return err
 				}
-				fp := fingerprint(out)
 				mu.Lock()
 				defer mu.Unlock()
-				before, listed := rp.listed[t.key]
-				switch {
-				case rp.listed == nil:
-				case !listed:
+				switch how := repairOutcome(rp.listed, t.key, out); how {
+				case "deleted":
 					res.Deleted++
 					r.report(EventNote, name, "Repaired %s: it was deleted", t.key)
-				case isNamespace(t.key):
-					// Only its deletion is drift (see above); an apply
-					// may take its labels from another addon's.
-				case out.GetResourceVersion() != before.resourceVersion:
-					// The apply changed it back. (A change the apply
-					// leaves alone, such as a controller's annotation, is
-					// no drift.)
+				case "changed":
 					res.Changed++
 					r.report(EventNote, name, "Repaired %s: it was changed", t.key)
 				}
-				rp.state.seen[t.key] = fp
+				rp.state.seen[t.key] = fingerprint(out)
 				return nil
 			})
 			if err != nil {
-				// Check it all again next time.
 				d.drift.forget(name)
 				errs = append(errs, fmt.Errorf("addon %q: repairing drift: %w", name, err))
 			}
@@ -386,7 +458,7 @@ func (d *Daemon) checkDrift(ctx context.Context, plan *Plan, full bool) (DriftRe
 	if err != nil {
 		errs = append(errs, err)
 	}
-	return res, errors.Join(errs...)
+	return errs
 }
 
 // reportDrift records what inspect found of one object whose drift is
