@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
 	"k8s.io/klog/v2"
+
+	"github.com/kos-sdn/kos/channels/lease"
 )
 
 // defaultParallelism bounds the requests in flight while applying one phase
@@ -51,7 +53,7 @@ type ApplyOptions struct {
 	// OnEvent, when set, is called for every step, one call at a time.
 	OnEvent func(Event)
 	// Identity names this run as the holder of the lease; empty means
-	// NewIdentity().
+	// lease.NewIdentity().
 	Identity string
 	// Parallelism bounds the requests in flight within one phase; 0 means 16.
 	Parallelism int
@@ -142,7 +144,7 @@ func (c *Client) Apply(ctx context.Context, plan *Plan, opts ApplyOptions) error
 		opts.Fetcher = NewFetcher()
 	}
 	if opts.Identity == "" {
-		opts.Identity = NewIdentity()
+		opts.Identity = lease.NewIdentity()
 	}
 	if opts.Parallelism <= 0 {
 		opts.Parallelism = defaultParallelism

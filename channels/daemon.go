@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
+
+	"github.com/kos-sdn/kos/channels/lease"
 )
 
 // maxRetryInterval bounds the wait between passes until the first pass
@@ -121,7 +123,7 @@ func NewDaemon(config *rest.Config, opts DaemonOptions) (*Daemon, error) {
 		opts.Apply.Fetcher = NewFetcher()
 	}
 	if opts.Apply.Identity == "" {
-		opts.Apply.Identity = NewIdentity()
+		opts.Apply.Identity = lease.NewIdentity()
 	}
 	if opts.FullCheckEvery <= 0 {
 		opts.FullCheckEvery = DefaultFullCheckEvery

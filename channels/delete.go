@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+
+	"github.com/kos-sdn/kos/channels/lease"
 )
 
 // DeleteOptions tune PlanUninstall and Uninstall. The zero value deletes
@@ -36,7 +38,7 @@ type DeleteOptions struct {
 	// OnEvent, when set, is called for every step, one call at a time.
 	OnEvent func(Event)
 	// Identity names this run as the holder of the lease; empty means
-	// NewIdentity().
+	// lease.NewIdentity().
 	Identity string
 	// Parallelism bounds the deletes in flight; 0 means 16.
 	Parallelism int
@@ -319,7 +321,7 @@ func listOwned(ctx context.Context, dyn dynamic.Interface, q pruneQuery, addon s
 // shows as installed and a second run retries.
 func (c *Client) Uninstall(ctx context.Context, u *Uninstall, opts DeleteOptions) error {
 	if opts.Identity == "" {
-		opts.Identity = NewIdentity()
+		opts.Identity = lease.NewIdentity()
 	}
 	if opts.Parallelism <= 0 {
 		opts.Parallelism = defaultParallelism
