@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kos-sdn/kos/channels/diff"
 )
 
 // Action is what applying a release does to one object.
@@ -443,7 +445,7 @@ func (o ObjectChange) Diff() (string, error) {
 		return "", err
 	}
 	name := o.String()
-	return UnifiedDiff("live/"+name, "applied/"+name, before, after), nil
+	return diff.Unified("live/"+name, "applied/"+name, before, after), nil
 }
 
 func yamlLines(u *unstructured.Unstructured) ([]string, error) {
