@@ -231,10 +231,10 @@ type rollout struct {
 	// adopt the keys of those the manifest adopts (AdoptAnnotation).
 	objs  []*unstructured.Unstructured
 	rel   *release
-	adopt map[objectKey]bool
+	adopt map[ObjectKey]bool
 	// shared names, by object, the other addons that declare it too: of
 	// the run, and outside it (found by the ownership check).
-	shared map[objectKey]map[string]bool
+	shared map[ObjectKey]map[string]bool
 	// done is what the release applied, and inv its inventory to record.
 	done *applied
 	inv  *Inventory
@@ -281,7 +281,7 @@ func (c *Client) applyRun(ctx context.Context, plan *Plan, items []PlanItem, opt
 			fail(it.Addon.Name, err)
 			continue
 		}
-		adopt := map[objectKey]bool{}
+		adopt := map[ObjectKey]bool{}
 		ros = append(ros, &rollout{item: it, objs: objs, adopt: adopt})
 	}
 	defined := map[schema.GroupKind]bool{}
@@ -327,7 +327,7 @@ func (c *Client) applyRun(ctx context.Context, plan *Plan, items []PlanItem, opt
 		}
 		ro.shared = co[ro]
 		if ro.shared == nil {
-			ro.shared = map[objectKey]map[string]bool{}
+			ro.shared = map[ObjectKey]map[string]bool{}
 		}
 		if err := ro.writer.checkOwnership(ctx, ro, r); err != nil {
 			return err
@@ -467,13 +467,13 @@ type addonWriter struct {
 	// declaredBy holds, in a run, the DeclaredByAnnotation each object of
 	// the release is to carry (none when absent); nil outside a run, which
 	// leaves the annotation as it is.
-	declaredBy map[objectKey]string
+	declaredBy map[ObjectKey]string
 }
 
 // applied is what a release applies: the objects to keep when pruning, and
 // the inventory to record.
 type applied struct {
-	keep       map[objectKey]bool
+	keep       map[ObjectKey]bool
 	kinds      map[schema.GroupKind]bool
 	namespaces map[string]bool
 }
@@ -495,7 +495,7 @@ func (in *applied) record(name string) *Inventory {
 // target is an object ready to apply: its manifest and where it goes.
 type target struct {
 	obj     *unstructured.Unstructured
-	key     objectKey
+	key     ObjectKey
 	mapping *meta.RESTMapping
 }
 
@@ -521,7 +521,7 @@ func (w *addonWriter) prepare(ctx context.Context, objs []*unstructured.Unstruct
 	}
 	rel := &release{
 		ready: map[*unstructured.Unstructured]*target{},
-		done:  &applied{keep: map[objectKey]bool{}, kinds: map[schema.GroupKind]bool{}, namespaces: map[string]bool{}},
+		done:  &applied{keep: map[ObjectKey]bool{}, kinds: map[schema.GroupKind]bool{}, namespaces: map[string]bool{}},
 	}
 	var errs []error
 	for _, u := range objs {
@@ -621,13 +621,13 @@ func (w *addonWriter) applyWave(ctx context.Context, rel *release, wv wave) ([]*
 	err := w.each(ctx, len(targets), func(ctx context.Context, i int) error {
 		var res *unstructured.Unstructured
 		var err error
-		if createOnly(targets[i].obj) {
+		if CreateOnly(targets[i].obj) {
 			res, err = w.createOnce(ctx, targets[i])
 		} else {
 			res, err = w.applyOne(ctx, targets[i])
 		}
 		results[i] = res
-		if err == nil && w.declaredBy != nil && !isNamespace(targets[i].key) {
+		if err == nil && w.declaredBy != nil && !targets[i].key.IsNamespace() {
 			err = w.syncDeclaredBy(ctx, targets[i], res, w.declaredBy[targets[i].key])
 		}
 		return err

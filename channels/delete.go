@@ -82,7 +82,7 @@ type UninstallObject struct {
 
 // String names the object as the output shows it: "Deployment.apps ns/name".
 func (o UninstallObject) String() string {
-	return objectKey{GroupKind: o.Kind, Namespace: o.Namespace, Name: o.Name}.String()
+	return ObjectKey{GroupKind: o.Kind, Namespace: o.Namespace, Name: o.Name}.String()
 }
 
 // protectedNamespaces are never deleted by an uninstall.
@@ -201,7 +201,7 @@ func (c *Client) PlanUninstall(ctx context.Context, namespace, name string, opts
 			if users := definitionUsers(installed, name, cand.key, cand.defines); cand.skip == "" && len(users) > 0 {
 				cand.skip = "the install record of addon " + strings.Join(users, ", ") + " uses it"
 			}
-			if cand.skip == "" && !isNamespace(cand.key) && cand.key.GroupKind != crdKind {
+			if cand.skip == "" && !cand.key.IsNamespace() && cand.key.GroupKind != crdKind {
 				if err := keepDeclared(ctx, decl, &cand, name); err != nil {
 					return nil, err
 				}
@@ -255,7 +255,7 @@ func keepDeclared(ctx context.Context, decl *declarations, c *candidate, addon s
 }
 
 // keepReason says why an object the lists found is kept, or "".
-func keepReason(key objectKey, recordNamespace string, opts DeleteOptions) string {
+func keepReason(key ObjectKey, recordNamespace string, opts DeleteOptions) string {
 	switch key.GroupKind {
 	case schema.GroupKind{Kind: "Namespace"}:
 		switch {
@@ -295,7 +295,7 @@ func listOwned(ctx context.Context, dyn dynamic.Interface, q pruneQuery, addon s
 			if obj.GetDeletionTimestamp() != nil {
 				continue
 			}
-			c := candidate{key: objectKey{GroupKind: gk, Namespace: obj.GetNamespace(), Name: obj.GetName()}, uid: obj.GetUID(), mapping: q.mapping, defines: definedKindOf(obj), live: obj}
+			c := candidate{key: ObjectKey{GroupKind: gk, Namespace: obj.GetNamespace(), Name: obj.GetName()}, uid: obj.GetUID(), mapping: q.mapping, defines: definedKindOf(obj), live: obj}
 			switch id, ok := obj.GetLabels()[IdentityLabel]; {
 			case ownedByController(obj):
 				c.skip = "a controller owns it"

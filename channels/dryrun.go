@@ -65,7 +65,7 @@ type ObjectChange struct {
 
 // String names the object: "Deployment.apps ns/name".
 func (o ObjectChange) String() string {
-	return objectKey{GroupKind: o.Kind, Namespace: o.Namespace, Name: o.Name}.String()
+	return ObjectKey{GroupKind: o.Kind, Namespace: o.Namespace, Name: o.Name}.String()
 }
 
 // AddonPreview is what applying one addon's release would do.
@@ -151,7 +151,7 @@ func (c *Client) Preview(ctx context.Context, plan *Plan, opts PreviewOptions) (
 			failed = append(failed, AddonError{Addon: it.Addon.Name, Err: err})
 			continue
 		}
-		ro := &rollout{item: it, writer: w, objs: objs[i], rel: rel, done: rel.done, adopt: map[objectKey]bool{}}
+		ro := &rollout{item: it, writer: w, objs: objs[i], rel: rel, done: rel.done, adopt: map[ObjectKey]bool{}}
 		for _, u := range ro.objs {
 			if adopts(u) {
 				ro.adopt[keyOf(u)] = true
@@ -193,7 +193,7 @@ func (c *Client) Preview(ctx context.Context, plan *Plan, opts PreviewOptions) (
 // creates names the namespaces the plan's pending addons create, and
 // defines the kinds their CRDs define, by addon; adopted holds the
 // objects it takes over, each with whom from.
-func (c *Client) previewAddon(ctx context.Context, ro *rollout, creates map[string]string, defines map[schema.GroupKind]string, adopted map[objectKey]string, opts PreviewOptions) ([]ObjectChange, error) {
+func (c *Client) previewAddon(ctx context.Context, ro *rollout, creates map[string]string, defines map[schema.GroupKind]string, adopted map[ObjectKey]string, opts PreviewOptions) ([]ObjectChange, error) {
 	it, a, w, rel, objs := ro.item, ro.item.Addon, ro.writer, ro.rel, ro.objs
 	own := definedKinds(objs)
 	var err error
@@ -260,7 +260,7 @@ func (c *Client) previewAddon(ctx context.Context, ro *rollout, creates map[stri
 		if err != nil {
 			return nil, err
 		}
-		seen := map[objectKey]bool{}
+		seen := map[ObjectKey]bool{}
 		for _, cs := range found {
 			for _, cand := range cs {
 				if seen[cand.key] {

@@ -84,11 +84,11 @@ type loadedChannel struct {
 type declared struct {
 	// keys maps every object to its target; the target is nil for objects
 	// of kinds the run's CRDs define (not mapped before those exist).
-	keys  map[objectKey]*target
-	adopt map[objectKey]bool
+	keys  map[ObjectKey]*target
+	adopt map[ObjectKey]bool
 	// objs holds every object as the addon declares it, for telling
 	// identical declarations from differing ones.
-	objs map[objectKey]*unstructured.Unstructured
+	objs map[ObjectKey]*unstructured.Unstructured
 	// selector holds the keys of the addon's selector, which differ
 	// between addons that declare one object identically.
 	selector map[string]bool
@@ -109,9 +109,9 @@ func newDeclarations(c *Client, f *Fetcher, plan *Plan, defined map[schema.Group
 // newDeclared is what a release declares, from its objects and their targets.
 func newDeclared(a *Addon, rel *release, objs []*unstructured.Unstructured) *declared {
 	dc := &declared{
-		keys:     make(map[objectKey]*target, len(objs)),
-		adopt:    map[objectKey]bool{},
-		objs:     make(map[objectKey]*unstructured.Unstructured, len(objs)),
+		keys:     make(map[ObjectKey]*target, len(objs)),
+		adopt:    map[ObjectKey]bool{},
+		objs:     make(map[ObjectKey]*unstructured.Unstructured, len(objs)),
 		selector: map[string]bool{},
 	}
 	for k := range a.Selector {
@@ -329,8 +329,8 @@ func declaredBy(u *unstructured.Unstructured) []string {
 
 // declaredByValues returns the DeclaredByAnnotation of each object of a
 // release that other addons declare too (others, by key).
-func declaredByValues(self string, others map[objectKey]map[string]bool) map[objectKey]string {
-	out := map[objectKey]string{}
+func declaredByValues(self string, others map[ObjectKey]map[string]bool) map[ObjectKey]string {
+	out := map[ObjectKey]string{}
 	for key, by := range others {
 		if len(by) == 0 {
 			continue
@@ -374,16 +374,16 @@ func (w *addonWriter) syncDeclaredBy(ctx context.Context, t *target, out *unstru
 
 // coDeclarers returns, for each addon of a run, the objects other addons
 // of the run declare too (Namespaces left out), with their names.
-func coDeclarers(ros []*rollout) map[*rollout]map[objectKey]map[string]bool {
-	claims := map[objectKey][]*rollout{}
+func coDeclarers(ros []*rollout) map[*rollout]map[ObjectKey]map[string]bool {
+	claims := map[ObjectKey][]*rollout{}
 	for _, ro := range ros {
 		for _, u := range ro.objs {
-			if key := keyOf(u); !isNamespace(key) {
+			if key := keyOf(u); !key.IsNamespace() {
 				claims[key] = append(claims[key], ro)
 			}
 		}
 	}
-	out := map[*rollout]map[objectKey]map[string]bool{}
+	out := map[*rollout]map[ObjectKey]map[string]bool{}
 	for key, by := range claims {
 		for _, ro := range by {
 			for _, o := range by {
@@ -391,7 +391,7 @@ func coDeclarers(ros []*rollout) map[*rollout]map[objectKey]map[string]bool {
 					continue
 				}
 				if out[ro] == nil {
-					out[ro] = map[objectKey]map[string]bool{}
+					out[ro] = map[ObjectKey]map[string]bool{}
 				}
 				if out[ro][key] == nil {
 					out[ro][key] = map[string]bool{}
@@ -430,7 +430,7 @@ const (
 // candidates names the addons other than self, and not ignored, whose
 // declarations may hold key: every addon of the run, and the recorded ones
 // outside it that mayHold the object.
-func (d *declarations) candidates(ctx context.Context, key objectKey, self string, live *unstructured.Unstructured) ([]string, error) {
+func (d *declarations) candidates(ctx context.Context, key ObjectKey, self string, live *unstructured.Unstructured) ([]string, error) {
 	names := map[string]bool{}
 	for name := range d.items {
 		names[name] = true
@@ -466,7 +466,7 @@ func (d *declarations) candidates(ctx context.Context, key objectKey, self strin
 // it but cannot be read, each with why: an addon of the run whose manifest
 // did not load, a recorded one whose release cannot be read. live is the
 // object on the cluster, nil when not read.
-func (d *declarations) others(ctx context.Context, key objectKey, self string, live *unstructured.Unstructured) (by map[string]*target, unknown []string, err error) {
+func (d *declarations) others(ctx context.Context, key ObjectKey, self string, live *unstructured.Unstructured) (by map[string]*target, unknown []string, err error) {
 	names, err := d.candidates(ctx, key, self, live)
 	if err != nil {
 		return nil, nil, err
@@ -548,12 +548,12 @@ func declaredContent(u *unstructured.Unstructured, ignore map[string]bool) map[s
 // every addon declares the namespaces it uses, as kOps's channels applies
 // them.
 func checkDuplicates(ros []*rollout) map[string]error {
-	claims := map[objectKey][]*rollout{}
-	objs := map[*rollout]map[objectKey]*unstructured.Unstructured{}
+	claims := map[ObjectKey][]*rollout{}
+	objs := map[*rollout]map[ObjectKey]*unstructured.Unstructured{}
 	for _, ro := range ros {
-		objs[ro] = map[objectKey]*unstructured.Unstructured{}
+		objs[ro] = map[ObjectKey]*unstructured.Unstructured{}
 		for _, u := range ro.objs {
-			if key := keyOf(u); !isNamespace(key) {
+			if key := keyOf(u); !key.IsNamespace() {
 				claims[key] = append(claims[key], ro)
 				objs[ro][key] = u
 			}
@@ -627,7 +627,7 @@ func (w *addonWriter) checkOwnership(ctx context.Context, ro *rollout, r *report
 		return err
 	}
 	if ro.shared == nil {
-		ro.shared = map[objectKey]map[string]bool{}
+		ro.shared = map[ObjectKey]map[string]bool{}
 	}
 	for key, by := range shared {
 		for name := range by {
@@ -645,7 +645,7 @@ func (w *addonWriter) checkOwnership(ctx context.Context, ro *rollout, r *report
 // release adopts, each with whom from (refused or not), the addons outside
 // the run that declare an object too (alike, or adopted from them), and
 // each refusal.
-func (w *addonWriter) ownership(ctx context.Context, ro *rollout, r *reporter) (adopted map[objectKey]string, shared map[objectKey]map[string]bool, refused []error, err error) {
+func (w *addonWriter) ownership(ctx context.Context, ro *rollout, r *reporter) (adopted map[ObjectKey]string, shared map[ObjectKey]map[string]bool, refused []error, err error) {
 	a := ro.item.Addon
 	type where struct {
 		mapping   *meta.RESTMapping
@@ -654,7 +654,7 @@ func (w *addonWriter) ownership(ctx context.Context, ro *rollout, r *reporter) (
 	seen := map[string]bool{}
 	var lists []where
 	for _, t := range ro.rel.ready {
-		if isNamespace(t.key) {
+		if t.key.IsNamespace() {
 			continue
 		}
 		id := t.mapping.Resource.String() + "/" + t.key.Namespace
@@ -687,15 +687,15 @@ func (w *addonWriter) ownership(ctx context.Context, ro *rollout, r *reporter) (
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	once := map[objectKey]bool{}
+	once := map[ObjectKey]bool{}
 	for _, u := range ro.objs {
-		if createOnly(u) {
+		if CreateOnly(u) {
 			once[keyOf(u)] = true
 		}
 	}
-	adopted = map[objectKey]string{}
-	shared = map[objectKey]map[string]bool{}
-	share := func(key objectKey, owner string) {
+	adopted = map[ObjectKey]string{}
+	shared = map[ObjectKey]map[string]bool{}
+	share := func(key ObjectKey, owner string) {
 		if w.decl.fromRun(owner) {
 			return // the run's own sharing is coDeclarers'
 		}
@@ -707,7 +707,7 @@ func (w *addonWriter) ownership(ctx context.Context, ro *rollout, r *reporter) (
 	for i, wh := range lists {
 		gk := wh.mapping.GroupVersionKind.GroupKind()
 		for _, u := range found[i] {
-			key := objectKey{GroupKind: gk, Namespace: u.GetNamespace(), Name: u.GetName()}
+			key := ObjectKey{GroupKind: gk, Namespace: u.GetNamespace(), Name: u.GetName()}
 			if _, ok := ro.rel.done.keep[key]; !ok || u.GetDeletionTimestamp() != nil || once[key] {
 				continue
 			}
@@ -791,7 +791,7 @@ func foreignManagers(u *unstructured.Unstructured) string {
 // still declare it (...)"), or "" when it has let go of it or declares it
 // alike (the object then has both as declarers), and whether owner
 // declares it.
-func (w *addonWriter) owns(ctx context.Context, owner string, key objectKey, ro *rollout) (string, bool, error) {
+func (w *addonWriter) owns(ctx context.Context, owner string, key ObjectKey, ro *rollout) (string, bool, error) {
 	dc := w.decl.of(ctx, owner)
 	if dc.err == nil {
 		theirs, ok := dc.objs[key]
@@ -823,7 +823,7 @@ func (w *addonWriter) owns(ctx context.Context, owner string, key objectKey, ro 
 // or pending releases use a Namespace (they hold objects or install
 // records in it) or a CRD (they hold objects of the kind it defines, kind):
 // those are never deleted, by prune or by delete.
-func definitionUsers(installed []Installed, self string, key objectKey, kind schema.GroupKind) []string {
+func definitionUsers(installed []Installed, self string, key ObjectKey, kind schema.GroupKind) []string {
 	var out []string
 	for _, in := range installed {
 		if in.Name == self {
@@ -838,7 +838,7 @@ func definitionUsers(installed []Installed, self string, key objectKey, kind sch
 		}
 		uses := false
 		switch {
-		case isNamespace(key):
+		case key.IsNamespace():
 			uses = in.Namespace == key.Name
 			for _, inv := range invs {
 				for _, ns := range inv.Namespaces {

@@ -1,4 +1,4 @@
-package channels
+package daemon
 
 import (
 	"testing"
@@ -6,24 +6,26 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kos-sdn/kos/channels"
 )
 
 // driftTarget is a target of kind kind named name, with annotations.
-func driftTarget(kind, name string, annotations map[string]string) *target {
+func driftTarget(kind, name string, annotations map[string]string) *channels.Object {
 	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": kind}}
 	u.SetName(name)
 	if kind != "Namespace" {
 		u.SetNamespace("ns")
 	}
 	u.SetAnnotations(annotations)
-	return &target{obj: u, key: keyOf(u)}
+	return &channels.Object{Obj: u, Key: channels.ObjectKey{GroupKind: schema.GroupKind{Kind: kind}, Namespace: u.GetNamespace(), Name: name}}
 }
 
 func TestUpToDate(t *testing.T) {
-	plan := &Plan{Items: []PlanItem{
-		{Addon: &Addon{Name: "current"}, Decision: Decision{Reason: ReasonUpToDate}},
-		{Addon: &Addon{Name: "upgrade"}, Decision: Decision{Apply: true, Reason: ReasonUpToDate}},
-		{Addon: &Addon{Name: "downgrade"}, Decision: Decision{Reason: ReasonDowngrade}},
+	plan := &channels.Plan{Items: []channels.PlanItem{
+		{Addon: &channels.Addon{Name: "current"}, Decision: channels.Decision{Reason: channels.ReasonUpToDate}},
+		{Addon: &channels.Addon{Name: "upgrade"}, Decision: channels.Decision{Apply: true, Reason: channels.ReasonUpToDate}},
+		{Addon: &channels.Addon{Name: "downgrade"}, Decision: channels.Decision{Reason: channels.ReasonDowngrade}},
 	}}
 	var got []string
 	for _, it := range upToDate(plan) {
@@ -41,19 +43,19 @@ func TestChangedTargets(t *testing.T) {
 	relabelled := driftTarget("Namespace", "relabelled", nil)
 	deleted := driftTarget("Namespace", "deleted", nil)
 	st := &addonDrift{
-		targets: []*target{same, edited, gone, relabelled, deleted},
-		seen: map[objectKey]string{
-			same.key: "fp1", edited.key: "fp1", gone.key: "fp1", relabelled.key: "fp1", deleted.key: "fp1",
+		targets: []*channels.Object{same, edited, gone, relabelled, deleted},
+		seen: map[channels.ObjectKey]string{
+			same.Key: "fp1", edited.Key: "fp1", gone.Key: "fp1", relabelled.Key: "fp1", deleted.Key: "fp1",
 		},
 	}
-	listed := map[objectKey]listedObject{
-		same.key:       {fingerprint: "fp1"},
-		edited.key:     {fingerprint: "fp2"},
-		relabelled.key: {fingerprint: "fp2"},
+	listed := map[channels.ObjectKey]listedObject{
+		same.Key:       {fingerprint: "fp1"},
+		edited.Key:     {fingerprint: "fp2"},
+		relabelled.Key: {fingerprint: "fp2"},
 	}
 	var got []string
 	for _, tg := range changedTargets(st, listed) {
-		got = append(got, tg.key.Name)
+		got = append(got, tg.Key.Name)
 	}
 	// A Namespace drifts only by being deleted.
 	if diff := cmp.Diff(got, []string{"edited", "gone", "deleted"}); diff != "" {
@@ -75,9 +77,9 @@ func TestLookMode(t *testing.T) {
 		{name: "annotated off", annotations: map[string]string{DriftAnnotation: "off"}, daemon: DriftRepair, present: true, wantMode: DriftOff},
 		{name: "annotated repair", annotations: map[string]string{DriftAnnotation: "repair"}, daemon: DriftReport, present: true, wantMode: DriftRepair, wantLook: true},
 		{name: "bad annotation", annotations: map[string]string{DriftAnnotation: "fix"}, daemon: DriftReport, wantMode: DriftReport, wantLook: true},
-		{name: "create-only present", annotations: map[string]string{CreateOnlyAnnotation: "true"}, daemon: DriftRepair, present: true, wantMode: DriftRepair},
-		{name: "create-only deleted", annotations: map[string]string{CreateOnlyAnnotation: "true"}, daemon: DriftRepair, wantMode: DriftRepair, wantLook: true},
-		{name: "create-only reported", annotations: map[string]string{CreateOnlyAnnotation: "true"}, daemon: DriftReport, present: true, wantMode: DriftReport, wantLook: true},
+		{name: "create-only present", annotations: map[string]string{channels.CreateOnlyAnnotation: "true"}, daemon: DriftRepair, present: true, wantMode: DriftRepair},
+		{name: "create-only deleted", annotations: map[string]string{channels.CreateOnlyAnnotation: "true"}, daemon: DriftRepair, wantMode: DriftRepair, wantLook: true},
+		{name: "create-only reported", annotations: map[string]string{channels.CreateOnlyAnnotation: "true"}, daemon: DriftReport, present: true, wantMode: DriftReport, wantLook: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mode, look := lookMode(driftTarget("ConfigMap", "c", tc.annotations), tc.daemon, tc.present)
@@ -91,12 +93,12 @@ func TestLookMode(t *testing.T) {
 func TestPlanRepair(t *testing.T) {
 	person := []fieldOwner{{Manager: "kubectl-edit", Field: ".data.a"}}
 	controller := []fieldOwner{{Manager: "injector", Field: ".data.b"}}
-	release := func() *target {
+	release := func() *channels.Object {
 		tg := driftTarget("ConfigMap", "c", nil)
-		tg.obj.Object["data"] = map[string]any{"a": "1", "b": "2"}
+		tg.Obj.Object["data"] = map[string]any{"a": "1", "b": "2"}
 		return tg
 	}
-	live := release().obj.DeepCopy()
+	live := release().Obj.DeepCopy()
 	live.SetManagedFields(nil)
 	liveWithInjector := live.DeepCopy()
 	liveWithInjector.Object["metadata"].(map[string]any)["managedFields"] = []any{map[string]any{
@@ -139,7 +141,7 @@ func TestPlanRepair(t *testing.T) {
 			}
 			switch {
 			case tc.wantFix == "" && fix != nil:
-				t.Fatalf("re-applies %s; want nothing", fix.key)
+				t.Fatalf("re-applies %s; want nothing", fix.Key)
 			case tc.wantFix == "":
 				return
 			case fix == nil:
@@ -149,19 +151,19 @@ func TestPlanRepair(t *testing.T) {
 			case tc.wantFix == "without controllers" && fix == tg:
 				t.Error("re-applies the release's target; want it without the controllers' fields")
 			}
-			if diff := cmp.Diff(fix.obj.Object["data"], tc.wantData); diff != "" {
+			if diff := cmp.Diff(fix.Obj.Object["data"], tc.wantData); diff != "" {
 				t.Errorf("data re-applied (-got +want):\n%s", diff)
 			}
-			if fix.key != tg.key {
-				t.Errorf("re-applies %s, want %s", fix.key, tg.key)
+			if fix.Key != tg.Key {
+				t.Errorf("re-applies %s, want %s", fix.Key, tg.Key)
 			}
 		})
 	}
 }
 
 func TestRepairOutcome(t *testing.T) {
-	cm := objectKey{GroupKind: schema.GroupKind{Kind: "ConfigMap"}, Namespace: "ns", Name: "c"}
-	ns := objectKey{GroupKind: schema.GroupKind{Kind: "Namespace"}, Name: "ns"}
+	cm := channels.ObjectKey{GroupKind: schema.GroupKind{Kind: "ConfigMap"}, Namespace: "ns", Name: "c"}
+	ns := channels.ObjectKey{GroupKind: schema.GroupKind{Kind: "Namespace"}, Name: "ns"}
 	out := func(rv string) *unstructured.Unstructured {
 		u := &unstructured.Unstructured{Object: map[string]any{}}
 		u.SetResourceVersion(rv)
@@ -169,17 +171,17 @@ func TestRepairOutcome(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name   string
-		listed map[objectKey]listedObject
-		key    objectKey
+		listed map[channels.ObjectKey]listedObject
+		key    channels.ObjectKey
 		out    *unstructured.Unstructured
 		want   string
 	}{
 		{name: "lists failed", key: cm, out: out("2"), want: ""},
-		{name: "deleted", listed: map[objectKey]listedObject{}, key: cm, out: out("2"), want: "deleted"},
-		{name: "changed back", listed: map[objectKey]listedObject{cm: {resourceVersion: "1"}}, key: cm, out: out("2"), want: "changed"},
-		{name: "left alone", listed: map[objectKey]listedObject{cm: {resourceVersion: "1"}}, key: cm, out: out("1"), want: ""},
-		{name: "namespace relabelled", listed: map[objectKey]listedObject{ns: {resourceVersion: "1"}}, key: ns, out: out("2"), want: ""},
-		{name: "namespace deleted", listed: map[objectKey]listedObject{}, key: ns, out: out("2"), want: "deleted"},
+		{name: "deleted", listed: map[channels.ObjectKey]listedObject{}, key: cm, out: out("2"), want: "deleted"},
+		{name: "changed back", listed: map[channels.ObjectKey]listedObject{cm: {resourceVersion: "1"}}, key: cm, out: out("2"), want: "changed"},
+		{name: "left alone", listed: map[channels.ObjectKey]listedObject{cm: {resourceVersion: "1"}}, key: cm, out: out("1"), want: ""},
+		{name: "namespace relabelled", listed: map[channels.ObjectKey]listedObject{ns: {resourceVersion: "1"}}, key: ns, out: out("2"), want: ""},
+		{name: "namespace deleted", listed: map[channels.ObjectKey]listedObject{}, key: ns, out: out("2"), want: "deleted"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := repairOutcome(tc.listed, tc.key, tc.out); got != tc.want {

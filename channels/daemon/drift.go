@@ -1,4 +1,4 @@
-package channels
+package daemon
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 
 	"k8s.io/klog/v2"
 
@@ -19,6 +18,9 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kos-sdn/kos/channels"
 )
 
 // DriftMode says what a daemon does with an object of an installed addon
@@ -56,19 +58,6 @@ func ParseDriftMode(s string) (DriftMode, error) {
 // object ("repair", "report" or "off"), whatever the daemon's: "off" opts
 // an object out of repair (and of reports), "repair" opts it in.
 const DriftAnnotation = "channels.kos.example.com/drift"
-
-// CreateOnlyAnnotation, set to "true" on an object of a manifest, applies
-// the object only when it does not exist: an install creates it, and
-// neither an update nor drift repair changes it once it is there (a
-// deleted one is drift, and created again in repair mode). It suits
-// objects an addon seeds for its users to edit, such as a default
-// configuration.
-const CreateOnlyAnnotation = "channels.kos.example.com/create-only"
-
-// createOnly reports whether the manifest's object is to be created only.
-func createOnly(u *unstructured.Unstructured) bool {
-	return u.GetAnnotations()[CreateOnlyAnnotation] == "true"
-}
 
 // driftMode is the drift mode of a manifest's object: its DriftAnnotation,
 // else the daemon's. An annotation that does not parse is ignored.
@@ -108,14 +97,14 @@ type addonDrift struct {
 	// release identifies the release the state is of.
 	release string
 	// targets are the release's objects, ready to apply again.
-	targets []*target
+	targets []*channels.Object
 	// seen holds each object's fingerprint after the last apply, or, for
 	// an object whose drift is reported, after the last look at it.
-	seen map[objectKey]string
+	seen map[channels.ObjectKey]string
 	// reported holds the objects whose drift is reported and not undone,
 	// with how they drifted ("changed", "deleted" or "controller") and by
 	// whom (see reportDrift).
-	reported map[objectKey]string
+	reported map[channels.ObjectKey]string
 }
 
 func newDriftState(m *Metrics) *driftState {
@@ -135,7 +124,7 @@ func (s *driftState) forget(addon string) {
 }
 
 // releaseOf identifies a release for the drift state.
-func releaseOf(a *Addon) string {
+func releaseOf(a *channels.Addon) string {
 	return a.Name + "\x00" + a.VersionString() + "\x00" + a.ID + "\x00" + a.ManifestHash + "\x00" + a.Manifest
 }
 
@@ -171,7 +160,7 @@ func fingerprint(m metav1.Object) string {
 // Lease, what is to be repaired. The decisions are pure functions
 // (upToDate, changedTargets, lookMode, planRepair, repairOutcome), each
 // unit-tested; the steps only read, write and count.
-func (d *Daemon) checkDrift(ctx context.Context, plan *Plan, full bool) (DriftResult, error) {
+func (d *Daemon) checkDrift(ctx context.Context, plan *channels.Plan, full bool) (DriftResult, error) {
 	res := DriftResult{Full: full}
 	if d.opts.Drift == DriftOff {
 		return res, nil
@@ -187,21 +176,21 @@ func (d *Daemon) checkDrift(ctx context.Context, plan *Plan, full bool) (DriftRe
 
 // driftLook is what a drift check looks at again of one addon.
 type driftLook struct {
-	item  PlanItem
+	item  channels.PlanItem
 	state *addonDrift
 	// targets are the objects to look at (findDrift), or to re-apply
 	// (inspectDrift's answer).
-	targets []*target
+	targets []*channels.Object
 	// listed holds what the metadata lists found; nil when they failed.
-	listed map[objectKey]listedObject
+	listed map[channels.ObjectKey]listedObject
 }
 
 // upToDate is the plan's addons that are installed as the channel has
 // them: the ones whose objects may have drifted from their release.
-func upToDate(plan *Plan) []PlanItem {
-	var current []PlanItem
+func upToDate(plan *channels.Plan) []channels.PlanItem {
+	var current []channels.PlanItem
 	for _, it := range plan.Items {
-		if !it.Decision.Apply && it.Decision.Reason == ReasonUpToDate {
+		if !it.Decision.Apply && it.Decision.Reason == channels.ReasonUpToDate {
 			current = append(current, it)
 		}
 	}
@@ -213,27 +202,27 @@ func upToDate(plan *Plan) []PlanItem {
 // after an apply), and every addon when full is set, has all its objects
 // looked at, and its state starts afresh (keeping what is reported of the
 // same release). Otherwise findDrift lists the addon's objects' metadata,
-// one list per kind and namespace, by its IdentityLabel, and picks the
+// one list per kind and namespace, by the addon's channels.IdentityLabel, and picks the
 // objects that changedTargets finds changed or gone.
-func (d *Daemon) findDrift(ctx context.Context, current []PlanItem, full bool, res *DriftResult) ([]driftLook, []error) {
+func (d *Daemon) findDrift(ctx context.Context, current []channels.PlanItem, full bool, res *DriftResult) ([]driftLook, []error) {
 	var looks []driftLook
 	var errs []error
 	for _, it := range current {
 		a := it.Addon
 		st := d.drift.addons[a.Name]
 		if full || st == nil || st.release != releaseOf(a) {
-			targets, err := d.targetsOf(ctx, it)
+			targets, err := d.client.Objects(ctx, d.opts.Apply.Fetcher, it.Addon)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("addon %q: %w", a.Name, err))
 				continue
 			}
-			reported := map[objectKey]string{}
+			reported := map[channels.ObjectKey]string{}
 			if st != nil && st.release == releaseOf(a) {
 				reported = st.reported
 			} else {
 				d.drift.forget(a.Name)
 			}
-			st = &addonDrift{release: releaseOf(a), targets: targets, seen: map[objectKey]string{}, reported: reported}
+			st = &addonDrift{release: releaseOf(a), targets: targets, seen: map[channels.ObjectKey]string{}, reported: reported}
 			d.drift.addons[a.Name] = st
 			res.Checked += len(targets)
 			// Every object is looked at; what the lists find tells which
@@ -262,12 +251,12 @@ func (d *Daemon) findDrift(ctx context.Context, current []PlanItem, full bool, r
 
 // changedTargets is the objects of an addon whose fingerprint in listed
 // differs from the one last seen, or that listed lacks.
-func changedTargets(st *addonDrift, listed map[objectKey]listedObject) []*target {
-	var changed []*target
+func changedTargets(st *addonDrift, listed map[channels.ObjectKey]listedObject) []*channels.Object {
+	var changed []*channels.Object
 	for _, t := range st.targets {
-		got, ok := listed[t.key]
+		got, ok := listed[t.Key]
 		switch {
-		case isNamespace(t.key):
+		case t.Key.IsNamespace():
 			// Several addons may declare one Namespace, so it carries the
 			// labels of whichever applied it last: only its deletion is
 			// drift, or the addons would take it from each other on every
@@ -275,7 +264,7 @@ func changedTargets(st *addonDrift, listed map[objectKey]listedObject) []*target
 			if !ok {
 				changed = append(changed, t)
 			}
-		case !ok || got.fingerprint != st.seen[t.key]:
+		case !ok || got.fingerprint != st.seen[t.Key]:
 			changed = append(changed, t)
 		}
 	}
@@ -284,14 +273,14 @@ func changedTargets(st *addonDrift, listed map[objectKey]listedObject) []*target
 
 // lookMode is the drift mode of an object to look at again (driftMode),
 // and whether to inspect it: an object in DriftOff is left alone, and one
-// created only (CreateOnlyAnnotation) that is to be repaired and still
+// created only (channels.CreateOnlyAnnotation) that is to be repaired and still
 // exists has nothing to repair.
-func lookMode(t *target, daemon DriftMode, present bool) (DriftMode, bool) {
-	mode := driftMode(t.obj, daemon)
+func lookMode(t *channels.Object, daemon DriftMode, present bool) (DriftMode, bool) {
+	mode := driftMode(t.Obj, daemon)
 	switch {
 	case mode == DriftOff:
 		return mode, false
-	case mode == DriftRepair && createOnly(t.obj) && present:
+	case mode == DriftRepair && channels.CreateOnly(t.Obj) && present:
 		return mode, false
 	}
 	return mode, true
@@ -303,7 +292,7 @@ func lookMode(t *target, daemon DriftMode, present bool) (DriftMode, bool) {
 // the finding to report (its how is "" when no controller set anything)
 // and the target to re-apply: t itself, t without the controllers'
 // fields, or nil when there is nothing of a person's to revert.
-func planRepair(t *target, f driftFinding) (driftFinding, *target, error) {
+func planRepair(t *channels.Object, f driftFinding) (driftFinding, *channels.Object, error) {
 	report := driftFinding{how: f.how, controllers: f.controllers, live: f.live}
 	if len(f.controllers) == 0 {
 		report.how = ""
@@ -316,11 +305,11 @@ func planRepair(t *target, f driftFinding) (driftFinding, *target, error) {
 		for _, o := range f.controllers {
 			managers.Insert(o.Manager)
 		}
-		obj, err := withoutFieldsOf(t.obj, f.live, managers)
+		obj, err := channels.WithoutFieldsOf(t.Obj, f.live, managers)
 		if err != nil {
-			return report, nil, fmt.Errorf("%s: %w", t.key, err)
+			return report, nil, fmt.Errorf("%s: %w", t.Key, err)
 		}
-		return report, &target{obj: obj, key: t.key, mapping: t.mapping}, nil
+		return report, &channels.Object{Obj: obj, Key: t.Key, Mapping: t.Mapping}, nil
 	}
 	return report, t, nil
 }
@@ -333,14 +322,14 @@ func (d *Daemon) inspectDrift(ctx context.Context, looks []driftLook, res *Drift
 	var repairs []driftLook
 	var errs []error
 	for _, lk := range looks {
-		var fix []*target
+		var fix []*channels.Object
 		name := lk.item.Addon.Name
 		for _, t := range lk.targets {
-			listed, present := lk.listed[t.key]
+			listed, present := lk.listed[t.Key]
 			mode, look := lookMode(t, d.opts.Drift, present)
 			if !look {
 				if mode != DriftOff {
-					lk.state.seen[t.key] = listed.fingerprint
+					lk.state.seen[t.Key] = listed.fingerprint
 				}
 				continue
 			}
@@ -349,7 +338,7 @@ func (d *Daemon) inspectDrift(ctx context.Context, looks []driftLook, res *Drift
 				errs = append(errs, fmt.Errorf("addon %q: %w", name, err))
 				continue
 			}
-			report, repair := f, (*target)(nil)
+			report, repair := f, (*channels.Object)(nil)
 			if mode == DriftRepair {
 				report, repair, err = planRepair(t, f)
 				if err != nil {
@@ -364,7 +353,7 @@ func (d *Daemon) inspectDrift(ctx context.Context, looks []driftLook, res *Drift
 			if repair != nil {
 				fix = append(fix, repair)
 				if len(f.people) > 0 {
-					klog.FromContext(ctx).V(1).Info("Object changed by hand; repairing it", "addon", name, "object", t.key.String(), "people", describeOwners(f.people))
+					klog.FromContext(ctx).V(1).Info("Object changed by hand; repairing it", "addon", name, "object", t.Key.String(), "people", describeOwners(f.people))
 				}
 			}
 		}
@@ -381,7 +370,7 @@ func (d *Daemon) inspectDrift(ctx context.Context, looks []driftLook, res *Drift
 // apply changed it (its resourceVersion moved), "" when it repaired
 // nothing, or when the lists failed (listed is nil). A Namespace only
 // drifts by being deleted (see changedTargets).
-func repairOutcome(listed map[objectKey]listedObject, key objectKey, out *unstructured.Unstructured) string {
+func repairOutcome(listed map[channels.ObjectKey]listedObject, key channels.ObjectKey, out *unstructured.Unstructured) string {
 	if listed == nil {
 		return ""
 	}
@@ -389,7 +378,7 @@ func repairOutcome(listed map[objectKey]listedObject, key objectKey, out *unstru
 	switch {
 	case !ok:
 		return "deleted"
-	case isNamespace(key):
+	case key.IsNamespace():
 		return ""
 	case out.GetResourceVersion() != before.resourceVersion:
 		// A change the apply leaves alone, such as a controller's
@@ -406,47 +395,35 @@ func repairOutcome(listed map[objectKey]listedObject, key objectKey, out *unstru
 // check looks at all of it again.
 func (d *Daemon) repairDrift(ctx context.Context, repairs []driftLook, res *DriftResult) []error {
 	var errs []error
-	r := newReporter(d.opts.Apply.OnEvent)
-	var mu sync.Mutex
-	err := d.client.withLease(ctx, d.opts.Apply.Identity, r, func(ctx context.Context) error {
-		items := make([]PlanItem, len(repairs))
+	note := func(addon, format string, args ...any) {
+		if d.opts.Apply.OnEvent != nil {
+			d.opts.Apply.OnEvent(channels.Event{Type: channels.EventNote, Addon: addon, Message: fmt.Sprintf(format, args...)})
+		}
+	}
+	err := d.client.WithLease(ctx, d.opts.Apply.Identity, d.opts.Apply.OnEvent, func(ctx context.Context) error {
+		items := make([]channels.PlanItem, len(repairs))
 		for i := range repairs {
 			items[i] = repairs[i].item
 		}
-		if err := d.client.decide(ctx, items, d.decideOptions()); err != nil {
+		if err := d.client.Redecide(ctx, items, d.decideOptions()); err != nil {
 			return err
 		}
-		w := &addonWriter{client: d.client, parallelism: d.opts.Apply.Parallelism}
 		for i, rp := range repairs {
 			name := rp.item.Addon.Name
-			if items[i].Decision.Apply || items[i].Decision.Reason != ReasonUpToDate {
+			if items[i].Decision.Apply || items[i].Decision.Reason != channels.ReasonUpToDate {
 				d.drift.forget(name)
 				continue
 			}
-			err := w.each(ctx, len(rp.targets), func(ctx context.Context, j int) error {
-				t := rp.targets[j]
-				var out *unstructured.Unstructured
-				var err error
-				if createOnly(t.obj) {
-					out, err = w.createOnce(ctx, t)
-				} else {
-					out, err = w.applyOne(ctx, t)
-				}
-				if err != nil {
-					return err
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				switch how := repairOutcome(rp.listed, t.key, out); how {
+			err := d.client.Reapply(ctx, rp.targets, d.opts.Apply.Parallelism, func(t *channels.Object, out *unstructured.Unstructured) {
+				switch how := repairOutcome(rp.listed, t.Key, out); how {
 				case "deleted":
 					res.Deleted++
-					r.report(EventNote, name, "Repaired %s: it was deleted", t.key)
+					note(name, "Repaired %s: it was deleted", t.Key)
 				case "changed":
 					res.Changed++
-					r.report(EventNote, name, "Repaired %s: it was changed", t.key)
+					note(name, "Repaired %s: it was changed", t.Key)
 				}
-				rp.state.seen[t.key] = fingerprint(out)
-				return nil
+				rp.state.seen[t.Key] = fingerprint(out)
 			})
 			if err != nil {
 				d.drift.forget(name)
@@ -468,10 +445,10 @@ func (d *Daemon) repairDrift(ctx context.Context, repairs []driftLook, res *Drif
 // controllers changed it); when it is back as its release has it, it
 // clears the metric. It returns how many objects it newly reported (0 or
 // 1).
-func (d *Daemon) reportDrift(ctx context.Context, addon string, st *addonDrift, t *target, f driftFinding) (int, error) {
-	st.seen[t.key] = ""
+func (d *Daemon) reportDrift(ctx context.Context, addon string, st *addonDrift, t *channels.Object, f driftFinding) (int, error) {
+	st.seen[t.Key] = ""
 	if f.live != nil {
-		st.seen[t.key] = fingerprint(f.live)
+		st.seen[t.Key] = fingerprint(f.live)
 	}
 	label := f.how
 	if f.byController() {
@@ -481,23 +458,23 @@ func (d *Daemon) reportDrift(ctx context.Context, addon string, st *addonDrift, 
 	if label != "" {
 		now = label + "\x00" + describeOwners(append(append([]fieldOwner(nil), f.people...), f.controllers...))
 	}
-	before := st.reported[t.key]
+	before := st.reported[t.Key]
 	switch {
 	case now == before:
 		return 0, nil
 	case now == "":
-		delete(st.reported, t.key)
-		d.metrics.setDrifted(addon, t.key, driftLabel(before), false)
+		delete(st.reported, t.Key)
+		d.metrics.setDrifted(addon, t.Key, driftLabel(before), false)
 		return 0, nil
 	}
 	if before != "" {
-		d.metrics.setDrifted(addon, t.key, driftLabel(before), false)
+		d.metrics.setDrifted(addon, t.Key, driftLabel(before), false)
 	}
-	st.reported[t.key] = now
-	d.metrics.setDrifted(addon, t.key, label, true)
-	klog.FromContext(ctx).Info("Object drifted from its release; not repaired", "addon", addon, "object", t.key.String(), "drift", label,
+	st.reported[t.Key] = now
+	d.metrics.setDrifted(addon, t.Key, label, true)
+	klog.FromContext(ctx).Info("Object drifted from its release; not repaired", "addon", addon, "object", t.Key.String(), "drift", label,
 		"people", describeOwners(f.people), "controllers", describeOwners(f.controllers))
-	if err := d.client.postDriftEvent(ctx, d.opts.Apply.Identity, addon, t, f); err != nil {
+	if err := postDriftEvent(ctx, d.client.Kube, d.opts.Apply.Identity, addon, t, f); err != nil {
 		return 1, err
 	}
 	return 1, nil
@@ -511,7 +488,7 @@ func driftLabel(reported string) string {
 
 // driftMessage says how an object drifted, for its Event: who changed
 // which fields, and whether they were people or controllers.
-func driftMessage(key objectKey, addon string, f driftFinding) string {
+func driftMessage(key channels.ObjectKey, addon string, f driftFinding) string {
 	switch {
 	case f.how == "deleted":
 		return fmt.Sprintf("%s was deleted: it is missing from the release of addon %s, which is not re-applied (drift mode report); the next release of the addon applies it", key, addon)
@@ -533,35 +510,35 @@ func driftMessage(key objectKey, addon string, f driftFinding) string {
 // drifted from its release; a deleted object's Event names it without its
 // UID. Events of cluster-scoped objects go to the default namespace, as
 // kubectl looks for them.
-func (c *Client) postDriftEvent(ctx context.Context, instance, addon string, t *target, f driftFinding) error {
+func postDriftEvent(ctx context.Context, kube kubernetes.Interface, instance, addon string, t *channels.Object, f driftFinding) error {
 	live := f.live
-	namespace := t.key.Namespace
+	namespace := t.Key.Namespace
 	if namespace == "" {
 		namespace = metav1.NamespaceDefault
 	}
 	ref := corev1.ObjectReference{
-		APIVersion: t.obj.GetAPIVersion(), Kind: t.obj.GetKind(),
-		Namespace: t.key.Namespace, Name: t.key.Name,
+		APIVersion: t.Obj.GetAPIVersion(), Kind: t.Obj.GetKind(),
+		Namespace: t.Key.Namespace, Name: t.Key.Name,
 	}
 	if live != nil {
 		ref.UID, ref.ResourceVersion = live.GetUID(), live.GetResourceVersion()
 	}
 	now := metav1.Now()
 	ev := &corev1.Event{
-		ObjectMeta:          metav1.ObjectMeta{GenerateName: t.key.Name + ".", Namespace: namespace},
+		ObjectMeta:          metav1.ObjectMeta{GenerateName: t.Key.Name + ".", Namespace: namespace},
 		InvolvedObject:      ref,
 		Reason:              DriftEventReason,
-		Message:             driftMessage(t.key, addon, f),
+		Message:             driftMessage(t.Key, addon, f),
 		Type:                corev1.EventTypeWarning,
-		Source:              corev1.EventSource{Component: FieldManager},
-		ReportingController: FieldManager,
+		Source:              corev1.EventSource{Component: channels.FieldManager},
+		ReportingController: channels.FieldManager,
 		ReportingInstance:   instance,
 		FirstTimestamp:      now,
 		LastTimestamp:       now,
 		Count:               1,
 	}
-	if _, err := c.Kube.CoreV1().Events(namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("posting the drift event of %s: %w", t.key, err)
+	if _, err := kube.CoreV1().Events(namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("posting the drift event of %s: %w", t.Key, err)
 	}
 	return nil
 }
@@ -569,29 +546,8 @@ func (c *Client) postDriftEvent(ctx context.Context, instance, addon string, t *
 // DriftEventReason is the reason of the Events reporting drift.
 const DriftEventReason = "Drifted"
 
-// targetsOf reads, decodes, stamps and maps the objects of an installed
-// release, as applyAddon does.
-func (d *Daemon) targetsOf(ctx context.Context, it PlanItem) ([]*target, error) {
-	a := it.Addon
-	objs, err := releaseObjects(ctx, d.opts.Apply.Fetcher, a)
-	if err != nil {
-		return nil, err
-	}
-	w := &addonWriter{client: d.client, parallelism: defaultParallelism}
-	rel, err := w.prepare(ctx, objs)
-	if err != nil {
-		return nil, err
-	}
-	targets := make([]*target, 0, len(objs))
-	for _, u := range objs {
-		t := rel.ready[u]
-		if t == nil {
-			return nil, fmt.Errorf("%s: the server does not serve its kind", keyOf(u))
-		}
-		targets = append(targets, t)
-	}
-	return targets, nil
-}
+// listLimit is the page size of the drift check's metadata lists.
+const listLimit = 500
 
 // listedObject is what a metadata list found of an object.
 type listedObject struct {
@@ -601,39 +557,39 @@ type listedObject struct {
 
 // listFingerprints lists the metadata of an addon's objects, one list per
 // resource and namespace its objects are in.
-func (d *Daemon) listFingerprints(ctx context.Context, addon string, st *addonDrift) (map[objectKey]listedObject, error) {
+func (d *Daemon) listFingerprints(ctx context.Context, addon string, st *addonDrift) (map[channels.ObjectKey]listedObject, error) {
 	type where struct {
 		gvr       schema.GroupVersionResource
 		gk        schema.GroupKind
 		namespace string
 	}
 	set := map[where]bool{}
-	out := map[objectKey]listedObject{}
+	out := map[channels.ObjectKey]listedObject{}
 	for _, t := range st.targets {
-		if isNamespace(t.key) {
+		if t.Key.IsNamespace() {
 			// Found by name: another addon's apply may have taken it.
-			m, err := d.meta.Resource(t.mapping.Resource).Get(ctx, t.key.Name, metav1.GetOptions{})
+			m, err := d.client.Metadata.Resource(t.Mapping.Resource).Get(ctx, t.Key.Name, metav1.GetOptions{})
 			switch {
 			case apierrors.IsNotFound(err):
 			case err != nil:
-				return nil, fmt.Errorf("reading %s to check for drift: %w", t.key, err)
+				return nil, fmt.Errorf("reading %s to check for drift: %w", t.Key, err)
 			case m.DeletionTimestamp == nil:
-				out[t.key] = listedObject{fingerprint: fingerprint(m), resourceVersion: m.ResourceVersion}
+				out[t.Key] = listedObject{fingerprint: fingerprint(m), resourceVersion: m.ResourceVersion}
 			}
 			continue
 		}
-		set[where{gvr: t.mapping.Resource, gk: t.key.GroupKind, namespace: t.key.Namespace}] = true
+		set[where{gvr: t.Mapping.Resource, gk: t.Key.GroupKind, namespace: t.Key.Namespace}] = true
 	}
-	selector := labels.SelectorFromSet(labels.Set{IdentityLabel: addon}).String()
+	selector := labels.SelectorFromSet(labels.Set{channels.IdentityLabel: addon}).String()
 	for wh := range set {
 		opts := metav1.ListOptions{LabelSelector: selector, Limit: listLimit}
 		for {
 			var list *metav1.PartialObjectMetadataList
 			var err error
 			if wh.namespace == "" {
-				list, err = d.meta.Resource(wh.gvr).List(ctx, opts)
+				list, err = d.client.Metadata.Resource(wh.gvr).List(ctx, opts)
 			} else {
-				list, err = d.meta.Resource(wh.gvr).Namespace(wh.namespace).List(ctx, opts)
+				list, err = d.client.Metadata.Resource(wh.gvr).Namespace(wh.namespace).List(ctx, opts)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("listing %s to check for drift: %w", wh.gk, err)
@@ -643,7 +599,7 @@ func (d *Daemon) listFingerprints(ctx context.Context, addon string, st *addonDr
 				if m.DeletionTimestamp != nil {
 					continue
 				}
-				out[objectKey{GroupKind: wh.gk, Namespace: m.Namespace, Name: m.Name}] = listedObject{fingerprint: fingerprint(m), resourceVersion: m.ResourceVersion}
+				out[channels.ObjectKey{GroupKind: wh.gk, Namespace: m.Namespace, Name: m.Name}] = listedObject{fingerprint: fingerprint(m), resourceVersion: m.ResourceVersion}
 			}
 			if list.Continue == "" {
 				break
@@ -652,11 +608,4 @@ func (d *Daemon) listFingerprints(ctx context.Context, addon string, st *addonDr
 		}
 	}
 	return out, nil
-}
-
-// isNamespace tells whether key names a Namespace, which several addons may
-// declare (kOps's channels applies a channel's addons in no fixed order, so
-// each addon declares the namespaces it uses).
-func isNamespace(key objectKey) bool {
-	return key.GroupKind == schema.GroupKind{Kind: "Namespace"}
 }
