@@ -2,7 +2,6 @@ package channels
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -311,9 +310,8 @@ func TestIntegrationUpgradePathRefusesJump(t *testing.T) {
 // addon ends below the cluster's Kubernetes version, next to an addon that
 // fits: the plan and the run apply the fitting addon, and fail with exit 1
 // naming the cluster's version and the range offered, never "No update
-// required". A daemon's pass fails too (/readyz), sets
-// channels_addon_blocked and posts one Warning Event NoReleaseFits however
-// many passes see it.
+// required". (A daemon's pass: TestIntegrationDaemonNoReleaseFits in
+// channels/daemon.)
 func TestIntegrationNoReleaseFits(t *testing.T) {
 	const ns = "cliff-app"
 	env := testenv.Shared(t)
@@ -343,40 +341,5 @@ func TestIntegrationNoReleaseFits(t *testing.T) {
 	}
 	if got := recordOf(t, "kube-system", "cliff-fits"); !strings.Contains(got, `"version":"1.0.0"`) {
 		t.Errorf("the addon that fits was not applied next to the one that does not: record %q", got)
-	}
-
-	d, err := NewDaemon(env.RESTConfig, DaemonOptions{Locations: []string{loc}, Interval: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for pass := 1; pass <= 2; pass++ {
-		res := d.Pass(context.Background())
-		var blocked *BlockedError
-		if !errors.As(res.Err, &blocked) || !strings.Contains(res.Err.Error(), want) || d.Ready() {
-			t.Errorf("daemon pass %d: err %v, ready %v; want a *BlockedError with %q, not ready", pass, res.Err, d.Ready(), want)
-		}
-	}
-	families, err := d.Metrics().Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var series []string
-	for _, f := range families {
-		if f.GetName() != "channels_addon_blocked" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			var labels []string
-			for _, l := range m.GetLabel() {
-				labels = append(labels, l.GetName()+"="+l.GetValue())
-			}
-			series = append(series, fmt.Sprintf("%s %v", strings.Join(labels, ","), m.GetGauge().GetValue()))
-		}
-	}
-	if diff := cmp.Diff(series, []string{"addon=cliff,reason=NoReleaseFits 1"}); diff != "" {
-		t.Errorf("channels_addon_blocked (-got +want):\n%s", diff)
-	}
-	if got := eventsFor(t, k, "NoReleaseFits", "cliff"); len(got) != 1 || !strings.Contains(got[0], want[len(`addon "cliff": `):]) {
-		t.Errorf("NoReleaseFits events = %q, want one naming the version and range", got)
 	}
 }

@@ -288,13 +288,13 @@ func (e *BlockedError) Unwrap() []error {
 // Problems returns a *BlockedError naming the addons the plan leaves behind
 // its channels, sorted by name, or nil when there is none.
 func (p *Plan) Problems() error {
-	all := p.blocked()
+	all := p.Blocked()
 	if len(all) == 0 {
 		return nil
 	}
 	errs := make([]AddonError, len(all))
 	for i, b := range all {
-		errs[i] = AddonError{Addon: b.name, Err: b.err}
+		errs[i] = AddonError{Addon: b.Name, Err: b.Err}
 	}
 	return &BlockedError{Blocked: errs}
 }
@@ -307,24 +307,28 @@ const (
 	blockedRollback = "RollbackRefused"
 )
 
-// blockedAddon is an addon a plan leaves behind its channels.
-type blockedAddon struct {
-	name, namespace string
-	// kind is one of the blocked constants.
-	kind string
-	err  error
+// BlockedAddon is an addon a plan leaves behind its channels until
+// someone acts.
+type BlockedAddon struct {
+	// Name is the addon's, Namespace its record's.
+	Name, Namespace string
+	// Kind is why, as the metric channels_addon_blocked and the daemon's
+	// Events name it: NoReleaseFits, UpgradePathRefused or
+	// RollbackRefused.
+	Kind string
+	Err  error
 }
 
-// blocked lists the addons the plan leaves behind its channels, sorted by
+// Blocked lists the addons the plan leaves behind its channels, sorted by
 // name.
-func (p *Plan) blocked() []blockedAddon {
-	var out []blockedAddon
+func (p *Plan) Blocked() []BlockedAddon {
+	var out []BlockedAddon
 	for _, n := range p.Unfit {
 		ns := DefaultNamespace
 		if len(n.Releases) > 0 {
 			ns = n.Releases[0].Namespace
 		}
-		out = append(out, blockedAddon{name: n.Name, namespace: ns, kind: blockedNoFit, err: n})
+		out = append(out, BlockedAddon{Name: n.Name, Namespace: ns, Kind: blockedNoFit, Err: n})
 	}
 	for _, it := range p.Items {
 		if !it.Decision.Blocked {
@@ -334,8 +338,8 @@ func (p *Plan) blocked() []blockedAddon {
 		if strings.HasPrefix(it.Decision.Reason, ReasonRollbackRefused) {
 			kind = blockedRollback
 		}
-		out = append(out, blockedAddon{name: it.Addon.Name, namespace: it.Addon.Namespace, kind: kind, err: errors.New(it.Decision.Reason)})
+		out = append(out, BlockedAddon{Name: it.Addon.Name, Namespace: it.Addon.Namespace, Kind: kind, Err: errors.New(it.Decision.Reason)})
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].name < out[j].name })
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }

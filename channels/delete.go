@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+
+	"github.com/kos-sdn/kos/channels/lease"
 )
 
 // DeleteOptions tune PlanUninstall and Uninstall. The zero value deletes
@@ -36,7 +38,7 @@ type DeleteOptions struct {
 	// OnEvent, when set, is called for every step, one call at a time.
 	OnEvent func(Event)
 	// Identity names this run as the holder of the lease; empty means
-	// NewIdentity().
+	// lease.NewIdentity().
 	Identity string
 	// Parallelism bounds the deletes in flight; 0 means 16.
 	Parallelism int
@@ -80,7 +82,7 @@ type UninstallObject struct {
 
 // String names the object as the output shows it: "Deployment.apps ns/name".
 func (o UninstallObject) String() string {
-	return objectKey{GroupKind: o.Kind, Namespace: o.Namespace, Name: o.Name}.String()
+	return ObjectKey{GroupKind: o.Kind, Namespace: o.Namespace, Name: o.Name}.String()
 }
 
 // protectedNamespaces are never deleted by an uninstall.
@@ -199,7 +201,7 @@ func (c *Client) PlanUninstall(ctx context.Context, namespace, name string, opts
 			if users := definitionUsers(installed, name, cand.key, cand.defines); cand.skip == "" && len(users) > 0 {
 				cand.skip = "the install record of addon " + strings.Join(users, ", ") + " uses it"
 			}
-			if cand.skip == "" && !isNamespace(cand.key) && cand.key.GroupKind != crdKind {
+			if cand.skip == "" && !cand.key.IsNamespace() && cand.key.GroupKind != crdKind {
 				if err := keepDeclared(ctx, decl, &cand, name); err != nil {
 					return nil, err
 				}
@@ -253,7 +255,7 @@ func keepDeclared(ctx context.Context, decl *declarations, c *candidate, addon s
 }
 
 // keepReason says why an object the lists found is kept, or "".
-func keepReason(key objectKey, recordNamespace string, opts DeleteOptions) string {
+func keepReason(key ObjectKey, recordNamespace string, opts DeleteOptions) string {
 	switch key.GroupKind {
 	case schema.GroupKind{Kind: "Namespace"}:
 		switch {
@@ -293,7 +295,7 @@ func listOwned(ctx context.Context, dyn dynamic.Interface, q pruneQuery, addon s
 			if obj.GetDeletionTimestamp() != nil {
 				continue
 			}
-			c := candidate{key: objectKey{GroupKind: gk, Namespace: obj.GetNamespace(), Name: obj.GetName()}, uid: obj.GetUID(), mapping: q.mapping, defines: definedKindOf(obj), live: obj}
+			c := candidate{key: ObjectKey{GroupKind: gk, Namespace: obj.GetNamespace(), Name: obj.GetName()}, uid: obj.GetUID(), mapping: q.mapping, defines: definedKindOf(obj), live: obj}
 			switch id, ok := obj.GetLabels()[IdentityLabel]; {
 			case ownedByController(obj):
 				c.skip = "a controller owns it"
@@ -319,7 +321,7 @@ func listOwned(ctx context.Context, dyn dynamic.Interface, q pruneQuery, addon s
 // shows as installed and a second run retries.
 func (c *Client) Uninstall(ctx context.Context, u *Uninstall, opts DeleteOptions) error {
 	if opts.Identity == "" {
-		opts.Identity = NewIdentity()
+		opts.Identity = lease.NewIdentity()
 	}
 	if opts.Parallelism <= 0 {
 		opts.Parallelism = defaultParallelism

@@ -12,4 +12,23 @@
 // declares or may declare; PersistentVolumeClaims; objects annotated
 // KeepAnnotation); and writes the install record as an annotation on a
 // namespace, in a format kOps reads.
+//
+// A program that embeds it needs little more than this:
+//
+//	releases, err := channels.Load(ctx, channels.NewFetcher(), location)
+//	client, err := channels.NewClient(restConfig)
+//	plan, err := client.Plan(ctx, releases) // what would change, and why
+//	previews, err := client.Preview(ctx, plan, channels.PreviewOptions{})
+//	err = client.Apply(ctx, plan, channels.ApplyOptions{})
+//
+// and, to take an addon off the cluster, Client.PlanUninstall and
+// Client.Uninstall. Lint checks a bundle of channels before it is
+// published.
+//
+// Other concerns live in packages of their own, which import this one or
+// nothing of channels: channels/daemon runs passes again and again, reports
+// or repairs drift and serves health and metrics (what `channels apply
+// --interval` runs); channels/lease is the Lease that keeps two runs apart;
+// channels/diff the unified diffs of previews; channels/api the wire types of
+// channel files; channels/cli the command line.
 package channels

@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kos-sdn/kos/channels/diff"
 )
 
 // Action is what applying a release does to one object.
@@ -63,7 +65,7 @@ type ObjectChange struct {
 
 // String names the object: "Deployment.apps ns/name".
 func (o ObjectChange) String() string {
-	return objectKey{GroupKind: o.Kind, Namespace: o.Namespace, Name: o.Name}.String()
+	return ObjectKey{GroupKind: o.Kind, Namespace: o.Namespace, Name: o.Name}.String()
 }
 
 // AddonPreview is what applying one addon's release would do.
@@ -149,7 +151,7 @@ func (c *Client) Preview(ctx context.Context, plan *Plan, opts PreviewOptions) (
 			failed = append(failed, AddonError{Addon: it.Addon.Name, Err: err})
 			continue
 		}
-		ro := &rollout{item: it, writer: w, objs: objs[i], rel: rel, done: rel.done, adopt: map[objectKey]bool{}}
+		ro := &rollout{item: it, writer: w, objs: objs[i], rel: rel, done: rel.done, adopt: map[ObjectKey]bool{}}
 		for _, u := range ro.objs {
 			if adopts(u) {
 				ro.adopt[keyOf(u)] = true
@@ -191,7 +193,7 @@ func (c *Client) Preview(ctx context.Context, plan *Plan, opts PreviewOptions) (
 // creates names the namespaces the plan's pending addons create, and
 // defines the kinds their CRDs define, by addon; adopted holds the
 // objects it takes over, each with whom from.
-func (c *Client) previewAddon(ctx context.Context, ro *rollout, creates map[string]string, defines map[schema.GroupKind]string, adopted map[objectKey]string, opts PreviewOptions) ([]ObjectChange, error) {
+func (c *Client) previewAddon(ctx context.Context, ro *rollout, creates map[string]string, defines map[schema.GroupKind]string, adopted map[ObjectKey]string, opts PreviewOptions) ([]ObjectChange, error) {
 	it, a, w, rel, objs := ro.item, ro.item.Addon, ro.writer, ro.rel, ro.objs
 	own := definedKinds(objs)
 	var err error
@@ -258,7 +260,7 @@ func (c *Client) previewAddon(ctx context.Context, ro *rollout, creates map[stri
 		if err != nil {
 			return nil, err
 		}
-		seen := map[objectKey]bool{}
+		seen := map[ObjectKey]bool{}
 		for _, cs := range found {
 			for _, cand := range cs {
 				if seen[cand.key] {
@@ -443,7 +445,7 @@ func (o ObjectChange) Diff() (string, error) {
 		return "", err
 	}
 	name := o.String()
-	return UnifiedDiff("live/"+name, "applied/"+name, before, after), nil
+	return diff.Unified("live/"+name, "applied/"+name, before, after), nil
 }
 
 func yamlLines(u *unstructured.Unstructured) ([]string, error) {

@@ -3,231 +3,33 @@ package channels
 import (
 	"context"
 	"fmt"
-	"os"
-	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
-	"k8s.io/klog/v2"
+
+	"github.com/kos-sdn/kos/channels/lease"
 )
 
-// The Lease that keeps two runs apart.
-const (
-	LeaseNamespace = "kube-system"
-	LeaseName      = "channels"
-)
-
-// Lease timing. A run that waits for the lease tries to take it every
-// retryPeriod; a run that holds it writes it every renewPeriod, a third of
-// leaseDuration, as leader election's renewals are a fraction of the lease
-// (a run of a few seconds writes it only to take and release it); a run
-// that died holding it blocks others for at most leaseDuration.
-//
-// A holder that cannot write the lease stops once renewDeadline has passed
-// since its first failed renewal, which comes at most renewPeriod plus a
-// retryPeriod after its last write: 5 + 1 + 8 = 14 s, before another run,
-// which counts leaseDuration from when it saw that last write, may take
-// the lease.
-const (
-	leaseDuration = 15 * time.Second
-	renewPeriod   = leaseDuration / 3
-	renewDeadline = 8 * time.Second
-	retryPeriod   = time.Second
-)
-
-// NewIdentity returns a lease holder identity unique to this run: the host
-// name and a random suffix.
-func NewIdentity() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "channels"
-	}
-	return host + "_" + rand.String(8)
-}
-
-// withLease runs fn while holding the channels Lease, waiting for it as long
-// as another run holds it. fn's context is cancelled if the lease is lost.
-// The lease is released when fn returns, before withLease does.
-//
-// Errors the lease cannot recover from by waiting (such as being forbidden to
-// read or write Leases) end the wait with that error instead of retrying
-// forever, as leader election would.
+// withLease runs fn while holding the channels Lease (lease.Hold), creating
+// its namespace first if need be, and reports taking, waiting for and
+// releasing it to r.
 func (c *Client) withLease(ctx context.Context, identity string, r *reporter, fn func(context.Context) error) error {
-	if err := c.ensureNamespace(ctx, LeaseNamespace); err != nil {
+	if err := c.ensureNamespace(ctx, lease.Namespace); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-
-	lock := &watchedLock{
-		Interface: &resourcelock.LeaseLock{
-			LeaseMeta:  metav1.ObjectMeta{Namespace: LeaseNamespace, Name: LeaseName},
-			Client:     c.Kube.CoordinationV1(),
-			LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
+	hooks := lease.Hooks{
+		Acquired: func() {
+			r.report(EventLocked, "", "Acquired lease %s/%s", lease.Namespace, lease.Name)
 		},
-		abort: cancel,
-		now:   time.Now,
-	}
-	var (
-		workErr  error
-		workDone = make(chan struct{})
-		waitMu   sync.Mutex
-		waitedOn = map[string]bool{}
-		finished bool
-	)
-	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		Name:            LeaseName,
-		LeaseDuration:   leaseDuration,
-		RenewDeadline:   renewDeadline,
-		RetryPeriod:     retryPeriod,
-		ReleaseOnCancel: true,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(leading context.Context) {
-				defer close(workDone)
-				// Cancelling ends the renew loop, which then releases the
-				// lease because of ReleaseOnCancel.
-				defer cancel()
-				r.report(EventLocked, "", "Acquired lease %s/%s", LeaseNamespace, LeaseName)
-				workErr = fn(leading)
-				if workErr != nil && leading.Err() != nil && ctx.Err() == nil {
-					workErr = fmt.Errorf("lost lease %s/%s to another run: %w", LeaseNamespace, LeaseName, workErr)
-				}
-			},
-			OnStoppedLeading: func() {},
-			OnNewLeader: func(holder string) {
-				// Called from its own goroutine on every change of holder.
-				waitMu.Lock()
-				defer waitMu.Unlock()
-				if finished || holder == "" || holder == identity || waitedOn[holder] {
-					return
-				}
-				waitedOn[holder] = true
-				r.report(EventWaiting, "", "Waiting for another run (%s) to release lease %s/%s", holder, LeaseNamespace, LeaseName)
-			},
+		Waiting: func(holder string) {
+			r.report(EventWaiting, "", "Waiting for another run (%s) to release lease %s/%s", holder, lease.Namespace, lease.Name)
 		},
-	})
-	if err != nil {
-		return fmt.Errorf("configuring lease: %w", err)
+		Released: func() {
+			r.report(EventUnlocked, "", "Released lease %s/%s", lease.Namespace, lease.Name)
+		},
 	}
-	elector.Run(ctx)
-	// Leader election reports new holders from goroutines of their own,
-	// which may run late: none may report after this point.
-	waitMu.Lock()
-	finished = true
-	waitMu.Unlock()
-	if lock.acquired() {
-		// Run launched fn in a goroutine and returned once the lease was
-		// released or lost; fn is done or about to see its context cancelled.
-		<-workDone
-		r.report(EventUnlocked, "", "Released lease %s/%s", LeaseNamespace, LeaseName)
-		return workErr
-	}
-	if err := lock.fatal(); err != nil {
-		return fmt.Errorf("taking lease %s/%s: %w", LeaseNamespace, LeaseName, err)
-	}
-	return fmt.Errorf("waiting for lease %s/%s: %w", LeaseNamespace, LeaseName, context.Cause(ctx))
-}
-
-// watchedLock wraps the lease lock to learn what leader election does not
-// tell: whether this run ever wrote the lease as its holder, and whether an
-// error means waiting is pointless. It also spaces the holder's renewals:
-// leader election renews every retryPeriod, which is also how often a
-// waiting run tries; a renewal within renewPeriod of the last write is
-// taken as done without writing.
-type watchedLock struct {
-	resourcelock.Interface
-	abort func()
-	now   func() time.Time
-
-	mu   sync.Mutex
-	held bool
-	err  error
-	// written is when this run last wrote the lease as its holder; zero
-	// once it released it or a write failed.
-	written time.Time
-}
-
-// Get reads the lease.
-func (l *watchedLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
-	rec, raw, err := l.Interface.Get(ctx)
-	l.observe(err)
-	return rec, raw, err
-}
-
-// Create creates the lease, holding it.
-func (l *watchedLock) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
-	err := l.Interface.Create(ctx, ler)
-	l.observeWrite(ler, err)
-	return err
-}
-
-// Update writes the lease: taking, renewing or releasing it. A renewal
-// within renewPeriod of the last write is not written.
-func (l *watchedLock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
-	if l.skipRenewal(ler) {
-		return nil
-	}
-	err := l.Interface.Update(ctx, ler)
-	l.observeWrite(ler, err)
-	return err
-}
-
-// skipRenewal reports whether a write renews the lease this run holds
-// within renewPeriod of its last write.
-func (l *watchedLock) skipRenewal(ler resourcelock.LeaderElectionRecord) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return ler.HolderIdentity == l.Identity() && !l.written.IsZero() && l.now().Sub(l.written) < renewPeriod
-}
-
-func (l *watchedLock) observeWrite(ler resourcelock.LeaderElectionRecord, err error) {
-	l.mu.Lock()
-	if err == nil && ler.HolderIdentity == l.Identity() {
-		l.held = true
-		l.written = l.now()
-	} else {
-		// Released, or not written: the next renewal writes.
-		l.written = time.Time{}
-	}
-	l.mu.Unlock()
-	l.observe(err)
-}
-
-// observe aborts the wait on errors that retrying cannot cure.
-func (l *watchedLock) observe(err error) {
-	if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
-		return
-	}
-	if !apierrors.IsForbidden(err) && !apierrors.IsUnauthorized(err) && !apierrors.IsInvalid(err) && !apierrors.IsMethodNotSupported(err) {
-		klog.V(2).InfoS("Lease request failed, retrying", "err", err)
-		return
-	}
-	l.mu.Lock()
-	if l.err == nil {
-		l.err = err
-	}
-	l.mu.Unlock()
-	if !l.acquired() {
-		l.abort()
-	}
-}
-
-func (l *watchedLock) acquired() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.held
-}
-
-func (l *watchedLock) fatal() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err
+	return lease.Hold(ctx, c.Kube, identity, hooks, fn)
 }
 
 // ensureNamespace creates a namespace unless it exists.

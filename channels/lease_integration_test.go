@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 
+	"github.com/kos-sdn/kos/channels/lease"
 	"github.com/kos-sdn/kos/tools/poll"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
@@ -167,7 +168,7 @@ func TestIntegrationConcurrentRunsOfOneChannelApplyOnce(t *testing.T) {
 func waitForHolder(t *testing.T, holder string) {
 	t.Helper()
 	poll.Until(t, 30*time.Second, "the lease names "+holder+" as its holder", func(ctx context.Context) error {
-		l, err := kube(t).CoordinationV1().Leases(LeaseNamespace).Get(ctx, LeaseName, metav1.GetOptions{})
+		l, err := kube(t).CoordinationV1().Leases(lease.Namespace).Get(ctx, lease.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -228,10 +229,10 @@ func TestIntegrationLeaseForbiddenFailsFast(t *testing.T) {
 	// Giving up takes a few requests, whose time follows the machine's
 	// load: a figure (milliseconds on a quiet machine). A run that waited
 	// instead would retry every retryPeriod until a lease duration (15 s)
-	// passed, or forever; renewDeadline (10 s) stays below that.
+	// passed, or forever; lease.RenewDeadline (8 s) stays below that.
 	took := time.Since(began)
 	t.Logf("figure lease-forbidden-give-up %.3f s", took.Seconds())
-	if took > renewDeadline {
+	if took > lease.RenewDeadline {
 		t.Errorf("Apply took %s to give up, want it to fail fast", took)
 	}
 }

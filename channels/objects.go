@@ -114,9 +114,9 @@ func StampLabels(objs []*unstructured.Unstructured, selector map[string]string) 
 	}
 }
 
-// objectKey identifies an object on the cluster independently of the API
+// ObjectKey identifies an object on the cluster independently of the API
 // version it was written in.
-type objectKey struct {
+type ObjectKey struct {
 	GroupKind schema.GroupKind
 	Namespace string
 	Name      string
@@ -125,15 +125,22 @@ type objectKey struct {
 // String names the object as errors and events show it: "Kind ns/name", or
 // "Kind name" when cluster-scoped. The group is shown for kinds outside the
 // core group ("Deployment.apps ns/name").
-func (k objectKey) String() string {
+func (k ObjectKey) String() string {
 	if k.Namespace == "" {
 		return k.GroupKind.String() + " " + k.Name
 	}
 	return k.GroupKind.String() + " " + k.Namespace + "/" + k.Name
 }
 
-func keyOf(u *unstructured.Unstructured) objectKey {
-	return objectKey{
+// IsNamespace tells whether k names a Namespace, which several addons may
+// declare (kOps's channels applies a channel's addons in no fixed order, so
+// each addon declares the namespaces it uses).
+func (k ObjectKey) IsNamespace() bool {
+	return k.GroupKind == schema.GroupKind{Kind: "Namespace"}
+}
+
+func keyOf(u *unstructured.Unstructured) ObjectKey {
+	return ObjectKey{
 		GroupKind: u.GroupVersionKind().GroupKind(),
 		Namespace: u.GetNamespace(),
 		Name:      u.GetName(),

@@ -12,7 +12,7 @@ func TestDecodeObjects(t *testing.T) {
 	tests := []struct {
 		name    string
 		data    string
-		want    []string // objectKey strings, in order
+		want    []string // ObjectKey strings, in order
 		wantErr []string // substrings of the error
 	}{
 		{

@@ -28,7 +28,7 @@ func TestCheckDuplicates(t *testing.T) {
 	}
 	ro := func(name string, objs ...*unstructured.Unstructured) *rollout {
 		sel := map[string]string{"k8s-addon": name + ".addons.k8s.io"}
-		r := &rollout{item: PlanItem{Addon: &Addon{Name: name, Selector: sel}}, objs: objs, adopt: map[objectKey]bool{}}
+		r := &rollout{item: PlanItem{Addon: &Addon{Name: name, Selector: sel}}, objs: objs, adopt: map[ObjectKey]bool{}}
 		// As releaseObjects stamps them: the addons' labels differ.
 		StampLabels(objs, sel)
 		StampLabels(objs, map[string]string{IdentityLabel: name})
@@ -180,10 +180,10 @@ func TestMayHold(t *testing.T) {
 }
 
 func TestDeclaredByValues(t *testing.T) {
-	key := objectKey{GroupKind: schema.GroupKind{Kind: "ConfigMap"}, Namespace: "ns", Name: "x"}
-	other := objectKey{GroupKind: schema.GroupKind{Kind: "ConfigMap"}, Namespace: "ns", Name: "y"}
-	got := declaredByValues("b", map[objectKey]map[string]bool{key: {"c": true, "a": true}, other: {}})
-	if diff := cmp.Diff(got, map[objectKey]string{key: "a,b,c"}); diff != "" {
+	key := ObjectKey{GroupKind: schema.GroupKind{Kind: "ConfigMap"}, Namespace: "ns", Name: "x"}
+	other := ObjectKey{GroupKind: schema.GroupKind{Kind: "ConfigMap"}, Namespace: "ns", Name: "y"}
+	got := declaredByValues("b", map[ObjectKey]map[string]bool{key: {"c": true, "a": true}, other: {}})
+	if diff := cmp.Diff(got, map[ObjectKey]string{key: "a,b,c"}); diff != "" {
 		t.Errorf("declaredByValues (-got +want):\n%s", diff)
 	}
 }
@@ -198,17 +198,17 @@ func TestDefinitionUsers(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		key  objectKey
+		key  ObjectKey
 		kind schema.GroupKind
 		want []string
 	}{
-		{"a namespace another addon's objects are in", objectKey{GroupKind: schema.GroupKind{Kind: "Namespace"}, Name: "app"}, schema.GroupKind{}, []string{"user"}},
-		{"a namespace holding another addon's record", objectKey{GroupKind: schema.GroupKind{Kind: "Namespace"}, Name: "records"}, schema.GroupKind{}, []string{"elsewhere"}},
-		{"a namespace of a pending release", objectKey{GroupKind: schema.GroupKind{Kind: "Namespace"}, Name: "half-ns"}, schema.GroupKind{}, []string{"half"}},
-		{"a namespace nobody else uses", objectKey{GroupKind: schema.GroupKind{Kind: "Namespace"}, Name: "lonely"}, schema.GroupKind{}, nil},
-		{"a CRD whose kind another addon uses", objectKey{GroupKind: crdKind, Name: "widgets.example.com"}, widget, []string{"user"}},
-		{"a CRD of a pending release's kind", objectKey{GroupKind: crdKind, Name: "gadgets.example.com"}, schema.GroupKind{Group: "example.com", Kind: "Gadget"}, []string{"half"}},
-		{"a CRD nobody else uses", objectKey{GroupKind: crdKind, Name: "things.example.com"}, schema.GroupKind{Group: "example.com", Kind: "Thing"}, nil},
+		{"a namespace another addon's objects are in", ObjectKey{GroupKind: schema.GroupKind{Kind: "Namespace"}, Name: "app"}, schema.GroupKind{}, []string{"user"}},
+		{"a namespace holding another addon's record", ObjectKey{GroupKind: schema.GroupKind{Kind: "Namespace"}, Name: "records"}, schema.GroupKind{}, []string{"elsewhere"}},
+		{"a namespace of a pending release", ObjectKey{GroupKind: schema.GroupKind{Kind: "Namespace"}, Name: "half-ns"}, schema.GroupKind{}, []string{"half"}},
+		{"a namespace nobody else uses", ObjectKey{GroupKind: schema.GroupKind{Kind: "Namespace"}, Name: "lonely"}, schema.GroupKind{}, nil},
+		{"a CRD whose kind another addon uses", ObjectKey{GroupKind: crdKind, Name: "widgets.example.com"}, widget, []string{"user"}},
+		{"a CRD of a pending release's kind", ObjectKey{GroupKind: crdKind, Name: "gadgets.example.com"}, schema.GroupKind{Group: "example.com", Kind: "Gadget"}, []string{"half"}},
+		{"a CRD nobody else uses", ObjectKey{GroupKind: crdKind, Name: "things.example.com"}, schema.GroupKind{Group: "example.com", Kind: "Thing"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := definitionUsers(installed, "self", tc.key, tc.kind)

@@ -202,15 +202,15 @@ func TestIntegrationPlanEqualsApply(t *testing.T) {
 			previews, err := c.Preview(ctx, plan, PreviewOptions{Adopt: tc.adopt})
 			planRefused := refusedAddons(t, err)
 			var rows []planRow
-			var objects []objectKey
-			seen := map[objectKey]bool{}
+			var objects []ObjectKey
+			seen := map[ObjectKey]bool{}
 			for _, p := range previews {
 				for _, ch := range p.Objects {
 					rows = append(rows, planRow{p.Addon, ch.String(), ch.Action})
 					if to, ok := strings.CutPrefix(ch.Note, "to addon "); ch.Action == ActionHandOver && (!ok || ch.Merged == nil || ch.Merged.GetLabels()[IdentityLabel] != to) {
 						t.Errorf("hand-over row %s (%s) does not show the object as addon %q will have it: %v", ch, ch.Note, to, ch.Merged)
 					}
-					key := objectKey{GroupKind: ch.Kind, Namespace: ch.Namespace, Name: ch.Name}
+					key := ObjectKey{GroupKind: ch.Kind, Namespace: ch.Namespace, Name: ch.Name}
 					if !seen[key] {
 						seen[key] = true
 						objects = append(objects, key)
@@ -311,9 +311,9 @@ func sortRows(rows []planRow) {
 
 // snapshot reads the objects (ConfigMaps and claims); an absent object,
 // or one being deleted, is left out.
-func snapshot(t *testing.T, keys []objectKey) map[objectKey]*unstructured.Unstructured {
+func snapshot(t *testing.T, keys []ObjectKey) map[ObjectKey]*unstructured.Unstructured {
 	t.Helper()
-	out := map[objectKey]*unstructured.Unstructured{}
+	out := map[ObjectKey]*unstructured.Unstructured{}
 	for _, k := range keys {
 		gvr := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 		if k.GroupKind == claimKind {
@@ -331,13 +331,13 @@ func snapshot(t *testing.T, keys []objectKey) map[objectKey]*unstructured.Unstru
 	return out
 }
 
-func keyOfRow(r planRow, keys []objectKey) objectKey {
+func keyOfRow(r planRow, keys []ObjectKey) ObjectKey {
 	for _, k := range keys {
 		if k.String() == r.Object {
 			return k
 		}
 	}
-	return objectKey{}
+	return ObjectKey{}
 }
 
 // sameOrChanged is the plan's action when an object of a refused addon is

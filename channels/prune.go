@@ -33,7 +33,7 @@ type pruneQuery struct {
 
 // candidate is an object pruning deletes, unless skip says why not.
 type candidate struct {
-	key     objectKey
+	key     ObjectKey
 	uid     types.UID
 	mapping *meta.RESTMapping
 	skip    string
@@ -290,7 +290,7 @@ func (w *addonWriter) list(ctx context.Context, q pruneQuery, in *applied, addon
 	}
 	var out []candidate
 	for _, u := range listed {
-		key := objectKey{GroupKind: gk, Namespace: u.GetNamespace(), Name: u.GetName()}
+		key := ObjectKey{GroupKind: gk, Namespace: u.GetNamespace(), Name: u.GetName()}
 		if in.keep[key] || u.GetDeletionTimestamp() != nil || ownedByController(u) {
 			continue
 		}
@@ -364,7 +364,7 @@ func (w *addonWriter) keepForOthers(ctx context.Context, c *candidate, addon str
 			names = append(names, name)
 		}
 		sort.Strings(names)
-		if t := by[names[0]]; t != nil && !isNamespace(c.key) && c.key.GroupKind != crdKind {
+		if t := by[names[0]]; t != nil && !c.key.IsNamespace() && c.key.GroupKind != crdKind {
 			c.handover, c.handoverTo = t, names[0]
 			return nil
 		}
@@ -375,7 +375,7 @@ func (w *addonWriter) keepForOthers(ctx context.Context, c *candidate, addon str
 		c.skip = "what addon " + strings.Join(unknown, ", ") + " declares is unknown"
 		return nil
 	}
-	if !isNamespace(c.key) && c.key.GroupKind != crdKind {
+	if !c.key.IsNamespace() && c.key.GroupKind != crdKind {
 		return nil
 	}
 	installed, err := w.decl.readInstalled(ctx)

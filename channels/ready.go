@@ -30,7 +30,7 @@ var apiServiceKind = schema.GroupKind{Group: "apiregistration.k8s.io", Kind: "AP
 
 // waiting is an applied object the readiness gate waits for.
 type waiting struct {
-	key     objectKey
+	key     ObjectKey
 	message string
 }
 
@@ -48,7 +48,7 @@ type watchGroup struct {
 
 // seen is an object as a watch saw it; obj is nil once it is deleted.
 type seen struct {
-	key objectKey
+	key ObjectKey
 	obj *unstructured.Unstructured
 }
 
@@ -61,7 +61,7 @@ type seen struct {
 // fails on the first object kstatus finds Failed, on one deleted while it
 // waits, or when timeout passes, naming the objects not ready and why.
 func (w *addonWriter) waitReady(ctx context.Context, addon string, objs []*unstructured.Unstructured, timeout time.Duration, r *reporter) error {
-	pending := map[objectKey]*waiting{}
+	pending := map[ObjectKey]*waiting{}
 	groups := map[string]*watchGroup{}
 	for _, u := range objs {
 		if u == nil {
@@ -185,7 +185,7 @@ func (w *addonWriter) watch(ctx context.Context, g *watchGroup, addon string, ou
 		if !ok || !g.names[u.GetName()] {
 			return
 		}
-		ev := seen{key: objectKey{GroupKind: g.gk, Namespace: u.GetNamespace(), Name: u.GetName()}, obj: u}
+		ev := seen{key: ObjectKey{GroupKind: g.gk, Namespace: u.GetNamespace(), Name: u.GetName()}, obj: u}
 		if deleted {
 			ev.obj = nil
 		}

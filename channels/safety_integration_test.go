@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kos-sdn/kos/channels/api"
+	"github.com/kos-sdn/kos/channels/lease"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
@@ -425,7 +426,7 @@ func TestIntegrationKilledMidApply(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	lease, err := k.CoordinationV1().Leases(LeaseNamespace).Get(context.Background(), LeaseName, metav1.GetOptions{})
+	lease, err := k.CoordinationV1().Leases(lease.Namespace).Get(context.Background(), lease.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -494,7 +495,7 @@ func TestIntegrationKilledMidApply(t *testing.T) {
 	if _, err := k.CoreV1().Secrets(ns).Get(context.Background(), "other-s", metav1.GetOptions{}); err != nil {
 		t.Errorf("the other addon's Secret: %v", err)
 	}
-	lease, err = k.CoordinationV1().Leases(LeaseNamespace).Get(context.Background(), LeaseName, metav1.GetOptions{})
+	lease, err = k.CoordinationV1().Leases(lease.Namespace).Get(context.Background(), lease.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -352,3 +352,28 @@ func leafPaths(set *fieldpath.Set) []string {
 	sort.Strings(out)
 	return out
 }
+
+// WithoutFieldsOf returns a copy of obj, a release's object, without the
+// fields that managers own on live: applied with force, it reverts every
+// other change and leaves theirs as they are (the fields they own are no
+// longer this tool's, so leaving them out deletes nothing). Only leaf
+// fields are left out, never a list item or a map as a whole.
+func WithoutFieldsOf(obj, live *unstructured.Unstructured, managers sets.Set[string]) (*unstructured.Unstructured, error) {
+	owned := &fieldpath.Set{}
+	for _, e := range live.GetManagedFields() {
+		if !managers.Has(e.Manager) || e.FieldsV1 == nil {
+			continue
+		}
+		set := &fieldpath.Set{}
+		if err := set.FromJSON(bytes.NewReader(e.FieldsV1.Raw)); err != nil {
+			return nil, fmt.Errorf("reading the fields of manager %s: %w", e.Manager, err)
+		}
+		owned = owned.Union(set)
+	}
+	out := obj.DeepCopy()
+	owned.Leaves().Iterate(func(p fieldpath.Path) {
+		// The top is a map, changed in place.
+		removePath(out.Object, p)
+	})
+	return out, nil
+}

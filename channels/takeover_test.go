@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 )
 
@@ -115,5 +116,45 @@ func TestRemoveFields(t *testing.T) {
 				t.Errorf("after removing (-got +want):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestWithoutFieldsOf(t *testing.T) {
+	release := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apps/v1", "kind": "Deployment",
+		"metadata": map[string]any{"name": "app", "labels": map[string]any{"a": "1"}},
+		"spec": map[string]any{
+			"replicas": int64(2),
+			"template": map[string]any{"spec": map[string]any{"containers": []any{
+				map[string]any{"name": "c", "image": "pause", "args": []any{"x"}},
+				map[string]any{"name": "d", "image": "pause"},
+			}}},
+		},
+	}}
+	live := release.DeepCopy()
+	live.SetManagedFields([]metav1.ManagedFieldsEntry{
+		{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "scale",
+			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:replicas":{}}}`)}},
+		{Manager: "injector", Operation: metav1.ManagedFieldsOperationUpdate,
+			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:template":{"f:spec":{"f:containers":{"k:{\"name\":\"d\"}":{".":{},"f:image":{}}}}}}}`)}},
+		{Manager: "kubectl-edit", Operation: metav1.ManagedFieldsOperationUpdate,
+			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{"f:a":{}}}}`)}},
+	})
+	got, err := WithoutFieldsOf(release, live, sets.New("kube-controller-manager", "injector"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := release.DeepCopy()
+	unstructured.RemoveNestedField(want.Object, "spec", "replicas")
+	containers, _, _ := unstructured.NestedSlice(want.Object, "spec", "template", "spec", "containers")
+	delete(containers[1].(map[string]any), "image")
+	if err := unstructured.SetNestedSlice(want.Object, containers, "spec", "template", "spec", "containers"); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(got.Object, want.Object); diff != "" {
+		t.Errorf("WithoutFieldsOf (-got +want):\n%s", diff)
+	}
+	if _, ok, _ := unstructured.NestedInt64(release.Object, "spec", "replicas"); !ok {
+		t.Error("WithoutFieldsOf changed the release's object")
 	}
 }

@@ -21,7 +21,7 @@ benchmarks='
 ./tools/bench ^BenchmarkVersusKubectl$ 3x -timeout 20m
 ./tools/bench ^BenchmarkDriftPass$ 20x
 ./tools/bench ^BenchmarkDaemonRSS$ 1x -timeout 30m
-./channels ^BenchmarkUnifiedDiff$ 1s
+./channels/diff ^BenchmarkUnified$ 1s
 ./components/apiserver ^(BenchmarkAttachmentCreate|BenchmarkAttachmentList)$ 2000x
 ./components/fabric/ovs ^BenchmarkRemoteAttachments$ 3x
 ./components/controllermanager ^BenchmarkIPAMBound$ 1x -timeout 40m

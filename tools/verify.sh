@@ -39,6 +39,11 @@ forbid() {
 }
 forbid ./channels/... "$module/components" "the addon manager knows nothing of the SDN"
 forbid "./channels/... ./cmd/..." "$module/tools" "tools/ is for developers and CI; nothing that ships imports it"
+# channels' layers (channels/doc.go): the Lease and the diff import nothing of
+# channels; neither the library nor the daemon imports the CLI.
+forbid ./channels/lease "$module/channels" "the run Lease is a leaf" "$module/channels/lease"
+forbid ./channels/diff "$module/channels" "unified diffs are a leaf" "$module/channels/diff"
+forbid "./channels ./channels/daemon" "$module/channels/cli" "the CLI is one client of the library"
 if [ -d components ]; then
   forbid "./components/..." "$module/channels" "the SDN does not depend on the addon manager"
   forbid "./components/..." "$module/tools" "tools/ is for developers and CI; nothing that ships imports it"

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kos-sdn/kos/channels"
+	"github.com/kos-sdn/kos/channels/daemon"
 	"github.com/kos-sdn/kos/internal/cmdline"
 )
 
@@ -39,14 +40,14 @@ func addDaemonFlags(cmd *cobra.Command) *daemonFlags {
 	cmd.Flags().StringVar(&f.metricsAddress, "metrics-bind-address", "", "With --interval, serve /healthz, /readyz and Prometheus /metrics on this address, such as 127.0.0.1:8089 (default: not served)")
 	cmd.Flags().StringVar(&f.nodeName, "node-name", "", "With --interval, the node to set --node-labels on, as kOps runs channels on each control-plane node")
 	cmd.Flags().StringVar(&f.nodeLabels, "node-labels", "", "With --node-name, labels every pass sets on that node, comma-separated: key=value sets a value; a bare key, as kOps passes node-role.kubernetes.io/control-plane, adds the label with an empty value when the node lacks it and leaves its value alone otherwise")
-	cmd.Flags().IntVar(&f.fullCheckEvery, "full-check-every", channels.DefaultFullCheckEvery, "With --interval, re-apply every object of the installed addons every this many passes; the passes between re-apply only objects whose metadata changed")
-	cmd.Flags().StringVar(&f.drift, "drift", string(channels.DefaultDrift), "What to do with objects of installed addons someone changed or deleted, at each pass of --interval or, given without it (and with --yes), in one pass that checks every object and exits: report (a Warning Event, reason Drifted, on the object and the metric channels_drifted_object; nothing is changed, as kOps leaves edits until a new version), repair (re-apply them) or off; an object's annotation "+channels.DriftAnnotation+" overrides it")
+	cmd.Flags().IntVar(&f.fullCheckEvery, "full-check-every", daemon.DefaultFullCheckEvery, "With --interval, re-apply every object of the installed addons every this many passes; the passes between re-apply only objects whose metadata changed")
+	cmd.Flags().StringVar(&f.drift, "drift", string(daemon.DefaultDrift), "What to do with objects of installed addons someone changed or deleted, at each pass of --interval or, given without it (and with --yes), in one pass that checks every object and exits: report (a Warning Event, reason Drifted, on the object and the metric channels_drifted_object; nothing is changed, as kOps leaves edits until a new version), repair (re-apply them) or off; an object's annotation "+daemon.DriftAnnotation+" overrides it")
 	return f
 }
 
 // validate checks the daemon flags; it returns whether they ask for a
 // daemon, and whether for one pass of it (--drift without --interval).
-func (f *daemonFlags) validate(cmd *cobra.Command, yes bool) (daemon, once bool, err error) {
+func (f *daemonFlags) validate(cmd *cobra.Command, yes bool) (asDaemon, once bool, err error) {
 	if !cmd.Flags().Changed("interval") {
 		for _, name := range []string{"health-bind-address", "metrics-bind-address", "node-name", "node-labels", "full-check-every"} {
 			if cmd.Flags().Changed(name) {
@@ -59,7 +60,7 @@ func (f *daemonFlags) validate(cmd *cobra.Command, yes bool) (daemon, once bool,
 		if !yes {
 			return false, false, cmdline.UsageErrorf(cmd, "--drift without --interval checks every object once and acts on it: it needs --yes")
 		}
-		if _, err := channels.ParseDriftMode(f.drift); err != nil {
+		if _, err := daemon.ParseDriftMode(f.drift); err != nil {
 			return false, false, cmdline.UsageErrorf(cmd, "--drift: %v", err)
 		}
 		return false, true, nil
@@ -74,7 +75,7 @@ func (f *daemonFlags) validate(cmd *cobra.Command, yes bool) (daemon, once bool,
 	case f.nodeLabels != "" && f.nodeName == "":
 		return false, false, cmdline.UsageErrorf(cmd, "--node-labels needs --node-name")
 	}
-	if _, err := channels.ParseDriftMode(f.drift); err != nil {
+	if _, err := daemon.ParseDriftMode(f.drift); err != nil {
 		return false, false, cmdline.UsageErrorf(cmd, "--drift: %v", err)
 	}
 	if _, _, err := parseNodeLabels(f.nodeLabels); err != nil {
@@ -136,7 +137,7 @@ func (o *options) runDaemon(ctx context.Context, locations []string, f *daemonFl
 	if once {
 		interval = time.Minute // no second pass is made
 	}
-	d, err := channels.NewDaemon(cfg, channels.DaemonOptions{
+	d, err := daemon.New(cfg, daemon.Options{
 		Locations: locations,
 		Interval:  interval,
 		Apply:     apply,
@@ -146,9 +147,9 @@ func (o *options) runDaemon(ctx context.Context, locations []string, f *daemonFl
 		NodeLabels:     nodeLabels,
 		NodeLabelKeys:  nodeLabelKeys,
 		FullCheckEvery: f.fullCheckEvery,
-		Drift:          channels.DriftMode(f.drift),
+		Drift:          daemon.DriftMode(f.drift),
 		AllowDowngrade: allowDowngrade,
-		OnPass: func(r channels.PassResult) {
+		OnPass: func(r daemon.PassResult) {
 			if r.Err != nil {
 				fmt.Fprintln(o.stderr, stamp(fmt.Sprintf("pass %d failed after %s: %s", r.Number, r.Duration.Round(time.Millisecond), oneLine(r.Err.Error()))))
 				return

@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/kos-sdn/kos/channels"
+	"github.com/kos-sdn/kos/channels/daemon"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
@@ -46,10 +46,10 @@ func BenchmarkDriftPass(b *testing.B) {
 	s := newSet(b, "drift")
 	loc := s.channel(b, "1.0.0", s.full)
 
-	newDaemon := func(b *testing.B, cfg *rest.Config, fullEvery int) *channels.Daemon {
-		d, err := channels.NewDaemon(cfg, channels.DaemonOptions{
+	newDaemon := func(b *testing.B, cfg *rest.Config, fullEvery int) *daemon.Daemon {
+		d, err := daemon.New(cfg, daemon.Options{
 			Locations: []string{loc}, Interval: time.Second, FullCheckEvery: fullEvery,
-			Drift: channels.DriftRepair, // the benchmark times repairs
+			Drift: daemon.DriftRepair, // the benchmark times repairs
 		})
 		if err != nil {
 			b.Fatal(err)

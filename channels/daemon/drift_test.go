@@ -1,4 +1,4 @@
-package channels
+package daemon
 
 import (
 	"errors"
@@ -7,9 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/sets"
 )
 
 func TestFingerprint(t *testing.T) {
@@ -84,45 +82,5 @@ func TestConflictOwners(t *testing.T) {
 	}
 	if _, err := conflictOwners(apierrors.NewConflict(schema.GroupResource{Resource: "x"}, "y", errors.New("z"))); err == nil {
 		t.Error("conflictOwners of a conflict without causes: no error")
-	}
-}
-
-func TestWithoutFieldsOf(t *testing.T) {
-	release := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apps/v1", "kind": "Deployment",
-		"metadata": map[string]any{"name": "app", "labels": map[string]any{"a": "1"}},
-		"spec": map[string]any{
-			"replicas": int64(2),
-			"template": map[string]any{"spec": map[string]any{"containers": []any{
-				map[string]any{"name": "c", "image": "pause", "args": []any{"x"}},
-				map[string]any{"name": "d", "image": "pause"},
-			}}},
-		},
-	}}
-	live := release.DeepCopy()
-	live.SetManagedFields([]metav1.ManagedFieldsEntry{
-		{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "scale",
-			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:replicas":{}}}`)}},
-		{Manager: "injector", Operation: metav1.ManagedFieldsOperationUpdate,
-			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:template":{"f:spec":{"f:containers":{"k:{\"name\":\"d\"}":{".":{},"f:image":{}}}}}}}`)}},
-		{Manager: "kubectl-edit", Operation: metav1.ManagedFieldsOperationUpdate,
-			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{"f:a":{}}}}`)}},
-	})
-	got, err := withoutFieldsOf(release, live, sets.New("kube-controller-manager", "injector"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := release.DeepCopy()
-	unstructured.RemoveNestedField(want.Object, "spec", "replicas")
-	containers, _, _ := unstructured.NestedSlice(want.Object, "spec", "template", "spec", "containers")
-	delete(containers[1].(map[string]any), "image")
-	if err := unstructured.SetNestedSlice(want.Object, containers, "spec", "template", "spec", "containers"); err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(got.Object, want.Object); diff != "" {
-		t.Errorf("withoutFieldsOf (-got +want):\n%s", diff)
-	}
-	if _, ok, _ := unstructured.NestedInt64(release.Object, "spec", "replicas"); !ok {
-		t.Error("withoutFieldsOf changed the release's object")
 	}
 }

@@ -1,4 +1,4 @@
-package channels
+package lease
 
 import (
 	"context"

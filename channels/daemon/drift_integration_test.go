@@ -1,4 +1,4 @@
-package channels
+package daemon
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
+	"github.com/kos-sdn/kos/channels"
+	"github.com/kos-sdn/kos/channels/internal/channelstest"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
@@ -51,14 +53,14 @@ func TestIntegrationDriftModes(t *testing.T) {
 			name := "drift-" + string(mode)
 			ns := name
 			dir := t.TempDir()
-			loc := writeChannel(t, dir, "channel.yaml", testRelease{Name: name, Version: "1.0.0", Manifest: manifest(
-				namespace(ns),
-				configMap(ns, "edited", "release"),
+			loc := channelstest.WriteChannel(t, dir, "channel.yaml", channelstest.Release{Name: name, Version: "1.0.0", Manifest: channelstest.Manifest(
+				channelstest.Namespace(ns),
+				channelstest.ConfigMap(ns, "edited", "release"),
 				annotatedConfigMap(ns, "opted-out", "release", DriftAnnotation, "off"),
-				annotatedConfigMap(ns, "seed", "release", CreateOnlyAnnotation, "true"),
-				annotatedConfigMap(ns, "seed-deleted", "release", CreateOnlyAnnotation, "true"),
+				annotatedConfigMap(ns, "seed", "release", channels.CreateOnlyAnnotation, "true"),
+				annotatedConfigMap(ns, "seed-deleted", "release", channels.CreateOnlyAnnotation, "true"),
 			)})
-			d, err := NewDaemon(testenv.Shared(t).RESTConfig, DaemonOptions{Locations: []string{loc}, Interval: time.Hour, Drift: mode})
+			d, err := New(testenv.Shared(t).RESTConfig, Options{Locations: []string{loc}, Interval: time.Hour, Drift: mode})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package channels
+package daemon
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kos-sdn/kos/channels/internal/channelstest"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
@@ -55,13 +56,13 @@ func TestIntegrationDriftRespectsControllers(t *testing.T) {
 			name := "owners-" + string(mode)
 			ns := name
 			k := kube(t)
-			loc := writeChannel(t, t.TempDir(), "channel.yaml", testRelease{Name: name, Version: "1.0.0", Manifest: manifest(
-				namespace(ns),
-				configMap(ns, "settings", "release"),
-				deploymentWithReplicas(ns, "app", 2),
+			loc := channelstest.WriteChannel(t, t.TempDir(), "channel.yaml", channelstest.Release{Name: name, Version: "1.0.0", Manifest: channelstest.Manifest(
+				channelstest.Namespace(ns),
+				channelstest.ConfigMap(ns, "settings", "release"),
+				channelstest.DeploymentWithReplicas(ns, "app", 2),
 				controlledWebhook(name),
 			)})
-			d, err := NewDaemon(testenv.Shared(t).RESTConfig, DaemonOptions{Locations: []string{loc}, Interval: time.Hour, Drift: mode})
+			d, err := New(testenv.Shared(t).RESTConfig, Options{Locations: []string{loc}, Interval: time.Hour, Drift: mode})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -122,7 +123,7 @@ func TestIntegrationDriftRespectsControllers(t *testing.T) {
 			}
 			want := map[string]string{"data": "by hand", "image": "registry.k8s.io/pause:by-hand", "replicas": "5", "caBundle": "injected CA"}
 			if mode == DriftRepair {
-				want["data"], want["image"] = "release", pauseImage
+				want["data"], want["image"] = "release", channelstest.PauseImage
 			}
 			if diff := cmp.Diff(got, want); diff != "" {
 				t.Errorf("objects after the pass (-got +want):\n%s", diff)

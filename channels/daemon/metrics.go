@@ -1,4 +1,4 @@
-package channels
+package daemon
 
 import (
 	"net/http"
@@ -7,6 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kos-sdn/kos/channels"
 )
 
 // Metrics are a daemon's Prometheus metrics, in a registry of their own
@@ -105,7 +107,7 @@ func (m *Metrics) observePass(res PassResult, began time.Time) {
 
 // setDrifted sets (on) or removes the channels_drifted_object series of an
 // object whose drift is reported.
-func (m *Metrics) setDrifted(addon string, key objectKey, how string, on bool) {
+func (m *Metrics) setDrifted(addon string, key channels.ObjectKey, how string, on bool) {
 	values := []string{addon, key.GroupKind.String(), key.Namespace, key.Name, how}
 	if on {
 		m.drifted.WithLabelValues(values...).Set(1)

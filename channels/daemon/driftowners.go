@@ -1,7 +1,6 @@
-package channels
+package daemon
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,7 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/kos-sdn/kos/channels"
 )
 
 // IsPerson reports whether a field manager is a person's tool, whose
@@ -80,34 +81,37 @@ func describeOwners(owners []fieldOwner) string {
 	return strings.Join(parts, "; ")
 }
 
-// inspect reads the object of target t and finds whether, and by whom, it
+// inspect reads the object of t and finds whether, and by whom, it
 // drifted from its release: deleted, or changed. A change is found by
 // applying the release's object without force, as a dry run: the server
 // answers with a conflict for each field of the release another manager
 // owns now (someone changed it, which moved it to them), naming the
 // manager; an apply without conflict that would still change the object
 // finds a change by no known manager. Namespaces and objects created only
-// (CreateOnlyAnnotation) drift only by being deleted.
-func (d *Daemon) inspect(ctx context.Context, t *target) (driftFinding, error) {
-	ri := resourceFor(d.client.Dynamic, t.mapping.Resource, t.key.Namespace)
-	live, err := ri.Get(ctx, t.key.Name, metav1.GetOptions{})
+// (channels.CreateOnlyAnnotation) drift only by being deleted.
+func (d *Daemon) inspect(ctx context.Context, t *channels.Object) (driftFinding, error) {
+	var ri dynamic.ResourceInterface = d.client.Dynamic.Resource(t.Mapping.Resource)
+	if t.Key.Namespace != "" {
+		ri = d.client.Dynamic.Resource(t.Mapping.Resource).Namespace(t.Key.Namespace)
+	}
+	live, err := ri.Get(ctx, t.Key.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return driftFinding{how: "deleted"}, nil
 	case err != nil:
-		return driftFinding{}, fmt.Errorf("reading %s to check for drift: %w", t.key, err)
+		return driftFinding{}, fmt.Errorf("reading %s to check for drift: %w", t.Key, err)
 	case live.GetDeletionTimestamp() != nil:
 		return driftFinding{how: "deleted"}, nil
 	}
 	f := driftFinding{live: live}
-	if isNamespace(t.key) || createOnly(t.obj) {
+	if t.Key.IsNamespace() || channels.CreateOnly(t.Obj) {
 		return f, nil
 	}
-	merged, err := ri.Apply(ctx, t.key.Name, t.obj, metav1.ApplyOptions{FieldManager: FieldManager, DryRun: []string{metav1.DryRunAll}})
+	merged, err := ri.Apply(ctx, t.Key.Name, t.Obj, metav1.ApplyOptions{FieldManager: channels.FieldManager, DryRun: []string{metav1.DryRunAll}})
 	if apierrors.IsConflict(err) {
 		owners, perr := conflictOwners(err)
 		if perr != nil {
-			return driftFinding{}, fmt.Errorf("applying %s (dry run) to check for drift: %w", t.key, perr)
+			return driftFinding{}, fmt.Errorf("applying %s (dry run) to check for drift: %w", t.Key, perr)
 		}
 		f.how = "changed"
 		for _, o := range owners {
@@ -120,9 +124,9 @@ func (d *Daemon) inspect(ctx context.Context, t *target) (driftFinding, error) {
 		return f, nil
 	}
 	if err != nil {
-		return driftFinding{}, fmt.Errorf("applying %s (dry run) to check for drift: %w", t.key, err)
+		return driftFinding{}, fmt.Errorf("applying %s (dry run) to check for drift: %w", t.Key, err)
 	}
-	if !equalObjects(comparable(live), comparable(merged)) {
+	if channels.Differs(live, merged) {
 		f.how = "changed"
 	}
 	return f, nil
@@ -153,30 +157,5 @@ func conflictOwners(err error) ([]fieldOwner, error) {
 	if len(out) == 0 {
 		return nil, err
 	}
-	return out, nil
-}
-
-// withoutFieldsOf returns a copy of obj, a release's object, without the
-// fields that managers own on live: applied with force, it reverts every
-// other change and leaves theirs as they are (the fields they own are no
-// longer this tool's, so leaving them out deletes nothing). Only leaf
-// fields are left out, never a list item or a map as a whole.
-func withoutFieldsOf(obj, live *unstructured.Unstructured, managers sets.Set[string]) (*unstructured.Unstructured, error) {
-	owned := &fieldpath.Set{}
-	for _, e := range live.GetManagedFields() {
-		if !managers.Has(e.Manager) || e.FieldsV1 == nil {
-			continue
-		}
-		set := &fieldpath.Set{}
-		if err := set.FromJSON(bytes.NewReader(e.FieldsV1.Raw)); err != nil {
-			return nil, fmt.Errorf("reading the fields of manager %s: %w", e.Manager, err)
-		}
-		owned = owned.Union(set)
-	}
-	out := obj.DeepCopy()
-	owned.Leaves().Iterate(func(p fieldpath.Path) {
-		// The top is a map, changed in place (takeover.go).
-		removePath(out.Object, p)
-	})
 	return out, nil
 }

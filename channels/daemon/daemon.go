@@ -1,4 +1,13 @@
-package channels
+// Package daemon runs channels as kOps runs its channels on every
+// control-plane node: a Daemon applies its channels again and again (a
+// pass: load, plan, apply what is pending, label the node), checks the
+// objects of the installed addons for drift and reports or repairs it
+// (drift.go: pure planning functions, then a repair step under the
+// channels Lease), and serves /healthz, /readyz and Prometheus metrics.
+// It never rolls a release back on its own: an addon left behind its
+// channels is reported (metric channels_addon_blocked, a Warning Event)
+// until the operator consents (Options.AllowDowngrade).
+package daemon
 
 import (
 	"context"
@@ -13,9 +22,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
+
+	"github.com/kos-sdn/kos/channels"
+	"github.com/kos-sdn/kos/channels/lease"
 )
 
 // maxRetryInterval bounds the wait between passes until the first pass
@@ -26,8 +38,8 @@ const maxRetryInterval = 5 * time.Second
 // object of the installed addons instead of checking them cheaply.
 const DefaultFullCheckEvery = 10
 
-// DaemonOptions configure a Daemon.
-type DaemonOptions struct {
+// Options configure a Daemon.
+type Options struct {
 	// Locations are the channels, read again on every pass.
 	Locations []string
 	// Interval is the time between passes once a pass has succeeded; until
@@ -35,12 +47,12 @@ type DaemonOptions struct {
 	Interval time.Duration
 	// Apply tunes the applies of each pass. Its Fetcher reads the channels
 	// too.
-	Apply ApplyOptions
+	Apply channels.ApplyOptions
 	// RESTConfig, when set, is called at the start of every pass for the
 	// configuration of that pass's clients, as kOps's channels builds its
 	// clients afresh each pass: a client certificate or token rotated in
 	// the kubeconfig is then used from the next pass on, without a restart.
-	// When nil, every pass uses the configuration given to NewDaemon.
+	// When nil, every pass uses the configuration given to New.
 	RESTConfig func() (*rest.Config, error)
 	// NodeName, when set, names the node whose labels every pass sets to
 	// NodeLabels, as kOps's channels does on the control-plane node it runs
@@ -81,8 +93,8 @@ type PassResult struct {
 	Applied, Failed []string
 	// Drift is what the drift check found and repaired.
 	Drift DriftResult
-	// Blocked, when not nil, is a *BlockedError naming the addons the pass
-	// left behind the channels until someone acts (Plan.Problems); Err
+	// Blocked, when not nil, is a *channels.BlockedError naming the addons the pass
+	// left behind the channels until someone acts (channels.Plan.Problems); Err
 	// holds it too. The daemon then keeps its Interval: passing again
 	// sooner changes nothing.
 	Blocked error
@@ -93,11 +105,10 @@ type PassResult struct {
 // succeeded.
 type Daemon struct {
 	config *rest.Config
-	// client and meta are the clients of the pass under way, built afresh
-	// at its start; only Run's goroutine (or Pass's caller) uses them.
-	client  *Client
-	meta    metadata.Interface
-	opts    DaemonOptions
+	// client is the client of the pass under way, built afresh
+	// at its start; only Run's goroutine (or Pass's caller) uses it.
+	client  *channels.Client
+	opts    Options
 	metrics *Metrics
 	drift   *driftState
 	// blocked holds, by addon, why the last pass left it behind the
@@ -109,8 +120,8 @@ type Daemon struct {
 	passes  int
 }
 
-// NewDaemon returns a daemon on the cluster of config.
-func NewDaemon(config *rest.Config, opts DaemonOptions) (*Daemon, error) {
+// New returns a daemon on the cluster of config.
+func New(config *rest.Config, opts Options) (*Daemon, error) {
 	if opts.Interval <= 0 {
 		return nil, errors.New("the interval between passes must be positive")
 	}
@@ -118,10 +129,10 @@ func NewDaemon(config *rest.Config, opts DaemonOptions) (*Daemon, error) {
 		return nil, errors.New("give at least one channel location")
 	}
 	if opts.Apply.Fetcher == nil {
-		opts.Apply.Fetcher = NewFetcher()
+		opts.Apply.Fetcher = channels.NewFetcher()
 	}
 	if opts.Apply.Identity == "" {
-		opts.Apply.Identity = NewIdentity()
+		opts.Apply.Identity = lease.NewIdentity()
 	}
 	if opts.FullCheckEvery <= 0 {
 		opts.FullCheckEvery = DefaultFullCheckEvery
@@ -144,19 +155,11 @@ func NewDaemon(config *rest.Config, opts DaemonOptions) (*Daemon, error) {
 
 // connect builds the clients of a pass from config.
 func (d *Daemon) connect(config *rest.Config) error {
-	c, err := NewClient(config)
+	c, err := channels.NewClient(config)
 	if err != nil {
 		return err
 	}
-	cfg := rest.CopyConfig(config)
-	if cfg.QPS == 0 {
-		cfg.QPS, cfg.Burst = defaultQPS, defaultBurst
-	}
-	m, err := metadata.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("creating metadata client: %w", err)
-	}
-	d.client, d.meta = c, m
+	d.client = c
 	return nil
 }
 
@@ -199,7 +202,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 // Pass runs one pass: it reads discovery afresh, loads the channels,
 // plans, applies what is pending, labels the node, and checks the
-// installed addons for drift, reporting or repairing it (DaemonOptions.Drift).
+// installed addons for drift, reporting or repairing it (Options.Drift).
 func (d *Daemon) Pass(ctx context.Context) PassResult {
 	d.passes++
 	res := PassResult{Number: d.passes}
@@ -240,9 +243,9 @@ func (d *Daemon) pass(ctx context.Context, res *PassResult) error {
 		return err
 	}
 	c := d.client
-	var releases []*Addon
+	var releases []*channels.Addon
 	for _, loc := range d.opts.Locations {
-		got, err := Load(ctx, d.opts.Apply.Fetcher, loc)
+		got, err := channels.Load(ctx, d.opts.Apply.Fetcher, loc)
 		if err != nil {
 			return err
 		}
@@ -260,7 +263,7 @@ func (d *Daemon) pass(ctx context.Context, res *PassResult) error {
 	if len(plan.Pending()) > 0 {
 		failed := map[string]bool{}
 		err := c.Apply(ctx, plan, d.opts.Apply)
-		var applyErr *ApplyError
+		var applyErr *channels.ApplyError
 		if errors.As(err, &applyErr) {
 			for _, f := range applyErr.Failed {
 				failed[f.Addon] = true
@@ -283,7 +286,7 @@ func (d *Daemon) pass(ctx context.Context, res *PassResult) error {
 		}
 	}
 	if d.opts.NodeName != "" {
-		if err := c.labelNode(ctx, d.opts.NodeName, d.opts.NodeLabels, d.opts.NodeLabelKeys); err != nil {
+		if err := labelNode(ctx, c.Kube, d.opts.NodeName, d.opts.NodeLabels, d.opts.NodeLabelKeys); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -298,11 +301,11 @@ func (d *Daemon) pass(ctx context.Context, res *PassResult) error {
 
 // labelNode sets labels on a node with a merge patch, unless it has them,
 // and adds each of keys it lacks with an empty value.
-func (c *Client) labelNode(ctx context.Context, name string, labels map[string]string, keys []string) error {
+func labelNode(ctx context.Context, kube kubernetes.Interface, name string, labels map[string]string, keys []string) error {
 	if len(labels) == 0 && len(keys) == 0 {
 		return nil
 	}
-	node, err := c.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	node, err := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("reading node %s to label it: %w", name, err)
 	}
@@ -326,7 +329,7 @@ func (c *Client) labelNode(ctx context.Context, name string, labels map[string]s
 	if err != nil {
 		return fmt.Errorf("encoding the labels of node %s: %w", name, err)
 	}
-	_, err = c.Kube.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	_, err = kube.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: channels.FieldManager})
 	if apierrors.IsNotFound(err) {
 		return fmt.Errorf("labelling node %s: it does not exist; check --node-name", name)
 	}
@@ -373,31 +376,31 @@ func (d *Daemon) handleHealth(mux *http.ServeMux) {
 
 // decideOptions are the rules of the daemon's plans: it never goes back on
 // its own (Unattended), only with the operator's consent.
-func (d *Daemon) decideOptions() DecideOptions {
-	return DecideOptions{AllowDowngrade: d.opts.AllowDowngrade, Unattended: true}
+func (d *Daemon) decideOptions() channels.DecideOptions {
+	return channels.DecideOptions{AllowDowngrade: d.opts.AllowDowngrade, Unattended: true}
 }
 
 // reportBlocked sets the metric channels_addon_blocked for every addon the
 // plan leaves behind its channels, and posts a Warning Event on the
 // addon's record namespace when an addon becomes blocked or its reason
 // changes; an addon no longer blocked loses its series.
-func (d *Daemon) reportBlocked(ctx context.Context, plan *Plan) error {
+func (d *Daemon) reportBlocked(ctx context.Context, plan *channels.Plan) error {
 	now := map[string]blockedState{}
 	var errs []error
-	for _, b := range plan.blocked() {
-		st := blockedState{kind: b.kind, message: b.err.Error()}
-		d.metrics.setBlocked(b.name, b.kind, true)
-		if was, ok := d.blocked[b.name]; ok && was == st {
-			now[b.name] = st
+	for _, b := range plan.Blocked() {
+		st := blockedState{kind: b.Kind, message: b.Err.Error()}
+		d.metrics.setBlocked(b.Name, b.Kind, true)
+		if was, ok := d.blocked[b.Name]; ok && was == st {
+			now[b.Name] = st
 			continue
 		}
-		klog.FromContext(ctx).Info("Addon left behind its channels", "addon", b.name, "reason", b.kind, "message", st.message)
-		if err := d.client.postBlockedEvent(ctx, d.opts.Apply.Identity, b); err != nil {
+		klog.FromContext(ctx).Info("Addon left behind its channels", "addon", b.Name, "reason", b.Kind, "message", st.message)
+		if err := postBlockedEvent(ctx, d.client.Kube, d.opts.Apply.Identity, b); err != nil {
 			// Not remembered: the next pass posts it again.
 			errs = append(errs, err)
 			st.message = ""
 		}
-		now[b.name] = st
+		now[b.Name] = st
 	}
 	for name, was := range d.blocked {
 		if st, ok := now[name]; !ok || st.kind != was.kind {
@@ -418,23 +421,23 @@ type blockedState struct {
 // block (NoReleaseFits, UpgradePathRefused, RollbackRefused). Events of a
 // Namespace, which is cluster-scoped, go to the default namespace, where
 // kubectl looks for them.
-func (c *Client) postBlockedEvent(ctx context.Context, instance string, b blockedAddon) error {
+func postBlockedEvent(ctx context.Context, kube kubernetes.Interface, instance string, b channels.BlockedAddon) error {
 	now := metav1.Now()
 	ev := &corev1.Event{
-		ObjectMeta:          metav1.ObjectMeta{GenerateName: b.namespace + ".", Namespace: metav1.NamespaceDefault},
-		InvolvedObject:      corev1.ObjectReference{APIVersion: "v1", Kind: "Namespace", Name: b.namespace},
-		Reason:              b.kind,
-		Message:             fmt.Sprintf("addon %s: %v", b.name, b.err),
+		ObjectMeta:          metav1.ObjectMeta{GenerateName: b.Namespace + ".", Namespace: metav1.NamespaceDefault},
+		InvolvedObject:      corev1.ObjectReference{APIVersion: "v1", Kind: "Namespace", Name: b.Namespace},
+		Reason:              b.Kind,
+		Message:             fmt.Sprintf("addon %s: %v", b.Name, b.Err),
 		Type:                corev1.EventTypeWarning,
-		Source:              corev1.EventSource{Component: FieldManager},
-		ReportingController: FieldManager,
+		Source:              corev1.EventSource{Component: channels.FieldManager},
+		ReportingController: channels.FieldManager,
 		ReportingInstance:   instance,
 		FirstTimestamp:      now,
 		LastTimestamp:       now,
 		Count:               1,
 	}
-	if _, err := c.Kube.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("posting the event of blocked addon %s: %w", b.name, err)
+	if _, err := kube.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("posting the event of blocked addon %s: %w", b.Name, err)
 	}
 	return nil
 }

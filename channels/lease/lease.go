@@ -1,0 +1,253 @@
+// Package lease keeps two channels runs apart: a run that writes to the
+// cluster holds the Lease kube-system/channels while it does, and another
+// run waits for it. It is leader election with two differences: a run
+// that cannot ever take the lease (forbidden, unauthorized) stops waiting
+// with that error, and the holder writes the lease every renewPeriod
+// rather than every retry.
+package lease
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+)
+
+// The Lease that keeps two runs apart.
+const (
+	Namespace = "kube-system"
+	Name      = "channels"
+)
+
+// Lease timing. A run that waits for the lease tries to take it every
+// retryPeriod; a run that holds it writes it every renewPeriod, a third of
+// leaseDuration, as leader election's renewals are a fraction of the lease
+// (a run of a few seconds writes it only to take and release it); a run
+// that died holding it blocks others for at most leaseDuration.
+//
+// A holder that cannot write the lease stops once RenewDeadline has passed
+// since its first failed renewal, which comes at most renewPeriod plus a
+// retryPeriod after its last write: 5 + 1 + 8 = 14 s, before another run,
+// which counts leaseDuration from when it saw that last write, may take
+// the lease.
+const (
+	leaseDuration = 15 * time.Second
+	renewPeriod   = leaseDuration / 3
+	RenewDeadline = 8 * time.Second
+	retryPeriod   = time.Second
+)
+
+// NewIdentity returns a lease holder identity unique to this run: the host
+// name and a random suffix.
+func NewIdentity() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "channels"
+	}
+	return host + "_" + rand.String(8)
+}
+
+// Hooks are told what Hold does, for a run's progress; nil hooks are not
+// called. Waiting is called once per holder waited on, from leader
+// election's goroutines, and never after Hold returns.
+type Hooks struct {
+	// Acquired is called once the lease is taken, before fn runs.
+	Acquired func()
+	// Waiting is called when another run, holder, holds the lease.
+	Waiting func(holder string)
+	// Released is called once the lease taken is released.
+	Released func()
+}
+
+// Hold runs fn while holding the channels Lease (Namespace/Name, which
+// namespace must exist) as identity, waiting for it as long as another run
+// holds it. fn's context is cancelled if the lease is lost. The lease is
+// released when fn returns, before Hold does.
+//
+// Errors the lease cannot recover from by waiting (such as being forbidden to
+// read or write Leases) end the wait with that error instead of retrying
+// forever, as leader election would.
+func Hold(ctx context.Context, kube kubernetes.Interface, identity string, hooks Hooks, fn func(context.Context) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	lock := &watchedLock{
+		Interface: &resourcelock.LeaseLock{
+			LeaseMeta:  metav1.ObjectMeta{Namespace: Namespace, Name: Name},
+			Client:     kube.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
+		},
+		abort: cancel,
+		now:   time.Now,
+	}
+	var (
+		workErr  error
+		workDone = make(chan struct{})
+		waitMu   sync.Mutex
+		waitedOn = map[string]bool{}
+		finished bool
+	)
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		Name:            Name,
+		LeaseDuration:   leaseDuration,
+		RenewDeadline:   RenewDeadline,
+		RetryPeriod:     retryPeriod,
+		ReleaseOnCancel: true,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(leading context.Context) {
+				defer close(workDone)
+				// Cancelling ends the renew loop, which then releases the
+				// lease because of ReleaseOnCancel.
+				defer cancel()
+				if hooks.Acquired != nil {
+					hooks.Acquired()
+				}
+				workErr = fn(leading)
+				if workErr != nil && leading.Err() != nil && ctx.Err() == nil {
+					workErr = fmt.Errorf("lost lease %s/%s to another run: %w", Namespace, Name, workErr)
+				}
+			},
+			OnStoppedLeading: func() {},
+			OnNewLeader: func(holder string) {
+				// Called from its own goroutine on every change of holder.
+				waitMu.Lock()
+				defer waitMu.Unlock()
+				if finished || holder == "" || holder == identity || waitedOn[holder] {
+					return
+				}
+				waitedOn[holder] = true
+				if hooks.Waiting != nil {
+					hooks.Waiting(holder)
+				}
+			},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("configuring lease: %w", err)
+	}
+	elector.Run(ctx)
+	// Leader election reports new holders from goroutines of their own,
+	// which may run late: none may report after this point.
+	waitMu.Lock()
+	finished = true
+	waitMu.Unlock()
+	if lock.acquired() {
+		// Run launched fn in a goroutine and returned once the lease was
+		// released or lost; fn is done or about to see its context cancelled.
+		<-workDone
+		if hooks.Released != nil {
+			hooks.Released()
+		}
+		return workErr
+	}
+	if err := lock.fatal(); err != nil {
+		return fmt.Errorf("taking lease %s/%s: %w", Namespace, Name, err)
+	}
+	return fmt.Errorf("waiting for lease %s/%s: %w", Namespace, Name, context.Cause(ctx))
+}
+
+// watchedLock wraps the lease lock to learn what leader election does not
+// tell: whether this run ever wrote the lease as its holder, and whether an
+// error means waiting is pointless. It also spaces the holder's renewals:
+// leader election renews every retryPeriod, which is also how often a
+// waiting run tries; a renewal within renewPeriod of the last write is
+// taken as done without writing.
+type watchedLock struct {
+	resourcelock.Interface
+	abort func()
+	now   func() time.Time
+
+	mu   sync.Mutex
+	held bool
+	err  error
+	// written is when this run last wrote the lease as its holder; zero
+	// once it released it or a write failed.
+	written time.Time
+}
+
+// Get reads the lease.
+func (l *watchedLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	rec, raw, err := l.Interface.Get(ctx)
+	l.observe(err)
+	return rec, raw, err
+}
+
+// Create creates the lease, holding it.
+func (l *watchedLock) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	err := l.Interface.Create(ctx, ler)
+	l.observeWrite(ler, err)
+	return err
+}
+
+// Update writes the lease: taking, renewing or releasing it. A renewal
+// within renewPeriod of the last write is not written.
+func (l *watchedLock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	if l.skipRenewal(ler) {
+		return nil
+	}
+	err := l.Interface.Update(ctx, ler)
+	l.observeWrite(ler, err)
+	return err
+}
+
+// skipRenewal reports whether a write renews the lease this run holds
+// within renewPeriod of its last write.
+func (l *watchedLock) skipRenewal(ler resourcelock.LeaderElectionRecord) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return ler.HolderIdentity == l.Identity() && !l.written.IsZero() && l.now().Sub(l.written) < renewPeriod
+}
+
+func (l *watchedLock) observeWrite(ler resourcelock.LeaderElectionRecord, err error) {
+	l.mu.Lock()
+	if err == nil && ler.HolderIdentity == l.Identity() {
+		l.held = true
+		l.written = l.now()
+	} else {
+		// Released, or not written: the next renewal writes.
+		l.written = time.Time{}
+	}
+	l.mu.Unlock()
+	l.observe(err)
+}
+
+// observe aborts the wait on errors that retrying cannot cure.
+func (l *watchedLock) observe(err error) {
+	if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+		return
+	}
+	if !apierrors.IsForbidden(err) && !apierrors.IsUnauthorized(err) && !apierrors.IsInvalid(err) && !apierrors.IsMethodNotSupported(err) {
+		klog.V(2).InfoS("Lease request failed, retrying", "err", err)
+		return
+	}
+	l.mu.Lock()
+	if l.err == nil {
+		l.err = err
+	}
+	l.mu.Unlock()
+	if !l.acquired() {
+		l.abort()
+	}
+}
+
+func (l *watchedLock) acquired() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.held
+}
+
+func (l *watchedLock) fatal() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
