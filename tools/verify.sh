@@ -38,7 +38,8 @@ forbid() {
   fi
 }
 forbid ./channels/... "$module/components" "the addon manager knows nothing of the SDN"
-forbid "./channels/... ./cmd/..." "$module/tools" "tools/ is for developers and CI; nothing that ships imports it"
+forbid "./channels/... ./cmd/... ./release/... ./addons/..." "$module/tools" "tools/ is for developers and CI; nothing that ships imports it"
+forbid "./release/... ./addons/..." "$module/components" "a release's renderer knows manifests, not the SDN's code"
 if [ -d components ]; then
   forbid "./components/..." "$module/channels" "the SDN does not depend on the addon manager"
   forbid "./components/..." "$module/tools" "tools/ is for developers and CI; nothing that ships imports it"
