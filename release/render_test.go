@@ -196,21 +196,21 @@ func rl(kv ...string) corev1.ResourceList {
 	return out
 }
 
-// TestEveryKey renders a release with a configuration that sets every key
-// and reads each setting back from the rendered objects.
-func TestEveryKey(t *testing.T) {
-	tr := loadTree(t, writeTree(t, everyKey(t)))
-	// each returns what one setting made of the objects, by manifest;
-	// every object the setting must reach is there.
-	type check struct {
-		name string
-		kind string
-		obj  string
-		// files are the manifests the object must be in.
-		files []string
-		got   func(t *testing.T, u *unstructured.Unstructured) any
-		want  any
-	}
+// check is what one setting of testdata/every-key.yaml makes of one
+// object, in every manifest that has it.
+type check struct {
+	name string
+	kind string
+	obj  string
+	// files are the manifests the object must be in.
+	files []string
+	got   func(t *testing.T, u *unstructured.Unstructured) any
+	want  any
+}
+
+// everyKeyChecks are the checks of every setting of
+// testdata/every-key.yaml.
+func everyKeyChecks() []check {
 	agents := []string{"kos-agent/0.4.0-k8s-1.29.yaml", "kos-agent/0.4.0-k8s-1.30.yaml", "kos-agent-userspace/0.4.0-k8s-1.29.yaml", "kos-agent-userspace/0.4.0-k8s-1.30.yaml"}
 	apiservers := []string{"kos-apiserver/0.4.0-k8s-1.29.yaml", "kos-apiserver/0.4.0-k8s-1.30.yaml"}
 	etcds := []string{"kos-etcd/0.4.0.yaml", "kos-etcd-single-node/0.4.0.yaml"}
@@ -331,21 +331,42 @@ func TestEveryKey(t *testing.T) {
 		{"patches[0] (JSON 6902)", "Deployment", "kos-apiserver", apiservers, annotation, "json6902"},
 		{"patches[1] (strategic merge)", "DaemonSet", "kos-agent", agents, annotation, "strategic-merge"},
 	}
+	return checks
+}
+
+// runChecks runs checks on the objects of tr; a manifest not in tr (not
+// applied) is skipped, and each check must have run on some manifest.
+func runChecks(t *testing.T, tr tree, checks []check) {
+	t.Helper()
 	for _, c := range checks {
 		t.Run(c.name+"/"+c.kind+"/"+c.obj, func(t *testing.T) {
 			found := tr.find(c.kind, c.obj)
+			ran := 0
 			for _, file := range c.files {
+				if _, applied := tr[file]; !applied {
+					continue
+				}
 				u, ok := found[file]
 				if !ok {
 					t.Errorf("%s: no %s %s", file, c.kind, c.obj)
 					continue
 				}
+				ran++
 				if diff := cmp.Diff(c.got(t, u), c.want); diff != "" {
 					t.Errorf("%s: %s %s (-got +want):\n%s", file, c.kind, c.obj, diff)
 				}
 			}
+			if ran == 0 {
+				t.Errorf("%s: no manifest with %s %s", c.name, c.kind, c.obj)
+			}
 		})
 	}
+}
+
+// TestEveryKey renders a release with a configuration that sets every key
+// and reads each setting back from the rendered objects.
+func TestEveryKey(t *testing.T) {
+	runChecks(t, loadTree(t, writeTree(t, everyKey(t))), everyKeyChecks())
 }
 
 // TestPatchMatchingNothing is refused: a patch that patches nothing is a
