@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -28,11 +29,21 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintln(stderr, "error: "+err.Error())
+	fmt.Fprintln(stderr, "error: "+oneLine(err.Error()))
 	if cmdline.IsUsage(err) {
 		return cmdline.ExitUsage
 	}
 	return 1
+}
+
+// oneLine joins the lines of a message by "; ": an error is printed on
+// one line.
+func oneLine(msg string) string {
+	lines := strings.Split(msg, "\n")
+	for i := range lines {
+		lines[i] = strings.TrimSpace(lines[i])
+	}
+	return strings.Join(lines, "; ")
 }
 
 // NewCommand returns the root command.

@@ -15,6 +15,10 @@ func TestRun(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("apiVersion: kos.example.com/v1alpha1\nkind: ReleaseConfig\netcd:\n  storage:\n    size: 100Mi\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	dup := filepath.Join(dir, "dup.yaml")
+	if err := os.WriteFile(dup, []byte("apiVersion: kos.example.com/v1alpha1\nkind: ReleaseConfig\nregistry: a.example.org\nregistry: b.example.org\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name       string
 		args       []string
@@ -25,6 +29,7 @@ func TestRun(t *testing.T) {
 		{"no out", []string{"render"}, 2, "", "error: give --out (see 'kos-release render --help')"},
 		{"unknown flag", []string{"render", "--outt", dir}, 2, "", "unknown flag: --outt"},
 		{"bad configuration", []string{"render", "--config", bad, "--out", filepath.Join(dir, "tree")}, 1, "", `etcd.storage.size: Invalid value: "100Mi"`},
+		{"duplicate key, on one line", []string{"render", "--config", dup, "--out", dir}, 1, "", `error: ` + dup + `: reading the release configuration: yaml: unmarshal errors:; line 4: key "registry" already set in map` + "\n"},
 		{"missing configuration", []string{"render", "--config", filepath.Join(dir, "none.yaml"), "--out", dir}, 1, "", "none.yaml: no such file"},
 		{"render", []string{"render", "--out", filepath.Join(dir, "tree")}, 0, "wrote " + filepath.Join(dir, "tree", "bootstrap-channel.yaml"), ""},
 	}
