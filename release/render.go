@@ -36,11 +36,19 @@ const (
 // rulesFile holds the KOS alerts, relative to the addons folder.
 const rulesFile = "kos-monitoring/rules/kos.rules.yaml"
 
+// Resolver returns the digest (sha256:...) of an image reference
+// (NAME:TAG), "" when the registry has no such image.
+type Resolver func(ref string) (string, error)
+
 // Renderer renders the targets of one source with one configuration.
 type Renderer struct {
 	fs      filesys.FileSystem
 	cfg     api.ReleaseConfig
 	modules map[string]string
+	// Resolve, when set, pins each KOS image the configuration does not
+	// pin by the digest it returns; an image it has no digest for keeps
+	// its tag.
+	Resolve Resolver
 	// matched records, by index in cfg.Patches, the patches that matched
 	// an object of some render.
 	matched map[int]bool
@@ -381,6 +389,37 @@ func (r *Renderer) configure(k *types.Kustomization, m resmap.ResMap) error {
 			k.Images = setImage(k.Images, img)
 		}
 	}
+	if r.Resolve != nil {
+		for _, name := range slices.Sorted(maps.Keys(images)) {
+			img := imageOf(k.Images, name)
+			// Only KOS's images: the others (Prometheus, Grafana) are
+			// pinned with the configuration's images if at all.
+			if img.Digest != "" || !strings.HasPrefix(name, api.KOSRegistry+"/") {
+				continue
+			}
+			ref := name
+			if img.NewName != "" {
+				ref = img.NewName
+			}
+			tag := img.NewTag
+			if tag == "" {
+				tag = imageTag(objs, name)
+			}
+			if tag == "" {
+				continue
+			}
+			digest, err := r.Resolve(ref + ":" + tag)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if digest != "" {
+				// Written NAME:TAG@DIGEST; the runtime pulls by digest.
+				img.Digest = digest
+				k.Images = setImage(k.Images, img)
+			}
+		}
+	}
 	for _, name := range slices.Sorted(maps.Keys(cfg.Components)) {
 		if c := cfg.Components[name]; c.Replicas != nil {
 			w := api.Workloads[name]
@@ -607,6 +646,25 @@ func imageOverride(name, ref string) types.Image {
 	}
 	img.NewName = ref
 	return img
+}
+
+// imageTag returns the tag the objects give the image name, "" for none.
+func imageTag(objs []object, name string) string {
+	for _, o := range objs {
+		spec, _, ok, err := o.podSpec()
+		if err != nil || !ok {
+			continue
+		}
+		for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+			if imageName(c.Image) != name || strings.Contains(c.Image, "@") {
+				continue
+			}
+			if i := strings.LastIndex(c.Image, ":"); i > strings.LastIndex(c.Image, "/") {
+				return c.Image[i+1:]
+			}
+		}
+	}
+	return ""
 }
 
 func imageOf(images []types.Image, name string) types.Image {

@@ -69,8 +69,10 @@ type TreeOptions struct {
 	// Config is the operator's configuration; nil for none.
 	Config *api.ReleaseConfig
 	// Modules are the Go module versions the manifests' heads name
-	// (BuildModules, or GoModModules).
+	// (KOSModules).
 	Modules map[string]string
+	// Resolve, when set, pins the images by digest (Renderer.Resolve).
+	Resolve Resolver
 }
 
 // WriteTree renders every manifest of Version with the configuration and
@@ -84,6 +86,7 @@ func WriteTree(ctx context.Context, opts TreeOptions) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.Resolve = opts.Resolve
 	var files []string
 	hashes := map[string]string{} // manifest path in the tree -> hash
 	for _, t := range Targets {

@@ -67,6 +67,7 @@ and the channel files that list them with their hashes.`,
 
 func newRenderCommand(stdout io.Writer) *cobra.Command {
 	var config, out string
+	var resolve, insecure bool
 	cmd := &cobra.Command{
 		Use:   "render --config FILE --out DIR",
 		Short: "Write a configured release tree into DIR",
@@ -107,9 +108,11 @@ the same bytes.`,
 			if err != nil {
 				return err
 			}
-			files, err := release.WriteTree(cmd.Context(), release.TreeOptions{
-				Source: addons.FS, Out: abs, Config: cfg, Modules: modules,
-			})
+			opts := release.TreeOptions{Source: addons.FS, Out: abs, Config: cfg, Modules: modules}
+			if resolve {
+				opts.Resolve = release.RegistryResolver(cmd.Context(), insecure)
+			}
+			files, err := release.WriteTree(cmd.Context(), opts)
 			if err != nil {
 				return err
 			}
@@ -121,5 +124,7 @@ the same bytes.`,
 	}
 	cmd.Flags().StringVar(&config, "config", "", "the release configuration file (YAML or JSON); empty renders the release as published")
 	cmd.Flags().StringVar(&out, "out", "", "the folder to write the release tree into (required)")
+	cmd.Flags().BoolVar(&resolve, "resolve", false, "pin every image by the digest its registry has for it (images it lacks keep their tags); the configuration's own digests stay")
+	cmd.Flags().BoolVar(&insecure, "insecure", false, "with --resolve, allow plain http to registries (always allowed for loopback and private addresses)")
 	return cmd
 }
