@@ -2,7 +2,7 @@
 SHELL := /usr/bin/env bash
 export GOTOOLCHAIN := local
 
-.PHONY: all build test unit integration cluster fuzz verify generate addons release images demo demo-down demo-cluster demo-cluster-down bench tools clean
+.PHONY: all build test unit integration cluster fuzz verify generate addons release render images demo demo-down demo-cluster demo-cluster-down bench tools clean
 
 all: build
 
@@ -38,13 +38,17 @@ verify:
 generate:
 	tools/codegen/generate.sh
 
-## addons: fill in the manifest hashes of new addon releases, rewrite bootstrap-channel.yaml, and lint the channels
+## addons: render addons/source into the newest release's manifests, fill in the manifest hashes of new addon releases, rewrite bootstrap-channel.yaml, and lint the channels
 addons:
 	go run ./tools/addons generate
 
 ## release: write a release to publish (its channels must pass channels lint): make release REGISTRY=registry.example.com/kos OUT=dir [VERSION=0.2.0] [FLAVOR=local] [SET="kos-etcd.storage=10Gi ..."]
 release:
 	go run ./tools/addons release --registry "$(REGISTRY)" --out "$(OUT)" $(if $(VERSION),--version "$(VERSION)") $(if $(FLAVOR),--flavor "$(FLAVOR)") $(foreach s,$(SET),--set "$(s)")
+
+## render: render the newest release configured by an operator's file, as kos-release does: make render OUT=dir [CONFIG=release-config.yaml]
+render:
+	go run ./cmd/kos-release render --out "$(OUT)" $(if $(CONFIG),--config "$(CONFIG)")
 
 ## images: build the KOS images without a container engine and import them into the local cluster's node (go run ./tools/localenv up --cluster)
 images:

@@ -38,12 +38,13 @@ forbid() {
   fi
 }
 forbid ./channels/... "$module/components" "the addon manager knows nothing of the SDN"
-forbid "./channels/... ./cmd/..." "$module/tools" "tools/ is for developers and CI; nothing that ships imports it"
+forbid "./channels/... ./cmd/... ./release/... ./addons/..." "$module/tools" "tools/ is for developers and CI; nothing that ships imports it"
 # channels' layers (channels/doc.go): the Lease and the diff import nothing of
 # channels; neither the library nor the daemon imports the CLI.
 forbid ./channels/lease "$module/channels" "the run Lease is a leaf" "$module/channels/lease"
 forbid ./channels/diff "$module/channels" "unified diffs are a leaf" "$module/channels/diff"
 forbid "./channels ./channels/daemon" "$module/channels/cli" "the CLI is one client of the library"
+forbid "./release/... ./addons/..." "$module/components" "a release's renderer knows manifests, not the SDN's code"
 if [ -d components ]; then
   forbid "./components/..." "$module/channels" "the SDN does not depend on the addon manager"
   forbid "./components/..." "$module/tools" "tools/ is for developers and CI; nothing that ships imports it"

@@ -33,8 +33,11 @@ func copyBundle(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := copyFile(filepath.Join(src, "bootstrap-channel.yaml"), filepath.Join(dst, "bootstrap-channel.yaml")); err != nil {
-		t.Fatal(err)
+	// go.mod: the rendered manifests name its module versions.
+	for _, f := range []string{"bootstrap-channel.yaml", "go.mod"} {
+		if err := copyFile(filepath.Join(src, f), filepath.Join(dst, f)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return dst
 }
@@ -61,6 +64,38 @@ func TestRun(t *testing.T) {
 		{name: "unknown command", args: []string{"fix"}, wantCode: 2, wantStderr: "Usage: addons"},
 		{name: "verify ok", args: []string{"--base=", "verify"}, wantCode: 0, wantStdout: "addons verify: ok"},
 		{name: "generate with nothing to do", args: []string{"generate"}, wantCode: 0, wantStdout: "the addon bundle is up to date"},
+		{
+			name: "verify a rendered manifest edited by hand",
+			args: []string{"--base=", "verify"},
+			change: func(t *testing.T, root string) {
+				path := filepath.Join(root, "addons", "kos-controller-manager", "0.4.0.yaml")
+				data, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, bytes.Replace(data, []byte("--network-config=true"), []byte("--network-config=false"), 1), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantCode:   1,
+			wantStderr: "addons/kos-controller-manager/0.4.0.yaml is not what addons/source/kos-controller-manager/base renders: run make addons",
+		},
+		{
+			name: "generate renders a changed source",
+			args: []string{"generate"},
+			change: func(t *testing.T, root string) {
+				path := filepath.Join(root, "addons", "source", "kos-controller-manager", "base", "kos-controller-manager.yaml")
+				data, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, bytes.Replace(data, []byte("cpu: 100m"), []byte("cpu: 150m"), 1), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantCode:   0,
+			wantStdout: "rendered addons/kos-controller-manager/0.4.0.yaml\naddons/kos-controller-manager/addon.yaml: added the manifestHash of 0.4.0.yaml\n",
+		},
 		{
 			name: "verify an edited release",
 			args: []string{"--base=", "verify"},

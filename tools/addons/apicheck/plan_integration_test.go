@@ -30,8 +30,8 @@ func TestIntegrationPlanSelectsVariant(t *testing.T) {
 			name:     "bootstrap",
 			channels: []string{bootstrap},
 			want: map[uint64]map[string]string{
-				37: {"kos-agent": "k8s-1.29", "kos-apiserver": "k8s-1.30", "kos-controller-manager": "k8s-1.29", "kos-etcd": "k8s-1.29"},
-				30: {"kos-agent": "k8s-1.29", "kos-apiserver": "k8s-1.30", "kos-controller-manager": "k8s-1.29", "kos-etcd": "k8s-1.29"},
+				37: {"kos-agent": "k8s-1.30", "kos-apiserver": "k8s-1.30", "kos-controller-manager": "k8s-1.29", "kos-etcd": "k8s-1.29"},
+				30: {"kos-agent": "k8s-1.30", "kos-apiserver": "k8s-1.30", "kos-controller-manager": "k8s-1.29", "kos-etcd": "k8s-1.29"},
 				29: {"kos-agent": "k8s-1.29", "kos-apiserver": "k8s-1.29", "kos-controller-manager": "k8s-1.29", "kos-etcd": "k8s-1.29"},
 			},
 		},
@@ -39,8 +39,8 @@ func TestIntegrationPlanSelectsVariant(t *testing.T) {
 			name:     "local then bootstrap",
 			channels: []string{local, bootstrap},
 			want: map[uint64]map[string]string{
-				37: {"kos-agent": "k8s-1.29-userspace", "kos-apiserver": "k8s-1.30", "kos-controller-manager": "k8s-1.29", "kos-etcd": "k8s-1.29-single-node"},
-				30: {"kos-agent": "k8s-1.29-userspace", "kos-apiserver": "k8s-1.30", "kos-controller-manager": "k8s-1.29", "kos-etcd": "k8s-1.29-single-node"},
+				37: {"kos-agent": "k8s-1.30-userspace", "kos-apiserver": "k8s-1.30", "kos-controller-manager": "k8s-1.29", "kos-etcd": "k8s-1.29-single-node"},
+				30: {"kos-agent": "k8s-1.30-userspace", "kos-apiserver": "k8s-1.30", "kos-controller-manager": "k8s-1.29", "kos-etcd": "k8s-1.29-single-node"},
 				29: {"kos-agent": "k8s-1.29-userspace", "kos-apiserver": "k8s-1.29", "kos-controller-manager": "k8s-1.29", "kos-etcd": "k8s-1.29-single-node"},
 			},
 		},

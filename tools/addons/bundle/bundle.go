@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/kos-sdn/kos/channels"
+	"github.com/kos-sdn/kos/release"
 )
 
 // AddonsDir is the folder, relative to the repository root, that holds one
@@ -227,7 +229,7 @@ func Load(ctx context.Context, root string, chans []Channel) (*Bundle, error) {
 	b := &Bundle{Root: root, Channels: chans}
 	fetcher := channels.NewFetcher()
 	for _, e := range entries {
-		if !e.IsDir() {
+		if !e.IsDir() || e.Name() == release.SourceDir {
 			continue
 		}
 		f := &Folder{Name: e.Name(), Index: filepath.ToSlash(filepath.Join(AddonsDir, e.Name(), IndexFile))}
@@ -279,15 +281,31 @@ func Generate(ctx context.Context, root string, chans []Channel) ([]string, erro
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	var changes []string
+	changes, err := renderSource(root)
+	if err != nil {
+		return changes, err
+	}
+	var indexes []string
 	for _, f := range b.Folders {
-		filled, err := FillHashes(b.Path(f.Index))
+		indexes = append(indexes, f.Index)
+	}
+	if hasSource(root) {
+		// The indexes of rendered manifests outside the folders' own
+		// (kos-monitoring/prometheus-operator/channel.yaml).
+		for _, t := range release.Targets {
+			if index := path.Join(AddonsDir, t.Folder, t.Index); !slices.Contains(indexes, index) {
+				indexes = append(indexes, index)
+			}
+		}
+	}
+	for _, index := range indexes {
+		filled, err := FillHashes(b.Path(index))
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		for _, m := range filled {
-			changes = append(changes, fmt.Sprintf("%s: added the manifestHash of %s", f.Index, m))
+			changes = append(changes, fmt.Sprintf("%s: added the manifestHash of %s", index, m))
 		}
 	}
 	if len(errs) > 0 {

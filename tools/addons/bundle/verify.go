@@ -12,6 +12,7 @@ import (
 	"github.com/blang/semver/v4"
 
 	"github.com/kos-sdn/kos/channels"
+	"github.com/kos-sdn/kos/release"
 )
 
 // Base is the revision Verify holds released addons to: what was released
@@ -44,6 +45,7 @@ func Verify(ctx context.Context, root string, chans []Channel, base *Base) ([]st
 		v.channel(ctx, ch)
 	}
 	v.alternatives()
+	v.verifySource()
 	if problems, err := Lint(ctx, root, chans); err != nil {
 		v.problemf("%v", err)
 	} else {
@@ -294,6 +296,11 @@ func (v *verifier) history(base *Base) error {
 		}
 		for _, old := range released {
 			if old.ManifestHash == "" {
+				continue
+			}
+			if !release.Released && old.VersionString() == release.Version {
+				// The version the source renders, not released yet:
+				// make addons renders it again as the source changes.
 				continue
 			}
 			cur := findRelease(f.Releases, old)
