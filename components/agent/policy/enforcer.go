@@ -35,6 +35,10 @@ import (
 	kosinformers "github.com/kos-sdn/kos/components/generated/informers/externalversions/network/v1alpha1"
 )
 
+// DefaultRetry is how often an enforcer that may not list
+// NodeNetworkPolicies asks again.
+const DefaultRetry = 30 * time.Second
+
 // Switch is what the enforcer needs of the node's fabric.
 type Switch interface {
 	SetPolicy(ctx context.Context, p fabric.NetworkPolicy) error
@@ -75,6 +79,10 @@ type Enforcer struct {
 	queue   workqueue.TypedRateLimitingInterface[string]
 	metrics *metrics
 
+	// retry is how often Run asks again whether it may list
+	// NodeNetworkPolicies.
+	retry time.Duration
+
 	// mu guards applied: by VNI, the policy last set on the switch (one
 	// without policies for a network lifted).
 	mu      sync.Mutex
@@ -93,6 +101,7 @@ func New(cfg Config) (*Enforcer, error) {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kos_agent_policy"}),
 		applied: map[uint32]fabric.NetworkPolicy{},
+		retry:   DefaultRetry,
 	}
 	m, err := newMetrics(cfg.Registerer, e)
 	if err != nil {
@@ -130,19 +139,30 @@ func indexByVNI(obj any) ([]string, error) {
 }
 
 // Run watches the node's NodeNetworkPolicies and programs them with
-// workers goroutines until ctx ends; it returns once they stopped. When
+// workers goroutines until ctx ends; it returns once they stopped. While
 // the agent may not list NodeNetworkPolicies, or the KOS API serves none
-// (0.3.0's manifests and servers), it logs that once and returns nil at
-// once, leaving the switch's policy as it is.
+// (0.3.0's manifests and servers), it logs that once, leaves the switch's
+// policy as it is, and asks again every e.retry, so that rights granted
+// later take effect without a restart.
 func (e *Enforcer) Run(ctx context.Context, workers int) error {
 	defer utilruntime.HandleCrash()
 	defer e.queue.ShutDown()
 	logger := klog.FromContext(ctx)
-	_, err := e.client.NetworkV1alpha1().NodeNetworkPolicies(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector(v1alpha1.FieldNode, e.node).String(), Limit: 1})
-	if apierrors.IsForbidden(err) || apierrors.IsNotFound(err) {
-		logger.Info("Not enforcing MultiNetworkPolicies: the agent may not list NodeNetworkPolicies, or the KOS API serves none", "reason", err.Error())
-		return nil
+	for told := false; ; told = true {
+		_, err := e.client.NetworkV1alpha1().NodeNetworkPolicies(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector(v1alpha1.FieldNode, e.node).String(), Limit: 1})
+		if !apierrors.IsForbidden(err) && !apierrors.IsNotFound(err) {
+			break
+		}
+		if !told {
+			logger.Info("Not enforcing MultiNetworkPolicies: the agent may not list NodeNetworkPolicies, or the KOS API serves none; asking again now and then",
+				"reason", err.Error(), "every", e.retry)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(e.retry):
+		}
 	}
 	// Any other failure is the informer's to retry.
 	logger.Info("Enforcing the NodeNetworkPolicies of the node", "workers", workers)

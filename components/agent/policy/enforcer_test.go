@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
@@ -108,19 +109,54 @@ func TestFromSpecRefuses(t *testing.T) {
 }
 
 // TestRunForbidden checks that an agent without the right to list
-// NodeNetworkPolicies, as under 0.3.0's manifests, gives up at once.
+// NodeNetworkPolicies, as under 0.3.0's manifests, programs nothing and
+// asks again until it may.
 func TestRunForbidden(t *testing.T) {
-	client := fake.NewSimpleClientset()
+	client := fake.NewSimpleClientset(nodePolicy("a", 7, "10.0.0.5"))
+	var mu sync.Mutex
+	asked := 0
 	client.PrependReactor("list", "nodenetworkpolicies", func(clienttesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "network.example.com", Resource: "nodenetworkpolicies"}, "", nil)
+		mu.Lock()
+		defer mu.Unlock()
+		asked++
+		if asked <= 2 {
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "network.example.com", Resource: "nodenetworkpolicies"}, "", nil)
+		}
+		return false, nil, nil
 	})
-	e, err := New(Config{Node: "n1", Client: client, Switch: &recordingSwitch{}})
+	sw := &syncSwitch{set: make(chan fabric.NetworkPolicy, 10)}
+	e, err := New(Config{Node: "n1", Client: client, Switch: sw})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	e.retry = 10 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := e.Run(ctx, 1); err != nil || ctx.Err() != nil {
-		t.Errorf("Run = %v after %v, want nil at once", err, ctx.Err())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx, 1) }()
+	select {
+	case p := <-sw.set:
+		if p.VNI != 7 || len(p.Policies) != 1 {
+			t.Errorf("set %v, want network 7's one policy", p)
+		}
+	case <-ctx.Done():
+		t.Fatal("the policy was never set once the enforcer might list it")
 	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if asked < 3 {
+		t.Errorf("asked %d times, want at least 3 (two refusals, then the informer's list)", asked)
+	}
+}
+
+// syncSwitch hands each policy set to a channel.
+type syncSwitch struct{ set chan fabric.NetworkPolicy }
+
+func (s *syncSwitch) SetPolicy(_ context.Context, p fabric.NetworkPolicy) error {
+	s.set <- p
+	return nil
 }
