@@ -21,6 +21,7 @@ import (
 
 	"github.com/kos-sdn/kos/components/agent/cniserver"
 	"github.com/kos-sdn/kos/components/agent/exechook"
+	"github.com/kos-sdn/kos/components/agent/policy"
 	networkapi "github.com/kos-sdn/kos/components/apis/network"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/fabric"
@@ -86,6 +87,10 @@ type Config struct {
 	// Nodes, when set with UnderlayMTU, is where the agent reports the
 	// underlay's MTU on its Node (v1alpha1.UnderlayMTUAnnotation).
 	Nodes NodePatcher
+	// Policy makes the agent enforce the NodeNetworkPolicies of its node
+	// (package policy); when it may not list them it logs that once and
+	// enforces none.
+	Policy bool
 	// CNI configures the CNI server that plugs pods' interfaces for
 	// kos-cni; none runs when CNI.Socket is empty.
 	CNI cniserver.Config
@@ -130,6 +135,8 @@ type Agent struct {
 	underlayMTU int
 	// cniSrv is the CNI server, when cni names a socket.
 	cniSrv *cniserver.Server
+	// policy enforces the node's NodeNetworkPolicies, when Config asks.
+	policy *policy.Enforcer
 
 	queue workqueue.TypedRateLimitingInterface[string]
 
@@ -229,6 +236,11 @@ func New(cfg Config) (*Agent, error) {
 		a.netConfig = newNetworkConfig(cfg, m)
 	}
 	m.observeMTU(cfg.UnderlayMTU, cfg.Fabric.MTU())
+	if cfg.Policy {
+		if a.policy, err = policy.New(policy.Config{Node: cfg.NodeName, Client: cfg.Client, Switch: cfg.Fabric, Registerer: cfg.Registerer}); err != nil {
+			return nil, err
+		}
+	}
 	a.state = newState(m, a.newNetworkInformer)
 	if a.cni.Socket != "" {
 		a.cniSrv = a.cniServer()
@@ -336,6 +348,9 @@ func (a *Agent) Run(ctx context.Context, workers int) error {
 	defer a.queue.ShutDown()
 
 	a.startNetworkConfig(ctx, &wg)
+	if a.policy != nil {
+		wg.Go(func() { _ = a.policy.Run(ctx, 2) })
+	}
 	wg.Go(func() { a.localInformer.RunWithContext(ctx) })
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, a.localInformer.HasSynced) {
 		return nil // ctx ended: only that stops the wait

@@ -315,6 +315,7 @@ func (o *Options) Config(ctx context.Context) (*ServerConfig, error) {
 			HostIP:          hostIP,
 			Fabric:          fab,
 			NetworkConfig:   true,
+			Policy:          true,
 			GivenMTU:        o.MTU,
 			UnderlayMTU:     underlayMTU,
 			AllowedPrograms: o.AllowedPrograms,

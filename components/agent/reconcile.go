@@ -133,6 +133,9 @@ func (a *Agent) reconcileLocked(ctx context.Context, reason string) (int, error)
 	if err != nil {
 		return 0, fmt.Errorf("listing the fabric: %w", err)
 	}
+	if a.policy != nil {
+		a.policy.Reconciled(inv.Policies)
+	}
 	want, claimants, deferred := a.wantedAll()
 	plan := planReconcile(inv, want, deferred)
 

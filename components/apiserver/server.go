@@ -23,6 +23,7 @@ import (
 	"github.com/kos-sdn/kos/components/apiserver/registry/iplock"
 	"github.com/kos-sdn/kos/components/apiserver/registry/networkattachment"
 	"github.com/kos-sdn/kos/components/apiserver/registry/networkconfig"
+	"github.com/kos-sdn/kos/components/apiserver/registry/nodenetworkpolicy"
 	"github.com/kos-sdn/kos/components/apiserver/registry/subnet"
 )
 
@@ -84,6 +85,10 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	nodePolicies, err := nodenetworkpolicy.NewStorage(Scheme, optsGetter)
+	if err != nil {
+		return nil, err
+	}
 	group := genericapiserver.NewDefaultAPIGroupInfo(network.GroupName, Scheme, metav1.ParameterCodec, Codecs)
 	group.NegotiatedSerializer = withoutProtobuf{group.NegotiatedSerializer}
 	group.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
@@ -94,6 +99,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		"iplocks":                   locks,
 		"networkconfigs":            configs.NetworkConfig,
 		"networkconfigs/status":     configs.Status,
+		"nodenetworkpolicies":       nodePolicies,
 	}
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, fmt.Errorf("installing the %s API group: %w", network.GroupName, err)

@@ -20,6 +20,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -35,8 +36,10 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/kos-sdn/kos/components/apis/multinetworkpolicy/v1beta1"
 	"github.com/kos-sdn/kos/components/controllers/attachmentliveness"
 	"github.com/kos-sdn/kos/components/controllers/ipam"
+	"github.com/kos-sdn/kos/components/controllers/multinetworkpolicy"
 	"github.com/kos-sdn/kos/components/controllers/networkconfig"
 	"github.com/kos-sdn/kos/components/controllers/podnetwork"
 	"github.com/kos-sdn/kos/components/controllers/subnetvalidator"
@@ -78,6 +81,14 @@ type Config struct {
 	// creates and keeps the cluster's NetworkConfig and reads the Nodes of
 	// the main cluster.
 	NetworkConfig bool
+
+	// MultiNetworkPolicy runs the MultiNetworkPolicy controller, which
+	// reports on the policies in Events and publishes each network's model
+	// per node as NodeNetworkPolicies. It reads MultiNetworkPolicies,
+	// NetworkAttachmentDefinitions, pods and namespaces of the main
+	// cluster; when the MultiNetworkPolicy CRD is not served the manager
+	// says so once and runs the other controllers.
+	MultiNetworkPolicy bool
 
 	// AttachmentLiveness runs the attachment liveness controller: it reads
 	// the agents' heartbeat Leases in AgentLeaseNamespace of the main
@@ -337,6 +348,15 @@ func (m *Manager) runControllers(ctx context.Context) error {
 		defer dynFactory.Shutdown()
 		runs = append(runs, func() error { return pods.Run(ctx, m.cfg.PodNetworkWorkers) })
 	}
+	if m.cfg.MultiNetworkPolicy {
+		run, err := m.multiNetworkPolicy(ctx, network, recorder)
+		if err != nil {
+			return err
+		}
+		if run != nil {
+			runs = append(runs, run)
+		}
+	}
 	if m.cfg.AttachmentLiveness {
 		run, err := m.attachmentLiveness(ctx, network.NetworkAttachments())
 		if err != nil {
@@ -355,7 +375,8 @@ func (m *Manager) runControllers(ctx context.Context) error {
 	}
 	m.running.Store(true)
 	defer m.running.Store(false)
-	logger.Info("Running the controllers", "podNetworks", m.cfg.PodNetworks, "networkConfig", m.cfg.NetworkConfig, "attachmentLiveness", m.cfg.AttachmentLiveness)
+	logger.Info("Running the controllers", "podNetworks", m.cfg.PodNetworks, "networkConfig", m.cfg.NetworkConfig, "attachmentLiveness", m.cfg.AttachmentLiveness,
+		"multiNetworkPolicy", m.cfg.MultiNetworkPolicy)
 	var all []error
 	for range runs {
 		if err := <-errs; err != nil && ctx.Err() == nil {
@@ -402,5 +423,44 @@ func (m *Manager) attachmentLiveness(ctx context.Context, attachments networkinf
 		factory.Start(ctx.Done())
 		defer factory.Shutdown()
 		return c.Run(ctx, m.cfg.AttachmentLivenessWorkers)
+	}, nil
+}
+
+// multiNetworkPolicy returns how to run the MultiNetworkPolicy controller on
+// informers of its own (a dynamic informer of a resource that is not served
+// never syncs, and the pod informer keeps what the pod-network
+// controller's trims away), which it starts and stops with ctx; or nil when
+// the main cluster does not serve the MultiNetworkPolicy CRD, which it
+// logs.
+func (m *Manager) multiNetworkPolicy(ctx context.Context, network networkinformers.Interface, recorder record.EventRecorder) (func() error, error) {
+	gv := v1beta1.MultiNetworkPolicies.GroupVersion().String()
+	resources, err := m.kube.Discovery().ServerResourcesForGroupVersion(gv)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("reading whether the main cluster serves %s: %w", gv, err)
+	}
+	served := false
+	if resources != nil {
+		for _, r := range resources.APIResources {
+			served = served || r.Name == v1beta1.MultiNetworkPolicies.Resource
+		}
+	}
+	if !served {
+		klog.FromContext(ctx).Info("Not running the MultiNetworkPolicy controller: the main cluster does not serve the MultiNetworkPolicy CRD", "groupVersion", gv)
+		return nil, nil
+	}
+	kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(m.kube, m.cfg.ResyncPeriod, multinetworkpolicy.PodInformerOptions()...)
+	dynFactory := dynamicinformer.NewDynamicSharedInformerFactory(m.dynamic, m.cfg.ResyncPeriod)
+	c, err := multinetworkpolicy.NewController(dynFactory.ForResource(v1beta1.MultiNetworkPolicies), dynFactory.ForResource(podnetwork.NetworkAttachmentDefinitions),
+		kubeFactory.Core().V1().Pods(), kubeFactory.Core().V1().Namespaces(), network.Subnets(), network.NetworkAttachments(), recorder,
+		multinetworkpolicy.Options{Publish: m.kos, NodePolicies: network.NodeNetworkPolicies()})
+	if err != nil {
+		return nil, err
+	}
+	return func() error {
+		kubeFactory.Start(ctx.Done())
+		defer kubeFactory.Shutdown()
+		dynFactory.Start(ctx.Done())
+		defer dynFactory.Shutdown()
+		return c.Run(ctx, 2)
 	}, nil
 }

@@ -52,6 +52,7 @@ type Options struct {
 	PodNetworks            bool
 	PodNetworkWorkers      int
 	NetworkConfig          bool
+	MultiNetworkPolicy     bool
 	ResyncPeriod           time.Duration
 
 	AttachmentLiveness        bool
@@ -120,6 +121,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.BoolVar(&o.PodNetworks, "pod-networks", o.PodNetworks, "Run the pod-network controller: give each pod bound to a node a NetworkAttachment for every entry of its k8s.v1.cni.cncf.io/networks annotation whose NetworkAttachmentDefinition is of type kos. It needs the NetworkAttachmentDefinition CRD (k8s.cni.cncf.io/v1) and the rights to list and watch pods and network-attachment-definitions in the main cluster.")
 	fs.IntVar(&o.PodNetworkWorkers, "pod-network-workers", o.PodNetworkWorkers, "Pods given their attachments at once, with --pod-networks.")
 	fs.BoolVar(&o.NetworkConfig, "network-config", o.NetworkConfig, "Run the network configuration controller: create the cluster's NetworkConfig \"cluster\" with every default filled in (the overlay MTU from the smallest underlay MTU that Nodes report in their network.example.com/underlay-mtu annotation, less 50), record the configuration applied in its status and report the nodes whose underlay cannot carry it. It needs the rights to list and watch nodes in the main cluster.")
+	fs.BoolVar(&o.MultiNetworkPolicy, "multi-network-policy", o.MultiNetworkPolicy, "Run the MultiNetworkPolicy controller: tell in Events what each MultiNetworkPolicy (k8s.cni.cncf.io/v1beta1) applies to, and publish each KOS network's policy on each node as a NodeNetworkPolicy for its agent to enforce. It needs the MultiNetworkPolicy and NetworkAttachmentDefinition CRDs, list and watch on multi-networkpolicies, network-attachment-definitions, pods and namespaces in the main cluster, and the rights to write nodenetworkpolicies in the KOS API; without the CRD the manager logs that and runs the other controllers.")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "How often every object is checked again; 0 means never.")
 	fs.BoolVar(&o.AttachmentLiveness, "attachment-liveness", o.AttachmentLiveness, "Run the attachment liveness controller: mark the Ready attachments of a node whose agent stopped renewing its heartbeat Lease Ready=Unknown (reason AgentNotHeartbeating), and let the server derive Ready again once the agent is back. It needs list and watch on leases in --agent-lease-namespace of the main cluster; without them the manager logs that and runs the other controllers.")
 	fs.StringVar(&o.AgentLeaseNamespace, "agent-lease-namespace", o.AgentLeaseNamespace, "Namespace of the main cluster where each kos-agent renews a Lease named after its node: the agents' own namespace.")
@@ -219,6 +221,7 @@ func (o *Options) Config(ctx context.Context) (*Config, error) {
 		PodNetworks:            o.PodNetworks,
 		PodNetworkWorkers:      o.PodNetworkWorkers,
 		NetworkConfig:          o.NetworkConfig,
+		MultiNetworkPolicy:     o.MultiNetworkPolicy,
 		ResyncPeriod:           o.ResyncPeriod,
 		MetricsAddress:         o.MetricsAddress,
 

@@ -34,6 +34,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&NetworkAttachment{}, &NetworkAttachmentList{},
 		&IPLock{}, &IPLockList{},
 		&NetworkConfig{}, &NetworkConfigList{},
+		&NodeNetworkPolicy{}, &NodeNetworkPolicyList{},
 	)
 	return nil
 }

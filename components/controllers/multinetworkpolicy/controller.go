@@ -1,8 +1,10 @@
 // Package multinetworkpolicy provides the MultiNetworkPolicy controller: it
 // tells, in Events on each MultiNetworkPolicy, which KOS networks the policy
 // governs, how many pods it selects on them, and what of it KOS cannot
-// honour (policymodel's Report). It writes nothing else yet: how the
-// per-node models reach the agents is planned in docs/policy.md.
+// honour (policymodel's Report); and, when asked to publish, it keeps one
+// NodeNetworkPolicy per network and node where policy isolates attachments
+// (policymodel's model of that network on that node), which the node's
+// agent programs into its switch.
 //
 // It reads MultiNetworkPolicies and NetworkAttachmentDefinitions through
 // dynamic informers, pods and namespaces from the main cluster, Subnets and
@@ -30,12 +32,17 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kos-sdn/kos/components/controllers/keyqueue"
+	"github.com/kos-sdn/kos/components/generated/clientset/versioned"
 	kosinformers "github.com/kos-sdn/kos/components/generated/informers/externalversions/network/v1alpha1"
 	listers "github.com/kos-sdn/kos/components/generated/listers/network/v1alpha1"
 )
 
-// QueueName names the controller's work queue in metrics.
-const QueueName = "kos_multi_network_policy"
+// QueueName names the controller's work queue of policies (Events) in
+// metrics, and PublishQueueName its queue of namespaces (publishing).
+const (
+	QueueName        = "kos_multi_network_policy"
+	PublishQueueName = "kos_multi_network_policy_publish"
+)
 
 // TrimPod is a cache transform that keeps only what policies read of a
 // pod: name, namespace, UID, resource version, labels, phase and the
@@ -89,6 +96,13 @@ type Controller struct {
 	queue       *keyqueue.Queue
 	recorder    record.EventRecorder
 
+	// kos, nodePolicies and publishQueue are set when the controller
+	// publishes; publishQueue holds namespaces (as keys without a
+	// namespace).
+	kos          versioned.Interface
+	nodePolicies listers.NodeNetworkPolicyLister
+	publishQueue *keyqueue.Queue
+
 	// told holds, by policy key, what the Events last said of the policy,
 	// so that a policy gets Events when what they say changes, not at each
 	// pod's change. It is forgotten on restart: each policy then gets its
@@ -97,13 +111,22 @@ type Controller struct {
 	told map[string]told
 }
 
+// Options are the controller's optional settings.
+type Options struct {
+	// Publish, when set, makes the controller keep the NodeNetworkPolicies
+	// of NodePolicies (which must then be set) with this client.
+	Publish      versioned.Interface
+	NodePolicies kosinformers.NodeNetworkPolicyInformer
+}
+
 // NewController returns a controller that reports on the MultiNetworkPolicies
 // policies informs about (a dynamic informer), given definitions
 // (NetworkAttachmentDefinitions, a dynamic informer), pods (cut down by
-// TrimPod at most), namespaces, subnets and attachments. It registers its
-// event handlers at once; the caller starts the informers.
+// TrimPod at most), namespaces, subnets and attachments, and publishes
+// their models when opts say so. It registers its event handlers at once;
+// the caller starts the informers.
 func NewController(policies, definitions informers.GenericInformer, pods coreinformers.PodInformer, namespaces coreinformers.NamespaceInformer,
-	subnets kosinformers.SubnetInformer, attachments kosinformers.NetworkAttachmentInformer, recorder record.EventRecorder) (*Controller, error) {
+	subnets kosinformers.SubnetInformer, attachments kosinformers.NetworkAttachmentInformer, recorder record.EventRecorder, opts Options) (*Controller, error) {
 	c := &Controller{
 		policies:    policies.Lister(),
 		definitions: definitions.Lister(),
@@ -115,10 +138,26 @@ func NewController(policies, definitions informers.GenericInformer, pods coreinf
 		recorder:    recorder,
 		told:        map[string]told{},
 	}
+	if opts.Publish != nil {
+		if opts.NodePolicies == nil {
+			return nil, fmt.Errorf("publishing needs a NodeNetworkPolicy informer")
+		}
+		c.kos = opts.Publish
+		c.nodePolicies = opts.NodePolicies.Lister()
+		c.publishQueue = keyqueue.New(PublishQueueName)
+		if _, err := opts.NodePolicies.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.enqueuePublish,
+			UpdateFunc: func(_, obj any) { c.enqueuePublish(obj) },
+			DeleteFunc: c.enqueuePublish,
+		}); err != nil {
+			return nil, fmt.Errorf("adding the NodeNetworkPolicy event handler: %w", err)
+		}
+		c.synced = append(c.synced, opts.NodePolicies.Informer().HasSynced)
+	}
 	if _, err := policies.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.enqueue,
-		UpdateFunc: func(_, obj any) { c.enqueue(obj) },
-		DeleteFunc: c.enqueue,
+		AddFunc:    c.enqueuePolicy,
+		UpdateFunc: func(_, obj any) { c.enqueuePolicy(obj) },
+		DeleteFunc: c.enqueuePolicy,
 	}); err != nil {
 		return nil, fmt.Errorf("adding the policy event handler: %w", err)
 	}
@@ -132,9 +171,9 @@ func NewController(policies, definitions informers.GenericInformer, pods coreinf
 		DeleteFunc: c.enqueueNamespace,
 	}
 	everything := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { c.enqueueAll("") },
-		UpdateFunc: func(any, any) { c.enqueueAll("") },
-		DeleteFunc: func(any) { c.enqueueAll("") },
+		AddFunc:    c.enqueueNamespaceObject,
+		UpdateFunc: func(_, obj any) { c.enqueueNamespaceObject(obj) },
+		DeleteFunc: c.enqueueNamespaceObject,
 	}
 	for _, h := range []struct {
 		name     string
@@ -165,18 +204,63 @@ func (c *Controller) enqueue(obj any) {
 	c.queue.Add(key)
 }
 
+// enqueuePolicy adds the key of a policy, or of a deleted one's tombstone,
+// and its namespace for publishing.
+func (c *Controller) enqueuePolicy(obj any) {
+	c.enqueue(obj)
+	c.enqueuePublish(obj)
+}
+
 // enqueueNamespace adds the keys of the policies of the namespace of obj,
-// or of a deleted one's tombstone.
+// or of a deleted one's tombstone, and the namespace for publishing.
 func (c *Controller) enqueueNamespace(obj any) {
+	if ns, ok := namespaceOf(obj); ok {
+		c.enqueueAll(ns)
+		c.enqueuePublishing(ns)
+	}
+}
+
+// enqueueNamespaceObject handles a change of a Namespace: its labels may
+// change any policy's peers (by namespaceSelector), but the models of its
+// own networks only (their pods are all of it).
+func (c *Controller) enqueueNamespaceObject(obj any) {
+	c.enqueueAll("")
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	if o, err := meta.Accessor(obj); err == nil {
+		c.enqueuePublishing(o.GetName())
+	}
+}
+
+// enqueuePublish adds the namespace of obj, or of a deleted one's
+// tombstone, for publishing.
+func (c *Controller) enqueuePublish(obj any) {
+	if ns, ok := namespaceOf(obj); ok {
+		c.enqueuePublishing(ns)
+	}
+}
+
+// enqueuePublishing adds namespace ns for publishing, when the controller
+// publishes.
+func (c *Controller) enqueuePublishing(ns string) {
+	if c.publishQueue != nil && ns != "" {
+		c.publishQueue.Add(ns)
+	}
+}
+
+// namespaceOf returns the namespace of obj, or of a deleted one's
+// tombstone.
+func namespaceOf(obj any) (string, bool) {
 	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tombstone.Obj
 	}
 	o, err := meta.Accessor(obj)
 	if err != nil {
 		utilruntime.HandleError(fmt.Errorf("reading the namespace of %T: %w", obj, err))
-		return
+		return "", false
 	}
-	c.enqueueAll(o.GetNamespace())
+	return o.GetNamespace(), true
 }
 
 // enqueueAll adds the key of every policy of namespace, or of every one
@@ -200,11 +284,23 @@ func (c *Controller) enqueueAll(namespace string) {
 }
 
 // Run waits for the informers' caches, then runs workers goroutines that
-// report on policies until ctx ends. It returns once they all stopped.
+// report on policies and, when the controller publishes, workers more that
+// publish namespaces' models, until ctx ends. It returns once they all
+// stopped.
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	logger := klog.FromContext(ctx)
-	logger.Info("Starting the MultiNetworkPolicy controller", "workers", workers)
-	if err := c.queue.Run(ctx, workers, c.sync, c.synced...); err != nil {
+	logger.Info("Starting the MultiNetworkPolicy controller", "workers", workers, "publish", c.publishQueue != nil)
+	errs := make(chan error, 1)
+	if c.publishQueue != nil {
+		go func() { errs <- c.publishQueue.Run(ctx, workers, c.publish, c.synced...) }()
+	} else {
+		errs <- nil
+	}
+	err := c.queue.Run(ctx, workers, c.sync, c.synced...)
+	if perr := <-errs; err == nil {
+		err = perr
+	}
+	if err != nil {
 		return err
 	}
 	logger.Info("Stopped the MultiNetworkPolicy controller")

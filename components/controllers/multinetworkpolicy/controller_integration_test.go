@@ -3,11 +3,13 @@ package multinetworkpolicy_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,8 +40,9 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // with the NetworkAttachmentDefinition and MultiNetworkPolicy CRDs, and
 // kos-apiserver, behind the controller manager's subnet validator, IPAM and
 // pod-network controller: pods bound to a node by hand (nothing runs them)
-// get attachments and addresses, and the policies' Events say how many of
-// them each policy selects, and what it cannot honour.
+// get attachments and addresses, the policies' Events say how many of
+// them each policy selects, and what it cannot honour, and the node's
+// NodeNetworkPolicy follows the pods and policies.
 func TestIntegrationEvents(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -127,11 +130,32 @@ func TestIntegrationEvents(t *testing.T) {
 
 	waitEvent(t, kube, ns, "web", "Normal Applied Applies to 2 pods on "+ns+"/blue (KOS network 180).")
 	waitEvent(t, kube, ns, "v6", "Warning NotHonoured spec.ingress[0].from[0].ipBlock: cidr fd00::/64 is not IPv4, and KOS networks are IPv4 only; the peer allows nothing.")
+	addrs := addresses(t, kos, ns)
+	// web's rule admits client; v6's admits nothing, so it has no rule.
+	wantSpec := func(web ...string) v1alpha1.NodeNetworkPolicySpec {
+		var selected []string
+		for _, p := range web {
+			selected = append(selected, addrs[p])
+		}
+		slices.SortFunc(selected, func(a, b string) int { return netip.MustParseAddr(a).Compare(netip.MustParseAddr(b)) })
+		return v1alpha1.NodeNetworkPolicySpec{Node: "node-1", VNI: 180, Policies: []v1alpha1.PolicyModel{
+			{Name: ns + "/v6", Selected: selected, Ingress: true},
+			{Name: ns + "/web", Selected: selected, Ingress: true, IngressRules: []v1alpha1.PolicyRule{{Peers: []v1alpha1.PolicyPeer{{CIDR: addrs["client"] + "/32"}}}}},
+		}}
+	}
+	waitPublished(t, kos, ns, map[string]v1alpha1.NodeNetworkPolicySpec{"180.node-1": wantSpec("web-0", "web-1")})
 
 	if err := pods.Delete(ctx, "web-1", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
 	waitEvent(t, kube, ns, "web", "Normal Applied Applies to 1 pod on "+ns+"/blue (KOS network 180).")
+	waitPublished(t, kos, ns, map[string]v1alpha1.NodeNetworkPolicySpec{"180.node-1": wantSpec("web-0")})
+	for _, name := range []string{"web", "v6"} {
+		if err := policies.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitPublished(t, kos, ns, map[string]v1alpha1.NodeNetworkPolicySpec{})
 	// Another plugin's policy gets no Event; by now, the controller has
 	// synced it many times.
 	if got := events(t, kube, ns, "mac"); len(got) > 0 {
@@ -151,7 +175,8 @@ func startController(ctx context.Context, t *testing.T, kube kubernetes.Interfac
 	kosFactory := externalversions.NewSharedInformerFactory(kos, 0)
 	c, err := multinetworkpolicy.NewController(dynFactory.ForResource(v1beta1.MultiNetworkPolicies), dynFactory.ForResource(podnetwork.NetworkAttachmentDefinitions),
 		kubeFactory.Core().V1().Pods(), kubeFactory.Core().V1().Namespaces(),
-		kosFactory.Network().V1alpha1().Subnets(), kosFactory.Network().V1alpha1().NetworkAttachments(), recorder)
+		kosFactory.Network().V1alpha1().Subnets(), kosFactory.Network().V1alpha1().NetworkAttachments(), recorder,
+		multinetworkpolicy.Options{Publish: kos, NodePolicies: kosFactory.Network().V1alpha1().NodeNetworkPolicies()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,6 +193,51 @@ func startController(ctx context.Context, t *testing.T, kube kubernetes.Interfac
 		done <- err
 	}()
 	return done
+}
+
+// addresses returns the addresses of the pods' attachments in ns, by pod,
+// once every pod has one.
+func addresses(t *testing.T, kos versioned.Interface, ns string) map[string]string {
+	t.Helper()
+	var out map[string]string
+	poll.Until(t, time.Minute, "every pod's attachment has an address", func(ctx context.Context) error {
+		list, err := kos.NetworkV1alpha1().NetworkAttachments(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		out = map[string]string{}
+		for _, a := range list.Items {
+			if a.Status.IPv4 == "" {
+				return fmt.Errorf("attachment %s has no address yet", a.Name)
+			}
+			out[strings.TrimSuffix(a.Name, "-net1")] = a.Status.IPv4
+		}
+		if len(out) < 3 {
+			return fmt.Errorf("only %d attachments", len(out))
+		}
+		return nil
+	})
+	return out
+}
+
+// waitPublished waits until the NodeNetworkPolicies of ns are want, by
+// name.
+func waitPublished(t *testing.T, kos versioned.Interface, ns string, want map[string]v1alpha1.NodeNetworkPolicySpec) {
+	t.Helper()
+	poll.Until(t, time.Minute, "the NodeNetworkPolicies are the model", func(ctx context.Context) error {
+		list, err := kos.NetworkV1alpha1().NodeNetworkPolicies(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		got := map[string]v1alpha1.NodeNetworkPolicySpec{}
+		for _, p := range list.Items {
+			got[p.Name] = p.Spec
+		}
+		if diff := cmp.Diff(got, want); diff != "" {
+			return fmt.Errorf("(-got +want):\n%s", diff)
+		}
+		return nil
+	})
 }
 
 func create(t *testing.T, r dynamic.ResourceInterface, obj map[string]any) {

@@ -62,10 +62,11 @@ func (c *Controller) sync(ctx context.Context, ref cache.ObjectName) error {
 		c.tell(ctx, key, u, told{uid: u.GetUID(), problems: err.Error()}, ReasonInvalid)
 		return nil
 	}
-	in, err := c.input(policy)
+	in, err := c.input(policy.Namespace)
 	if err != nil {
 		return err
 	}
+	in.Policies = []*v1beta1.MultiNetworkPolicy{policy}
 	r := policymodel.Build(in).Reports[key]
 	now := told{uid: policy.UID, problems: strings.Join(r.Problems, " ")}
 	if len(r.Networks) > 0 {
@@ -114,19 +115,20 @@ func (c *Controller) tell(ctx context.Context, key string, policy *unstructured.
 	klog.FromContext(ctx).V(2).Info("Told what a MultiNetworkPolicy applies to", "policy", key, "applied", now.applied, "problems", now.problems)
 }
 
-// input returns the cluster state that policy's report reads: every
-// namespace, definition and subnet, but only the pods and attachments of
-// the policy's namespace. The others cannot count: a policy governs KOS
-// networks of its own namespace only (KOS gives interfaces on a definition
-// to pods of the definition's namespace), so the attachments on them, and
-// the pods they belong to, its peers included, are all of that namespace.
-func (c *Controller) input(policy *v1beta1.MultiNetworkPolicy) (policymodel.Input, error) {
-	in := policymodel.Input{Policies: []*v1beta1.MultiNetworkPolicy{policy}}
+// input returns the cluster state that the policies of namespace ns read,
+// without the policies: every namespace, definition and subnet, but only
+// the pods and attachments of ns. The others cannot count: a policy
+// governs KOS networks of its own namespace only (KOS gives interfaces on a
+// definition to pods of the definition's namespace), so the attachments on
+// them, and the pods they belong to, its peers included, are all of that
+// namespace.
+func (c *Controller) input(ns string) (policymodel.Input, error) {
+	var in policymodel.Input
 	var err error
-	if in.Pods, err = c.pods.Pods(policy.Namespace).List(labels.Everything()); err != nil {
+	if in.Pods, err = c.pods.Pods(ns).List(labels.Everything()); err != nil {
 		return in, fmt.Errorf("listing pods from the cache: %w", err)
 	}
-	if in.Attachments, err = c.attachments.NetworkAttachments(policy.Namespace).List(labels.Everything()); err != nil {
+	if in.Attachments, err = c.attachments.NetworkAttachments(ns).List(labels.Everything()); err != nil {
 		return in, fmt.Errorf("listing attachments from the cache: %w", err)
 	}
 	if in.Namespaces, err = c.namespaces.List(labels.Everything()); err != nil {

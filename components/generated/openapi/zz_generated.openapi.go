@@ -30,8 +30,15 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.NetworkConfigList{}.OpenAPIModelName():       schema_components_apis_network_v1alpha1_NetworkConfigList(ref),
 		v1alpha1.NetworkConfigSpec{}.OpenAPIModelName():       schema_components_apis_network_v1alpha1_NetworkConfigSpec(ref),
 		v1alpha1.NetworkConfigStatus{}.OpenAPIModelName():     schema_components_apis_network_v1alpha1_NetworkConfigStatus(ref),
+		v1alpha1.NodeNetworkPolicy{}.OpenAPIModelName():       schema_components_apis_network_v1alpha1_NodeNetworkPolicy(ref),
+		v1alpha1.NodeNetworkPolicyList{}.OpenAPIModelName():   schema_components_apis_network_v1alpha1_NodeNetworkPolicyList(ref),
+		v1alpha1.NodeNetworkPolicySpec{}.OpenAPIModelName():   schema_components_apis_network_v1alpha1_NodeNetworkPolicySpec(ref),
 		v1alpha1.NodeUnderlay{}.OpenAPIModelName():            schema_components_apis_network_v1alpha1_NodeUnderlay(ref),
 		v1alpha1.ObjectWrite{}.OpenAPIModelName():             schema_components_apis_network_v1alpha1_ObjectWrite(ref),
+		v1alpha1.PolicyModel{}.OpenAPIModelName():             schema_components_apis_network_v1alpha1_PolicyModel(ref),
+		v1alpha1.PolicyPeer{}.OpenAPIModelName():              schema_components_apis_network_v1alpha1_PolicyPeer(ref),
+		v1alpha1.PolicyPort{}.OpenAPIModelName():              schema_components_apis_network_v1alpha1_PolicyPort(ref),
+		v1alpha1.PolicyRule{}.OpenAPIModelName():              schema_components_apis_network_v1alpha1_PolicyRule(ref),
 		v1alpha1.Subnet{}.OpenAPIModelName():                  schema_components_apis_network_v1alpha1_Subnet(ref),
 		v1alpha1.SubnetList{}.OpenAPIModelName():              schema_components_apis_network_v1alpha1_SubnetList(ref),
 		v1alpha1.SubnetSpec{}.OpenAPIModelName():              schema_components_apis_network_v1alpha1_SubnetSpec(ref),
@@ -870,6 +877,156 @@ func schema_components_apis_network_v1alpha1_NetworkConfigStatus(ref common.Refe
 	}
 }
 
+func schema_components_apis_network_v1alpha1_NodeNetworkPolicy(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NodeNetworkPolicy is the policy of one virtual network on one node: kos-controller-manager compiles the MultiNetworkPolicies that govern the network into one per node that has attachments of the network the policies select, in the network's namespace, named <vni>.<node>; the node's agent programs its switch from it. Only the controller manager writes them.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard object metadata.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"extendedMetadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ExtendedMetadata is kept by the server: when each section last changed.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.ExtendedObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"spec": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Spec is the network's policy on the node.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.NodeNetworkPolicySpec{}.OpenAPIModelName()),
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.ExtendedObjectMeta{}.OpenAPIModelName(), v1alpha1.NodeNetworkPolicySpec{}.OpenAPIModelName(), v1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_components_apis_network_v1alpha1_NodeNetworkPolicyList(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NodeNetworkPolicyList is a list of NodeNetworkPolicies.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard list metadata.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1.ListMeta{}.OpenAPIModelName()),
+						},
+					},
+					"items": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Items are the NodeNetworkPolicies.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.NodeNetworkPolicy{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"items"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.NodeNetworkPolicy{}.OpenAPIModelName(), v1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_components_apis_network_v1alpha1_NodeNetworkPolicySpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NodeNetworkPolicySpec is the model of one network's policy on one node.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"node": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Node is the node whose agent enforces it.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"vni": {
+						SchemaProps: spec.SchemaProps{
+							Description: "VNI is the virtual network.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"policies": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Policies are the policies that select attachments of the network on the node.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.PolicyModel{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"node", "vni"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.PolicyModel{}.OpenAPIModelName()},
+	}
+}
+
 func schema_components_apis_network_v1alpha1_NodeUnderlay(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -927,6 +1084,227 @@ func schema_components_apis_network_v1alpha1_ObjectWrite(ref common.ReferenceCal
 		},
 		Dependencies: []string{
 			v1.MicroTime{}.OpenAPIModelName()},
+	}
+}
+
+func schema_components_apis_network_v1alpha1_PolicyModel(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "PolicyModel is one policy as it applies to one network on one node.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Name names the policy, as namespace/name.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"selected": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Selected are the IPv4 addresses of the node's attachments that the policy selects.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"ingress": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Ingress says the policy isolates them for ingress.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"ingressRules": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "IngressRules allow traffic to them.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.PolicyRule{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"egress": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Egress says the policy isolates them for egress.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"egressRules": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "EgressRules allow traffic from them.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.PolicyRule{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"name"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.PolicyRule{}.OpenAPIModelName()},
+	}
+}
+
+func schema_components_apis_network_v1alpha1_PolicyPeer(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "PolicyPeer is an IPv4 prefix less Except.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"cidr": {
+						SchemaProps: spec.SchemaProps{
+							Description: "CIDR is the prefix, such as 10.0.0.7/32.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"except": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Except are prefixes within CIDR left out.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"cidr"},
+			},
+		},
+	}
+}
+
+func schema_components_apis_network_v1alpha1_PolicyPort(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "PolicyPort is a destination port or range of one protocol.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"protocol": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Protocol is TCP, UDP or SCTP.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"port": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Port is the first port; 0 allows every port of Protocol.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"endPort": {
+						SchemaProps: spec.SchemaProps{
+							Description: "EndPort, when not 0, is the last port of the range from Port.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+				},
+				Required: []string{"protocol"},
+			},
+		},
+	}
+}
+
+func schema_components_apis_network_v1alpha1_PolicyRule(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "PolicyRule allows traffic between the selected attachments and Peers on Ports.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"peers": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Peers are IPv4 prefixes less their exceptions; none allows nothing.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.PolicyPeer{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"ports": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Ports are destination ports; none allows every port and protocol.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.PolicyPort{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.PolicyPeer{}.OpenAPIModelName(), v1alpha1.PolicyPort{}.OpenAPIModelName()},
 	}
 }
 

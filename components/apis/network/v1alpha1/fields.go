@@ -13,7 +13,8 @@ import (
 // Field selector labels the server supports, besides metadata.name and
 // metadata.namespace.
 const (
-	// FieldNode selects NetworkAttachments by spec.node.
+	// FieldNode selects NetworkAttachments and NodeNetworkPolicies by
+	// spec.node.
 	FieldNode = "spec.node"
 	// FieldSubnet selects NetworkAttachments by spec.subnet.
 	FieldSubnet = "spec.subnet"
@@ -24,7 +25,8 @@ const (
 	// FieldAddressVNI selects NetworkAttachments by status.addressVNI, compared
 	// as a number (so 007 selects VNI 7).
 	FieldAddressVNI = "status.addressVNI"
-	// FieldVNI selects Subnets by spec.vni, compared as a number.
+	// FieldVNI selects Subnets and NodeNetworkPolicies by spec.vni,
+	// compared as a number.
 	FieldVNI = "spec.vni"
 	// FieldSubnetName selects IPLocks by spec.subnetName.
 	FieldSubnetName = "spec.subnetName"
@@ -52,6 +54,10 @@ var selectableFields = map[string]map[string]fieldKind{
 	},
 	"IPLock": {
 		FieldSubnetName: stringField,
+	},
+	"NodeNetworkPolicy": {
+		FieldNode: stringField,
+		FieldVNI:  uint32Field,
 	},
 }
 

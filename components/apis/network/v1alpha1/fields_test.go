@@ -34,6 +34,9 @@ func TestFieldLabelConversion(t *testing.T) {
 		{"Subnet", "spec.ipv4", "10.0.0.0/8", result{Err: `field label "spec.ipv4" not supported for Subnet; supported labels: metadata.name, metadata.namespace, spec.vni`}},
 		{"IPLock", "spec.subnetName", "s1", result{Label: "spec.subnetName", Value: "s1"}},
 		{"IPLock", "spec.node", "n1", result{Err: `field label "spec.node" not supported for IPLock; supported labels: metadata.name, metadata.namespace, spec.subnetName`}},
+		{"NodeNetworkPolicy", "spec.node", "n1", result{Label: "spec.node", Value: "n1"}},
+		{"NodeNetworkPolicy", "spec.vni", "0301", result{Label: "spec.vni", Value: "301"}},
+		{"NodeNetworkPolicy", "spec.subnet", "s1", result{Err: `field label "spec.subnet" not supported for NodeNetworkPolicy; supported labels: metadata.name, metadata.namespace, spec.node, spec.vni`}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.kind+"/"+tc.label+"="+tc.value, func(t *testing.T) {

@@ -38,6 +38,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&NetworkAttachment{}, &NetworkAttachmentList{},
 		&IPLock{}, &IPLockList{},
 		&NetworkConfig{}, &NetworkConfigList{},
+		&NodeNetworkPolicy{}, &NodeNetworkPolicyList{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

@@ -160,6 +160,36 @@ func RegisterConversions(s *runtime.Scheme) error {
 	}); err != nil {
 		return err
 	}
+	if err := s.AddGeneratedConversionFunc((*NodeNetworkPolicy)(nil), (*network.NodeNetworkPolicy)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_NodeNetworkPolicy_To_network_NodeNetworkPolicy(a.(*NodeNetworkPolicy), b.(*network.NodeNetworkPolicy), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*network.NodeNetworkPolicy)(nil), (*NodeNetworkPolicy)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_network_NodeNetworkPolicy_To_v1alpha1_NodeNetworkPolicy(a.(*network.NodeNetworkPolicy), b.(*NodeNetworkPolicy), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*NodeNetworkPolicyList)(nil), (*network.NodeNetworkPolicyList)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_NodeNetworkPolicyList_To_network_NodeNetworkPolicyList(a.(*NodeNetworkPolicyList), b.(*network.NodeNetworkPolicyList), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*network.NodeNetworkPolicyList)(nil), (*NodeNetworkPolicyList)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_network_NodeNetworkPolicyList_To_v1alpha1_NodeNetworkPolicyList(a.(*network.NodeNetworkPolicyList), b.(*NodeNetworkPolicyList), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*NodeNetworkPolicySpec)(nil), (*network.NodeNetworkPolicySpec)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_NodeNetworkPolicySpec_To_network_NodeNetworkPolicySpec(a.(*NodeNetworkPolicySpec), b.(*network.NodeNetworkPolicySpec), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*network.NodeNetworkPolicySpec)(nil), (*NodeNetworkPolicySpec)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_network_NodeNetworkPolicySpec_To_v1alpha1_NodeNetworkPolicySpec(a.(*network.NodeNetworkPolicySpec), b.(*NodeNetworkPolicySpec), scope)
+	}); err != nil {
+		return err
+	}
 	if err := s.AddGeneratedConversionFunc((*NodeUnderlay)(nil), (*network.NodeUnderlay)(nil), func(a, b interface{}, scope conversion.Scope) error {
 		return Convert_v1alpha1_NodeUnderlay_To_network_NodeUnderlay(a.(*NodeUnderlay), b.(*network.NodeUnderlay), scope)
 	}); err != nil {
@@ -177,6 +207,46 @@ func RegisterConversions(s *runtime.Scheme) error {
 	}
 	if err := s.AddGeneratedConversionFunc((*network.ObjectWrite)(nil), (*ObjectWrite)(nil), func(a, b interface{}, scope conversion.Scope) error {
 		return Convert_network_ObjectWrite_To_v1alpha1_ObjectWrite(a.(*network.ObjectWrite), b.(*ObjectWrite), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*PolicyModel)(nil), (*network.PolicyModel)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_PolicyModel_To_network_PolicyModel(a.(*PolicyModel), b.(*network.PolicyModel), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*network.PolicyModel)(nil), (*PolicyModel)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_network_PolicyModel_To_v1alpha1_PolicyModel(a.(*network.PolicyModel), b.(*PolicyModel), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*PolicyPeer)(nil), (*network.PolicyPeer)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_PolicyPeer_To_network_PolicyPeer(a.(*PolicyPeer), b.(*network.PolicyPeer), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*network.PolicyPeer)(nil), (*PolicyPeer)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_network_PolicyPeer_To_v1alpha1_PolicyPeer(a.(*network.PolicyPeer), b.(*PolicyPeer), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*PolicyPort)(nil), (*network.PolicyPort)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_PolicyPort_To_network_PolicyPort(a.(*PolicyPort), b.(*network.PolicyPort), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*network.PolicyPort)(nil), (*PolicyPort)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_network_PolicyPort_To_v1alpha1_PolicyPort(a.(*network.PolicyPort), b.(*PolicyPort), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*PolicyRule)(nil), (*network.PolicyRule)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_PolicyRule_To_network_PolicyRule(a.(*PolicyRule), b.(*network.PolicyRule), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*network.PolicyRule)(nil), (*PolicyRule)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_network_PolicyRule_To_v1alpha1_PolicyRule(a.(*network.PolicyRule), b.(*PolicyRule), scope)
 	}); err != nil {
 		return err
 	}
@@ -567,6 +637,80 @@ func Convert_network_NetworkConfigStatus_To_v1alpha1_NetworkConfigStatus(in *net
 	return autoConvert_network_NetworkConfigStatus_To_v1alpha1_NetworkConfigStatus(in, out, s)
 }
 
+func autoConvert_v1alpha1_NodeNetworkPolicy_To_network_NodeNetworkPolicy(in *NodeNetworkPolicy, out *network.NodeNetworkPolicy, s conversion.Scope) error {
+	out.ObjectMeta = in.ObjectMeta
+	if err := Convert_v1alpha1_ExtendedObjectMeta_To_network_ExtendedObjectMeta(&in.ExtendedMetadata, &out.ExtendedMetadata, s); err != nil {
+		return err
+	}
+	if err := Convert_v1alpha1_NodeNetworkPolicySpec_To_network_NodeNetworkPolicySpec(&in.Spec, &out.Spec, s); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Convert_v1alpha1_NodeNetworkPolicy_To_network_NodeNetworkPolicy is an autogenerated conversion function.
+func Convert_v1alpha1_NodeNetworkPolicy_To_network_NodeNetworkPolicy(in *NodeNetworkPolicy, out *network.NodeNetworkPolicy, s conversion.Scope) error {
+	return autoConvert_v1alpha1_NodeNetworkPolicy_To_network_NodeNetworkPolicy(in, out, s)
+}
+
+func autoConvert_network_NodeNetworkPolicy_To_v1alpha1_NodeNetworkPolicy(in *network.NodeNetworkPolicy, out *NodeNetworkPolicy, s conversion.Scope) error {
+	out.ObjectMeta = in.ObjectMeta
+	if err := Convert_network_ExtendedObjectMeta_To_v1alpha1_ExtendedObjectMeta(&in.ExtendedMetadata, &out.ExtendedMetadata, s); err != nil {
+		return err
+	}
+	if err := Convert_network_NodeNetworkPolicySpec_To_v1alpha1_NodeNetworkPolicySpec(&in.Spec, &out.Spec, s); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Convert_network_NodeNetworkPolicy_To_v1alpha1_NodeNetworkPolicy is an autogenerated conversion function.
+func Convert_network_NodeNetworkPolicy_To_v1alpha1_NodeNetworkPolicy(in *network.NodeNetworkPolicy, out *NodeNetworkPolicy, s conversion.Scope) error {
+	return autoConvert_network_NodeNetworkPolicy_To_v1alpha1_NodeNetworkPolicy(in, out, s)
+}
+
+func autoConvert_v1alpha1_NodeNetworkPolicyList_To_network_NodeNetworkPolicyList(in *NodeNetworkPolicyList, out *network.NodeNetworkPolicyList, s conversion.Scope) error {
+	out.ListMeta = in.ListMeta
+	out.Items = *(*[]network.NodeNetworkPolicy)(unsafe.Pointer(&in.Items))
+	return nil
+}
+
+// Convert_v1alpha1_NodeNetworkPolicyList_To_network_NodeNetworkPolicyList is an autogenerated conversion function.
+func Convert_v1alpha1_NodeNetworkPolicyList_To_network_NodeNetworkPolicyList(in *NodeNetworkPolicyList, out *network.NodeNetworkPolicyList, s conversion.Scope) error {
+	return autoConvert_v1alpha1_NodeNetworkPolicyList_To_network_NodeNetworkPolicyList(in, out, s)
+}
+
+func autoConvert_network_NodeNetworkPolicyList_To_v1alpha1_NodeNetworkPolicyList(in *network.NodeNetworkPolicyList, out *NodeNetworkPolicyList, s conversion.Scope) error {
+	out.ListMeta = in.ListMeta
+	out.Items = *(*[]NodeNetworkPolicy)(unsafe.Pointer(&in.Items))
+	return nil
+}
+
+// Convert_network_NodeNetworkPolicyList_To_v1alpha1_NodeNetworkPolicyList is an autogenerated conversion function.
+func Convert_network_NodeNetworkPolicyList_To_v1alpha1_NodeNetworkPolicyList(in *network.NodeNetworkPolicyList, out *NodeNetworkPolicyList, s conversion.Scope) error {
+	return autoConvert_network_NodeNetworkPolicyList_To_v1alpha1_NodeNetworkPolicyList(in, out, s)
+}
+
+func autoConvert_v1alpha1_NodeNetworkPolicySpec_To_network_NodeNetworkPolicySpec(in *NodeNetworkPolicySpec, out *network.NodeNetworkPolicySpec, s conversion.Scope) error {
+	*out = *(*network.NodeNetworkPolicySpec)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_NodeNetworkPolicySpec_To_network_NodeNetworkPolicySpec is an autogenerated conversion function.
+func Convert_v1alpha1_NodeNetworkPolicySpec_To_network_NodeNetworkPolicySpec(in *NodeNetworkPolicySpec, out *network.NodeNetworkPolicySpec, s conversion.Scope) error {
+	return autoConvert_v1alpha1_NodeNetworkPolicySpec_To_network_NodeNetworkPolicySpec(in, out, s)
+}
+
+func autoConvert_network_NodeNetworkPolicySpec_To_v1alpha1_NodeNetworkPolicySpec(in *network.NodeNetworkPolicySpec, out *NodeNetworkPolicySpec, s conversion.Scope) error {
+	*out = *(*NodeNetworkPolicySpec)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_network_NodeNetworkPolicySpec_To_v1alpha1_NodeNetworkPolicySpec is an autogenerated conversion function.
+func Convert_network_NodeNetworkPolicySpec_To_v1alpha1_NodeNetworkPolicySpec(in *network.NodeNetworkPolicySpec, out *NodeNetworkPolicySpec, s conversion.Scope) error {
+	return autoConvert_network_NodeNetworkPolicySpec_To_v1alpha1_NodeNetworkPolicySpec(in, out, s)
+}
+
 func autoConvert_v1alpha1_NodeUnderlay_To_network_NodeUnderlay(in *NodeUnderlay, out *network.NodeUnderlay, s conversion.Scope) error {
 	*out = *(*network.NodeUnderlay)(unsafe.Pointer(in))
 	return nil
@@ -605,6 +749,86 @@ func autoConvert_network_ObjectWrite_To_v1alpha1_ObjectWrite(in *network.ObjectW
 // Convert_network_ObjectWrite_To_v1alpha1_ObjectWrite is an autogenerated conversion function.
 func Convert_network_ObjectWrite_To_v1alpha1_ObjectWrite(in *network.ObjectWrite, out *ObjectWrite, s conversion.Scope) error {
 	return autoConvert_network_ObjectWrite_To_v1alpha1_ObjectWrite(in, out, s)
+}
+
+func autoConvert_v1alpha1_PolicyModel_To_network_PolicyModel(in *PolicyModel, out *network.PolicyModel, s conversion.Scope) error {
+	*out = *(*network.PolicyModel)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_PolicyModel_To_network_PolicyModel is an autogenerated conversion function.
+func Convert_v1alpha1_PolicyModel_To_network_PolicyModel(in *PolicyModel, out *network.PolicyModel, s conversion.Scope) error {
+	return autoConvert_v1alpha1_PolicyModel_To_network_PolicyModel(in, out, s)
+}
+
+func autoConvert_network_PolicyModel_To_v1alpha1_PolicyModel(in *network.PolicyModel, out *PolicyModel, s conversion.Scope) error {
+	*out = *(*PolicyModel)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_network_PolicyModel_To_v1alpha1_PolicyModel is an autogenerated conversion function.
+func Convert_network_PolicyModel_To_v1alpha1_PolicyModel(in *network.PolicyModel, out *PolicyModel, s conversion.Scope) error {
+	return autoConvert_network_PolicyModel_To_v1alpha1_PolicyModel(in, out, s)
+}
+
+func autoConvert_v1alpha1_PolicyPeer_To_network_PolicyPeer(in *PolicyPeer, out *network.PolicyPeer, s conversion.Scope) error {
+	*out = *(*network.PolicyPeer)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_PolicyPeer_To_network_PolicyPeer is an autogenerated conversion function.
+func Convert_v1alpha1_PolicyPeer_To_network_PolicyPeer(in *PolicyPeer, out *network.PolicyPeer, s conversion.Scope) error {
+	return autoConvert_v1alpha1_PolicyPeer_To_network_PolicyPeer(in, out, s)
+}
+
+func autoConvert_network_PolicyPeer_To_v1alpha1_PolicyPeer(in *network.PolicyPeer, out *PolicyPeer, s conversion.Scope) error {
+	*out = *(*PolicyPeer)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_network_PolicyPeer_To_v1alpha1_PolicyPeer is an autogenerated conversion function.
+func Convert_network_PolicyPeer_To_v1alpha1_PolicyPeer(in *network.PolicyPeer, out *PolicyPeer, s conversion.Scope) error {
+	return autoConvert_network_PolicyPeer_To_v1alpha1_PolicyPeer(in, out, s)
+}
+
+func autoConvert_v1alpha1_PolicyPort_To_network_PolicyPort(in *PolicyPort, out *network.PolicyPort, s conversion.Scope) error {
+	*out = *(*network.PolicyPort)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_PolicyPort_To_network_PolicyPort is an autogenerated conversion function.
+func Convert_v1alpha1_PolicyPort_To_network_PolicyPort(in *PolicyPort, out *network.PolicyPort, s conversion.Scope) error {
+	return autoConvert_v1alpha1_PolicyPort_To_network_PolicyPort(in, out, s)
+}
+
+func autoConvert_network_PolicyPort_To_v1alpha1_PolicyPort(in *network.PolicyPort, out *PolicyPort, s conversion.Scope) error {
+	*out = *(*PolicyPort)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_network_PolicyPort_To_v1alpha1_PolicyPort is an autogenerated conversion function.
+func Convert_network_PolicyPort_To_v1alpha1_PolicyPort(in *network.PolicyPort, out *PolicyPort, s conversion.Scope) error {
+	return autoConvert_network_PolicyPort_To_v1alpha1_PolicyPort(in, out, s)
+}
+
+func autoConvert_v1alpha1_PolicyRule_To_network_PolicyRule(in *PolicyRule, out *network.PolicyRule, s conversion.Scope) error {
+	*out = *(*network.PolicyRule)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_PolicyRule_To_network_PolicyRule is an autogenerated conversion function.
+func Convert_v1alpha1_PolicyRule_To_network_PolicyRule(in *PolicyRule, out *network.PolicyRule, s conversion.Scope) error {
+	return autoConvert_v1alpha1_PolicyRule_To_network_PolicyRule(in, out, s)
+}
+
+func autoConvert_network_PolicyRule_To_v1alpha1_PolicyRule(in *network.PolicyRule, out *PolicyRule, s conversion.Scope) error {
+	*out = *(*PolicyRule)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_network_PolicyRule_To_v1alpha1_PolicyRule is an autogenerated conversion function.
+func Convert_network_PolicyRule_To_v1alpha1_PolicyRule(in *network.PolicyRule, out *PolicyRule, s conversion.Scope) error {
+	return autoConvert_network_PolicyRule_To_v1alpha1_PolicyRule(in, out, s)
 }
 
 func autoConvert_v1alpha1_Subnet_To_network_Subnet(in *Subnet, out *network.Subnet, s conversion.Scope) error {

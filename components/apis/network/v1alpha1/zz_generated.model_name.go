@@ -76,6 +76,21 @@ func (in NetworkConfigStatus) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in NodeNetworkPolicy) OpenAPIModelName() string {
+	return "com.github.kos-sdn.kos.components.apis.network.v1alpha1.NodeNetworkPolicy"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in NodeNetworkPolicyList) OpenAPIModelName() string {
+	return "com.github.kos-sdn.kos.components.apis.network.v1alpha1.NodeNetworkPolicyList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in NodeNetworkPolicySpec) OpenAPIModelName() string {
+	return "com.github.kos-sdn.kos.components.apis.network.v1alpha1.NodeNetworkPolicySpec"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in NodeUnderlay) OpenAPIModelName() string {
 	return "com.github.kos-sdn.kos.components.apis.network.v1alpha1.NodeUnderlay"
 }
@@ -83,6 +98,26 @@ func (in NodeUnderlay) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ObjectWrite) OpenAPIModelName() string {
 	return "com.github.kos-sdn.kos.components.apis.network.v1alpha1.ObjectWrite"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in PolicyModel) OpenAPIModelName() string {
+	return "com.github.kos-sdn.kos.components.apis.network.v1alpha1.PolicyModel"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in PolicyPeer) OpenAPIModelName() string {
+	return "com.github.kos-sdn.kos.components.apis.network.v1alpha1.PolicyPeer"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in PolicyPort) OpenAPIModelName() string {
+	return "com.github.kos-sdn.kos.components.apis.network.v1alpha1.PolicyPort"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in PolicyRule) OpenAPIModelName() string {
+	return "com.github.kos-sdn.kos.components.apis.network.v1alpha1.PolicyRule"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.

@@ -43,6 +43,8 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Network().V1alpha1().NetworkAttachments().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("networkconfigs"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Network().V1alpha1().NetworkConfigs().Informer()}, nil
+	case v1alpha1.SchemeGroupVersion.WithResource("nodenetworkpolicies"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Network().V1alpha1().NodeNetworkPolicies().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("subnets"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Network().V1alpha1().Subnets().Informer()}, nil
 

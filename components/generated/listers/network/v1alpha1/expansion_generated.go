@@ -22,6 +22,14 @@ type NetworkAttachmentNamespaceListerExpansion interface{}
 // NetworkConfigLister.
 type NetworkConfigListerExpansion interface{}
 
+// NodeNetworkPolicyListerExpansion allows custom methods to be added to
+// NodeNetworkPolicyLister.
+type NodeNetworkPolicyListerExpansion interface{}
+
+// NodeNetworkPolicyNamespaceListerExpansion allows custom methods to be added to
+// NodeNetworkPolicyNamespaceLister.
+type NodeNetworkPolicyNamespaceListerExpansion interface{}
+
 // SubnetListerExpansion allows custom methods to be added to
 // SubnetLister.
 type SubnetListerExpansion interface{}

@@ -14,6 +14,8 @@ type Interface interface {
 	NetworkAttachments() TypedNetworkAttachmentInformer
 	// NetworkConfigs returns a NetworkConfigInformer.
 	NetworkConfigs() TypedNetworkConfigInformer
+	// NodeNetworkPolicies returns a NodeNetworkPolicyInformer.
+	NodeNetworkPolicies() TypedNodeNetworkPolicyInformer
 	// Subnets returns a SubnetInformer.
 	Subnets() TypedSubnetInformer
 }
@@ -42,6 +44,11 @@ func (v *version) NetworkAttachments() TypedNetworkAttachmentInformer {
 // NetworkConfigs returns a TypedNetworkConfigInformer.
 func (v *version) NetworkConfigs() TypedNetworkConfigInformer {
 	return &networkConfigInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
+}
+
+// NodeNetworkPolicies returns a TypedNodeNetworkPolicyInformer.
+func (v *version) NodeNetworkPolicies() TypedNodeNetworkPolicyInformer {
+	return &nodeNetworkPolicyInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }
 
 // Subnets returns a TypedSubnetInformer.

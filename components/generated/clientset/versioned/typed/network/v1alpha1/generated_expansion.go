@@ -8,4 +8,6 @@ type NetworkAttachmentExpansion interface{}
 
 type NetworkConfigExpansion interface{}
 
+type NodeNetworkPolicyExpansion interface{}
+
 type SubnetExpansion interface{}

@@ -15,6 +15,7 @@ type NetworkV1alpha1Interface interface {
 	IPLocksGetter
 	NetworkAttachmentsGetter
 	NetworkConfigsGetter
+	NodeNetworkPoliciesGetter
 	SubnetsGetter
 }
 
@@ -33,6 +34,10 @@ func (c *NetworkV1alpha1Client) NetworkAttachments(namespace string) NetworkAtta
 
 func (c *NetworkV1alpha1Client) NetworkConfigs() NetworkConfigInterface {
 	return newNetworkConfigs(c)
+}
+
+func (c *NetworkV1alpha1Client) NodeNetworkPolicies(namespace string) NodeNetworkPolicyInterface {
+	return newNodeNetworkPolicies(c, namespace)
 }
 
 func (c *NetworkV1alpha1Client) Subnets(namespace string) SubnetInterface {

@@ -24,6 +24,10 @@ func (c *FakeNetworkV1alpha1) NetworkConfigs() v1alpha1.NetworkConfigInterface {
 	return newFakeNetworkConfigs(c)
 }
 
+func (c *FakeNetworkV1alpha1) NodeNetworkPolicies(namespace string) v1alpha1.NodeNetworkPolicyInterface {
+	return newFakeNodeNetworkPolicies(c, namespace)
+}
+
 func (c *FakeNetworkV1alpha1) Subnets(namespace string) v1alpha1.SubnetInterface {
 	return newFakeSubnets(c, namespace)
 }
