@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/kos-sdn/kos/components/agent/cniserver"
@@ -40,6 +41,20 @@ func (c cniAgent) CachedAttachment(key string) (*v1alpha1.NetworkAttachment, boo
 	}
 	att, ok := obj.(*v1alpha1.NetworkAttachment)
 	return att, ok
+}
+
+func (c cniAgent) PodAttachments(namespace, pod string) []*v1alpha1.NetworkAttachment {
+	objs, err := c.a.localInformer.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
+	if err != nil {
+		return nil
+	}
+	var atts []*v1alpha1.NetworkAttachment
+	for _, obj := range objs {
+		if att, ok := obj.(*v1alpha1.NetworkAttachment); ok && att.Annotations[v1alpha1.PodAnnotation] == pod {
+			atts = append(atts, att)
+		}
+	}
+	return atts
 }
 
 func (c cniAgent) Address(att *v1alpha1.NetworkAttachment) (fabric.LocalAttachment, bool) {
