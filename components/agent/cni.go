@@ -63,15 +63,16 @@ func (c cniAgent) Address(att *v1alpha1.NetworkAttachment) (fabric.LocalAttachme
 }
 
 // NotReady says why a local attachment is not ready on this node: its
-// status must report its interface here, and the fabric must hold it for
-// it.
+// status must hold no error of this node, and the fabric must hold it for
+// it. It does not wait for the agent's own status write (hostIP and
+// ifcName) to come back through the API: that write tells other nodes
+// where the attachment is, which they learn after the ADD either way, and
+// waiting for its echo cost each ADD a round trip to kos-apiserver, the
+// longest part of the wait on a busy node.
 func (c cniAgent) NotReady(att *v1alpha1.NetworkAttachment, at fabric.LocalAttachment) string {
 	a, key := c.a, keyOf(att)
 	if errs := att.Status.Errors.Host; len(errs) > 0 {
 		return fmt.Sprintf("NetworkAttachment %s (address %s) is not ready on node %s: %s", key, at.IP, a.node, strings.Join(errs, "; "))
-	}
-	if att.Status.HostIP != a.hostIP.String() || att.Status.IfcName != at.InterfaceName() {
-		return fmt.Sprintf("NetworkAttachment %s (address %s) is not ready on node %s yet", key, at.IP, a.node)
 	}
 	if p := a.state.installedAt(addressAt(at)); p.kind != local || p.owner != key {
 		return fmt.Sprintf("the switch of node %s does not hold NetworkAttachment %s (address %s) yet", a.node, key, at.IP)
