@@ -251,7 +251,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	nodeSelector := fields.OneTermEqualSelector(v1alpha1.FieldNode, a.node).String()
 	a.localInformer = kosinformers.NewFilteredNetworkAttachmentInformer(listingClient{a.client}, metav1.NamespaceAll, 0,
-		cache.Indexers{addressIndex: indexByAddress},
+		cache.Indexers{addressIndex: indexByAddress, cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
 		func(o *metav1.ListOptions) { o.FieldSelector = nodeSelector })
 	if _, err := a.localInformer.AddEventHandler(a.handler(informerLocal, nil)); err != nil {
 		return nil, fmt.Errorf("watching local attachments: %w", err)

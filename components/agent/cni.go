@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/kos-sdn/kos/components/agent/cniserver"
@@ -42,21 +43,36 @@ func (c cniAgent) CachedAttachment(key string) (*v1alpha1.NetworkAttachment, boo
 	return att, ok
 }
 
+func (c cniAgent) PodAttachments(namespace, pod string) []*v1alpha1.NetworkAttachment {
+	objs, err := c.a.localInformer.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
+	if err != nil {
+		return nil
+	}
+	var atts []*v1alpha1.NetworkAttachment
+	for _, obj := range objs {
+		if att, ok := obj.(*v1alpha1.NetworkAttachment); ok && att.Annotations[v1alpha1.PodAnnotation] == pod {
+			atts = append(atts, att)
+		}
+	}
+	return atts
+}
+
 func (c cniAgent) Address(att *v1alpha1.NetworkAttachment) (fabric.LocalAttachment, bool) {
 	addr, ok := addressOf(att)
 	return fabric.LocalAttachment{VNI: addr.vni, IP: addr.ip}, ok
 }
 
 // NotReady says why a local attachment is not ready on this node: its
-// status must report its interface here, and the fabric must hold it for
-// it.
+// status must hold no error of this node, and the fabric must hold it for
+// it. It does not wait for the agent's own status write (hostIP and
+// ifcName) to come back through the API: that write tells other nodes
+// where the attachment is, which they learn after the ADD either way, and
+// waiting for its echo cost each ADD a round trip to kos-apiserver, the
+// longest part of the wait on a busy node.
 func (c cniAgent) NotReady(att *v1alpha1.NetworkAttachment, at fabric.LocalAttachment) string {
 	a, key := c.a, keyOf(att)
 	if errs := att.Status.Errors.Host; len(errs) > 0 {
 		return fmt.Sprintf("NetworkAttachment %s (address %s) is not ready on node %s: %s", key, at.IP, a.node, strings.Join(errs, "; "))
-	}
-	if att.Status.HostIP != a.hostIP.String() || att.Status.IfcName != at.InterfaceName() {
-		return fmt.Sprintf("NetworkAttachment %s (address %s) is not ready on node %s yet", key, at.IP, a.node)
 	}
 	if p := a.state.installedAt(addressAt(at)); p.kind != local || p.owner != key {
 		return fmt.Sprintf("the switch of node %s does not hold NetworkAttachment %s (address %s) yet", a.node, key, at.IP)

@@ -27,5 +27,13 @@
 // VNI share an address, when an IPLock outlives its attachment, or when a
 // node's switch keeps a port or flow of no attachment or lacks one.
 //
+// TestIntegrationPodEdits is issue 32's proof on the same three nodes with
+// Multus: pods on a definition of type kos keep pinging each other and
+// their TCP connections while the definition is edited, a pod's
+// attachment and its Subnet are deleted with kubectl (both refused), the
+// node's agent is killed, and a deleted pod's address is taken on another
+// node; no node keeps a veth of no running pod, and a new pod gets the
+// edited definition (figures pod-edits-*).
+//
 // It has no code of its own besides the tests.
 package e2e

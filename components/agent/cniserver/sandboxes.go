@@ -63,6 +63,34 @@ func (s *sandboxes) forget(key, containerID string) {
 	}
 }
 
+// keyOf returns the key of the attachment the server plugged interface
+// ifname of sandbox containerID for, if it remembers one.
+func (s *sandboxes) keyOf(containerID, ifname string) (string, bool) {
+	if containerID == "" {
+		return "", false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for key, sb := range s.byKey {
+		if sb.req.ContainerID == containerID && sb.req.IfName == ifname {
+			return key, true
+		}
+	}
+	return "", false
+}
+
+// pluggedFor returns the sandbox (container ID) and interface the server
+// last plugged attachment key for, if it remembers one.
+func (s *sandboxes) pluggedFor(key string) (containerID, ifname string, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb := s.byKey[key]
+	if sb == nil {
+		return "", "", false
+	}
+	return sb.req.ContainerID, sb.req.IfName, true
+}
+
 // get returns the request that plugs the sandbox of attachment key again,
 // if the server remembers one, with its network namespace open on a
 // descriptor of its own that the caller closes, so that a DEL meanwhile

@@ -81,6 +81,9 @@ type Agent interface {
 	// CachedAttachment returns the attachment key (namespace/name) of the
 	// agent's node from its cache.
 	CachedAttachment(key string) (*v1alpha1.NetworkAttachment, bool)
+	// PodAttachments returns the attachments of the agent's node in
+	// namespace that the pod-network controller made for pod (by name).
+	PodAttachments(namespace, pod string) []*v1alpha1.NetworkAttachment
 	// Address returns the address IPAM gave att, if it has a valid one.
 	Address(att *v1alpha1.NetworkAttachment) (fabric.LocalAttachment, bool)
 	// NotReady returns why att, at address at, is not ready on the
@@ -448,29 +451,59 @@ func checkRequestedMAC(mac string, has net.HardwareAddr) error {
 var generatedName = regexp.MustCompile(`^net[0-9]+$`)
 
 // defaultNetworksHint ends the message of an ADD that finds no attachment
-// for a made-up interface name: Multus counts its defaultNetworks before
-// the annotation's entries, which the controller cannot see.
-const defaultNetworksHint = "; if Multus's configuration has defaultNetworks, Multus numbers net<N> after them while KOS counts the annotation's entries only: name the interface in the annotation (blue@net1, or \"interface\")"
+// for a made-up interface name, nor one Multus's defaultNetworks shifted
+// it from.
+const defaultNetworksHint = "; an interface net<N> that Multus numbered after its defaultNetworks stands for the pod's first attachment of the same subnet named net<M>, M < N, that no other interface of the sandbox has, and there is none yet"
 
 // podAttachment returns the local attachment of a pod's interface from the
-// cache, with its address if it has one, or why there is none yet.
+// cache, with its address if it has one, or why there is none yet: the
+// attachment this sandbox's interface was plugged for, else the one the
+// controller named for the interface, else, for a made-up name net<N> that
+// Multus numbered after its defaultNetworks, the one it stands for
+// (names.go).
 func (s *Server) podAttachment(req *cni.Request) (*v1alpha1.NetworkAttachment, string) {
+	if key, ok := s.sandboxes.keyOf(req.ContainerID, req.IfName); ok {
+		if att, exists := s.agent.CachedAttachment(key); exists && att.Labels[v1alpha1.PodUIDLabel] != "" && (req.Pod.UID == "" || att.Labels[v1alpha1.PodUIDLabel] == req.Pod.UID) {
+			return att, ""
+		}
+	}
 	key := req.Pod.Namespace + "/" + v1alpha1.AttachmentName(req.Pod.Name, req.IfName)
 	att, exists := s.agent.CachedAttachment(key)
-	if !exists {
-		why := fmt.Sprintf("no NetworkAttachment %s for interface %s of pod %s on node %s: kos-controller-manager makes it once the pod's k8s.v1.cni.cncf.io/networks annotation names a NetworkAttachmentDefinition of type kos (see the pod's events)", key, req.IfName, req.Pod, s.node)
-		if generatedName.MatchString(req.IfName) {
-			why += defaultNetworksHint
+	var why string
+	switch {
+	case !exists:
+		why = fmt.Sprintf("no NetworkAttachment %s for interface %s of pod %s on node %s: kos-controller-manager makes it once the pod's k8s.v1.cni.cncf.io/networks annotation names a NetworkAttachmentDefinition of type kos (see the pod's events)", key, req.IfName, req.Pod, s.node)
+	case req.Pod.UID != "" && att.Labels[v1alpha1.PodUIDLabel] != req.Pod.UID:
+		why = fmt.Sprintf("NetworkAttachment %s is for pod UID %s, not %s: an earlier pod of that name's, which kos-controller-manager replaces", key, att.Labels[v1alpha1.PodUIDLabel], req.Pod.UID)
+	case att.Annotations[v1alpha1.InterfaceAnnotation] != req.IfName:
+		why = fmt.Sprintf("NetworkAttachment %s is for interface %q, not %s (see the pod's events)", key, att.Annotations[v1alpha1.InterfaceAnnotation], req.IfName)
+	case req.Subnet != "" && att.Spec.Subnet != req.Subnet:
+		// Another entry's, if Multus shifted the names; add says so
+		// if no entry of the request's subnet comes before it.
+		if shifted := s.shiftedAttachment(req); shifted != nil {
+			return shifted, ""
 		}
-		return nil, why
+		return att, ""
+	default:
+		return att, ""
 	}
-	if uid := att.Labels[v1alpha1.PodUIDLabel]; req.Pod.UID != "" && uid != req.Pod.UID {
-		return nil, fmt.Sprintf("NetworkAttachment %s is for pod UID %s, not %s: an earlier pod of that name's, which kos-controller-manager replaces", key, uid, req.Pod.UID)
+	if shifted := s.shiftedAttachment(req); shifted != nil {
+		return shifted, ""
 	}
-	if ifname := att.Annotations[v1alpha1.InterfaceAnnotation]; ifname != req.IfName {
-		return nil, fmt.Sprintf("NetworkAttachment %s is for interface %q, not %s (see the pod's events)", key, ifname, req.IfName)
+	if !exists && generatedName.MatchString(req.IfName) {
+		why += defaultNetworksHint
 	}
-	return att, ""
+	return nil, why
+}
+
+// shiftedAttachment returns the attachment a request's made-up interface
+// name stands for when Multus numbered it after its defaultNetworks, or
+// nil.
+func (s *Server) shiftedAttachment(req *cni.Request) *v1alpha1.NetworkAttachment {
+	if _, ok := generatedNumber(req.IfName); !ok {
+		return nil
+	}
+	return pickShifted(req, s.agent.PodAttachments(req.Pod.Namespace, req.Pod.Name), s.sandboxes.pluggedFor)
 }
 
 // awaitPodAttachment waits, up to wait, for the pod's attachment
@@ -610,36 +643,61 @@ func (s *Server) del(ctx context.Context, req *cni.Request) {
 	if req.Pod.Namespace == "" || req.Pod.Name == "" || req.ContainerID == "" {
 		return
 	}
-	key := req.Pod.Namespace + "/" + v1alpha1.AttachmentName(req.Pod.Name, req.IfName)
-	s.sandboxes.forget(key, req.ContainerID)
 	s.budgets.end(req.ContainerID)
-	att, exists := s.agent.CachedAttachment(key)
-	if !exists {
-		return // its port went with it
+	// The port names its sandbox and interface, so the attachment whose
+	// port it is can be tried among those the interface may stand for:
+	// the one remembered for it, the one named for it, and those Multus
+	// may have shifted its name from (names.go).
+	var keys []string
+	if key, ok := s.sandboxes.keyOf(req.ContainerID, req.IfName); ok {
+		keys = append(keys, key)
 	}
-	addr, ok := s.agent.Address(att)
-	if !ok {
-		return
+	keys = append(keys, req.Pod.Namespace+"/"+v1alpha1.AttachmentName(req.Pod.Name, req.IfName))
+	if _, ok := generatedNumber(req.IfName); ok {
+		for _, att := range shiftedCandidates(req, s.agent.PodAttachments(req.Pod.Namespace, req.Pod.Name)) {
+			keys = append(keys, att.Namespace+"/"+att.Name)
+		}
 	}
-	p := &podPlug{key: key, addr: addr, owner: plugOwner(req), veth: &veth{hostNetns: s.cfg.HostNetns, hostName: addr.InterfaceName()}, pod: podOwned(att)}
-	if err := s.unplug(ctx, p); err != nil {
-		logger.Error(err, "Unplugging the pod's interface failed", "attachment", key)
+	seen := map[string]bool{}
+	for _, key := range keys {
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		s.sandboxes.forget(key, req.ContainerID)
+		att, exists := s.agent.CachedAttachment(key)
+		if !exists {
+			continue // its port went with it
+		}
+		addr, ok := s.agent.Address(att)
+		if !ok {
+			continue
+		}
+		p := &podPlug{key: key, addr: addr, owner: plugOwner(req), veth: &veth{hostNetns: s.cfg.HostNetns, hostName: addr.InterfaceName()}, pod: podOwned(att)}
+		unplugged, err := s.unplug(ctx, p)
+		if err != nil {
+			logger.Error(err, "Unplugging the pod's interface failed", "attachment", key)
+		}
+		if unplugged || err != nil {
+			return
+		}
 	}
 }
 
 // unplug takes the plug's port off the switch if the plug's owner still
 // owns it, and gives a plain attachment an internal port again if the
-// agent holds it as local; a pod's attachment gets none.
-func (s *Server) unplug(ctx context.Context, p *podPlug) error {
+// agent holds it as local; a pod's attachment gets none. unplugged says
+// that the port was the plug owner's.
+func (s *Server) unplug(ctx context.Context, p *podPlug) (unplugged bool, err error) {
 	release, notHeld := s.agent.Hold(p.addr, p.key)
 	defer release()
 	plugs, err := s.ports.Plugs(ctx, p.addr)
 	if err != nil {
-		return fmt.Errorf("reading the attachment's port: %w", err)
+		return false, fmt.Errorf("reading the attachment's port: %w", err)
 	}
 	if !slices.ContainsFunc(plugs, func(pl fabric.Plug) bool { return pl.Owner == p.owner }) {
 		klog.FromContext(ctx).V(2).Info("The port is not the sandbox's; leaving it", "attachment", p.key, "plugs", plugs)
-		return nil
+		return false, nil
 	}
 	// A plain attachment the agent still holds gets an internal port
 	// back, whose CreateLocal replaces the flows: only the port goes
@@ -647,20 +705,20 @@ func (s *Server) unplug(ctx context.Context, p *podPlug) error {
 	if notHeld == nil && !p.pod {
 		if err := s.ports.DeletePorts(ctx, p.addr); err != nil {
 			s.agent.Lost(p.addr, p.key)
-			return fmt.Errorf("taking the pod's port off the switch: %w", err)
+			return true, fmt.Errorf("taking the pod's port off the switch: %w", err)
 		}
 		s.restorePort(ctx, p)
 	} else {
 		if err := s.ports.DeleteLocal(ctx, p.addr); err != nil {
 			s.agent.Lost(p.addr, p.key)
-			return fmt.Errorf("taking the pod's port off the switch: %w", err)
+			return true, fmt.Errorf("taking the pod's port off the switch: %w", err)
 		}
 		if _, err := deleteHostEnd(p.veth.hostNetns, p.veth.hostName); err != nil {
-			return fmt.Errorf("deleting the pod's veth: %w", err)
+			return true, fmt.Errorf("deleting the pod's veth: %w", err)
 		}
 	}
 	klog.FromContext(ctx).V(2).Info("Unplugged a pod's interface", "attachment", p.key, "address", p.addr)
-	return nil
+	return true, nil
 }
 
 // check checks that a sandbox's interface is as its ADD left it: the

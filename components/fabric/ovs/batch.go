@@ -96,3 +96,85 @@ func (b *flowBatcher) applyBatch(batch []*flowChange) {
 		c.done <- b.ovs.bundle(context.WithoutCancel(c.ctx), b.bridge, c.mod)
 	}
 }
+
+// groupCommit runs one operation on many callers' items at once, as
+// flowBatcher does for flows: items that arrive while a batch runs wait
+// for it, then go together in the next. An idle fabric runs each call at
+// once; a busy one runs far fewer OVS tool runs, each for many items.
+type groupCommit[T any] struct {
+	// do runs one batch; a failed batch of several calls is run again
+	// call by call, so that one bad item fails only its own caller.
+	do func(ctx context.Context, items []T) error
+
+	mu      sync.Mutex
+	pending []*groupCall[T]
+	// running is true while a goroutine runs batches; it exits when it
+	// finds nothing pending.
+	running bool
+}
+
+// groupCall is one caller's items.
+type groupCall[T any] struct {
+	ctx   context.Context
+	items []T
+	done  chan error
+}
+
+// run runs items in the next batch and returns its outcome for them, or
+// ctx's error when ctx is done first (the batch may still run them:
+// callers' operations are idempotent).
+func (g *groupCommit[T]) run(ctx context.Context, items []T) error {
+	c := &groupCall[T]{ctx: ctx, items: items, done: make(chan error, 1)}
+	g.mu.Lock()
+	g.pending = append(g.pending, c)
+	if !g.running {
+		g.running = true
+		go g.loop()
+	}
+	g.mu.Unlock()
+	select {
+	case err := <-c.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// loop runs batches until none is pending.
+func (g *groupCommit[T]) loop() {
+	for {
+		g.mu.Lock()
+		batch := g.pending
+		g.pending = nil
+		if len(batch) == 0 {
+			g.running = false
+			g.mu.Unlock()
+			return
+		}
+		g.mu.Unlock()
+		g.runBatch(batch)
+	}
+}
+
+// runBatch runs a batch's items in one call of do, and, when that fails
+// for several callers, each caller's alone.
+func (g *groupCommit[T]) runBatch(batch []*groupCall[T]) {
+	// The batch outlives any one caller's cancellation; the OVS client's
+	// timeout still bounds it.
+	ctx := context.WithoutCancel(batch[0].ctx)
+	var items []T
+	for _, c := range batch {
+		items = append(items, c.items...)
+	}
+	err := g.do(ctx, items)
+	if err == nil || len(batch) == 1 {
+		for _, c := range batch {
+			c.done <- err
+		}
+		return
+	}
+	klog.FromContext(ctx).V(2).Info("A batch of switch changes failed; running them one by one", "calls", len(batch), "err", err)
+	for _, c := range batch {
+		c.done <- g.do(context.WithoutCancel(c.ctx), c.items)
+	}
+}

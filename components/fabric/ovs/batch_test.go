@@ -1,13 +1,17 @@
 package ovs
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	goovs "github.com/digitalocean/go-openvswitch/ovs"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/kos-sdn/kos/components/fabric"
 )
@@ -103,5 +107,54 @@ func TestIntegrationBatchFailure(t *testing.T) {
 	}
 	if !sameFlows(got, good) {
 		t.Errorf("the good change's flows are not in the switch: %s", fmt.Sprint(got))
+	}
+}
+
+// TestIntegrationConcurrentPlugs plugs veth pairs as the ports of many
+// attachments, one per call from as many goroutines, as a node's CNI ADDs
+// at the same time do, beside one call whose interface does not exist:
+// the fabric runs the calls that arrive together as one, and the bad one
+// fails alone. Every good plug ends up whole and plugged, each with its
+// owner.
+func TestIntegrationConcurrentPlugs(t *testing.T) {
+	f, inst := startFabric(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	const n = 12
+	var plugs []fabric.Plug
+	var atts []fabric.LocalAttachment
+	for i := range n {
+		att := fabric.LocalAttachment{VNI: 9, IP: netip.AddrFrom4([4]byte{10, 9, 0, byte(1 + i)})}
+		newGuest(t, ctx, inst, att)
+		atts = append(atts, att)
+		plugs = append(plugs, fabric.Plug{LocalAttachment: att, Owner: fmt.Sprintf("c%d/net1", i)})
+	}
+	missing := fabric.Plug{LocalAttachment: fabric.LocalAttachment{VNI: 9, IP: netip.MustParseAddr("10.9.0.200")}, Owner: "gone/net1"}
+	errs := make([]error, n+1)
+	var wg sync.WaitGroup
+	for i, p := range append(slices.Clone(plugs), missing) {
+		wg.Go(func() { errs[i] = f.PlugLocal(ctx, p) })
+	}
+	wg.Wait()
+	for i, err := range errs[:n] {
+		if err != nil {
+			t.Errorf("PlugLocal of %v: %v", plugs[i], err)
+		}
+	}
+	if errs[n] == nil {
+		t.Errorf("PlugLocal of %v, whose interface does not exist, succeeded", missing)
+	}
+	got, err := f.Plugs(ctx, atts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(got, plugs, cmpopts.EquateComparable(netip.Addr{}), cmpopts.SortSlices(func(a, b fabric.Plug) bool { return a.IP.Less(b.IP) })); diff != "" {
+		t.Errorf("Plugs (-got +want):\n%s", diff)
+	}
+	inv := list(t, f)
+	for _, att := range atts {
+		if !slices.Contains(inv.Local, att) {
+			t.Errorf("List: %v is not whole: %+v", att, inv)
+		}
 	}
 }
