@@ -19,15 +19,18 @@ lock_build() {
   fi
 }
 
-# build_cached OUT NAME LABEL PKG LDFLAGS builds the Go package PKG into
-# OUT/NAME unless it is there, saying so as LABEL.
+# build_cached OUT NAME LABEL PKG LDFLAGS [TOOLCHAIN] builds the Go package
+# PKG into OUT/NAME unless it is there, saying so as LABEL. TOOLCHAIN is the
+# go command's GOTOOLCHAIN: local (the default), or a release such as
+# go1.27.3 for a module that needs a newer Go than the tree's, which the go
+# command then fetches from the module proxy (once, into the module cache).
 build_cached() {
-  local out=$1 name=$2 label=$3 pkg=$4 ldflags=$5 start
+  local out=$1 name=$2 label=$3 pkg=$4 ldflags=$5 toolchain=${6:-local} start
   [ -x "$out/$name" ] && return 0
   echo "building $label from the Go module proxy; the first build takes several minutes..." >&2
   start=$(date +%s)
   # The temporary name keeps a half-written binary from ever looking built.
-  GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0 \
+  GOTOOLCHAIN=$toolchain GOFLAGS=-mod=mod CGO_ENABLED=0 \
     go build -trimpath -ldflags "$ldflags" -o "$out/$name.tmp.$$" "$pkg"
   mv "$out/$name.tmp.$$" "$out/$name"
   echo "built $label in $(( $(date +%s) - start ))s" >&2

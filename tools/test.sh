@@ -84,6 +84,15 @@ lap integration tools/lanes.sh integration
 step "cluster lane (make cluster): the packages that start nodes, one at a time"
 lap cluster tools/lanes.sh cluster
 
+# A release's range may reach the next minor only on the evidence of a run
+# on its beta: the beta lane runs when some range reaches 1.38.
+if grep -qE '^[[:space:]]*kubernetesVersion:.*<1\.39\.0' addons/*/addon.yaml; then
+	step "beta lane: the pods test on Kubernetes 1.38.0-beta.0 nodes (tools/kube138, built with Go 1.27.3 for that build alone; cached in .cache/)"
+	lap beta tools/lanes.sh beta
+else
+	step "beta lane: skipped, as no release's range reaches Kubernetes 1.38 (tools/lanes.sh beta runs it)"
+fi
+
 step "figures measured: $(wc -l <"$KOS_FIGURES") in _output/figures.jsonl (go run ./tools/figures/table _output/figures.jsonl)"
 
 step "done: $([ "$status" -eq 0 ] && echo "every test passed" || echo "FAILED (see above)")"

@@ -33,14 +33,14 @@ import (
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
-// The live upgrade: KOS 0.2.0 installed on nodes that run their own Open
-// vSwitch (as those upgraded from 0.1.0 do; the agent adopts it), used,
-// and upgraded to 0.3.0 under traffic; then pods on KOS networks, which 0.3.0 brings, keep
-// talking while every agent restarts.
+// The live upgrade: the release before the newest installed on nodes that
+// run their own Open vSwitch (as those upgraded from 0.1.0 do; the agent
+// adopts it), used, and upgraded to the newest under traffic; then pods on
+// KOS networks keep talking while every agent restarts, and under a
+// MultiNetworkPolicy when the newest release brings them. The two releases
+// are read from the addon bundle (liveReleases), so that the test follows
+// it as releases are added.
 const (
-	// liveOld and liveNew are the releases upgraded from and to.
-	liveOld = "0.2.0"
-	liveNew = "0.3.0"
 	// livePingInterval is the rate of the continuous pings.
 	livePingInterval = 100 * time.Millisecond
 	// liveTrickleEvery is how often the trickle creates an attachment (and
@@ -72,36 +72,46 @@ type liveDriver struct {
 	prunes bool
 }
 
-// TestIntegrationLiveUpgrade installs KOS 0.2.0 on three nodes that run
-// Multus and their own Open vSwitch, makes subnets and attachments on every
-// node, gives those of subnet blue to pods as 0.2.0 did (no CNI plugin: a
-// plain attachment's interface moved into the pod) and those of red to
-// guests, starts continuous pings between them on different nodes, TCP
-// connections between the pods (a line each way every 100 ms) and a
-// trickle of attachment creates and deletes, and applies the 0.3.0
-// channel: no API object is lost, no address changes, every attachment is
-// ready, no TCP connection dies, and the longest ping gap, the lost pings
-// and the longest TCP stall are measured. Then pods get interfaces on KOS
-// networks (0.3.0's) and ping and hold TCP connections across nodes while
-// every agent restarts (as the next upgrade will do). Applying the 0.2.0
-// channel again with ours is refused; with --allow-downgrade, after the
-// pods on KOS networks are gone, it rolls back to 0.2.0 under the same
-// traffic and checks (docs/install.md). With kOps's own, after its upgrade,
-// the 0.2.0 channel is applied (kOps downgrades). 0.2.0's images are built
-// from the commit that released it (catalog.BuildReleased). It does this
-// twice on one cluster: with our channels, then, after uninstalling, with
-// kOps's own. One cluster, because starting one and pushing the images cost
-// more than uninstalling.
+// TestIntegrationLiveUpgrade installs the release before the newest (old)
+// on three nodes that run Multus and their own Open vSwitch, makes subnets
+// and attachments on every node, gives those of subnet blue to pods as
+// 0.2.0 did (no CNI plugin: a plain attachment's interface moved into the
+// pod) and those of red to guests, starts continuous pings between them on
+// different nodes, TCP connections between the pods (a line each way every
+// 100 ms) and a trickle of attachment creates and deletes; when old has
+// pods on KOS networks (podsSince), pods that got theirs from kos-cni ping
+// and hold TCP connections across nodes too. Then it applies the newest
+// release's channel: no API object is lost, no address changes, every
+// attachment is ready, no pod is cut off, no TCP connection dies, and the
+// longest ping gap, the lost pings and the longest TCP stall are measured.
+// Then pods on KOS networks keep talking while every agent restarts (as
+// the next upgrade will make them), and, when the newest release installs
+// the MultiNetworkPolicy CRD, while a policy that allows their traffic is
+// applied (testPolicy). Applying old's channel again with ours is refused;
+// with --allow-downgrade it rolls back to old under the same traffic and
+// checks (docs/install.md), the pods on KOS networks kept when old has
+// them. With kOps's own, after its upgrade, old's channel is applied (kOps
+// downgrades). Released images are built from the commit that released
+// them (catalog.BuildReleased), a release not in catalog.Releases from
+// this tree. It does this twice on one cluster: with our channels, then,
+// after uninstalling, with kOps's own. One cluster, because starting one
+// and pushing the images cost more than uninstalling.
 func TestIntegrationLiveUpgrade(t *testing.T) {
 	began := time.Now()
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
+	old, latest, err := liveReleases(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	liveOld, liveNew := old.String(), latest.String()
+	t.Logf("the live upgrade goes from release %s to %s, the newest", liveOld, liveNew)
 	env := startCluster(t, true, true)
 	figures.Duration(t, "live-cluster-up", time.Since(began))
 
-	lu := &liveUpgrade{standard: newStandard(t, env, root)}
+	lu := &liveUpgrade{standard: newStandard(t, env, root), old: liveOld, new: liveNew}
 	info, err := lu.kube.Discovery().ServerVersion()
 	if err != nil {
 		t.Fatal(err)
@@ -109,6 +119,7 @@ func TestIntegrationLiveUpgrade(t *testing.T) {
 	if lu.server, err = channels.ServerVersion(info.GitVersion); err != nil {
 		t.Fatal(err)
 	}
+	requireFittingReleases(t, root, info.GitVersion, lu.server, liveOld, liveNew)
 	t.Cleanup(func() {
 		if t.Failed() {
 			lu.dumpState()
@@ -132,8 +143,10 @@ func TestIntegrationLiveUpgrade(t *testing.T) {
 type liveUpgrade struct {
 	*standard
 	server semver.Version
+	// old and new are the releases upgraded from and to (liveReleases).
+	old, new string
 	// tree is the release tree, which the HTTPS server serves;
-	// oldChannel and newChannel are its channels of liveOld and liveNew,
+	// oldChannel and newChannel are its channels of old and new,
 	// relative to it.
 	tree       string
 	oldChannel string
@@ -144,8 +157,8 @@ type liveUpgrade struct {
 	podImage string
 }
 
-// testPublish pushes to the cluster's registry the images of liveOld, then
-// those of liveNew, each built from the commit that made the release with
+// testPublish pushes to the cluster's registry the images of lu.old, then
+// those of lu.new, each built from the commit that made the release with
 // its own tooling (pushReleased), or today's for a release not made yet;
 // the second replace the tags both have (etcd, when both name the same
 // version: the pinned references stay valid). It writes the
@@ -156,16 +169,16 @@ func (lu *liveUpgrade) testPublish(t *testing.T) {
 	ctx := t.Context()
 	began := time.Now()
 	repo := lu.env.Registry + "/" + registryPrefix
-	digests := lu.pushReleased(t, repo, liveOld)
-	figures.Duration(t, "live-images-"+liveOld+"-built-and-pushed", time.Since(began))
+	digests := lu.pushReleased(t, repo, lu.old)
+	figures.Duration(t, "live-images-"+lu.old+"-built-and-pushed", time.Since(began))
 
 	newBegan := time.Now()
-	if _, released := catalog.Releases[liveNew]; released {
-		maps.Copy(digests, lu.pushReleased(t, repo, liveNew))
+	if _, released := catalog.Releases[lu.new]; released {
+		maps.Copy(digests, lu.pushReleased(t, repo, lu.new))
 	} else {
 		maps.Copy(digests, lu.pushImages(t, repo))
 	}
-	figures.Duration(t, "live-images-"+liveNew+"-built-and-pushed", time.Since(newBegan))
+	figures.Duration(t, "live-images-"+lu.new+"-built-and-pushed", time.Since(newBegan))
 
 	lu.tree = filepath.Join(lu.t.TempDir(), "release")
 	written, err := release.Write(ctx, release.Options{Root: lu.root, Out: lu.tree, Registry: repo, Digests: digests})
@@ -173,10 +186,10 @@ func (lu *liveUpgrade) testPublish(t *testing.T) {
 		t.Fatalf("writing the release tree: %v", err)
 	}
 	t.Logf("images the release names by tag only: %v", written.Unpinned)
-	if lu.oldChannel, err = kosinstall.WriteReleaseChannel(lu.tree, "kos-"+liveOld+".yaml", semver.MustParse(liveOld)); err != nil {
+	if lu.oldChannel, err = kosinstall.WriteReleaseChannel(lu.tree, "kos-"+lu.old+".yaml", semver.MustParse(lu.old)); err != nil {
 		t.Fatal(err)
 	}
-	if lu.newChannel, err = kosinstall.WriteReleaseChannel(lu.tree, "kos-"+liveNew+".yaml", semver.MustParse(liveNew)); err != nil {
+	if lu.newChannel, err = kosinstall.WriteReleaseChannel(lu.tree, "kos-"+lu.new+".yaml", semver.MustParse(lu.new)); err != nil {
 		t.Fatal(err)
 	}
 	lu.https = serveTree(t, lu.t, lu.env.Nodes[0].HostIP, lu.tree)
@@ -274,19 +287,28 @@ func (lu *liveUpgrade) pushReleased(t *testing.T, repo, version string) map[stri
 	return digests
 }
 
-// pass installs liveOld with the driver, uses it, upgrades to liveNew under
+// pass installs lu.old with the driver, uses it, upgrades to lu.new under
 // traffic, checks and measures, and sees a downgrade refused; then, with
-// ours, rolls back to liveOld under traffic (testRollback), and with
+// ours, rolls back to lu.old under traffic (testRollback), and with
 // kOps's sees it downgrade.
 func (lu *liveUpgrade) pass(t *testing.T, d liveDriver) {
 	began := time.Now()
 	d.apply(t, lu.oldChannel)
 	lu.waitKOSReady(t, 8*time.Minute)
-	figures.Duration(t, "live-"+d.name+"-install-"+liveOld, time.Since(began))
+	figures.Duration(t, "live-"+d.name+"-install-"+lu.old, time.Since(began))
 	lu.checkInstalled(t, lu.oldChannel, kosinstall.AgentNamespace)
 
 	net := lu.newLiveNetwork(t, "e2e-live-"+d.name)
 	before := net.snapshot(t)
+
+	// Pods on KOS networks, from kos-cni, talk through the upgrade when
+	// the old release has them.
+	var pods *podsTest
+	var podTraffic *podTraffic
+	if lu.hasPods(lu.old) {
+		pods = lu.startPods(t)
+		podTraffic = lu.startPodTraffic(t, pods, liveEventTime, livePodMaxLost)
+	}
 
 	traffic := net.startTraffic(t)
 	tr := net.startTrickle(t)
@@ -303,47 +325,68 @@ func (lu *liveUpgrade) pass(t *testing.T, d liveDriver) {
 	began = time.Now()
 	d.apply(t, lu.newChannel)
 	lu.waitKOSReady(t, 8*time.Minute)
-	lu.awaitAgents(t, liveNew)
+	lu.awaitAgents(t, lu.new)
 	figures.Duration(t, "live-"+d.name+"-upgrade-to-ready", time.Since(began))
 	upgraded := time.Now()
 	time.Sleep(10 * time.Second)
 	tr.stop()
 	traffic.check(t, d.name, upgraded)
 	t.Logf("live-%s trickle during the upgrade: %s", d.name, tr)
+	if podTraffic != nil {
+		podTraffic.check(t, d.name+"-pods")
+	}
 
 	lu.checkInstalled(t, lu.newChannel, kosinstall.AgentNamespace)
 	net.checkKept(t, before)
 	tr.checkReady(t)
 	lu.checkAdopted(t, before)
 
-	// What 0.3.0 brings: pods on KOS networks, which keep talking while
-	// every agent restarts, as the next upgrade will make them.
-	pods := &podsTest{standard: lu.standard, image: lu.podImage, ips: map[string]netip.Addr{}}
-	pods.testPodsStart(t)
-	pods.testPodsPing(t)
+	// Pods on KOS networks keep talking while every agent restarts, as
+	// the next upgrade will make them.
+	if pods == nil {
+		pods = lu.startPods(t)
+	}
 	if d.prunes {
 		lu.agentsRestartUnderPodTraffic(t, pods)
 	}
-	// Gone before the rollback or kOps's downgrade below puts back 0.2.0,
-	// which has no CNI plugin and whose kos-apiserver cannot delete a
-	// namespace's KOS objects (fixed in 0.3.0: it answered the namespace
-	// controller in protobuf, which KOS's types lack).
-	pods.deleteAll(t)
+	lu.testPolicy(t, pods, d.name)
+	if !lu.hasPods(lu.old) {
+		// Gone before the rollback or kOps's downgrade below puts back
+		// a release without a CNI plugin, whose kos-apiserver could not
+		// delete a namespace's KOS objects either (0.2.0: it answered
+		// the namespace controller in protobuf, which KOS's types lack).
+		pods.deleteAll(t)
+		pods = nil
+	}
 
 	// A downgrade with ours is refused, after either tool upgraded: ours
 	// reads the version of its own records, and finds that of kOps's
 	// (which hold none) in the channel they name, by id and hash.
 	out := lu.channelsProcess(t, "apply", "channel", lu.https.URL+lu.oldChannel, "--yes")
-	if n := strings.Count(out, channels.ReasonDowngrade); n != 4 || !strings.Contains(out, "No update required") {
-		t.Errorf("applying the %s channel with ours after %s's upgrade: want every addon's downgrade refused, got %d refused:\n%s", liveOld, d.name, n, out)
+	want := len(lu.selected(t, lu.oldChannel))
+	if n := strings.Count(out, channels.ReasonDowngrade); n != want || !strings.Contains(out, "No update required") {
+		t.Errorf("applying the %s channel with ours after %s's upgrade: want every addon's downgrade refused (%d), got %d refused:\n%s", lu.old, d.name, want, n, out)
 	}
 	lu.checkInstalled(t, lu.newChannel, kosinstall.AgentNamespace)
 	if d.prunes {
-		lu.testRollback(t, net)
+		lu.testRollback(t, net, pods)
 	} else {
 		lu.testKOpsDowngrade(t)
 	}
+	if pods != nil {
+		pods.deleteAll(t)
+	}
 	net.deleteGuests(t)
+}
+
+// startPods starts podsTest's pods on KOS networks (blue on every node,
+// green beside one) and checks that every blue pod reaches every other.
+func (lu *liveUpgrade) startPods(t *testing.T) *podsTest {
+	t.Helper()
+	pods := &podsTest{standard: lu.standard, image: lu.podImage, ips: map[string]netip.Addr{}}
+	pods.testPodsStart(t)
+	pods.testPodsPing(t)
+	return pods
 }
 
 // awaitAgents waits until every agent pod runs release version and is
@@ -373,98 +416,101 @@ func (lu *liveUpgrade) awaitAgents(t *testing.T, version string) {
 }
 
 // agentsRestartUnderPodTraffic restarts every agent (kubectl rollout
-// restart, one node at a time as the DaemonSet's update does) while a pod
-// pings another across nodes and each pod holds TCP connections to the next
-// node's, and measures the pings lost and the connections that survived.
+// restart, one node at a time as the DaemonSet's update does) while each
+// pod pings the next across nodes and holds TCP connections to it, and
+// measures the pings lost (a tenth at most) and the connections that
+// survived (figures live-pods-agents-restart-*).
 func (lu *liveUpgrade) agentsRestartUnderPodTraffic(t *testing.T, pods *podsTest) {
-	from, to := pods.blue[0], pods.blue[1]
-	const count = 400 // at 0.2 s: 80 s, the restart's time and more
-	type result struct {
-		out string
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		out, err := pods.execErr(t.Context(), from, pingBin, "-c", fmt.Sprint(count), "-i", "0.2", "-W", "1", pods.ips[to].String())
-		done <- result{out, err}
-	}()
-	var chats []*chatWatch
-	for i, p := range pods.blue {
-		chats = append(chats, lu.startChat(t, podsNamespace, p, pods.ips[pods.blue[(i+1)%len(pods.blue)]]))
-	}
-	time.Sleep(3 * time.Second)
+	const span = 80 * time.Second // the restart's time and more
+	traffic := lu.startPodTraffic(t, pods, span, int(span/livePodPingInterval)/10)
 	began := time.Now()
 	lu.kubectl(t, "-n", kosinstall.AgentNamespace, "rollout", "restart", "daemonset/kos-agent")
 	lu.kubectl(t, "-n", kosinstall.AgentNamespace, "rollout", "status", "daemonset/kos-agent", "--timeout=5m")
 	figures.Duration(t, "live-agents-restarted", time.Since(began))
 	time.Sleep(5 * time.Second)
-	checkChats(t, "pods-agents-restart", chats)
-	r := <-done
-	lost := pingLost(r.out)
-	t.Logf("pings %s -> %s (pods, across nodes) while every agent restarted: %d of %d lost", from, to, lost, count)
-	figures.Count(t, "live-pod-pings-lost-agents-restart", lost, "pings")
-	if lost < 0 || lost > count/10 {
-		t.Errorf("pings between pods while the agents restarted: %d of %d lost (%v), want traffic to go on:\n%s", lost, count, r.err, r.out)
-	}
+	traffic.check(t, "pods-agents-restart")
 }
 
-// backupClaim is kos-etcd's PersistentVolumeClaim of backups, which
-// liveNew added.
+// backupClaim is kos-etcd's PersistentVolumeClaim of backups, and the
+// name of the CronJob that writes it (0.3.0 added both).
 const backupClaim = "kos-etcd-backup"
 
-// testRollback rolls KOS back from liveNew to liveOld with ours, as
+// testRollback rolls KOS back from lu.new to lu.old with ours, as
 // docs/install.md says ("Rolling back a successful upgrade"), while the
-// pods and guests ping and the pods hold TCP connections across nodes: no
-// pod is on a KOS network any more (deleteAll did that), and the liveOld
-// channel is applied with --allow-downgrade; the backup claim stays with no
-// step of ours (channels never prunes a claim its manifest does not mark
-// deletable). No Subnet or attachment is lost or
-// changes, traffic goes on as through the upgrade (the same limits and
-// figures, named live-ours-rollback-*), the records and agents are
-// liveOld's again, the backup CronJob is pruned and its claim kept.
-func (lu *liveUpgrade) testRollback(t *testing.T, net *liveNetwork) {
+// guests ping and the pods hold TCP connections across nodes, and pods, the
+// pods on KOS networks (nil when lu.old has none: deleteAll removed them),
+// ping and hold theirs: lu.old's channel is applied with
+// --allow-downgrade; the backup claim stays with no step of ours (channels
+// never prunes a claim its manifest does not mark deletable). No Subnet or
+// attachment is lost or changes, no pod is cut off, traffic goes on as
+// through the upgrade (the same limits and figures, named
+// live-ours-rollback-*), the records and agents are lu.old's again; when
+// lu.old has no backup CronJob, it is pruned and its claim kept.
+func (lu *liveUpgrade) testRollback(t *testing.T, net *liveNetwork, pods *podsTest) {
 	ctx := t.Context()
-	left, err := lu.network.NetworkV1alpha1().NetworkAttachments("").List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.PodUIDLabel})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(left.Items) > 0 {
-		t.Fatalf("attachment %s/%s of a pod on a KOS network is left before the rollback", left.Items[0].Namespace, left.Items[0].Name)
+	if pods == nil {
+		left, err := lu.network.NetworkV1alpha1().NetworkAttachments("").List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.PodUIDLabel})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(left.Items) > 0 {
+			t.Fatalf("attachment %s/%s of a pod on a KOS network is left before the rollback to %s, which has none", left.Items[0].Namespace, left.Items[0].Name, lu.old)
+		}
 	}
 	before := net.snapshot(t)
 	traffic := net.startTraffic(t)
+	var podTraffic *podTraffic
+	if pods != nil {
+		podTraffic = lu.startPodTraffic(t, pods, liveEventTime, livePodMaxLost)
+	}
 
 	began := time.Now()
 	lu.channelsProcess(t, "apply", "channel", lu.https.URL+lu.oldChannel, "--allow-downgrade", "--yes", "--timeout=8m")
 	lu.waitKOSReady(t, 8*time.Minute)
-	lu.awaitAgents(t, liveOld)
+	lu.awaitAgents(t, lu.old)
 	figures.Duration(t, "live-ours-rollback-to-ready", time.Since(began))
 	rolled := time.Now()
 	time.Sleep(10 * time.Second)
 	traffic.check(t, "ours-rollback", rolled)
+	if podTraffic != nil {
+		podTraffic.check(t, "ours-rollback-pods")
+	}
 
 	lu.checkInstalled(t, lu.oldChannel, kosinstall.AgentNamespace)
 	net.checkKept(t, before)
 	lu.checkAdopted(t, before)
-	if _, err := lu.kube.BatchV1().CronJobs(kosinstall.Namespace).Get(ctx, backupClaim, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("CronJob %s after the rollback to %s: %v, want it pruned", backupClaim, liveOld, err)
+	if !lu.releaseHas(t, lu.old, "CronJob", backupClaim) {
+		if _, err := lu.kube.BatchV1().CronJobs(kosinstall.Namespace).Get(ctx, backupClaim, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("CronJob %s after the rollback to %s: %v, want it pruned", backupClaim, lu.old, err)
+		}
 	}
 	if _, err := lu.kube.CoreV1().PersistentVolumeClaims(kosinstall.Namespace).Get(ctx, backupClaim, metav1.GetOptions{}); err != nil {
-		t.Errorf("PersistentVolumeClaim %s after the rollback to %s: %v, want it kept", backupClaim, liveOld, err)
+		t.Errorf("PersistentVolumeClaim %s after the rollback to %s: %v, want it kept", backupClaim, lu.old, err)
 	}
 }
 
-// testKOpsDowngrade applies the liveOld channel with kOps's own channels
-// after it upgraded to liveNew, and checks what kOps does: its rule is that
+// testKOpsDowngrade applies lu.old's channel with kOps's own channels
+// after it upgraded to lu.new, and checks what kOps does: its rule is that
 // a release whose manifest hash differs from the record's replaces it,
-// older or not, so it applies liveOld again and records it (docs/install.md says
+// older or not, so it applies lu.old again and records it (docs/install.md says
 // so). What becomes of the running SDN then is not checked.
 func (lu *liveUpgrade) testKOpsDowngrade(t *testing.T) {
 	lu.kopsApply(t, lu.oldChannel)
-	lu.checkRecords(t, lu.oldChannel, ": kOps's channels applied it over "+liveNew)
+	lu.checkRecords(t, lu.oldChannel, ": kOps's channels applied it over "+lu.new)
 	if _, err := lu.kube.AppsV1().DaemonSets(kosinstall.AgentNamespace).Get(t.Context(), "kos-agent", metav1.GetOptions{}); err != nil {
-		t.Errorf("the %s agent's DaemonSet after kOps's channels applied the %s channel: %v; want it applied again", liveOld, liveOld, err)
+		t.Errorf("the %s agent's DaemonSet after kOps's channels applied the %s channel: %v; want it applied again", lu.old, lu.old, err)
 	}
+}
+
+// selected returns the releases the channel at the tree's path rel offers
+// this cluster.
+func (lu *liveUpgrade) selected(t *testing.T, rel string) []*channels.Addon {
+	t.Helper()
+	releases, err := channels.Load(t.Context(), channels.NewFetcher(), filepath.Join(lu.tree, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return channels.Select(releases, lu.server)
 }
 
 // checkRecords checks that the install records are the releases the
@@ -472,12 +518,8 @@ func (lu *liveUpgrade) testKOpsDowngrade(t *testing.T) {
 // says why they should be.
 func (lu *liveUpgrade) checkRecords(t *testing.T, rel, why string) {
 	t.Helper()
-	releases, err := channels.Load(t.Context(), channels.NewFetcher(), filepath.Join(lu.tree, rel))
-	if err != nil {
-		t.Fatal(err)
-	}
 	want := map[string]string{}
-	for _, a := range channels.Select(releases, lu.server) {
+	for _, a := range lu.selected(t, rel) {
 		want[a.Name] = a.ManifestHash
 	}
 	got := map[string]string{}
@@ -519,7 +561,7 @@ func (lu *liveUpgrade) checkInstalled(t *testing.T, rel, agentNS string) {
 	})
 }
 
-// checkAdopted checks that the liveNew agents program the nodes' own Open
+// checkAdopted checks that the lu.new agents program the nodes' own Open
 // vSwitch: its bridge kos still holds the attachments' ports, and no Open
 // vSwitch of the pod runs beside it.
 func (lu *liveUpgrade) checkAdopted(t *testing.T, atts map[string]attachmentState) {

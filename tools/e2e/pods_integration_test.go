@@ -86,6 +86,7 @@ func TestIntegrationPods(t *testing.T) {
 	figures.Duration(t, "pods-cluster-up", time.Since(began))
 
 	p := &podsTest{standard: newStandard(t, env, root), ips: map[string]netip.Addr{}}
+	requireNewestFits(t, p.kos)
 	runStepsDumping(t, func() {
 		p.dumpState()
 		p.dumpNamespace(podsNamespace)

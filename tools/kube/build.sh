@@ -2,12 +2,15 @@
 # build.sh builds the control-plane binaries the tests and the demo run, from the
 # Go module proxy, and caches them by version so only the first run pays.
 #
-#   tools/kube/build.sh [--module DIR] [BINARY...]     (default: etcd kube-apiserver)
+#   tools/kube/build.sh [--module DIR] [--toolchain GO] [BINARY...]
+#                                               (default: etcd kube-apiserver)
 #
 # The versions are those the module in DIR requires (default: this folder's,
 # Kubernetes 1.37; tools/kube129 and tools/kube130 hold ones for 1.29 and
-# 1.30, for the addon checks). etcd is the one KOS ships (tools/etcd/build.sh,
-# 3.6.4), copied in: Kubernetes 1.37 requires etcd 3.7, which KOS does not
+# 1.30, for the addon checks; tools/kube138 the next minor's beta). GO is
+# the go command's GOTOOLCHAIN for these builds alone (default local; 1.38
+# needs go1.27.3). etcd is the one KOS ships (tools/etcd/build.sh, 3.6.4),
+# copied in: Kubernetes 1.37 and 1.38 require etcd 3.7, which KOS does not
 # ship, and 1.29 and 1.30 run on 3.6 as well as on their own 3.5. Binaries
 # land in $KOS_CACHE/kube/<version>/ (KOS_CACHE defaults to .cache at the
 # repository root, which git ignores). The script prints that folder on stdout.
@@ -18,6 +21,11 @@ root=$(cd "$here/../.." && pwd)
 . "$root/tools/gobuild.sh"
 if [ "${1:-}" = --module ]; then
   here=$(cd "$2" && pwd)
+  shift 2
+fi
+toolchain=local
+if [ "${1:-}" = --toolchain ]; then
+  toolchain=$2
   shift 2
 fi
 version=$(required_version "$here/go.mod" k8s.io/kubernetes)
@@ -59,6 +67,6 @@ for bin in "${bins[@]}"; do
       pkg=k8s.io/kubernetes/cmd/$bin; ldflags=$kube_ldflags ;;
     *) echo "build.sh: unknown binary $bin (known: etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl)" >&2; exit 2 ;;
   esac
-  build_cached "$out" "$bin" "$bin ($version)" "$pkg" "$ldflags"
+  build_cached "$out" "$bin" "$bin ($version)" "$pkg" "$ldflags" "$toolchain"
 done
 echo "$out"

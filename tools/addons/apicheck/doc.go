@@ -1,7 +1,8 @@
 // Package apicheck holds the tests that check the KOS addon bundle against
 // real kube-apiservers of the oldest and newest minors the releases'
 // kubernetesVersion ranges claim: 1.37 (tools/kube), 1.30 (tools/kube130)
-// and 1.29 (tools/kube129). Every manifest of every release passes a
+// and 1.29 (tools/kube129), and the 1.38 beta (tools/kube138) once a range
+// reaches it; only the minors some range claims at an end start. Every manifest of every release passes a
 // server-side dry-run apply on each server its range contains, and the
 // oldest and newest minor each range claims must be among the servers;
 // channels picks on each server the variant meant for it; and each

@@ -58,7 +58,11 @@ func TestIntegrationDryRun(t *testing.T) {
 				t.Errorf("release %s (kubernetesVersion %q) fits none of the test servers (%v): start a kube-apiserver of its range in tools/addons/apicheck",
 					release, a.KubernetesVersion, servers)
 			}
-			for _, minor := range endMinors(t, a) {
+			minors, err := endMinors(a.KubernetesVersion)
+			if err != nil {
+				t.Errorf("%s: %v", release, err)
+			}
+			for _, minor := range minors {
 				if !slices.ContainsFunc(servers, func(s *server) bool { return s.version.Major == 1 && s.version.Minor == minor }) {
 					t.Errorf("release %s (kubernetesVersion %q) claims Kubernetes 1.%d, which no test server runs (%v): start a kube-apiserver 1.%d in tools/addons/apicheck or narrow the range",
 						release, a.KubernetesVersion, minor, servers, minor)
@@ -69,19 +73,17 @@ func TestIntegrationDryRun(t *testing.T) {
 }
 
 // endMinors returns the oldest and the newest minor of Kubernetes 1 that a
-// release's kubernetesVersion range claims, the two its checks must run on;
+// kubernetesVersion range claims, the two a release's checks must run on;
 // only the oldest for a range without an upper bound (the bundle has none
 // since the 0.1.0 entries were capped; channels lint refuses an old
 // open-ended range beside a newer capped one).
-func endMinors(t *testing.T, a *channels.Addon) []uint64 {
-	t.Helper()
-	r, err := semver.ParseRange(a.KubernetesVersion)
-	if a.KubernetesVersion == "" {
+func endMinors(kubernetesVersion string) ([]uint64, error) {
+	r, err := semver.ParseRange(kubernetesVersion)
+	if kubernetesVersion == "" {
 		r, err = func(semver.Version) bool { return true }, nil
 	}
 	if err != nil {
-		t.Errorf("%s %s: kubernetesVersion %q: %v", a.Name, a.VersionString(), a.KubernetesVersion, err)
-		return nil
+		return nil, fmt.Errorf("kubernetesVersion %q: %w", kubernetesVersion, err)
 	}
 	const beyond = 100
 	var claimed []uint64
@@ -92,14 +94,13 @@ func endMinors(t *testing.T, a *channels.Addon) []uint64 {
 	}
 	switch {
 	case len(claimed) == 0:
-		t.Errorf("%s %s: kubernetesVersion %q claims no Kubernetes 1 minor", a.Name, a.VersionString(), a.KubernetesVersion)
-		return nil
+		return nil, fmt.Errorf("kubernetesVersion %q claims no Kubernetes 1 minor", kubernetesVersion)
 	case claimed[len(claimed)-1] == beyond:
-		return claimed[:1]
+		return claimed[:1], nil
 	case len(claimed) == 1:
-		return claimed
+		return claimed, nil
 	}
-	return []uint64{claimed[0], claimed[len(claimed)-1]}
+	return []uint64{claimed[0], claimed[len(claimed)-1]}, nil
 }
 
 // dryRunApply applies a release's manifest with dry-run on s and fails the

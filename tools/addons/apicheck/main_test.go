@@ -20,17 +20,23 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kos-sdn/kos/channels"
+	"github.com/kos-sdn/kos/tools/addons/bundle"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
-// oldServers are the control planes of older minors than tools/kube's,
-// the oldest minor some release's kubernetesVersion range claims: each a
-// build module of its own (tools/<dir>/build.sh builds etcd and
-// kube-apiserver once and says where they are), or the folder that the
-// environment variable env names.
-var oldServers = []struct{ minor, dir, env string }{
-	{"1.30", "kube130", "KOS_KUBE130_BIN_DIR"},
-	{"1.29", "kube129", "KOS_KUBE129_BIN_DIR"},
+// otherServers are the control planes of other minors than tools/kube's
+// (1.37), started when some release's kubernetesVersion range has that
+// minor at one of its ends (endMinors): each a build module of its own
+// (tools/<dir>/build.sh builds etcd and kube-apiserver once and says where
+// they are), or the folder that the environment variable env names. 1.38
+// is a beta (tools/kube138), which ranges reaching <1.39.0 are checked on.
+var otherServers = []struct {
+	minor    uint64
+	dir, env string
+}{
+	{38, "kube138", "KOS_KUBE138_BIN_DIR"},
+	{30, "kube130", "KOS_KUBE130_BIN_DIR"},
+	{29, "kube129", "KOS_KUBE129_BIN_DIR"},
 }
 
 // namespace is the namespace of the KOS addons.
@@ -96,12 +102,20 @@ func runMain(m *testing.M) int {
 
 // startServers starts a control plane of tools/kube (1.37, with
 // kube-controller-manager for ClusterRole aggregation) and one of each of
-// oldServers (which build no controller manager) at once: each takes
-// seconds, mostly waiting.
+// otherServers (which build no controller manager) whose minor the
+// bundle's ranges claim at an end, at once: each takes seconds, mostly
+// waiting.
 func startServers(ctx context.Context) ([]*server, error) {
+	claimed, err := claimedEndMinors(ctx)
+	if err != nil {
+		return nil, err
+	}
 	dirs := []string{""}
-	for _, o := range oldServers {
-		dir, err := oldBinDir(ctx, repoRoot, o.minor, o.dir, o.env)
+	for _, o := range otherServers {
+		if !claimed[o.minor] {
+			continue
+		}
+		dir, err := otherBinDir(ctx, repoRoot, fmt.Sprintf("1.%d", o.minor), o.dir, o.env)
 		if err != nil {
 			return nil, err
 		}
@@ -153,10 +167,34 @@ func startServer(ctx context.Context, binDir string) (*server, error) {
 	return s, nil
 }
 
-// oldBinDir returns the folder of etcd and kube-apiserver of minor: $env,
+// claimedEndMinors returns the minors of Kubernetes 1 that some release of
+// the bundle's ranges has at one of its ends (endMinors).
+func claimedEndMinors(ctx context.Context) (map[uint64]bool, error) {
+	b, err := bundle.Load(ctx, repoRoot, bundle.Channels)
+	if err != nil {
+		return nil, fmt.Errorf("loading the addon bundle: %w", err)
+	}
+	claimed := map[uint64]bool{}
+	for _, f := range b.Folders {
+		// A folder that does not load fails TestIntegrationDryRun, and
+		// a range that does not parse, there too.
+		for _, a := range f.Releases {
+			minors, err := endMinors(a.KubernetesVersion)
+			if err != nil {
+				continue
+			}
+			for _, m := range minors {
+				claimed[m] = true
+			}
+		}
+	}
+	return claimed, nil
+}
+
+// otherBinDir returns the folder of etcd and kube-apiserver of minor: $env,
 // else what tools/<dir>/build.sh builds (minutes the first time, then
 // cached).
-func oldBinDir(ctx context.Context, root, minor, dir, env string) (string, error) {
+func otherBinDir(ctx context.Context, root, minor, dir, env string) (string, error) {
 	if d := os.Getenv(env); d != "" {
 		return d, nil
 	}

@@ -33,6 +33,11 @@ var Releases = map[string]string{
 	// tunnel filter, the CNI server) went into the tree that builds
 	// 0.3.0.
 	"0.2.0": "cf83361052d6aaf75f9b1a8f313d6cae607ce4f5",
+	// The last commit of the third wave (6433994): 0.3.0 as users got
+	// it, before the fourth wave's agent (debug listener, node Leases,
+	// network configuration) went into the tree, which from here on
+	// builds only the newest release, 0.4.0.
+	"0.3.0": "6433994067605b6258796b31926b79f0f9f2d335",
 }
 
 // ReleasedOptions say which release's images to build.
