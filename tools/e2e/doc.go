@@ -27,5 +27,19 @@
 // VNI share an address, when an IPLock outlives its attachment, or when a
 // node's switch keeps a port or flow of no attachment or lacks one.
 //
+// One cluster is shared (shared_test.go): the tests that only read the
+// cluster or add namespaced objects of their own call sharedStandard and
+// run, each in a namespace of its own (standard.namespace), on the three
+// nodes the first of them starts, with the standard release installed from
+// its tree once; TestIntegrationKubectlKos is one. A destructive test that
+// starts from that install takes the cluster over as the last to use it
+// (takeSharedStandard, declared in takeover_integration_test.go, which
+// sorts after the files of the tests that share): TestIntegrationOperate.
+// The others (upgrades, node stops, chaos, other shapes) start their own.
+//
+// The runbooks run as written: the blocks of docs/install.md's
+// "Uninstalling" and docs/backup.md's "Restoring" marked to run (tools/
+// docrun), in TestIntegrationOperate.
+//
 // It has no code of its own besides the tests.
 package e2e
