@@ -146,8 +146,10 @@ func startShared(t *testing.T, root string) (_ *sharedCluster, err error) {
 		return nil, err
 	}
 	c := &sharedCluster{env: env, started: time.Since(began), hostsBefore: map[string]string{}}
+	// Stopped unless it returns, be it by an error or by t.Fatal.
+	ok := false
 	defer func() {
-		if err != nil {
+		if !ok {
 			err = errors.Join(err, c.stop())
 		}
 	}()
@@ -161,10 +163,12 @@ func startShared(t *testing.T, root string) (_ *sharedCluster, err error) {
 	s := c.standardFor(t, root)
 	// The install is a step of t, so that its failure shows as one.
 	if !t.Run("shared cluster: install", func(t *testing.T) { c.channels = s.installTreeInto(t, c.dir) }) {
+		s.dumpState()
 		return nil, errors.New("the install failed")
 	}
 	c.installed = time.Since(began) - c.started
 	figures.Duration(t, "shared-install", c.installed)
+	ok = true
 	return c, nil
 }
 
