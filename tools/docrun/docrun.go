@@ -17,6 +17,9 @@
 // that a page that drops a variable does not silently run with its own
 // value.
 //
+// A block marked to run must run in a test: make verify fails when no test
+// names one of the headings it is under (tools/docrun/check).
+//
 // When $KOS_DOCRUN names a file, every block run is appended to it as one
 // JSON line (Record): which headings of which pages a run executed.
 package docrun
@@ -64,23 +67,56 @@ const runInfo = "sh run"
 // of the same or a higher level: its subsections' blocks are included. It
 // fails when the heading is missing or has no block to run.
 func Section(file, heading string) ([]Block, error) {
-	data, err := os.ReadFile(file)
+	if headingLevel(heading) == 0 {
+		return nil, fmt.Errorf("%q is not a Markdown heading", heading)
+	}
+	all, headings, err := scan(file)
 	if err != nil {
 		return nil, err
 	}
-	level := headingLevel(heading)
-	if level == 0 {
-		return nil, fmt.Errorf("%q is not a Markdown heading", heading)
+	if !slices.Contains(headings, heading) {
+		return nil, fmt.Errorf("%s has no heading %q", file, heading)
+	}
+	var blocks []Block
+	for _, m := range all {
+		if slices.Contains(m.Headings, heading) {
+			blocks = append(blocks, m.Block)
+		}
+	}
+	if len(blocks) == 0 {
+		return nil, fmt.Errorf("%s has no block marked %q under %q", file, "```"+runInfo, heading)
+	}
+	return blocks, nil
+}
+
+// Marked is a block to run with the headings it is under, the outermost
+// first (Block.Heading is the last).
+type Marked struct {
+	Block
+	Headings []string
+}
+
+// All returns every block to run of file.
+func All(file string) ([]Marked, error) {
+	all, _, err := scan(file)
+	return all, err
+}
+
+// scan returns the blocks to run of file, and its headings.
+func scan(file string) ([]Marked, []string, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, nil, err
 	}
 	var (
-		blocks    []Block
-		found, in bool
-		current   string // the heading the next block is under
-		fence     string // the open block's fence, "" outside blocks
-		indent    int    // the open fence's indentation
-		run       bool   // whether the open block runs
-		start     int    // the open fence's line
-		text      strings.Builder
+		blocks   []Marked
+		headings []string
+		open     []string // the headings the next line is under, outermost first
+		fence    string   // the open block's fence, "" outside blocks
+		indent   int      // the open fence's indentation
+		run      bool     // whether the open block runs
+		start    int      // the open fence's line
+		text     strings.Builder
 	)
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for n := 1; sc.Scan(); n++ {
@@ -88,8 +124,11 @@ func Section(file, heading string) ([]Block, error) {
 		trimmed := strings.TrimSpace(line)
 		switch {
 		case fence != "" && trimmed == fence:
-			if run && in {
-				blocks = append(blocks, Block{File: file, Heading: current, Line: start, Script: text.String()})
+			if run && len(open) > 0 {
+				blocks = append(blocks, Marked{
+					Block:    Block{File: file, Heading: open[len(open)-1], Line: start, Script: text.String()},
+					Headings: slices.Clone(open),
+				})
 			}
 			fence = ""
 			text.Reset()
@@ -103,26 +142,18 @@ func Section(file, heading string) ([]Block, error) {
 			indent = len(line) - len(strings.TrimLeft(line, " "))
 			run, start = strings.TrimSpace(info) == runInfo, n
 		case headingLevel(line) > 0:
-			switch l := headingLevel(line); {
-			case line == heading:
-				found, in, current = true, true, heading
-			case in && l <= level:
-				in = false
-			case in:
-				current = line
+			l := headingLevel(line)
+			for len(open) > 0 && headingLevel(open[len(open)-1]) >= l {
+				open = open[:len(open)-1]
 			}
+			open = append(open, line)
+			headings = append(headings, line)
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading %s: %w", file, err)
+		return nil, nil, fmt.Errorf("reading %s: %w", file, err)
 	}
-	if !found {
-		return nil, fmt.Errorf("%s has no heading %q", file, heading)
-	}
-	if len(blocks) == 0 {
-		return nil, fmt.Errorf("%s has no block marked %q under %q", file, "```"+runInfo, heading)
-	}
-	return blocks, nil
+	return blocks, headings, nil
 }
 
 // indentOf returns line's leading spaces, at most n of them.

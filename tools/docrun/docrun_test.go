@@ -149,3 +149,25 @@ func TestRun(t *testing.T) {
 		}
 	})
 }
+
+func TestAll(t *testing.T) {
+	t.Parallel()
+	all, err := All(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got [][]string
+	for _, m := range all {
+		got = append(got, append([]string{m.String()}, m.Headings...))
+	}
+	want := [][]string{
+		{"testdata/page.md:5 (## Installing)", "# A page", "## Installing"},
+		{"testdata/page.md:17 (## Uninstalling)", "# A page", "## Uninstalling"},
+		{"testdata/page.md:26 (### Nodes)", "# A page", "## Uninstalling", "### Nodes"},
+		{"testdata/page.md:31 (### Nodes)", "# A page", "## Uninstalling", "### Nodes"},
+		{"testdata/page.md:37 (## After)", "# A page", "## After"},
+	}
+	if diff := cmp.Diff(got, want); diff != "" {
+		t.Errorf("All (-got +want):\n%s", diff)
+	}
+}
