@@ -23,7 +23,6 @@ import (
 
 	networkv1alpha1 "github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/tools/cluster"
-	"github.com/kos-sdn/kos/tools/docrun"
 	"github.com/kos-sdn/kos/tools/figures"
 	"github.com/kos-sdn/kos/tools/kosinstall"
 	"github.com/kos-sdn/kos/tools/ovsenv"
@@ -496,40 +495,6 @@ func (o *operate) kubectlErr(ctx context.Context, args ...string) (string, error
 		return string(out), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return string(out), nil
-}
-
-// runbook returns the blocks to run of the section of a page of the docs
-// under heading (docrun.Section).
-func (o *operate) runbook(t *testing.T, file, heading string) []docrun.Block {
-	t.Helper()
-	blocks, err := docrun.Section(file, heading)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return blocks
-}
-
-// runDoc runs blocks of the docs as an operator pastes them into bash
-// (docrun.Runner), from the repository's root, with the admin kubeconfig,
-// the channels command on the PATH and vars for the page's documented
-// variables, failing the test when a command fails.
-func (o *operate) runDoc(t *testing.T, blocks ...docrun.Block) {
-	t.Helper()
-	o.runDocVars(t, nil, blocks...)
-}
-
-func (o *operate) runDocVars(t *testing.T, vars map[string]string, blocks ...docrun.Block) {
-	t.Helper()
-	channels := testenv.Build(t, "cmd/channels")
-	r := &docrun.Runner{
-		Dir:  o.root,
-		Env:  []string{"KUBECONFIG=" + o.env.Kubeconfig, "PATH=" + filepath.Dir(channels) + ":" + os.Getenv("PATH")},
-		Vars: vars,
-		Logf: t.Logf,
-	}
-	if _, err := r.Run(t.Context(), blocks...); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // testUninstall uninstalls KOS as docs/install.md's "Uninstalling" says,

@@ -174,7 +174,9 @@ func startShared(t *testing.T, root string) (_ *sharedCluster, err error) {
 
 // standardFor returns a *standard of t on the shared cluster.
 func (c *sharedCluster) standardFor(t *testing.T, root string) *standard {
-	return newStandard(t, c.env, root)
+	s := newStandard(t, c.env, root)
+	s.installed = c.channels
+	return s
 }
 
 // stop stops the cluster and removes its folder. Calling it again does
