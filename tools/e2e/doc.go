@@ -33,8 +33,10 @@
 // nodes the first of them starts, with the standard release installed from
 // its tree once; TestIntegrationKubectlKos is one. A destructive test that
 // starts from that install takes the cluster over as the last to use it
-// (takeSharedStandard, declared in takeover_integration_test.go, which
-// sorts after the files of the tests that share): TestIntegrationOperate.
+// (takeSharedStandard): TestIntegrationOperate. They are declared in
+// shared_tests_integration_test.go in the order they run, so that the
+// shared cluster runs beside no other test's. TestIntegrationUpgradeRunbook
+// shares it too.
 // The others (upgrades, node stops, chaos, other shapes) start their own.
 //
 // The runbooks run as written: the blocks of docs/install.md's

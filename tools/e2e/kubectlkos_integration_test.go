@@ -30,36 +30,6 @@ import (
 // kubectlKOSNamespace holds the test's subnet and attachments.
 const kubectlKOSNamespace = "e2e-kubectl-kos"
 
-// TestIntegrationKubectlKos runs on the shared cluster (sharedStandard:
-// three nodes, the standard release installed from the release tree on
-// disk), makes an attachment on every node in a namespace of its own, and runs the kubectl plugin as people do, `kubectl kos`
-// found on the PATH, as a user with only the rights docs/kubectl-kos-rbac.yaml
-// grants: status shows every node's agent ready with its attachments and
-// flows, trace follows a ping into the tunnel towards the right node, and
-// the support bundle holds every node's logs, flows, tunnels and routes and
-// the namespace's objects. A user without those rights gets nothing.
-func TestIntegrationKubectlKos(t *testing.T) {
-	began := time.Now()
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := sharedStandard(t, root)
-	kk := &kubectlKOS{standard: s}
-	runStepsDumping(t, func() {
-		s.dumpState()
-		s.dumpFabrics()
-	}, []step{
-		{"rights and plugin", kk.testInstall},
-		{"an attachment on every node", kk.testAttachments},
-		{"status", kk.testStatus},
-		{"trace", kk.testTrace},
-		{"support bundle", kk.testSupportBundle},
-		{"without the rights", kk.testForbidden},
-	})
-	figures.Duration(t, "whole-test", time.Since(began))
-}
-
 // kubectlKOS is the plugin test's state.
 type kubectlKOS struct {
 	*standard

@@ -76,7 +76,7 @@ func sharedStandard(t *testing.T, root string) *standard {
 	}
 	if shared.c == nil {
 		if shared.takenBy != "" {
-			t.Logf("%s took the shared cluster over: starting another (declare %s in a file whose name sorts before takeover_integration_test.go to share one)", shared.takenBy, t.Name())
+			t.Logf("%s took the shared cluster over: starting another (declare %s in shared_tests_integration_test.go, before the takeover, to share one)", shared.takenBy, t.Name())
 		}
 		c, err := startShared(t, root)
 		if err != nil {
@@ -97,7 +97,7 @@ func rounded(d time.Duration) time.Duration { return d.Round(100 * time.Millisec
 // takeSharedStandard returns the shared cluster for t to change as it
 // likes: a destructive test that starts from the standard release
 // installed from its tree, run after the tests that share the cluster
-// (files and tests run in source order). The cluster is t's from then on
+// (shared_tests_integration_test.go declares them in the order they run). The cluster is t's from then on
 // and stops when t ends; a later sharedStandard starts another. When no
 // shared cluster runs, it starts one for t alone.
 func takeSharedStandard(t *testing.T, root string) (*standard, *sharedCluster) {

@@ -3,7 +3,6 @@ package e2e
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/kos-sdn/kos/tools/docrun"
@@ -51,26 +50,4 @@ func (s *standard) runDocVars(t *testing.T, vars map[string]string, blocks ...do
 		t.Fatal(err)
 	}
 	return out
-}
-
-// TestIntegrationUpgradeRunbook runs docs/install.md's "Upgrading" as
-// written on the shared cluster, with the channels of its install for the
-// page's CHANNEL: the plan, the diff and the apply of the release that is
-// installed say, each of them, that there is nothing to do.
-func TestIntegrationUpgradeRunbook(t *testing.T) {
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := sharedStandard(t, root)
-	blocks := s.runbook(t, filepath.Join(root, "docs", "install.md"), "## Upgrading")
-	out := s.runDocVars(t, map[string]string{"CHANNEL": strings.Join(s.installed, " ")}, blocks...)
-	if n := strings.Count(out, "No update required"); n < 3 {
-		t.Errorf("the upgrade runbook over the installed release says %d times that no update is required, want 3 (plan, diff, apply):\n%s", n, out)
-	}
-	for _, verb := range []string{"Installed ", "Updated ", "Pruned "} {
-		if strings.Contains(out, verb) {
-			t.Errorf("the upgrade runbook over the installed release says %q:\n%s", verb, out)
-		}
-	}
 }
