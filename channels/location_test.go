@@ -344,6 +344,7 @@ func (staticCredentials) Retrieve(context.Context) (aws.Credentials, error) {
 // answers and connections cut short, and gives up once RetryTimeout would
 // pass.
 func TestFetchRetries(t *testing.T) {
+	t.Parallel()
 	var tries atomic.Int32
 	flaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		switch tries.Add(1) {

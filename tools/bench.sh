@@ -5,10 +5,21 @@
 # run their experiment once: -benchtime 1x). BENCH (an extended regular
 # expression) keeps only the lines whose benchmark names match it, such as
 # BENCH='IPAMBound|Agents$'; BENCHTIME overrides every line's -benchtime.
-# Record the figures in docs/benchmarks.md.
+#
+# Every result's metrics are also written down as data (tools/figures), one
+# JSON line per metric, in $KOS_FIGURES (by default _output/bench.jsonl).
+# To cite them in docs/benchmarks.md, append the file to
+# docs/figures/bench.jsonl and make the page's tables of figures again:
+# go run ./tools/figures/doc -write docs/benchmarks.md (make verify checks
+# that they match).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN=local
+mkdir -p _output
+export KOS_FIGURES=${KOS_FIGURES:-$PWD/_output/bench.jsonl}
+figures_bin=$(mktemp -d)
+trap 'rm -rf "$figures_bin"' EXIT
+go build -o "$figures_bin/bench-figures" ./tools/figures/bench
 tools/deps.sh >/dev/null
 KOS_KUBE_BIN_DIR=$(tools/kube/build.sh)
 export KOS_KUBE_BIN_DIR
@@ -39,6 +50,8 @@ while read -r pkg pattern benchtime flags; do
 		continue
 	fi
 	# shellcheck disable=SC2086 # flags are words
-	go test "$pkg" -run '^$' -bench "$pattern" -benchtime "${BENCHTIME:-$benchtime}" -benchmem $flags || status=1
+	go test "$pkg" -run '^$' -bench "$pattern" -benchtime "${BENCHTIME:-$benchtime}" -benchmem $flags |
+		"$figures_bin/bench-figures" || status=1
 done <<<"$benchmarks"
+echo "==> figures: $(wc -l <"$KOS_FIGURES") in $KOS_FIGURES (go run ./tools/figures/table $KOS_FIGURES)"
 exit $status

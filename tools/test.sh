@@ -19,6 +19,10 @@ export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath"
 mkdir -p _output
 export KOS_FIGURES="$PWD/_output/figures.jsonl"
 : >"$KOS_FIGURES"
+# So are the runbooks' blocks the cluster tests run as the docs write them
+# (tools/docrun): one JSON line per block, with its page and heading.
+export KOS_DOCRUN="$PWD/_output/docrun.jsonl"
+: >"$KOS_DOCRUN"
 
 began=$(date +%s)
 step() { printf '\n==> [%s] %s\n' "$(elapsed)" "$*"; }
@@ -94,6 +98,7 @@ else
 fi
 
 step "figures measured: $(wc -l <"$KOS_FIGURES") in _output/figures.jsonl (go run ./tools/figures/table _output/figures.jsonl)"
+step "runbook blocks run as the docs write them: $(wc -l <"$KOS_DOCRUN") in _output/docrun.jsonl, under $(sed 's/,"line".*//' "$KOS_DOCRUN" | sort -u | wc -l) headings"
 
 step "done: $([ "$status" -eq 0 ] && echo "every test passed" || echo "FAILED (see above)")"
 printf '%s\n' "${laps[@]}"

@@ -60,6 +60,12 @@ if [ -d components/fabric/ovs ]; then
   forbid ./components/fabric/ovs/... "k8s.io/client-go" "the OVS fabric talks to OVS only"
 fi
 
+echo "verify: the docs' tables of figures match their figures files"
+go run ./tools/figures/doc docs/*.md || { echo "a table of figures differs from its file (run: go run ./tools/figures/doc -write docs/<page>.md)"; fail=1; }
+
+echo "verify: every block of the docs marked to run runs in a test"
+go run ./tools/docrun/check -tests tools/e2e docs/*.md || { echo "a block marked \`\`\`sh run runs in no test (see above)"; fail=1; }
+
 echo "verify: addon bundle (hashes, released manifests, bootstrap-channel.yaml)"
 go run ./tools/addons verify || { echo "the addon bundle is not consistent (see above; new releases: make addons)"; fail=1; }
 

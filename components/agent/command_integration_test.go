@@ -161,6 +161,7 @@ func TestIntegrationCommand(t *testing.T) {
 // TestIntegrationCommandFlags checks that bad flags are refused, all at
 // once, before anything starts.
 func TestCommandFlags(t *testing.T) {
+	t.Parallel()
 	bin := testenv.Build(t, "cmd/kos-agent")
 	out, err := exec.Command(bin, "--fabric=switch", "--host-ip=fe80::1", "--workers=0", "--allowed-programs=bin/echo").CombinedOutput()
 	if err == nil {

@@ -6,17 +6,14 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
@@ -71,22 +68,11 @@ func kosClient(t testing.TB) *kosclient.Clientset {
 	return c
 }
 
-var namespaceSeq atomic.Int64
-
 // newNamespace creates a namespace in the main cluster, where kos-apiserver's
 // admission looks for it.
 func newNamespace(t testing.TB) string {
 	t.Helper()
-	env := testenv.Shared(t)
-	kube, err := kubernetes.NewForConfig(env.RESTConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := fmt.Sprintf("agent-%d-%d", time.Now().Unix()%100000, namespaceSeq.Add(1))
-	if _, err := kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating namespace %s: %v", name, err)
-	}
-	return name
+	return testenv.Shared(t).NewNamespace(t, "agent-")
 }
 
 // api is a test's view of the KOS API: one namespace, and helpers that do

@@ -19,6 +19,7 @@ import (
 )
 
 func TestHeartbeatBeats(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	t0 := time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)
 	clk := clocktesting.NewFakePassiveClock(t0)
@@ -107,6 +108,7 @@ func TestHeartbeatBeats(t *testing.T) {
 }
 
 func TestHeartbeatRunStopsWithContext(t *testing.T) {
+	t.Parallel()
 	client := fake.NewClientset()
 	hb := &Heartbeat{Client: client.CoordinationV1(), Namespace: "kos-node", Node: "n1", Interval: 10 * time.Millisecond}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -128,6 +130,7 @@ func TestHeartbeatRunStopsWithContext(t *testing.T) {
 // heartbeat asks once, then only every heartbeatForbiddenRetry, however
 // short its interval.
 func TestHeartbeatForbiddenBacksOff(t *testing.T) {
+	t.Parallel()
 	client := fake.NewClientset()
 	client.PrependReactor("*", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, "n1", errors.New("no rights"))

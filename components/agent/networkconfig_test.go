@@ -110,6 +110,7 @@ func TestNetworkConfigApply(t *testing.T) {
 // taken; a refusal, as under 0.3.0's manifests, keeps the agent's own MTU
 // and starts no informer, which would retry and log without end.
 func TestNetworkConfigStart(t *testing.T) {
+	t.Parallel()
 	forbidden := func(clienttesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: v1alpha1.SchemeGroupVersion.Group, Resource: "networkconfigs"}, "", nil)
 	}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -67,18 +66,7 @@ func (c apiClients) each() map[string]*kosclient.Clientset {
 // namespace lifecycle admission looks for it.
 func newNamespace(t testing.TB) string {
 	t.Helper()
-	env := testenv.Shared(t)
-	kube, err := kubernetes.NewForConfig(env.RESTConfig)
-	if err != nil {
-		t.Fatalf("creating a client: %v", err)
-	}
-	ns, err := kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "kos-"},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("creating a namespace: %v", err)
-	}
-	return ns.Name
+	return testenv.Shared(t).NewNamespace(t, "kos-")
 }
 
 func newSubnet(ns, name, cidr string, vni uint32) *v1alpha1.Subnet {

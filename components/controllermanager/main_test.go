@@ -9,9 +9,7 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
@@ -99,18 +97,7 @@ func startManagerWith(t testing.TB, name string, cfg controllermanager.Config) (
 
 func newNamespace(t testing.TB) string {
 	t.Helper()
-	env := testenv.Shared(t)
-	kube, err := kubernetes.NewForConfig(env.RESTConfig)
-	if err != nil {
-		t.Fatalf("creating a client: %v", err)
-	}
-	ns, err := kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "kos-"},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("creating a namespace: %v", err)
-	}
-	return ns.Name
+	return testenv.Shared(t).NewNamespace(t, "kos-")
 }
 
 func newSubnet(ns, name, cidr string, vni uint32) *v1alpha1.Subnet {

@@ -15,9 +15,7 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/controllers/ipam"
@@ -205,15 +203,7 @@ func newKOSClient(t *testing.T, kos *testenv.KOS) kosclient.Interface {
 
 func newNamespace(t *testing.T, env *testenv.Env) string {
 	t.Helper()
-	kube, err := kubernetes.NewForConfig(env.RESTConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, err := kube.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "backup-"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("creating a namespace: %v", err)
-	}
-	return ns.Name
+	return env.NewNamespace(t, "backup-")
 }
 
 // objects are the KOS objects of one namespace.

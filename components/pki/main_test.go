@@ -55,14 +55,7 @@ func aggregatorClient(t testing.TB) aggregator.Interface {
 
 func newNamespace(t testing.TB) string {
 	t.Helper()
-	env := testenv.Shared(t)
-	ns, err := kubeClient(t, env.RESTConfig).CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "pki-"},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("creating a namespace: %v", err)
-	}
-	return ns.Name
+	return testenv.Shared(t).NewNamespace(t, "pki-")
 }
 
 // runEnsure runs `kos-pki ensure` in process with args, and returns what it

@@ -111,6 +111,20 @@ func (n *nodeState) createMountNS(ctx context.Context) error {
 		}
 		script = append(script, "mount --bind "+shellQuote(src)+" "+shellQuote(p))
 	}
+	// kubelet wants its root folder (--root-dir, in the node's folder) on a
+	// shared mount and, finding it on a slave one, bind-mounts it on itself
+	// as it starts (MakeRShared in setupDataDirs), while its pod-resources
+	// server, started beside, creates its socket under it at a temporary
+	// name and renames it: a rename whose two paths are looked up on either
+	// side of that mount sees two mounts and fails with EXDEV ("failed to
+	// move temporary file", seen once after StartNode). A shared mount from
+	// the start is left alone.
+	if err := os.MkdirAll(n.kubeletDir(), 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", n.kubeletDir(), err)
+	}
+	script = append(script,
+		"mount --bind "+shellQuote(n.kubeletDir())+" "+shellQuote(n.kubeletDir()),
+		"mount --make-rshared "+shellQuote(n.kubeletDir()))
 	cmd := exec.CommandContext(ctx, "unshare", "--mount="+n.mountNSFile(), "--propagation", "slave", "--", "/bin/sh", "-ec", strings.Join(script, "\n"))
 	if said, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("creating the node's mount namespace (%s): %w", bytes.TrimSpace(said), err)

@@ -35,5 +35,21 @@
 // node; no node keeps a veth of no running pod, and a new pod gets the
 // edited definition (figures pod-edits-*).
 //
+// One cluster is shared (shared_test.go): the tests that only read the
+// cluster or add namespaced objects of their own call sharedStandard and
+// run, each in a namespace of its own (standard.namespace), on the three
+// nodes the first of them starts, with the standard release installed from
+// its tree once; TestIntegrationKubectlKos is one. A destructive test that
+// starts from that install takes the cluster over as the last to use it
+// (takeSharedStandard): TestIntegrationOperate. They are declared in
+// shared_tests_integration_test.go in the order they run, so that the
+// shared cluster runs beside no other test's. TestIntegrationUpgradeRunbook
+// shares it too.
+// The others (upgrades, node stops, chaos, other shapes) start their own.
+//
+// The runbooks run as written: the blocks of docs/install.md's
+// "Uninstalling" and docs/backup.md's "Restoring" marked to run (tools/
+// docrun), in TestIntegrationOperate.
+//
 // It has no code of its own besides the tests.
 package e2e

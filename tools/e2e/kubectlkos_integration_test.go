@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -31,38 +30,6 @@ import (
 // kubectlKOSNamespace holds the test's subnet and attachments.
 const kubectlKOSNamespace = "e2e-kubectl-kos"
 
-// TestIntegrationKubectlKos installs KOS on three nodes, as the standard
-// release test does but from the release tree on disk, makes an attachment
-// on every node, and runs the kubectl plugin as people do, `kubectl kos`
-// found on the PATH, as a user with only the rights docs/kubectl-kos-rbac.yaml
-// grants: status shows every node's agent ready with its attachments and
-// flows, trace follows a ping into the tunnel towards the right node, and
-// the support bundle holds every node's logs, flows, tunnels and routes and
-// the namespace's objects. A user without those rights gets nothing.
-func TestIntegrationKubectlKos(t *testing.T) {
-	began := time.Now()
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := startStandardCluster(t, false)
-	figures.Duration(t, "cluster-up", time.Since(began))
-	s := newStandard(t, env, root)
-	kk := &kubectlKOS{standard: s}
-	runStepsDumping(t, func() {
-		s.dumpState()
-		s.dumpFabrics()
-	}, []step{
-		{"install", kk.testInstall},
-		{"an attachment on every node", kk.testAttachments},
-		{"status", kk.testStatus},
-		{"trace", kk.testTrace},
-		{"support bundle", kk.testSupportBundle},
-		{"without the rights", kk.testForbidden},
-	})
-	figures.Duration(t, "whole-test", time.Since(began))
-}
-
 // kubectlKOS is the plugin test's state.
 type kubectlKOS struct {
 	*standard
@@ -72,10 +39,10 @@ type kubectlKOS struct {
 	attachments map[string]*networkv1alpha1.NetworkAttachment
 }
 
-// testInstall installs the release from disk (installFromTree), grants the
-// troubleshooters' rights, and builds the plugin.
+// testInstall grants the troubleshooters' rights on the shared cluster,
+// where the release is installed from disk (installFromTree), and builds
+// the plugin.
 func (kk *kubectlKOS) testInstall(t *testing.T) {
-	kk.installFromTree(t)
 	kk.kubectl(t, "apply", "-f", filepath.Join(kk.root, "docs", "kubectl-kos-rbac.yaml"))
 	// kubectl finds plugins on the PATH by their file name.
 	built := testenv.Build(t, "cmd/kubectl-kos")
@@ -93,11 +60,17 @@ func (kk *kubectlKOS) testInstall(t *testing.T) {
 // the release tree for it, installs it from disk with the userspace agent,
 // and waits for KOS to be ready. It returns the channels it applied.
 func (s *standard) installFromTree(t *testing.T) []string {
+	return s.installTreeInto(t, s.t.TempDir())
+}
+
+// installTreeInto is installFromTree with the release tree written in dir,
+// which must outlive the channels' use.
+func (s *standard) installTreeInto(t *testing.T, dir string) []string {
 	ctx := t.Context()
 	began := time.Now()
 	repo := s.env.Registry + "/" + registryPrefix
 	pushed := s.pushImages(t, repo)
-	tree := filepath.Join(s.t.TempDir(), "release")
+	tree := filepath.Join(dir, "release")
 	if _, err := release.Write(ctx, release.Options{Root: s.root, Out: tree, Registry: repo, Digests: pushed}); err != nil {
 		t.Fatalf("writing the release tree: %v", err)
 	}
@@ -117,9 +90,7 @@ func (s *standard) installFromTree(t *testing.T) []string {
 // waits until every one is Ready.
 func (kk *kubectlKOS) testAttachments(t *testing.T) {
 	ctx := t.Context()
-	if _, err := kk.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: kubectlKOSNamespace}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	kk.namespace(t, kubectlKOSNamespace)
 	subnet := &networkv1alpha1.Subnet{
 		ObjectMeta: metav1.ObjectMeta{Name: "blue"},
 		Spec:       networkv1alpha1.SubnetSpec{IPv4: "10.252.0.0/24", VNI: 4201},

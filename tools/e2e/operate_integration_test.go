@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -48,41 +47,6 @@ const (
 	// failures).
 	agentLivenessWindow = 30 * time.Second
 )
-
-// TestIntegrationOperate runs what docs/backup.md and docs/operations.md
-// tell an operator of the standard release, on three nodes: a backup taken
-// by a Job of the CronJob, the etcd volumes lost and restored from S3 with
-// the doc's own commands, every object back and the network working; an
-// agent restarted while the KOS API is away, which is not killed and
-// becomes Ready once the API is back; the KOS API down, which stalls a
-// namespace's deletion until the documented emergency step, and the way
-// back; and the uninstall of docs/install.md, after which every node is as
-// it was before the install.
-func TestIntegrationOperate(t *testing.T) {
-	began := time.Now()
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := startStandardCluster(t, false)
-	figures.Duration(t, "operate-cluster-up", time.Since(began))
-	o := &operate{standard: newStandard(t, env, root), hostsBefore: map[string]string{}}
-	for _, n := range env.Nodes {
-		o.hostsBefore[n.Name] = hostState(t, n)
-	}
-	runStepsDumping(t, func() {
-		o.dumpState()
-		o.dumpFabrics()
-	}, []step{
-		{"install", func(t *testing.T) { o.channels = o.installFromTree(t) }},
-		{"a network across nodes", o.testNetwork},
-		{"backup and restore", o.testBackupRestore},
-		{"an agent starts while the KOS API is away", o.testAgentStartsWithoutAPI},
-		{"the KOS API down, and the way out", o.testAPIDown},
-		{"uninstall leaves the hosts as before", o.testUninstall},
-	})
-	figures.Duration(t, "operate-whole-test", time.Since(began))
-}
 
 // operate is the operations test's state.
 type operate struct {
@@ -164,26 +128,26 @@ func (o *operate) testBackupRestore(t *testing.T) {
 	// that writes stops, as the doc says.
 	began = time.Now()
 	doc := filepath.Join(o.root, "docs", "backup.md")
-	o.shell(t, docBlocks(t, doc, "### 1. Stop everything that writes")[0])
+	o.runDoc(t, o.runbook(t, doc, "### 1. Stop everything that writes")...)
 	for _, n := range o.env.Nodes {
 		dir := filepath.Join(n.HostPath(kosinstall.VolumesDir), "local-"+n.Name)
 		if err := os.RemoveAll(dir); err != nil {
 			t.Fatal(err)
 		}
 	}
-	step2 := docBlocks(t, doc, "### 2. Give every member an empty volume where it will run")
+	step2 := o.runbook(t, doc, "### 2. Give every member an empty volume where it will run")
 	if len(step2) != 2 {
-		t.Fatalf("docs/backup.md step 2 has %d shell blocks, want 2 (the claims deleted; the members started)", len(step2))
+		t.Fatalf("docs/backup.md step 2 has %d blocks to run, want 2 (the claims deleted; the members started)", len(step2))
 	}
-	o.shell(t, step2[0])
+	o.runDoc(t, step2[0])
 	// The volumes are made by hand here: the doc says to make them again.
 	for _, n := range o.env.Nodes {
 		o.kubectl(t, "delete", "pv", "local-"+n.Name, "--timeout=60s")
 	}
 	o.provideVolumes(t)
-	o.shell(t, step2[1])
-	o.shell(t, docBlocks(t, doc, "### 3. Restore each member from the same snapshot")[0])
-	o.shell(t, docBlocks(t, doc, "### 4. Start again and check")[0])
+	o.runDoc(t, step2[1])
+	o.runDoc(t, o.runbook(t, doc, "### 3. Restore each member from the same snapshot")...)
+	o.runDoc(t, o.runbook(t, doc, "### 4. Start again and check")...)
 	figures.Duration(t, "operate-restore", time.Since(began))
 	o.waitKOSReady(t, 3*time.Minute)
 	figures.Duration(t, "operate-restore-to-ready", time.Since(began))
@@ -533,64 +497,11 @@ func (o *operate) kubectlErr(ctx context.Context, args ...string) (string, error
 	return string(out), nil
 }
 
-// shell runs a shell block of the docs as an operator pastes it into bash,
-// with the admin kubeconfig, and returns its output, failing the test when
-// a command of it fails.
-func (o *operate) shell(t *testing.T, script string) string {
-	t.Helper()
-	cmd := exec.CommandContext(t.Context(), "bash", "-euo", "pipefail", "-c", script)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+o.env.Kubeconfig)
-	out, err := cmd.CombinedOutput()
-	t.Logf("$ %s\n%s", strings.ReplaceAll(strings.TrimSpace(script), "\n", "\n$ "), out)
-	if err != nil {
-		t.Fatalf("the block failed: %v", err)
-	}
-	return string(out)
-}
-
-// docBlocks returns the ```sh blocks of the section of a Markdown file
-// under heading (a whole line, such as "### 1. Stop"), up to the next
-// heading.
-func docBlocks(t *testing.T, file, heading string) []string {
-	t.Helper()
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var blocks []string
-	in, inBlock := false, false
-	var b strings.Builder
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case !in:
-			in = line == heading
-		case inBlock && line == "```":
-			blocks = append(blocks, b.String())
-			b.Reset()
-			inBlock = false
-		case inBlock:
-			b.WriteString(line + "\n")
-		case line == "```sh":
-			inBlock = true
-		case strings.HasPrefix(line, "#"):
-			in = false
-		}
-		if !in && len(blocks) > 0 {
-			break
-		}
-	}
-	if len(blocks) == 0 {
-		t.Fatalf("%s has no shell block under %q", file, heading)
-	}
-	return blocks
-}
-
-// testUninstall uninstalls KOS as docs/install.md's "Uninstalling" says:
-// the attachments deleted while the agents run, the addons deleted, every
-// node cleaned up by docs/examples/kos-node-cleanup.yaml with the release's
-// kos-agent image, and the clean-up's objects deleted. Every node's host
+// testUninstall uninstalls KOS as docs/install.md's "Uninstalling" says,
+// running its blocks as written (docrun): the attachments deleted while the
+// agents run, the addons deleted, every node cleaned up by
+// docs/examples/kos-node-cleanup.yaml with the release's kos-agent image
+// (the page's KOS_AGENT_IMAGE), and the clean-up's objects deleted. Every node's host
 // state is then what it was before the install.
 func (o *operate) testUninstall(t *testing.T) {
 	ctx := t.Context()
@@ -613,26 +524,26 @@ func (o *operate) testUninstall(t *testing.T) {
 	}
 	o.kubectl(t, "delete", "networkattachments", "--all", "-n", standardNamespace, "--timeout=2m")
 	o.kubectl(t, "delete", "namespace", standardNamespace, "--timeout=2m")
-	o.channelsCLI(t, "delete", "addon", "kos-agent", "kos-controller-manager", "kos-apiserver", "kos-etcd", "--include-namespaces", "--include-crds", "--yes")
-	o.kubectl(t, "-n", kosinstall.AgentNamespace, "wait", "--for=delete", "pod", "-l", "app.kubernetes.io/name=kos-agent", "--timeout=5m")
-	figures.Duration(t, "operate-addons-deleted", time.Since(began))
 
+	// Steps 2 to 4 run as the page writes them, with the image the
+	// release ran for the page's KOS_AGENT_IMAGE.
+	page := filepath.Join(o.root, "docs", "install.md")
+	blocks := o.runbook(t, page, "## Uninstalling")
+	if len(blocks) != 3 {
+		t.Fatalf("docs/install.md's Uninstalling has %d blocks to run, want 3 (the addons, the nodes, the clean-up's objects)", len(blocks))
+	}
+	o.runDoc(t, blocks[0])
+	figures.Duration(t, "operate-addons-deleted", time.Since(began))
+	// The page's sed replaces the example's image, whatever its version.
 	example, err := os.ReadFile(filepath.Join(o.root, "docs", "examples", "kos-node-cleanup.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	const released = "kos.example.com/kos-agent:0.3.0"
-	if !bytes.Contains(example, []byte(released)) {
-		t.Fatalf("docs/examples/kos-node-cleanup.yaml names no %s to replace", released)
+	if !bytes.Contains(example, []byte("image: kos.example.com/kos-agent:")) {
+		t.Fatal("docs/examples/kos-node-cleanup.yaml names no kos.example.com/kos-agent image for the page's sed to replace")
 	}
-	manifest := filepath.Join(t.TempDir(), "kos-node-cleanup.yaml")
-	if err := os.WriteFile(manifest, bytes.ReplaceAll(example, []byte(released), []byte(image)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	o.kubectl(t, "apply", "-f", manifest)
-	o.kubectl(t, "-n", "kos-node-cleanup", "rollout", "status", "daemonset/kos-node-cleanup", "--timeout=5m")
-	t.Logf("the clean-up's log:\n%s", o.kubectl(t, "-n", "kos-node-cleanup", "logs", "-l", "app.kubernetes.io/name=kos-node-cleanup", "-c", "cleanup", "--prefix"))
-	o.kubectl(t, "delete", "-f", manifest, "--timeout=2m")
+	o.runDocVars(t, map[string]string{"KOS_AGENT_IMAGE": image}, blocks[1])
+	o.runDoc(t, blocks[2])
 	figures.Duration(t, "operate-uninstall", time.Since(began))
 
 	for _, n := range o.env.Nodes {

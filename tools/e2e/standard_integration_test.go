@@ -104,6 +104,9 @@ type standard struct {
 	userspace string
 	// stopped is the node testNodeStops stops.
 	stopped *cluster.Node
+	// installed are the channels of the release the shared cluster's
+	// install applied (sharedStandard), on disk.
+	installed []string
 
 	subnets map[string]netip.Prefix // by name
 	guests  map[string]*kosinstall.Guest

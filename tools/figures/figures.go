@@ -5,7 +5,11 @@
 // down, with the command that ran it, instead of numbers copied out of logs.
 //
 // make test sets $KOS_FIGURES to _output/figures.jsonl and prints how many
-// figures each test wrote; `go run ./tools/figures` prints a file as a table.
+// figures the tests wrote; make bench sets it to _output/bench.jsonl and
+// pipes the benchmarks' output through `tools/figures/bench`
+// (BenchParser), a figure per metric. `go run ./tools/figures/table`
+// prints a file as a table; `go run ./tools/figures/doc` makes the docs'
+// tables of figures from the files they name (Tables).
 package figures
 
 import (
@@ -62,25 +66,39 @@ func record(tb testing.TB, f Figure, shown string) {
 	if path == "" {
 		return
 	}
-	f.Test, f.Time, f.Load = tb.Name(), time.Now().UTC(), loadAverage()
-	line, err := json.Marshal(f)
-	if err != nil {
-		tb.Errorf("encoding figure %s: %v", f.Name, err)
-		return
+	f.Test = tb.Name()
+	if err := Append(path, f); err != nil {
+		// A figure that cannot be written down is a broken run of the
+		// test house, not of the product: say so, and fail.
+		tb.Errorf("recording figure %s (unset %s to only log figures): %v", f.Name, Env, err)
+	}
+}
+
+// Append appends figures to the figures file at path, with the time and the
+// host's load averages now where a figure has none.
+func Append(path string, figs ...Figure) error {
+	var lines []byte
+	for _, f := range figs {
+		if f.Time.IsZero() {
+			f.Time, f.Load = time.Now().UTC(), loadAverage()
+		}
+		line, err := json.Marshal(f)
+		if err != nil {
+			return fmt.Errorf("encoding figure %s: %w", f.Name, err)
+		}
+		lines = append(append(lines, line...), '\n')
 	}
 	appendMu.Lock()
 	defer appendMu.Unlock()
 	file, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
-		// A figure that cannot be written down is a broken run of the
-		// test house, not of the product: say so, and fail.
-		tb.Errorf("recording figure %s (unset %s to only log figures): %v", f.Name, Env, err)
-		return
+		return err
 	}
-	defer file.Close()
-	if _, err := file.Write(append(line, '\n')); err != nil {
-		tb.Errorf("recording figure %s in %s: %v", f.Name, path, err)
+	if _, err := file.Write(lines); err != nil {
+		file.Close()
+		return err
 	}
+	return file.Close()
 }
 
 // loadAverage returns the host's 1, 5 and 15 minute load averages, or ""

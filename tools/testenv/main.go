@@ -63,6 +63,36 @@ func Shared(t testing.TB) *Env {
 
 var errStopped = errors.New("the test program is stopping")
 
+// afterTests are the functions AfterTests registered.
+var afterTests struct {
+	mu  sync.Mutex
+	fns []func() error
+}
+
+// AfterTests registers f to run once when the tests of a program Main runs
+// have ended, or an interrupt ends them, before the control plane of Shared
+// stops: for what a package's tests share beyond one test and build on the
+// shared control plane's own, such as a cluster. The last registered runs
+// first. An error fails the program.
+func AfterTests(f func() error) {
+	afterTests.mu.Lock()
+	defer afterTests.mu.Unlock()
+	afterTests.fns = append(afterTests.fns, f)
+}
+
+// runAfterTests runs what AfterTests registered, each once.
+func runAfterTests() error {
+	afterTests.mu.Lock()
+	fns := afterTests.fns
+	afterTests.fns = nil
+	afterTests.mu.Unlock()
+	var errs []error
+	for i := len(fns) - 1; i >= 0; i-- {
+		errs = append(errs, fns[i]())
+	}
+	return errors.Join(errs...)
+}
+
 // Main runs the tests of a package and then stops the control plane Shared
 // started, if a test asked for it, and removes the commands Build built. An
 // interrupt does both before the program exits, so that no etcd or
@@ -82,6 +112,7 @@ func runMain(m *testing.M) int {
 	go func() {
 		sig := <-signals
 		fmt.Fprintf(os.Stderr, "testenv: %s: stopping the control plane\n", sig)
+		_ = runAfterTests()
 		_ = stopShared()
 		_ = removeBuilds()
 		os.Exit(1)
@@ -89,6 +120,10 @@ func runMain(m *testing.M) int {
 
 	code := m.Run()
 	signal.Stop(signals)
+	if err := runAfterTests(); err != nil {
+		fmt.Fprintf(os.Stderr, "testenv: after the tests: %v\n", err)
+		code = max(code, 1)
+	}
 	if err := stopShared(); err != nil {
 		fmt.Fprintf(os.Stderr, "testenv: stopping the control plane: %v\n", err)
 		if code == 0 {

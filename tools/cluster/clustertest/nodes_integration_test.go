@@ -190,6 +190,12 @@ func TestIntegrationThreeNodes(t *testing.T) {
 		})
 		t.Logf("%s answers again %s after the node started", name, time.Since(began).Round(10*time.Millisecond))
 
+		// kubelet's root folder is one shared mount: the node's own,
+		// which kubelet finds shared and leaves alone (a mount it stacked
+		// as it started could fall between the lookups of its servers'
+		// socket renames: EXDEV).
+		checkKubeletRootMount(t, last)
+
 		// The node's Open vSwitch came back too, and within the node it
 		// is /var/run/openvswitch.
 		run(t, "nsenter", "--mount="+last.MountNamespace, "--", "test", "-S", "/var/run/openvswitch/db.sock")
@@ -246,5 +252,27 @@ func checkMountNamespacesGone(t *testing.T, namespaces []string) {
 				t.Errorf("a process is still in a node's mount namespace %s: %s", ns, strings.ReplaceAll(string(cmdline), "\x00", " "))
 			}
 		}
+	}
+}
+
+// checkKubeletRootMount checks that within node n's mount namespace exactly
+// one mount is at kubelet's root folder, and that it is shared.
+func checkKubeletRootMount(t *testing.T, n cluster.Node) {
+	t.Helper()
+	root, err := filepath.EvalSymlinks(filepath.Join(n.Dir, "kubelet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := run(t, "nsenter", "--mount="+n.MountNamespace, "--", "cat", "/proc/self/mountinfo")
+	var at []string
+	for line := range strings.SplitSeq(strings.TrimSpace(info), "\n") {
+		// ID parent major:minor root mount-point options optional... - type source super
+		f := strings.Fields(line)
+		if len(f) > 5 && f[4] == root {
+			at = append(at, line)
+		}
+	}
+	if len(at) != 1 || !strings.Contains(at[0], " shared:") {
+		t.Errorf("the mounts at kubelet's root folder %s in node %s: %q; want one, shared", root, n.Name, at)
 	}
 }
