@@ -69,6 +69,15 @@ type Config struct {
 	// checks. Zero leaves them at OVS's default, the MTU the device is
 	// made with, and List does not check it.
 	MTU int
+	// TunnelPort is the UDP port of the VXLAN tunnels, on which the
+	// tunnel port sends and receives (its options:dst_port);
+	// fabric.DefaultTunnelPort when zero.
+	TunnelPort int
+	// Filter, when set, keeps the tunnel's UDP port closed to all but
+	// the nodes of the remote attachments on the switch (TunnelFilter);
+	// nil leaves it open to any sender, whose packets the flows then
+	// drop.
+	Filter TunnelFilter
 }
 
 // Fabric programs one bridge of one Open vSwitch. It implements
@@ -77,7 +86,13 @@ type Fabric struct {
 	bridge       string
 	datapathType string
 	// mtu is the MTU CreateLocal gives interfaces; SetMTU changes it.
-	mtu   atomic.Int64
+	mtu atomic.Int64
+	// udpPort is the tunnels' UDP port; SetTunnelPort changes it and the
+	// next Ensure moves the tunnel port to it.
+	udpPort atomic.Int64
+	// peers keeps the tunnel filter in line with the remote
+	// attachments' nodes; it does nothing without a filter.
+	peers *peers
 	ovs   *ovsClient
 	flows *flowBatcher
 
@@ -107,15 +122,25 @@ func New(cfg Config) *Fabric {
 		flows:        &flowBatcher{ovs: client, bridge: cfg.Bridge},
 	}
 	f.mtu.Store(int64(cfg.MTU))
+	if cfg.TunnelPort == 0 {
+		cfg.TunnelPort = fabric.DefaultTunnelPort
+	}
+	f.udpPort.Store(int64(cfg.TunnelPort))
+	f.peers = newPeers(cfg.Filter)
 	return f
 }
 
-// Ensure creates the bridge and its tunnel port unless they exist and
-// installs the default flows unless they are there; flowsLost says it had
-// to. It also learns the tunnel port's number anew, and sets the bridge's
-// fragment handling to nx-match.
+// Ensure creates the bridge and its tunnel port unless they exist, sets
+// the tunnel port's UDP port (TunnelPort), and installs the default flows
+// unless they are there; flowsLost says it had to. It also learns the
+// tunnel port's number anew, sets the bridge's fragment handling to
+// nx-match, and, with a filter, makes the filter what the remote
+// attachments on the switch want (repairing it if someone changed it).
 func (f *Fabric) Ensure(ctx context.Context) (flowsLost bool, err error) {
-	if err := f.ovs.ensureBridge(ctx, f.bridge, f.datapathType, TunnelPort); err != nil {
+	if err := f.ovs.ensureBridge(ctx, f.bridge, f.datapathType, TunnelPort, f.TunnelPort()); err != nil {
+		return false, err
+	}
+	if err := f.peers.ensure(ctx, f.TunnelPort(), f.remoteHosts); err != nil {
 		return false, err
 	}
 	// Show the ports of a datagram's first fragment to the flow tables,
@@ -375,6 +400,10 @@ func (f *Fabric) CreateRemote(ctx context.Context, atts ...fabric.RemoteAttachme
 	if err != nil {
 		return err
 	}
+	// The filter admits a new host before the flows admit its packets.
+	if err := f.peers.admit(ctx, f.TunnelPort(), atts, f.remoteHosts); err != nil {
+		return err
+	}
 	deletes := make([]*goovs.MatchFlow, 0, len(atts))
 	adds := make([]*goovs.Flow, 0, 2*len(atts))
 	for _, a := range atts {
@@ -402,6 +431,10 @@ func (f *Fabric) DeleteRemote(ctx context.Context, atts ...fabric.RemoteAttachme
 		deletes = append(deletes, flowsWithCookie(cookie(kindRemote, a.VNI, a.IP)))
 	}
 	if err := f.flows.apply(ctx, deletes, nil); err != nil {
+		return err
+	}
+	// The filter drops a host's packets once no flow admits them.
+	if err := f.peers.forget(ctx, f.TunnelPort(), atts); err != nil {
 		return err
 	}
 	klog.FromContext(ctx).V(4).Info("Deleted remote attachments", "bridge", f.bridge, "count", len(atts))
@@ -497,6 +530,7 @@ func (f *Fabric) List(ctx context.Context) (*fabric.Inventory, error) {
 	if inv.Policies, err = f.policyVNIs(ctx); err != nil {
 		return nil, err
 	}
+	f.peers.replace(inv)
 	inv.Sort()
 	return inv, nil
 }
@@ -564,6 +598,15 @@ func (f *Fabric) MTU() int { return int(f.mtu.Load()) }
 // reconcile asks OVS for the new MTU; plugged interfaces keep their
 // maker's.
 func (f *Fabric) SetMTU(mtu int) { f.mtu.Store(int64(mtu)) }
+
+// TunnelPort returns the tunnels' UDP port.
+func (f *Fabric) TunnelPort() int { return int(f.udpPort.Load()) }
+
+// SetTunnelPort sets the tunnels' UDP port. The next Ensure moves the
+// tunnel port, and the filter, to it; its OpenFlow number, and with it
+// every flow, stays. Until every node has moved, nodes on the old port and
+// nodes on the new one drop each other's tunnel packets.
+func (f *Fabric) SetTunnelPort(port int) { f.udpPort.Store(int64(port)) }
 
 // tunnelPortNumber returns the tunnel port's OpenFlow number, reading it if
 // it is not known yet.
