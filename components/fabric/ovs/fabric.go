@@ -567,8 +567,9 @@ func (f *Fabric) localWhole(att fabric.LocalAttachment, r interfaceRow, flows []
 
 // Drops reads the packet counts of the default flows that drop what
 // classifyTable does not admit: one dump of the handful of flows with the
-// default cookie. The counts start again from zero whenever Ensure
-// re-installs the default flows.
+// default cookie, and the tunnel filter's count, if it has one. The counts
+// start again from zero whenever Ensure re-installs the default flows (the
+// filter's, whenever its rules are remade).
 func (f *Fabric) Drops(ctx context.Context) (fabric.Drops, error) {
 	flows, err := f.ovs.dumpFlows(ctx, f.bridge, flowsWithCookie(cookie(kindDefault, 0, netip.Addr{})))
 	if err != nil {
@@ -586,7 +587,18 @@ func (f *Fabric) Drops(ctx context.Context) (fabric.Drops, error) {
 			d.Spoofed += fl.Stats.PacketCount
 		}
 	}
+	if c, ok := f.peers.filter.(filterDropCounter); ok {
+		if d.Filtered, err = c.Drops(ctx); err != nil {
+			return fabric.Drops{}, fmt.Errorf("reading the tunnel filter's drops: %w", err)
+		}
+	}
 	return d, nil
+}
+
+// filterDropCounter is a tunnel filter that counts what it drops (both
+// filters of KOS do).
+type filterDropCounter interface {
+	Drops(ctx context.Context) (uint64, error)
 }
 
 // MTU returns the MTU of the interfaces CreateLocal makes; 0 when OVS

@@ -219,6 +219,9 @@ func TestIntegrationUnderlayFilter(t *testing.T) {
 	}
 	inject("from node B, a peer", b.ns, n, 0, 0)
 	inject("from a host that is no node", nsX, 0, n, 0)
+	if got, want := drops(t, a.fabric).Filtered, underlayDrops(t, filterA); got != want || got == 0 {
+		t.Errorf("Drops().Filtered = %d, want the filter's count %d", got, want)
+	}
 
 	// Once node A has no remote attachment on B, B is dropped on the
 	// underlay too; the next one admits it again.

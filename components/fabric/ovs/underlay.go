@@ -71,6 +71,14 @@ func NewUnderlayFilter(cfg UnderlayFilterConfig) (*UnderlayFilter, error) {
 	return &UnderlayFilter{bridge: cfg.Bridge, address: cfg.Address, ovs: newOVSClient(cfg.RunDir, cfg.Timeout)}, nil
 }
 
+// Check returns an error unless the bridge exists.
+func (u *UnderlayFilter) Check(ctx context.Context) error {
+	if _, err := u.ovs.vsctl(ctx, "br-exists", u.bridge); err != nil {
+		return fmt.Errorf("finding the underlay bridge %s: %w", u.bridge, err)
+	}
+	return nil
+}
+
 // underlayFlows are the flows of a filter that admits UDP to addr's port
 // from hosts alone.
 func underlayFlows(addr netip.Addr, port int, hosts []netip.Addr) []*goovs.Flow {
@@ -137,7 +145,19 @@ func (u *UnderlayFilter) Drops(ctx context.Context) (uint64, error) {
 // Remove deletes the filter's flows, if the bridge exists; it reports
 // whether there were any.
 func (u *UnderlayFilter) Remove(ctx context.Context) (bool, error) {
-	if _, err := u.ovs.vsctl(ctx, "br-exists", u.bridge); err != nil {
+	return removeUnderlayFilter(ctx, u.ovs, u.bridge)
+}
+
+// RemoveUnderlayFilter deletes the flows of an UnderlayFilter from bridge
+// of the Open vSwitch whose run dir is runDir (empty for the default), if
+// the bridge exists; it reports whether there were any. kos-agent cleanup
+// uses it.
+func RemoveUnderlayFilter(ctx context.Context, runDir, bridge string) (bool, error) {
+	return removeUnderlayFilter(ctx, newOVSClient(runDir, DefaultTimeout), bridge)
+}
+
+func removeUnderlayFilter(ctx context.Context, c *ovsClient, bridge string) (bool, error) {
+	if _, err := c.vsctl(ctx, "br-exists", bridge); err != nil {
 		// ovs-vsctl br-exists exits 2 when there is no such bridge.
 		var exit *exec.ExitError
 		if errors.As(err, &exit) && exit.ExitCode() == 2 {
@@ -145,15 +165,15 @@ func (u *UnderlayFilter) Remove(ctx context.Context) (bool, error) {
 		}
 		return false, err
 	}
-	flows, err := u.ovs.dumpFlows(ctx, u.bridge, underlayFilterFlows())
+	flows, err := c.dumpFlows(ctx, bridge, underlayFilterFlows())
 	if err != nil {
 		return false, err
 	}
 	if len(flows) == 0 {
 		return false, nil
 	}
-	if err := u.ovs.bundle(ctx, u.bridge, flowMod{deletes: []*goovs.MatchFlow{underlayFilterFlows()}}); err != nil {
-		return false, fmt.Errorf("deleting the tunnel filter on bridge %s: %w", u.bridge, err)
+	if err := c.bundle(ctx, bridge, flowMod{deletes: []*goovs.MatchFlow{underlayFilterFlows()}}); err != nil {
+		return false, fmt.Errorf("deleting the tunnel filter on bridge %s: %w", bridge, err)
 	}
 	return true, nil
 }

@@ -317,6 +317,17 @@ func (f *Filter) Drops(ctx context.Context) (uint64, error) {
 	return n, nil
 }
 
+// Exists reports whether the namespace at netns (empty for the process's
+// own) has the filter's table.
+func Exists(netns string) (bool, error) {
+	c, release, err := conn(netns)
+	if err != nil {
+		return false, err
+	}
+	defer release()
+	return tableExists(c)
+}
+
 // Remove deletes the filter's table from the namespace at netns (empty for
 // the process's own), if it is there, and reports whether it was.
 func Remove(netns string) (bool, error) {
