@@ -10,14 +10,21 @@
 //			meta l4proto udp udp dport 4789 iifname "eth0" ip saddr @peers accept
 //			meta l4proto udp udp dport 4789 counter drop
 //		}
+//		chain forward {
+//			type filter hook forward priority filter; policy accept;
+//			meta l4proto udp udp dport 4789 ip daddr @peers counter drop
+//		}
 //	}
 //
 // A tunnel packet passes when it comes from a peer and arrives on the
 // underlay interface: a pod on the node that sends to the node's own
 // tunnel port with a peer's address comes in on its own interface, not on
-// the underlay's, and is dropped. Other rulesets (kube-proxy's, the
-// operator's) are evaluated as before: a packet this table accepts may
-// still be dropped by them.
+// the underlay's, and is dropped. The node forwards nothing to a peer's
+// tunnel port either: its own tunnel packets are its own (output), so a
+// forwarded one is a pod's, which the primary network may be about to
+// masquerade as the node, where the peer would take it for the node's.
+// Other rulesets (kube-proxy's, the operator's) are evaluated as before: a
+// packet this table accepts may still be dropped by them.
 //
 // The package talks to the kernel over netlink (github.com/google/nftables)
 // and needs no nft or iptables program.
@@ -44,9 +51,10 @@ import (
 // The names of what the filter owns.
 const (
 	// TableName is the filter's table, of family ip.
-	TableName = "kos-tunnel"
-	chainName = "input"
-	setName   = "peers"
+	TableName        = "kos-tunnel"
+	chainName        = "input"
+	forwardChainName = "forward"
+	setName          = "peers"
 )
 
 // Config says which interface the filter admits tunnel packets on and
@@ -128,6 +136,10 @@ func admitComment(port int, ifc string) string {
 
 func dropComment(port int) string { return fmt.Sprintf("kos: tunnel port %d from others", port) }
 
+func forwardComment(port int) string {
+	return fmt.Sprintf("kos: no forwarding to the peers' tunnel port %d", port)
+}
+
 // udpTo returns the expressions that match UDP to port.
 func udpTo(port int) []expr.Any {
 	return []expr.Any{
@@ -205,8 +217,13 @@ func (f *Filter) sameRules(c *nftables.Conn, port int) (bool, error) {
 		return false, nil
 	}
 	want := []string{admitComment(port, f.cfg.Interface), dropComment(port)}
+	forward, err := c.GetRules(table(), &nftables.Chain{Name: forwardChainName, Table: table()})
+	if err != nil {
+		return false, nil
+	}
+	want = append(want, forwardComment(port))
 	var got []string
-	for _, r := range rules {
+	for _, r := range append(rules, forward...) {
 		s, _ := userdata.GetString(r.UserData, userdata.TypeComment)
 		got = append(got, s)
 	}
@@ -285,6 +302,16 @@ func (f *Filter) create(c *nftables.Conn, port int, hosts []netip.Addr) error {
 	drop := append(udpTo(port), &expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop})
 	c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: drop,
 		UserData: userdata.AppendString(nil, userdata.TypeComment, dropComment(port))})
+	fw := c.AddChain(&nftables.Chain{
+		Name: forwardChainName, Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept,
+	})
+	forward := append(udpTo(port),
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
+		&expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop})
+	c.AddRule(&nftables.Rule{Table: t, Chain: fw, Exprs: forward,
+		UserData: userdata.AppendString(nil, userdata.TypeComment, forwardComment(port))})
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("setting table %s: %w", TableName, err)
 	}
@@ -292,7 +319,7 @@ func (f *Filter) create(c *nftables.Conn, port int, hosts []netip.Addr) error {
 }
 
 // Drops returns how many tunnel packets the filter dropped since its table
-// was last made; 0 when there is none.
+// was last made, coming in and forwarded; 0 when there is none.
 func (f *Filter) Drops(ctx context.Context) (uint64, error) {
 	c, release, err := conn(f.cfg.NetNS)
 	if err != nil {
@@ -302,9 +329,13 @@ func (f *Filter) Drops(ctx context.Context) (uint64, error) {
 	if exists, err := tableExists(c); err != nil || !exists {
 		return 0, err
 	}
-	rules, err := c.GetRules(table(), &nftables.Chain{Name: chainName, Table: table()})
-	if err != nil {
-		return 0, fmt.Errorf("reading the rules of table %s: %w", TableName, err)
+	var rules []*nftables.Rule
+	for _, name := range []string{chainName, forwardChainName} {
+		rs, err := c.GetRules(table(), &nftables.Chain{Name: name, Table: table()})
+		if err != nil {
+			return 0, fmt.Errorf("reading the rules of table %s: %w", TableName, err)
+		}
+		rules = append(rules, rs...)
 	}
 	var n uint64
 	for _, r := range rules {

@@ -54,6 +54,10 @@ func setup(t *testing.T) (node, underlay, pod *ovsenv.Netns) {
 		{pod, []string{"ip", "addr", "add", peerIP.String() + "/32", "dev", "eth0"}},
 		{pod, []string{"ip", "link", "set", "eth0", "up"}},
 		{pod, []string{"ip", "route", "add", nodeIP.String() + "/32", "dev", "eth0"}},
+		// The node routes the pod's packets to the underlay.
+		{pod, []string{"ip", "route", "add", strangerIP.String() + "/32", "via", "10.244.0.1"}},
+		{node, []string{"sysctl", "-qw", "net.ipv4.ip_forward=1"}},
+		{underlay, []string{"ip", "route", "add", "10.244.0.0/24", "via", nodeIP.String()}},
 	} {
 		if _, err := c.ns.Run(ctx, c.cmd[0], c.cmd[1:]...); err != nil {
 			t.Fatal(err)
@@ -100,8 +104,18 @@ func received(t *testing.T, conn *net.UDPConn) int {
 // send sends count datagrams from ns, from src, to the node's port.
 func send(t *testing.T, ns *ovsenv.Netns, src netip.Addr, port, count int) {
 	t.Helper()
+	sendTo(t, ns, src, nodeIP, port, count)
+}
+
+// sendTo sends count datagrams from ns, from src, to dst's port.
+func sendTo(t *testing.T, ns *ovsenv.Netns, src, dst netip.Addr, port, count int) {
+	t.Helper()
 	if err := ns.Do(func() error {
-		conn, err := net.DialUDP("udp4", &net.UDPAddr{IP: src.AsSlice()}, &net.UDPAddr{IP: nodeIP.AsSlice(), Port: port})
+		var laddr *net.UDPAddr
+		if src.IsValid() {
+			laddr = &net.UDPAddr{IP: src.AsSlice()}
+		}
+		conn, err := net.DialUDP("udp4", laddr, &net.UDPAddr{IP: dst.AsSlice(), Port: port})
 		if err != nil {
 			return err
 		}
@@ -155,6 +169,24 @@ func TestIntegrationTunnelFilter(t *testing.T) {
 	for _, s := range []sender{peer, stranger, forger} {
 		expect("without the filter", tunnelPort, conn, s, n)
 	}
+	// What the node forwards from the pod to another host's tunnel port,
+	// and what it sends there itself.
+	far := listen(t, underlay, tunnelPort)
+	podIP := netip.MustParseAddr("10.244.0.5")
+	sendTo(t, pod, podIP, strangerIP, tunnelPort, 1)
+	received(t, far)
+	forwarded := func(step string, want int) {
+		t.Helper()
+		sendTo(t, pod, podIP, strangerIP, tunnelPort, n)
+		if got := received(t, far); got != want {
+			t.Errorf("%s: the stranger received %d of %d datagrams the node forwarded from the pod, want %d", step, got, n, want)
+		}
+		sendTo(t, node, nodeIP, strangerIP, tunnelPort, n)
+		if got := received(t, far); got != n {
+			t.Errorf("%s: the stranger received %d of %d datagrams the node sent itself, want all", step, got, n)
+		}
+	}
+	forwarded("without the filter", n)
 
 	f := New(Config{Interface: "ul0", NetNS: filepath.Join("/run/netns", node.Name)})
 	if err := f.Check(); err != nil {
@@ -190,12 +222,14 @@ func TestIntegrationTunnelFilter(t *testing.T) {
 
 	// A new peer is admitted, and one that leaves is dropped, without
 	// remaking the table (the count stays).
+	forwarded("with the filter, the stranger no peer", n)
 	set(tunnelPort, peerIP, strangerIP)
 	expect("with the stranger a peer", tunnelPort, conn, stranger, n)
 	expect("with the stranger a peer", tunnelPort, conn, forger, 0)
+	forwarded("with the stranger a peer", 0)
 	set(tunnelPort, strangerIP)
 	expect("once the peer left", tunnelPort, conn, peer, 0)
-	if got := drops(); got < before+2*n {
+	if got := drops(); got < before+3*n {
 		t.Errorf("drops = %d, want at least %d: the count was reset by a change of peers", got, before+2*n)
 	}
 
