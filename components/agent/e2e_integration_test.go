@@ -233,6 +233,12 @@ func TestIntegrationTwoNodes(t *testing.T) {
 	poll.Until(t, settle, "node B holds nothing", holds(b.fabric, &fabric.Inventory{}))
 	poll.Until(t, settle, "node A's tunnel filter admits nobody", a.admits())
 	poll.Until(t, settle, "node B's tunnel filter admits nobody", b.admits())
+	// A stopped agent leaves no filter, which an older agent (after a
+	// rollback) could not keep in step.
+	agentB.stop(t)
+	if out, err := b.ovs.Run(ctx, "ovs-ofctl", "dump-flows", "--no-stats", "br-ul", "udp"); err != nil || strings.Contains(out, "tp_dst=") {
+		t.Errorf("node B's tunnel filter after its agent stopped (%v):\n%s", err, out)
+	}
 	for _, n := range []*node{a, b} {
 		if dump := dumpFlows(t, n.ovs); strings.Contains(dump, fmt.Sprintf("tun_id=%#x,arp_tpa=%s ", vni1, ip2)) {
 			t.Errorf("flows of g2 left on %s:\n%s", n.ns.Name, dump)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -79,4 +80,34 @@ func (o *Options) tunnelFilter(ctx context.Context, hostIP netip.Addr, runDir st
 		return f, nil
 	}
 	return nil, nil
+}
+
+// tunnelFilterRemover is a fabric with a tunnel filter it can remove
+// (fabric/ovs).
+type tunnelFilterRemover interface {
+	RemoveTunnelFilter(ctx context.Context) (bool, error)
+}
+
+// removeTunnelFilterTimeout bounds the removal as the agent stops.
+const removeTunnelFilterTimeout = 10 * time.Second
+
+// removeTunnelFilter removes the fabric's tunnel filter as the agent stops:
+// an agent that does not keep it (an older release, after a rollback) must
+// not find one that drops the nodes that join later. Until the next agent
+// sets it again the tunnel port is open, and the flows alone drop what no
+// remote attachment admits.
+func (a *Agent) removeTunnelFilter(logger klog.Logger) {
+	r, ok := a.fabric.(tunnelFilterRemover)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), removeTunnelFilterTimeout)
+	defer cancel()
+	removed, err := r.RemoveTunnelFilter(ctx)
+	switch {
+	case err != nil:
+		logger.Error(err, "Removing the tunnel filter failed; the next agent sets it again, an older one leaves it as it is")
+	case removed:
+		logger.Info("Removed the tunnel filter, which only a running agent keeps in step")
+	}
 }

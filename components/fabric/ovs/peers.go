@@ -178,6 +178,27 @@ func (p *peers) replace(inv *fabric.Inventory) {
 	p.mu.Unlock()
 }
 
+// filterRemover is a tunnel filter that can be removed (both of KOS's
+// can).
+type filterRemover interface {
+	Remove(ctx context.Context) (bool, error)
+}
+
+// RemoveTunnelFilter removes the tunnel filter, if the fabric has one, and
+// reports whether there was one to remove. The agent calls it as it stops,
+// so that an agent that does not keep the filter (an older release, after
+// a rollback) never finds one it cannot follow, which would drop the
+// nodes that join later. The next Ensure makes it again.
+func (f *Fabric) RemoveTunnelFilter(ctx context.Context) (bool, error) {
+	r, ok := f.peers.filter.(filterRemover)
+	if !ok {
+		return false, nil
+	}
+	f.peers.setMu.Lock()
+	defer f.peers.setMu.Unlock()
+	return r.Remove(ctx)
+}
+
 // remoteHosts reads the hosts of the remote attachments on the switch from
 // their flows.
 func (f *Fabric) remoteHosts(ctx context.Context) (map[remoteKey]netip.Addr, error) {

@@ -254,6 +254,18 @@ func TestIntegrationUnderlayFilter(t *testing.T) {
 	}
 	inject("from node B after a restart", b.ns, n, 0, 0)
 
+	// The agent removes the filter as it stops; the next Ensure makes it
+	// again.
+	if removed, err := restarted.RemoveTunnelFilter(ctx); err != nil || !removed {
+		t.Fatalf("RemoveTunnelFilter = %v, %v; want true", removed, err)
+	}
+	inject("from a host that is no node, the filter removed", nsX, 0, 0, n)
+	if _, err := restarted.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	inject("from a host that is no node, the filter set again", nsX, 0, n, 0)
+	inject("from node B, the filter set again", b.ns, n, 0, 0)
+
 	if removed, err := filterA.Remove(ctx); err != nil || !removed {
 		t.Fatalf("Remove = %v, %v; want true", removed, err)
 	}

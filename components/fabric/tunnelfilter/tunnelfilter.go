@@ -348,6 +348,14 @@ func (f *Filter) Drops(ctx context.Context) (uint64, error) {
 	return n, nil
 }
 
+// Remove deletes the filter's table, if it is there, and reports whether
+// it was; the next Set makes it again.
+func (f *Filter) Remove(ctx context.Context) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return Remove(f.cfg.NetNS)
+}
+
 // Exists reports whether the namespace at netns (empty for the process's
 // own) has the filter's table.
 func Exists(netns string) (bool, error) {
