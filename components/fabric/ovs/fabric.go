@@ -9,6 +9,12 @@
 // it belongs to, so listing and deleting need no memory of what was
 // installed: a restarted agent reads it all back from the switch.
 //
+// The tunnel port sends and receives on Config.TunnelPort; a TunnelFilter
+// (peers.go: nftables on the kernel datapath, package tunnelfilter; flows
+// on the underlay bridge on the userspace one, underlay.go) keeps that UDP
+// port closed to all but the nodes of the remote attachments on the
+// switch.
+//
 // Flow changes go out in OpenFlow bundles, atomically; changes that
 // concurrent callers make while a bundle is in flight share the next one
 // (batch.go), because each ovs-ofctl run costs as much as a thousand flows.
