@@ -333,9 +333,10 @@ func addressOf(att *v1alpha1.NetworkAttachment) (address, bool) {
 // then starts workers that sync attachments and a loop that checks the
 // fabric for lost flows and reconciles it periodically. When ctx is done
 // it shuts the queue down, waits for the workers and the loop to return,
-// and stops the informers; every goroutine it started has stopped when it
-// returns. It never gives up on its own, retrying what fails instead, so
-// it returns nil. Run may be called once.
+// removes the fabric's tunnel filter, and stops the informers; every
+// goroutine it started has stopped when it returns. It never gives up on
+// its own, retrying what fails instead, so it returns nil. Run may be
+// called once.
 func (a *Agent) Run(ctx context.Context, workers int) error {
 	defer utilruntime.HandleCrash()
 	logger := klog.FromContext(ctx).WithValues("node", a.node)
@@ -344,6 +345,8 @@ func (a *Agent) Run(ctx context.Context, workers int) error {
 
 	var wg sync.WaitGroup
 	defer a.state.stopNetworks()
+	// Once nothing changes the fabric any more (after wg.Wait).
+	defer a.removeTunnelFilter(logger)
 	defer wg.Wait()
 	defer a.queue.ShutDown()
 

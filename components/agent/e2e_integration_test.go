@@ -69,8 +69,34 @@ func startNode(t *testing.T, ctx context.Context, ns *ovsenv.Netns, hostIP strin
 			t.Fatal(err)
 		}
 	}
-	n.fabric = newOVSFabric(n.ovs)
+	// The tunnel filter of the userspace datapath, as --tunnel-filter=auto
+	// chooses with --datapath-type=netdev.
+	filter, err := ovs.NewUnderlayFilter(ovs.UnderlayFilterConfig{Address: netip.MustParseAddr(hostIP), RunDir: n.ovs.RunDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.fabric = ovs.New(ovs.Config{RunDir: n.ovs.RunDir, DatapathType: "netdev", MTU: testMTU, Filter: filter})
 	return n
+}
+
+// admits returns a check that n's tunnel filter admits exactly peers.
+func (n *node) admits(peers ...string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		out, err := n.ovs.Run(ctx, "ovs-ofctl", "dump-flows", "--no-stats", "br-ul", "udp")
+		if err != nil {
+			return err
+		}
+		var got []string
+		for _, l := range strings.Split(out, "\n") {
+			if _, src, ok := strings.Cut(l, "nw_src="); ok {
+				got = append(got, strings.FieldsFunc(src, func(r rune) bool { return r == ',' || r == ' ' })[0])
+			}
+		}
+		if strings.Join(got, " ") != strings.Join(peers, " ") {
+			return fmt.Errorf("the tunnel filter of %s admits %q, want %q", n.ns.Name, got, peers)
+		}
+		return nil
+	}
 }
 
 // knowNeighbour tells n's OVS the underlay MAC address of peer's tunnel
@@ -177,6 +203,8 @@ func TestIntegrationTwoNodes(t *testing.T) {
 			t.Errorf("ping from %s to %v: %d of 2 replies (%v), want none", from.Name, to, got, err)
 		}
 	}
+	poll.Until(t, settle, "node A's tunnel filter admits node B", a.admits(hostB))
+	poll.Until(t, settle, "node B's tunnel filter admits node A", b.admits(hostA))
 	poll.Until(t, settle, "g1 reaches g2", reaches(g1, addr2))
 	poll.Until(t, settle, "g2 reaches g1", reaches(g2, addr1))
 	// The interfaces' MTU, which the test did not set, leaves room for
@@ -203,6 +231,14 @@ func TestIntegrationTwoNodes(t *testing.T) {
 		Local: []fabric.LocalAttachment{local(vni1, ip1), local(vni2, ip2)},
 	}))
 	poll.Until(t, settle, "node B holds nothing", holds(b.fabric, &fabric.Inventory{}))
+	poll.Until(t, settle, "node A's tunnel filter admits nobody", a.admits())
+	poll.Until(t, settle, "node B's tunnel filter admits nobody", b.admits())
+	// A stopped agent leaves no filter, which an older agent (after a
+	// rollback) could not keep in step.
+	agentB.stop(t)
+	if out, err := b.ovs.Run(ctx, "ovs-ofctl", "dump-flows", "--no-stats", "br-ul", "udp"); err != nil || strings.Contains(out, "tp_dst=") {
+		t.Errorf("node B's tunnel filter after its agent stopped (%v):\n%s", err, out)
+	}
 	for _, n := range []*node{a, b} {
 		if dump := dumpFlows(t, n.ovs); strings.Contains(dump, fmt.Sprintf("tun_id=%#x,arp_tpa=%s ", vni1, ip2)) {
 			t.Errorf("flows of g2 left on %s:\n%s", n.ns.Name, dump)

@@ -169,9 +169,10 @@ const dropsScrapeTimeout = 5 * time.Second
 // zero when the switch loses its flows; Prometheus takes that for a
 // counter reset.
 type dropsCollector struct {
-	fabric  dropCounter
-	tunnel  *prometheus.Desc
-	spoofed *prometheus.Desc
+	fabric   dropCounter
+	tunnel   *prometheus.Desc
+	spoofed  *prometheus.Desc
+	filtered *prometheus.Desc
 }
 
 func newDropsCollector(d dropCounter) *dropsCollector {
@@ -183,6 +184,9 @@ func newDropsCollector(d dropCounter) *dropsCollector {
 		spoofed: prometheus.NewDesc("kos_agent_spoofed_drops_total",
 			"Frames the node's switch dropped because a local attachment's port sent them with another source MAC or IPv4 address than the attachment's (IPv6, which attachments do not use, is dropped uncounted).",
 			nil, nil),
+		filtered: prometheus.NewDesc("kos_agent_tunnel_filter_drops_total",
+			"Tunnel packets the node's tunnel filter dropped before the tunnel: from a host that holds no remote attachment of the node, or, on the kernel datapath, arriving on another interface than the underlay's. 0 without a filter (--tunnel-filter=none).",
+			nil, nil),
 	}
 }
 
@@ -190,6 +194,7 @@ func newDropsCollector(d dropCounter) *dropsCollector {
 func (c *dropsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.tunnel
 	ch <- c.spoofed
+	ch <- c.filtered
 }
 
 // Collect implements prometheus.Collector. A failed read of the switch
@@ -205,6 +210,7 @@ func (c *dropsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.tunnel, prometheus.CounterValue, float64(d.Tunnel))
 	ch <- prometheus.MustNewConstMetric(c.spoofed, prometheus.CounterValue, float64(d.Spoofed))
+	ch <- prometheus.MustNewConstMetric(c.filtered, prometheus.CounterValue, float64(d.Filtered))
 }
 
 // observeMTU sets the MTU gauges.

@@ -32,6 +32,13 @@ type mtuSetter interface {
 	SetMTU(mtu int)
 }
 
+// tunnelPortSetter is a fabric whose tunnels' UDP port can change while it
+// runs (fabric/ovs and fabric/logging are): the next Ensure moves them.
+type tunnelPortSetter interface {
+	TunnelPort() int
+	SetTunnelPort(port int)
+}
+
 // NodePatcher reads and patches Nodes of the main cluster;
 // typedcorev1.NodeInterface is one.
 type NodePatcher interface {
@@ -74,7 +81,9 @@ type networkConfig struct {
 
 	mu      sync.Mutex
 	current mtuChoice
-	said    map[string]bool
+	// portApplied is true once a tunnel port was applied.
+	portApplied bool
+	said        map[string]bool
 }
 
 func newNetworkConfig(cfg Config, m *metrics) *networkConfig {
@@ -145,9 +154,9 @@ func (n *networkConfig) start(ctx context.Context, a *Agent, wg *sync.WaitGroup)
 	wg.Go(func() { inf.RunWithContext(ctx) })
 }
 
-// apply sets the fabric's MTU for new interfaces from c, the NetworkConfig
-// (nil when there is none or the agent may not read it), and logs each
-// change once.
+// apply sets the fabric's MTU for new interfaces and its tunnel port from
+// c, the NetworkConfig (nil when there is none or the agent may not read
+// it), and logs each change once.
 func (n *networkConfig) apply(ctx context.Context, c *v1alpha1.NetworkConfig) {
 	logger := klog.FromContext(ctx)
 	var applied, port int32
@@ -156,10 +165,7 @@ func (n *networkConfig) apply(ctx context.Context, c *v1alpha1.NetworkConfig) {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if port != 0 && port != v1alpha1.DefaultTunnelPort && n.once("port"+strconv.Itoa(int(port))) {
-		logger.Info("Warning: the NetworkConfig applies a tunnel port this agent does not use yet; it tunnels on VXLAN's port",
-			"tunnelPort", port, "agentTunnelPort", v1alpha1.DefaultTunnelPort)
-	}
+	n.applyPort(logger, int(port))
 	choice := chooseMTU(n.own, n.given, applied)
 	defer func() { n.metrics.mtu.Set(float64(n.fabric.MTU())) }()
 	if choice == n.current {
@@ -190,6 +196,44 @@ func (n *networkConfig) apply(ctx context.Context, c *v1alpha1.NetworkConfig) {
 		logger.Info("Warning: the underlay cannot carry the MTU in use with VXLAN's overhead; full-size packets between nodes are lost unless the path carries more",
 			"mtu", choice.mtu, "underlayMTU", n.underlayMTU, "fits", n.underlayMTU-fabric.VXLANOverhead)
 	}
+}
+
+// applyPort makes the fabric tunnel on port, the NetworkConfig's applied
+// tunnel port (0 when none is applied: the fabric keeps its own, 4789, or
+// the last one applied), with n.mu held. The first one applied, as the
+// agent starts, comes before the fabric's first Ensure, so the tunnels are
+// made on it; a later change moves them at the fabric's next Ensure, which
+// the agent runs every --flow-check-period, and is logged as a warning:
+// nodes on the old port and nodes on the new one drop each other's tunnel
+// packets until every agent has moved (an unsafe change the NetworkConfig
+// refuses unless forced).
+func (n *networkConfig) applyPort(logger klog.Logger, port int) {
+	if port == 0 || fabric.ValidateTunnelPort(port) != nil {
+		return
+	}
+	setter, ok := n.fabric.(tunnelPortSetter)
+	if !ok {
+		if n.once("port" + strconv.Itoa(port)) {
+			logger.Info("Warning: this fabric cannot tunnel on another port than its own", "tunnelPort", port)
+		}
+		return
+	}
+	prev := setter.TunnelPort()
+	first := !n.portApplied
+	n.portApplied = true
+	if prev == port {
+		if first {
+			logger.Info("Tunnelling on the NetworkConfig's tunnel port", "tunnelPort", port)
+		}
+		return
+	}
+	setter.SetTunnelPort(port)
+	if first {
+		logger.Info("Tunnelling on the NetworkConfig's tunnel port", "tunnelPort", port, "previous", prev)
+		return
+	}
+	logger.Info("Warning: the NetworkConfig's tunnel port changed; moving this node's tunnels to it now: until every node has moved, nodes on the old port and nodes on the new one drop each other's tunnel packets",
+		"tunnelPort", port, "previous", prev)
 }
 
 // reportUnderlay writes the underlay's MTU into the annotation

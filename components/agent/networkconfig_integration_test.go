@@ -3,7 +3,10 @@ package agent_test
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -15,7 +18,9 @@ import (
 
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/fabric/logging"
+	"github.com/kos-sdn/kos/components/fabric/ovs"
 	kosclient "github.com/kos-sdn/kos/components/generated/clientset/versioned"
+	"github.com/kos-sdn/kos/tools/ovsenv"
 	"github.com/kos-sdn/kos/tools/poll"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
@@ -31,7 +36,16 @@ const appliedMTU = 1400
 // package that do leave Config.NetworkConfig off.
 func applyNetworkConfig(t *testing.T, mtu int32) {
 	t.Helper()
-	ctx := t.Context()
+	applyNetworkConfigPort(t, mtu, v1alpha1.DefaultTunnelPort)
+}
+
+// applyNetworkConfigPort makes the NetworkConfig "cluster" apply overlay
+// MTU mtu and tunnel port port.
+func applyNetworkConfigPort(t *testing.T, mtu, port int32) {
+	t.Helper()
+	// Not t.Context(): a cleanup calls it too, after that is done.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	c := kosClient(t).NetworkV1alpha1().NetworkConfigs()
 	cfg, err := c.Get(ctx, v1alpha1.NetworkConfigName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -43,7 +57,7 @@ func applyNetworkConfig(t *testing.T, mtu int32) {
 	if err != nil {
 		t.Fatalf("making the NetworkConfig: %v", err)
 	}
-	cfg.Status.OverlayMTU, cfg.Status.TunnelPort = mtu, v1alpha1.DefaultTunnelPort
+	cfg.Status.OverlayMTU, cfg.Status.TunnelPort = mtu, port
 	if _, err := c.UpdateStatus(ctx, cfg, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("applying overlay MTU %d: %v", mtu, err)
 	}
@@ -84,16 +98,36 @@ func underlayAnnotation(kube kubernetes.Interface, node, want string) func(conte
 	}
 }
 
+// tunnelDstPort returns a check that the tunnel port of the OVS in inst
+// sends and receives on UDP port want.
+func tunnelDstPort(inst *ovsenv.Instance, want int) func(context.Context) error {
+	return func(ctx context.Context) error {
+		got, err := inst.Run(ctx, "ovs-vsctl", "get", "Interface", ovs.TunnelPort, "options:dst_port")
+		if err != nil {
+			return err
+		}
+		if strings.Trim(got, `"`) != strconv.Itoa(want) {
+			return fmt.Errorf("options:dst_port of %s is %s, want %d", ovs.TunnelPort, got, want)
+		}
+		return nil
+	}
+}
+
 // TestIntegrationNetworkConfigMTU runs an agent on OVS whose own MTU is
-// 1450 (a 1500-byte underlay) while the NetworkConfig applies 1400: the
-// interface of a new attachment gets 1400, asked of OVS, on the device and
-// in status.mtu, and the agent reports its underlay on its Node. Then the
-// NetworkConfig applies another MTU, which the next new interface gets.
+// 1450 (a 1500-byte underlay) while the NetworkConfig applies 1400 and
+// tunnel port 4790: the interface of a new attachment gets 1400, asked of
+// OVS, on the device and in status.mtu, the tunnel port is made on 4790,
+// and the agent reports its underlay on its Node. Then the NetworkConfig
+// applies another MTU, which the next new interface gets, and another
+// tunnel port, to which the running agent moves the tunnel.
 func TestIntegrationNetworkConfigMTU(t *testing.T) {
 	k := newAPI(t)
 	const vni = 241
 	k.subnet("s1", "10.241.0.0/24", vni)
-	applyNetworkConfig(t, appliedMTU)
+	const appliedPort, changedPort = 4790, 4791
+	applyNetworkConfigPort(t, appliedMTU, appliedPort)
+	// Other tests share the API: leave them VXLAN's port.
+	t.Cleanup(func() { applyNetworkConfig(t, appliedMTU) })
 	kube := mainClient(t)
 	node := k.node("a")
 	makeNode(t, kube, node)
@@ -108,11 +142,14 @@ func TestIntegrationNetworkConfigMTU(t *testing.T) {
 	poll.Until(t, settle, "a1 is ready", k.ready("a1", hostA))
 	poll.Until(t, settle, "a1 has the applied MTU", k.hasMTU(inst, "a1", appliedMTU))
 	poll.Until(t, settle, "the node reports its underlay", underlayAnnotation(kube, node, "1500"))
+	poll.Until(t, settle, "the tunnel is on the applied port", tunnelDstPort(inst, appliedPort))
 
-	// A forced change of the overlay MTU reaches the running agent: the
-	// next new interface gets it.
+	// A forced change of the overlay MTU and the tunnel port reaches the
+	// running agent: the next new interface gets the MTU, and the tunnel
+	// moves.
 	const changed = appliedMTU - 50
-	applyNetworkConfig(t, changed)
+	applyNetworkConfigPort(t, changed, changedPort)
+	poll.Until(t, settle, "the tunnel moved to the changed port", tunnelDstPort(inst, changedPort))
 	poll.Until(t, settle, "the agent uses the changed MTU", func(context.Context) error {
 		if got := r.agent.MTU(); got != changed {
 			return fmt.Errorf("the agent's MTU is %d, want %d", got, changed)

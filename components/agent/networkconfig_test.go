@@ -76,12 +76,17 @@ func TestNetworkConfigApply(t *testing.T) {
 		name    string
 		configs []*v1alpha1.NetworkConfig
 		want    int
+		// wantPort is the fabric's tunnel port; 4789 when 0.
+		wantPort int
 	}{
 		{name: "none: the agent's own", configs: []*v1alpha1.NetworkConfig{nil}, want: 1450},
 		{name: "not applied yet", configs: []*v1alpha1.NetworkConfig{configWithStatus(0, 0)}, want: 1450},
 		{name: "applied", configs: []*v1alpha1.NetworkConfig{nil, configWithStatus(1400, 4789)}, want: 1400},
 		{name: "applied, then changed (forced)", configs: []*v1alpha1.NetworkConfig{configWithStatus(1400, 4789), configWithStatus(1350, 4789)}, want: 1350},
-		{name: "another tunnel port does not change the MTU", configs: []*v1alpha1.NetworkConfig{configWithStatus(1400, 4790)}, want: 1400},
+		{name: "another tunnel port", configs: []*v1alpha1.NetworkConfig{configWithStatus(1400, 4790)}, want: 1400, wantPort: 4790},
+		{name: "tunnel port changed (forced)", configs: []*v1alpha1.NetworkConfig{configWithStatus(1400, 4789), configWithStatus(1400, 4790)}, want: 1400, wantPort: 4790},
+		{name: "tunnel port kept when none is applied", configs: []*v1alpha1.NetworkConfig{configWithStatus(1400, 4790), configWithStatus(0, 0), nil}, want: 1450, wantPort: 4790},
+		{name: "an invalid tunnel port is ignored", configs: []*v1alpha1.NetworkConfig{configWithStatus(1400, 70000)}, want: 1400},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -92,6 +97,12 @@ func TestNetworkConfigApply(t *testing.T) {
 			}
 			if got := fab.MTU(); got != tt.want {
 				t.Errorf("the fabric's MTU is %d, want %d", got, tt.want)
+			}
+			if tt.wantPort == 0 {
+				tt.wantPort = fabric.DefaultTunnelPort
+			}
+			if got := fab.TunnelPort(); got != tt.wantPort {
+				t.Errorf("the fabric's tunnel port is %d, want %d", got, tt.wantPort)
 			}
 			if got := a.MTU(); got != tt.want {
 				t.Errorf("the agent's MTU is %d, want %d", got, tt.want)

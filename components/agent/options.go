@@ -58,6 +58,17 @@ type Options struct {
 	// overlay MTU replaces once the agent reads one.
 	MTU int
 
+	// TunnelFilter keeps the tunnel's UDP port closed to all but the
+	// nodes of the remote attachments: TunnelFilterAuto, TunnelFilterNFTables,
+	// TunnelFilterOVS or TunnelFilterNone.
+	TunnelFilter string
+	// TunnelFilterInterface is where nftables admits the peers' tunnel
+	// packets: empty for the interface holding HostIP, "*" for any.
+	TunnelFilterInterface string
+	// UnderlayBridge holds HostIP on the userspace datapath, where
+	// TunnelFilterOVS puts its flows.
+	UnderlayBridge string
+
 	// Workers is how many attachments are synced at once.
 	Workers int
 	// QPS and Burst limit the requests to each API server.
@@ -116,6 +127,8 @@ func NewOptions() *Options {
 	return &Options{
 		Fabric:             FabricOVS,
 		Bridge:             ovs.DefaultBridge,
+		TunnelFilter:       TunnelFilterAuto,
+		UnderlayBridge:     ovs.DefaultUnderlayBridge,
 		Workers:            4,
 		QPS:                50,
 		Burst:              100,
@@ -146,6 +159,9 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.OVSRunDir, "ovs-run-dir", o.OVSRunDir, "The run dir (OVS_RUNDIR) of the Open vSwitch to program; empty for the default.")
 	fs.StringVar(&o.HostOVSRunDir, "host-ovs-run-dir", o.HostOVSRunDir, "The run dir of the node's own Open vSwitch (from a package, as kos-agent 0.1.0 used it). When one answers there as the agent starts, the agent programs it instead of --ovs-run-dir's, so that a node upgraded from 0.1.0 keeps the bridge and ports that carry its attachments' traffic; kos-ovs --host-run-dir then runs no Open vSwitch of its own. Empty: always --ovs-run-dir.")
 	fs.IntVar(&o.MTU, "mtu", o.MTU, fmt.Sprintf("The MTU of every interface the agent makes for an attachment, in [%d,%d], until the agent reads the overlay MTU that the NetworkConfig cluster applies (status.overlayMTU), which then wins, with a warning when it differs, so that every attachment of a network has one MTU; the agent keeps this one while it may not read the NetworkConfig. 0 takes the MTU of the underlay, the interface holding --host-ip, less the %d bytes VXLAN over IPv4 adds, so that full-size packets fit the underlay once encapsulated. Set it when the path between nodes carries less than that interface (a tunnel or VPN beneath) or more; too large an MTU loses every full-size packet between nodes. A changed MTU reaches existing interfaces when the agent restarts, except those moved into other network namespaces.", fabric.MinMTU, fabric.MaxMTU, fabric.VXLANOverhead))
+	fs.StringVar(&o.TunnelFilter, "tunnel-filter", o.TunnelFilter, `What keeps the node's tunnel UDP port (the NetworkConfig's status.tunnelPort, 4789 by default) closed to all but the nodes that hold remote attachments of this one: "nftables" (a table ip kos-tunnel of the kernel's, for the kernel datapath: UDP to the port passes only from those nodes and on --tunnel-filter-interface), "ovs" (flows on --underlay-bridge, for the userspace datapath), "auto" (nftables on the kernel datapath, ovs with --datapath-type=netdev; left out, with a warning, where it cannot work) or "none". kos-agent cleanup removes either.`)
+	fs.StringVar(&o.TunnelFilterInterface, "tunnel-filter-interface", o.TunnelFilterInterface, `With the nftables filter: the interface the peers' tunnel packets must arrive on. Empty: the interface holding --host-ip; "*": any (for nodes whose peers reach them through several interfaces).`)
+	fs.StringVar(&o.UnderlayBridge, "underlay-bridge", o.UnderlayBridge, "With the ovs filter: the OVS bridge that holds --host-ip, as kos-ovs --underlay-bridge made it.")
 	fs.DurationVar(&o.FlowCheckPeriod, "flow-check-period", o.FlowCheckPeriod, "How often to check whether the switch lost its flows (as when ovs-vswitchd restarts).")
 	fs.DurationVar(&o.ReconcilePeriod, "reconcile-period", o.ReconcilePeriod, "How often to reconcile the switch fully against the attachments, repairing drift.")
 
@@ -200,6 +216,11 @@ func (o *Options) Validate() error {
 	}
 	if o.Fabric != FabricOVS && o.Fabric != FabricLogging {
 		errs = append(errs, fmt.Errorf("--fabric %q: want %q or %q", o.Fabric, FabricOVS, FabricLogging))
+	}
+	switch o.TunnelFilter {
+	case TunnelFilterAuto, TunnelFilterNFTables, TunnelFilterOVS, TunnelFilterNone:
+	default:
+		errs = append(errs, fmt.Errorf("--tunnel-filter %q: want %q, %q, %q or %q", o.TunnelFilter, TunnelFilterAuto, TunnelFilterNFTables, TunnelFilterOVS, TunnelFilterNone))
 	}
 	if o.MTU != 0 {
 		if err := fabric.ValidateMTU(o.MTU); err != nil {
@@ -300,7 +321,12 @@ func (o *Options) Config(ctx context.Context) (*ServerConfig, error) {
 		if err != nil {
 			return nil, err
 		}
-		fab = ovs.New(ovs.Config{Bridge: o.Bridge, DatapathType: o.DatapathType, RunDir: o.ovsRunDir(), MTU: mtu})
+		runDir := o.ovsRunDir()
+		filter, err := o.tunnelFilter(ctx, hostIP, runDir)
+		if err != nil {
+			return nil, err
+		}
+		fab = ovs.New(ovs.Config{Bridge: o.Bridge, DatapathType: o.DatapathType, RunDir: runDir, MTU: mtu, Filter: filter})
 	}
 	// The underlay, when one holds the host IP, is reported on the Node.
 	var underlayMTU int

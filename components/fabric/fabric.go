@@ -202,6 +202,11 @@ type Drops struct {
 	// another source MAC or IPv4 address than the attachment's, or that
 	// are neither IPv4 nor ARP (IPv6 is dropped and not counted).
 	Spoofed uint64
+	// Filtered counts tunnel packets the node's tunnel filter dropped
+	// before the tunnel: from a host that is no node of a remote
+	// attachment, or, on the kernel datapath, arriving on another
+	// interface than the underlay's. 0 without a filter.
+	Filtered uint64
 }
 
 // Inventory is what a fabric found on its switch. Each list is sorted by VNI,

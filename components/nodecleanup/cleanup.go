@@ -15,6 +15,10 @@
 //   - with the userspace datapath, bridge br-ul (UnderlayBridge), which
 //     holds the node's interface as a port, and the record of the address
 //     move (kos-underlay.json in the database folder).
+//   - the tunnel filter: the nftables table ip kos-tunnel (kernel
+//     datapath), and the filter's flows on an underlay bridge that stays
+//     (userspace datapath, in the node's own Open vSwitch or a kos-ovs
+//     still running under --force).
 //   - the host ends of pods' veth pairs (kos and twelve hex digits) while a
 //     pod is left; they go with the pod's network namespace otherwise.
 //   - files: the CNI plugin /opt/cni/bin/kos (and the temporary files of an
@@ -50,6 +54,7 @@ import (
 
 	"github.com/kos-sdn/kos/components/cni"
 	"github.com/kos-sdn/kos/components/fabric/ovs"
+	"github.com/kos-sdn/kos/components/fabric/tunnelfilter"
 	"github.com/kos-sdn/kos/components/nodeovs"
 )
 
@@ -152,6 +157,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := c.deleteBridgesEverywhere(ctx, ownOVSRuns); err != nil {
 		return err
 	}
+	if err := c.removeTunnelFilters(ctx, ownOVSRuns); err != nil {
+		return err
+	}
 	if err := c.deleteHostVeths(); err != nil {
 		return err
 	}
@@ -218,6 +226,38 @@ func (c *cleanup) deleteBridgesEverywhere(ctx context.Context, ownOVSRuns bool) 
 		return err
 	}
 	c.say("Kept %s and %s: kos-ovs still runs there", c.given.OVSRunDir, c.given.OVSDBDir)
+	return nil
+}
+
+// removeTunnelFilters removes the agent's tunnel filters: the nftables
+// table of the kernel datapath, and the flows of the userspace datapath's
+// on the underlay bridge where that bridge stays: in kos-ovs's Open
+// vSwitch while it runs (forced; stopped, the bridge is deleted with them)
+// and in the node's own.
+func (c *cleanup) removeTunnelFilters(ctx context.Context, ownOVSRuns bool) error {
+	removed, err := tunnelfilter.Remove("")
+	if err != nil {
+		return fmt.Errorf("removing the tunnel filter: %w", err)
+	}
+	if removed {
+		c.changed("Deleted nftables table ip %s, the tunnel filter", tunnelfilter.TableName)
+	}
+	runDirs := map[string]string{}
+	if ownOVSRuns {
+		runDirs[c.cfg.OVSRunDir] = "kos-ovs's Open vSwitch (" + c.given.OVSRunDir + ")"
+	}
+	if ovs.Answers(c.cfg.HostOVSRunDir) == nil {
+		runDirs[c.cfg.HostOVSRunDir] = "the node's own Open vSwitch (" + c.given.HostOVSRunDir + ")"
+	}
+	for runDir, which := range runDirs {
+		removed, err := ovs.RemoveUnderlayFilter(ctx, runDir, c.cfg.UnderlayBridge)
+		if err != nil {
+			return fmt.Errorf("removing the tunnel filter from %s: %w", which, err)
+		}
+		if removed {
+			c.changed("Deleted the tunnel filter's flows from bridge %s of %s", c.cfg.UnderlayBridge, which)
+		}
+	}
 	return nil
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/kos-sdn/kos/components/cni"
 	"github.com/kos-sdn/kos/components/fabric"
 	"github.com/kos-sdn/kos/components/fabric/ovs"
+	"github.com/kos-sdn/kos/components/fabric/tunnelfilter"
 	"github.com/kos-sdn/kos/components/nodecleanup"
 	"github.com/kos-sdn/kos/tools/ovsenv"
 	"github.com/kos-sdn/kos/tools/poll"
@@ -278,6 +279,28 @@ func TestIntegrationCleanup(t *testing.T) {
 		return nil
 	})
 	pod := program(t, n, runDir)
+	// The tunnel filters: the kernel datapath's nftables table, and the
+	// userspace datapath's flows on br-ul.
+	netns := filepath.Join("/run/netns", n.ns.Name)
+	peers := []netip.Addr{netip.MustParseAddr("192.168.1.9")}
+	if err := tunnelfilter.New(tunnelfilter.Config{Interface: "ul0", NetNS: netns}).Set(ctx, fabric.DefaultTunnelPort, peers); err != nil {
+		t.Fatal(err)
+	}
+	underlayFilter, err := ovs.NewUnderlayFilter(ovs.UnderlayFilterConfig{Address: n.addr, RunDir: runDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := underlayFilter.Set(ctx, fabric.DefaultTunnelPort, peers); err != nil {
+		t.Fatal(err)
+	}
+	tableExists := func() bool {
+		t.Helper()
+		exists, err := tunnelfilter.Exists(netns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return exists
+	}
 	if err := cni.Install(testenv.Build(t, "cmd/kos-agent"), filepath.Join(n.root, "opt/cni/bin/kos")); err != nil {
 		t.Fatal(err)
 	}
@@ -302,6 +325,9 @@ func TestIntegrationCleanup(t *testing.T) {
 	if diff := cmp.Diff(programmed, n.state(t, "srv")); diff != "" {
 		t.Errorf("a refused cleanup changed the node (-before +after):\n%s", diff)
 	}
+	if !tableExists() {
+		t.Errorf("a refused cleanup deleted the tunnel filter's table")
+	}
 
 	// The pod goes, as kubelet stops it: kos-ovs gives the address back.
 	if err := kosOVS.Stop(30 * time.Second); err != nil {
@@ -315,6 +341,7 @@ func TestIntegrationCleanup(t *testing.T) {
 		"Underlay addresses 192.168.78.2/24 and their routes back on ul0, as /var/lib/kos/openvswitch/kos-underlay.json recorded",
 		"Deleted bridge kos with its ports from kos-ovs's Open vSwitch (/var/lib/kos/openvswitch)",
 		"Deleted bridge br-ul",
+		"Deleted nftables table ip kos-tunnel, the tunnel filter",
 		"Deleted the veth pair of interface " + v1alpha1.InterfaceName(local(301, "10.98.1.8").MAC()),
 		"Removed /opt/cni/bin/kos\n",
 		"Removed /var/run/kos/cni.sock",
@@ -327,6 +354,9 @@ func TestIntegrationCleanup(t *testing.T) {
 	}
 	if diff := cmp.Diff(before, n.state(t, "srv")); diff != "" {
 		t.Errorf("the node after cleanup differs from before KOS (-before +after):\n%s", diff)
+	}
+	if tableExists() {
+		t.Errorf("the tunnel filter's table is left after cleanup")
 	}
 	if got, err := pod.Run(ctx, "ip", "-br", "link"); err != nil || strings.Contains(got, "net1") {
 		t.Errorf("the pod's end of its veth pair is left: %q %v", got, err)
@@ -353,21 +383,41 @@ func TestIntegrationCleanupNodeOVS(t *testing.T) {
 	if _, err := own.Run(t.Context(), "ovs-vsctl", "add-br", "br-other", "--", "set", "bridge", "br-other", "datapath_type=netdev"); err != nil {
 		t.Fatal(err)
 	}
+	// The node's own underlay bridge, as a userspace node of 0.1.0 had
+	// it, which stays: only the tunnel filter's flows go.
+	if _, err := own.Run(t.Context(), "ovs-vsctl", "add-br", "br-ul", "--", "set", "bridge", "br-ul", "datapath_type=netdev"); err != nil {
+		t.Fatal(err)
+	}
 	before := n.state(t, "srv")
+	flowsBefore, err := own.Run(t.Context(), "ovs-ofctl", "dump-flows", "--no-stats", "br-ul")
+	if err != nil {
+		t.Fatal(err)
+	}
 	program(t, n, own.RunDir)
 	if err := os.MkdirAll(filepath.Join(n.root, "var/run/kos/openvswitch"), 0o755); err != nil {
 		t.Fatal(err) // the pod's hostPath volume, unused
 	}
+	underlayFilter, err := ovs.NewUnderlayFilter(ovs.UnderlayFilterConfig{Address: n.addr, RunDir: own.RunDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := underlayFilter.Set(t.Context(), fabric.DefaultTunnelPort, []netip.Addr{netip.MustParseAddr("192.168.1.9")}); err != nil {
+		t.Fatal(err)
+	}
 
 	out, code := n.cleanup(t, "--host-ovs-run-dir=/srv/ovs/run")
-	if code != 0 || !strings.Contains(out, "Deleted bridge kos with its ports from the node's own Open vSwitch (/srv/ovs/run)") {
-		t.Errorf("cleanup: exit code %d, output %q; want 0 and bridge kos deleted", code, out)
+	if code != 0 || !strings.Contains(out, "Deleted bridge kos with its ports from the node's own Open vSwitch (/srv/ovs/run)") ||
+		!strings.Contains(out, "Deleted the tunnel filter's flows from bridge br-ul of the node's own Open vSwitch (/srv/ovs/run)") {
+		t.Errorf("cleanup: exit code %d, output %q; want 0, bridge kos and the filter's flows deleted", code, out)
+	}
+	if flows, err := own.Run(t.Context(), "ovs-ofctl", "dump-flows", "--no-stats", "br-ul"); err != nil || flows != flowsBefore {
+		t.Errorf("br-ul's flows after cleanup:\n%s\nwant as before KOS:\n%s (%v)", flows, flowsBefore, err)
 	}
 	if diff := cmp.Diff(before, n.state(t, "srv")); diff != "" {
 		t.Errorf("the node after cleanup differs from before KOS (-before +after):\n%s", diff)
 	}
-	if got := bridges(t, own.RunDir); !slices.Equal(got, []string{"br-other"}) {
-		t.Errorf("the node's own Open vSwitch has bridges %q, want br-other alone", got)
+	if got := bridges(t, own.RunDir); !slices.Equal(got, []string{"br-other", "br-ul"}) {
+		t.Errorf("the node's own Open vSwitch has bridges %q, want br-other and br-ul alone", got)
 	}
 	if out, code := n.cleanup(t, "--host-ovs-run-dir=/srv/ovs/run"); code != 0 || !strings.Contains(out, "Nothing to clean up") {
 		t.Errorf("second cleanup: exit code %d, output %q; want 0 and nothing to clean up", code, out)

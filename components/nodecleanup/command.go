@@ -36,6 +36,8 @@ It removes:
   - with the userspace datapath, bridge --underlay-bridge (br-ul), after
     giving the node's underlay address and routes back to its interface as
     kos-ovs recorded them;
+  - the tunnel filter: nftables table ip kos-tunnel, and its flows on
+    --underlay-bridge where that bridge stays;
   - the host ends of pods' veth pairs that are left (kos and twelve hex
     digits);
   - the CNI plugin --cni-bin, the CNI socket --cni-socket, kos-ovs's

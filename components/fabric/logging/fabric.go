@@ -41,6 +41,7 @@ type local struct {
 type Fabric struct {
 	mu           sync.Mutex
 	mtu          int
+	tunnelPort   int
 	defaultFlows bool
 	local        map[key]local
 	remote       map[key]fabric.RemoteAttachment
@@ -267,6 +268,24 @@ func (f *Fabric) SetMTU(mtu int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.mtu = mtu
+}
+
+// TunnelPort returns the tunnels' UDP port: fabric.DefaultTunnelPort
+// until SetTunnelPort.
+func (f *Fabric) TunnelPort() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.tunnelPort == 0 {
+		return fabric.DefaultTunnelPort
+	}
+	return f.tunnelPort
+}
+
+// SetTunnelPort sets the tunnels' UDP port, which it only remembers.
+func (f *Fabric) SetTunnelPort(port int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tunnelPort = port
 }
 
 // LoseFlows forgets every flow, as an ovs-vswitchd restart does: the

@@ -9,6 +9,12 @@
 // it belongs to, so listing and deleting need no memory of what was
 // installed: a restarted agent reads it all back from the switch.
 //
+// The tunnel port sends and receives on Config.TunnelPort; a TunnelFilter
+// (peers.go: nftables on the kernel datapath, package tunnelfilter; flows
+// on the underlay bridge on the userspace one, underlay.go) keeps that UDP
+// port closed to all but the nodes of the remote attachments on the
+// switch.
+//
 // Flow changes go out in OpenFlow bundles, atomically; changes that
 // concurrent callers make while a bundle is in flight share the next one
 // (batch.go), because each ovs-ofctl run costs as much as a thousand flows.
@@ -69,6 +75,15 @@ type Config struct {
 	// checks. Zero leaves them at OVS's default, the MTU the device is
 	// made with, and List does not check it.
 	MTU int
+	// TunnelPort is the UDP port of the VXLAN tunnels, on which the
+	// tunnel port sends and receives (its options:dst_port);
+	// fabric.DefaultTunnelPort when zero.
+	TunnelPort int
+	// Filter, when set, keeps the tunnel's UDP port closed to all but
+	// the nodes of the remote attachments on the switch (TunnelFilter);
+	// nil leaves it open to any sender, whose packets the flows then
+	// drop.
+	Filter TunnelFilter
 }
 
 // Fabric programs one bridge of one Open vSwitch. It implements
@@ -77,7 +92,13 @@ type Fabric struct {
 	bridge       string
 	datapathType string
 	// mtu is the MTU CreateLocal gives interfaces; SetMTU changes it.
-	mtu   atomic.Int64
+	mtu atomic.Int64
+	// udpPort is the tunnels' UDP port; SetTunnelPort changes it and the
+	// next Ensure moves the tunnel port to it.
+	udpPort atomic.Int64
+	// peers keeps the tunnel filter in line with the remote
+	// attachments' nodes; it does nothing without a filter.
+	peers *peers
 	ovs   *ovsClient
 	flows *flowBatcher
 	// plugs runs the PlugLocal calls that arrive together as one.
@@ -110,15 +131,25 @@ func New(cfg Config) *Fabric {
 	}
 	f.plugs = &groupCommit[fabric.Plug]{do: f.plugLocal}
 	f.mtu.Store(int64(cfg.MTU))
+	if cfg.TunnelPort == 0 {
+		cfg.TunnelPort = fabric.DefaultTunnelPort
+	}
+	f.udpPort.Store(int64(cfg.TunnelPort))
+	f.peers = newPeers(cfg.Filter)
 	return f
 }
 
-// Ensure creates the bridge and its tunnel port unless they exist and
-// installs the default flows unless they are there; flowsLost says it had
-// to. It also learns the tunnel port's number anew, and sets the bridge's
-// fragment handling to nx-match.
+// Ensure creates the bridge and its tunnel port unless they exist, sets
+// the tunnel port's UDP port (TunnelPort), and installs the default flows
+// unless they are there; flowsLost says it had to. It also learns the
+// tunnel port's number anew, sets the bridge's fragment handling to
+// nx-match, and, with a filter, makes the filter what the remote
+// attachments on the switch want (repairing it if someone changed it).
 func (f *Fabric) Ensure(ctx context.Context) (flowsLost bool, err error) {
-	if err := f.ovs.ensureBridge(ctx, f.bridge, f.datapathType, TunnelPort); err != nil {
+	if err := f.ovs.ensureBridge(ctx, f.bridge, f.datapathType, TunnelPort, f.TunnelPort()); err != nil {
+		return false, err
+	}
+	if err := f.peers.ensure(ctx, f.TunnelPort(), f.remoteHosts); err != nil {
 		return false, err
 	}
 	// Show the ports of a datagram's first fragment to the flow tables,
@@ -385,6 +416,10 @@ func (f *Fabric) CreateRemote(ctx context.Context, atts ...fabric.RemoteAttachme
 	if err != nil {
 		return err
 	}
+	// The filter admits a new host before the flows admit its packets.
+	if err := f.peers.admit(ctx, f.TunnelPort(), atts, f.remoteHosts); err != nil {
+		return err
+	}
 	deletes := make([]*goovs.MatchFlow, 0, len(atts))
 	adds := make([]*goovs.Flow, 0, 2*len(atts))
 	for _, a := range atts {
@@ -412,6 +447,10 @@ func (f *Fabric) DeleteRemote(ctx context.Context, atts ...fabric.RemoteAttachme
 		deletes = append(deletes, flowsWithCookie(cookie(kindRemote, a.VNI, a.IP)))
 	}
 	if err := f.flows.apply(ctx, deletes, nil); err != nil {
+		return err
+	}
+	// The filter drops a host's packets once no flow admits them.
+	if err := f.peers.forget(ctx, f.TunnelPort(), atts); err != nil {
 		return err
 	}
 	klog.FromContext(ctx).V(4).Info("Deleted remote attachments", "bridge", f.bridge, "count", len(atts))
@@ -507,6 +546,7 @@ func (f *Fabric) List(ctx context.Context) (*fabric.Inventory, error) {
 	if inv.Policies, err = f.policyVNIs(ctx); err != nil {
 		return nil, err
 	}
+	f.peers.replace(inv)
 	inv.Sort()
 	return inv, nil
 }
@@ -543,8 +583,9 @@ func (f *Fabric) localWhole(att fabric.LocalAttachment, r interfaceRow, flows []
 
 // Drops reads the packet counts of the default flows that drop what
 // classifyTable does not admit: one dump of the handful of flows with the
-// default cookie. The counts start again from zero whenever Ensure
-// re-installs the default flows.
+// default cookie, and the tunnel filter's count, if it has one. The counts
+// start again from zero whenever Ensure re-installs the default flows (the
+// filter's, whenever its rules are remade).
 func (f *Fabric) Drops(ctx context.Context) (fabric.Drops, error) {
 	flows, err := f.ovs.dumpFlows(ctx, f.bridge, flowsWithCookie(cookie(kindDefault, 0, netip.Addr{})))
 	if err != nil {
@@ -562,7 +603,18 @@ func (f *Fabric) Drops(ctx context.Context) (fabric.Drops, error) {
 			d.Spoofed += fl.Stats.PacketCount
 		}
 	}
+	if c, ok := f.peers.filter.(filterDropCounter); ok {
+		if d.Filtered, err = c.Drops(ctx); err != nil {
+			return fabric.Drops{}, fmt.Errorf("reading the tunnel filter's drops: %w", err)
+		}
+	}
 	return d, nil
+}
+
+// filterDropCounter is a tunnel filter that counts what it drops (both
+// filters of KOS do).
+type filterDropCounter interface {
+	Drops(ctx context.Context) (uint64, error)
 }
 
 // MTU returns the MTU of the interfaces CreateLocal makes; 0 when OVS
@@ -574,6 +626,15 @@ func (f *Fabric) MTU() int { return int(f.mtu.Load()) }
 // reconcile asks OVS for the new MTU; plugged interfaces keep their
 // maker's.
 func (f *Fabric) SetMTU(mtu int) { f.mtu.Store(int64(mtu)) }
+
+// TunnelPort returns the tunnels' UDP port.
+func (f *Fabric) TunnelPort() int { return int(f.udpPort.Load()) }
+
+// SetTunnelPort sets the tunnels' UDP port. The next Ensure moves the
+// tunnel port, and the filter, to it; its OpenFlow number, and with it
+// every flow, stays. Until every node has moved, nodes on the old port and
+// nodes on the new one drop each other's tunnel packets.
+func (f *Fabric) SetTunnelPort(port int) { f.udpPort.Store(int64(port)) }
 
 // tunnelPortNumber returns the tunnel port's OpenFlow number, reading it if
 // it is not known yet.

@@ -141,7 +141,14 @@ func vxlanFrame(vni uint32, srcMAC, dstMAC net.HardwareAddr, srcIP, dstIP netip.
 // the node at dst.
 func injectVXLAN(t *testing.T, ns *ovsenv.Netns, dst netip.Addr, frame []byte, count int) {
 	t.Helper()
-	conn := dialNoChecksum(t, ns, nil, &net.UDPAddr{IP: dst.AsSlice(), Port: 4789})
+	injectVXLANTo(t, ns, dst, fabric.DefaultTunnelPort, frame, count)
+}
+
+// injectVXLANTo sends frame count times from inside ns to UDP port port of
+// the node at dst.
+func injectVXLANTo(t *testing.T, ns *ovsenv.Netns, dst netip.Addr, port int, frame []byte, count int) {
+	t.Helper()
+	conn := dialNoChecksum(t, ns, nil, &net.UDPAddr{IP: dst.AsSlice(), Port: port})
 	defer conn.Close()
 	for range count {
 		if _, err := conn.Write(frame); err != nil {

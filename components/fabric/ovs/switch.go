@@ -81,7 +81,9 @@ func (c *ovsClient) lib(ctx context.Context) *goovs.Client {
 }
 
 // ensureBridge creates the bridge and its tunnel port unless they exist, in
-// one transaction, and sets their configuration either way. An empty
+// one transaction, and sets their configuration either way: the tunnel
+// port's UDP port is udpPort. Setting options that do not change the
+// port's configuration changes nothing in ovs-vswitchd. An empty
 // datapathType leaves the datapath to OVS (the kernel's); tests use the
 // userspace one, "netdev", which must be set in the transaction that
 // creates the bridge.
@@ -89,7 +91,7 @@ func (c *ovsClient) lib(ctx context.Context) *goovs.Client {
 // fail_mode=secure keeps a bridge without flows (as after an ovs-vswitchd
 // restart, before the agent repairs it) from acting as a learning switch,
 // which would carry traffic between virtual networks.
-func (c *ovsClient) ensureBridge(ctx context.Context, bridge, datapathType, tunnelPort string) error {
+func (c *ovsClient) ensureBridge(ctx context.Context, bridge, datapathType, tunnelPort string, udpPort int) error {
 	bridgeSettings := []string{"fail_mode=secure"}
 	if datapathType != "" {
 		bridgeSettings = append(bridgeSettings, "datapath_type="+datapathType)
@@ -98,7 +100,8 @@ func (c *ovsClient) ensureBridge(ctx context.Context, bridge, datapathType, tunn
 	args = append(args, bridgeSettings...)
 	args = append(args,
 		"--", "--may-exist", "add-port", bridge, tunnelPort,
-		"--", "set", "Interface", tunnelPort, "type=vxlan", "options:key=flow", "options:remote_ip=flow")
+		"--", "set", "Interface", tunnelPort, "type=vxlan", "options:key=flow", "options:remote_ip=flow",
+		fmt.Sprintf("options:dst_port=%d", udpPort))
 	if _, err := c.vsctl(ctx, args...); err != nil {
 		return fmt.Errorf("creating bridge %s and port %s: %w", bridge, tunnelPort, err)
 	}

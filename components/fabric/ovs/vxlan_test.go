@@ -32,6 +32,13 @@ const underlayMTU = 1500
 // default).
 func startNode(t *testing.T, ctx context.Context, ns *ovsenv.Netns, hostIP string, mtu int) *node {
 	t.Helper()
+	return startNodeWith(t, ctx, ns, hostIP, func(cfg *Config) { cfg.MTU = mtu })
+}
+
+// startNodeWith starts a node whose fabric's configuration configure
+// changes: its RunDir and DatapathType are set already.
+func startNodeWith(t *testing.T, ctx context.Context, ns *ovsenv.Netns, hostIP string, configure func(*Config)) *node {
+	t.Helper()
 	n := &node{ns: ns, hostIP: netip.MustParseAddr(hostIP)}
 	n.ovs = ovsenv.StartT(t, ovsenv.Options{Netns: ns.Name})
 	if _, err := n.ovs.Run(ctx, "ovs-vsctl", "add-br", "br-ul", "--", "set", "bridge", "br-ul", "datapath_type=netdev", "--", "add-port", "br-ul", "ul0"); err != nil {
@@ -49,7 +56,9 @@ func startNode(t *testing.T, ctx context.Context, ns *ovsenv.Netns, hostIP strin
 			t.Fatal(err)
 		}
 	}
-	n.fabric = New(Config{RunDir: n.ovs.RunDir, DatapathType: "netdev", MTU: mtu})
+	cfg := Config{RunDir: n.ovs.RunDir, DatapathType: "netdev"}
+	configure(&cfg)
+	n.fabric = New(cfg)
 	if _, err := n.fabric.Ensure(ctx); err != nil {
 		t.Fatalf("Ensure: %v", err)
 	}
