@@ -228,8 +228,8 @@ func TestIntegrationLeaseForbiddenFailsFast(t *testing.T) {
 	}
 	// Giving up takes a few requests, whose time follows the machine's
 	// load: a figure (milliseconds on a quiet machine). A run that waited
-	// instead would retry every retryPeriod until a lease duration (15 s)
-	// passed, or forever; lease.RenewDeadline (8 s) stays below that.
+	// instead would retry every retryPeriod until a lease duration (30 s)
+	// passed, or forever; lease.RenewDeadline (18 s) stays below that.
 	took := time.Since(began)
 	t.Logf("figure lease-forbidden-give-up %.3f s", took.Seconds())
 	if took > lease.RenewDeadline {

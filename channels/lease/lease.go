@@ -36,13 +36,16 @@ const (
 //
 // A holder that cannot write the lease stops once RenewDeadline has passed
 // since its first failed renewal, which comes at most renewPeriod plus a
-// retryPeriod after its last write: 5 + 1 + 8 = 14 s, before another run,
-// which counts leaseDuration from when it saw that last write, may take
-// the lease.
+// retryPeriod after its last write: 10 + 1 + 18 = 29 s, before another run,
+// which counts leaseDuration (30 s) from when it saw that last write, may
+// take the lease. The deadline is long because a run's writes go to a
+// kube-apiserver that is often busiest while channels runs (a cluster
+// rolling out what it applied): with 8 s, runs on loaded two-core clusters
+// gave up on a lease nobody else wanted.
 const (
-	leaseDuration = 15 * time.Second
+	leaseDuration = 30 * time.Second
 	renewPeriod   = leaseDuration / 3
-	RenewDeadline = 8 * time.Second
+	RenewDeadline = 18 * time.Second
 	retryPeriod   = time.Second
 )
 
@@ -114,7 +117,7 @@ func Hold(ctx context.Context, kube kubernetes.Interface, identity string, hooks
 				}
 				workErr = fn(leading)
 				if workErr != nil && leading.Err() != nil && ctx.Err() == nil {
-					workErr = fmt.Errorf("lost lease %s/%s to another run: %w", Namespace, Name, workErr)
+					workErr = lostError(lock.holder(), identity, workErr)
 				}
 			},
 			OnStoppedLeading: func() {},
@@ -156,6 +159,16 @@ func Hold(ctx context.Context, kube kubernetes.Interface, identity string, hooks
 	return fmt.Errorf("waiting for lease %s/%s: %w", Namespace, Name, context.Cause(ctx))
 }
 
+// lostError says why a run lost the lease it held: another run took it,
+// or this run could not renew it in time (holder is the last holder it
+// read).
+func lostError(holder, identity string, err error) error {
+	if holder != "" && holder != identity {
+		return fmt.Errorf("lost lease %s/%s to another run (%s): %w", Namespace, Name, holder, err)
+	}
+	return fmt.Errorf("could not renew lease %s/%s for %s: the kube-apiserver answered too slowly or not at all, and no other run holds it; run again once it answers: %w", Namespace, Name, RenewDeadline, err)
+}
+
 // watchedLock wraps the lease lock to learn what leader election does not
 // tell: whether this run ever wrote the lease as its holder, and whether an
 // error means waiting is pointless. It also spaces the holder's renewals:
@@ -173,13 +186,27 @@ type watchedLock struct {
 	// written is when this run last wrote the lease as its holder; zero
 	// once it released it or a write failed.
 	written time.Time
+	// seen is the holder the lease last named when read.
+	seen string
 }
 
 // Get reads the lease.
 func (l *watchedLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
 	rec, raw, err := l.Interface.Get(ctx)
+	if err == nil && rec != nil {
+		l.mu.Lock()
+		l.seen = rec.HolderIdentity
+		l.mu.Unlock()
+	}
 	l.observe(err)
 	return rec, raw, err
+}
+
+// holder returns the holder the lease named when last read.
+func (l *watchedLock) holder() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.seen
 }
 
 // Create creates the lease, holding it.

@@ -68,3 +68,23 @@ func TestWatchedLockSpacesRenewals(t *testing.T) {
 		t.Error("acquired() = false after this run wrote the lease as its holder")
 	}
 }
+
+func TestLostError(t *testing.T) {
+	cause := errors.New("context canceled")
+	for _, tc := range []struct {
+		holder string
+		want   string
+	}{
+		{"other_x1", "lost lease kube-system/channels to another run (other_x1): context canceled"},
+		{"me", "could not renew lease kube-system/channels for 18s: the kube-apiserver answered too slowly or not at all, and no other run holds it; run again once it answers: context canceled"},
+		{"", "could not renew lease kube-system/channels for 18s: the kube-apiserver answered too slowly or not at all, and no other run holds it; run again once it answers: context canceled"},
+	} {
+		err := lostError(tc.holder, "me", cause)
+		if err.Error() != tc.want {
+			t.Errorf("lostError(%q): %q, want %q", tc.holder, err, tc.want)
+		}
+		if !errors.Is(err, cause) {
+			t.Errorf("lostError(%q) does not wrap its cause", tc.holder)
+		}
+	}
+}
