@@ -10,7 +10,8 @@
 # node pinging the next across the VXLAN overlay, and the 0.2.0 channel
 # applied with the pings going: it prints them every second, then the
 # longest gap, the pings lost, and whether the subnets and attachments kept
-# their objects and addresses. Then today's images are pushed, the 0.3.0
+# their objects and addresses. Then 0.3.0's images (built at its commit)
+# are pushed, the 0.3.0
 # channel applied, and pods on each node, with an interface on a KOS subnet
 # through Multus, ping each other and move 64 MiB across the nodes.
 # Everything keeps running afterwards; `make demo-cluster-down` stops it.

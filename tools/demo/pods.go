@@ -63,14 +63,15 @@ var (
 // clusterPods names the demo's pods, one per node in node order.
 var clusterPods = []string{"pod-a", "pod-b", "pod-c"}
 
-// runPods upgrades the cluster to podsRelease (its images pushed to repo,
-// the release tree rewritten so that they are pinned), then starts a pod
+// runPods upgrades the cluster to podsRelease (its images, as its commit
+// built them, pushed to repo, the release tree rewritten so that they are
+// pinned), then starts a pod
 // on each node with an interface on a KOS subnet and shows them talking
 // across the nodes.
 func (d *demo) runPods(ctx context.Context, env *cluster.Cluster, kube kubernetes.Interface, agg aggregator.Interface, guests []*kosinstall.Guest, root, repo, tree string) error {
 	began := time.Now()
-	say("Release %[1]s brings pods on KOS networks (docs/pods.md): its agent installs kos-cni as each node's /opt/cni/bin/kos and answers it, and kos-controller-manager makes a NetworkAttachment for every pod that names a NetworkAttachmentDefinition of type kos. These nodes run Multus, which calls kos-cni for such a pod. Build today's images, those of %[1]s (no container engine), and push them, for this machine's platform (without --platform, also linux/arm64):", podsRelease)
-	if err := d.run("go", "run", "./tools/kosimages", "--root", root, "--push", repo, "--platform", "linux/"+runtime.GOARCH); err != nil {
+	say("Release %[1]s brings pods on KOS networks (docs/pods.md): its agent installs kos-cni as each node's /opt/cni/bin/kos and answers it, and kos-controller-manager makes a NetworkAttachment for every pod that names a NetworkAttachmentDefinition of type kos. These nodes run Multus, which calls kos-cni for such a pod.", podsRelease)
+	if err := pushReleasedImages(ctx, root, repo, podsRelease); err != nil {
 		return err
 	}
 	say("Write the release again, now that the registry has %s's images, so that they are pinned by digest too, and a channel of the releases up to %s:", podsRelease, podsRelease)
