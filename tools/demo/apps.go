@@ -132,11 +132,11 @@ func forgetApps(apps []*kosinstall.Guest) {
 	}
 }
 
-// upgradeUnderApps applies channel while the apps ping each other and hold
+// upgradeUnderApps applies channel, of release, while the apps ping each other and hold
 // TCP connections, printing how they go every second, and says what was
 // measured: the longest gap, the pings lost and the TCP connections that
 // survived.
-func (d *demo) upgradeUnderApps(ctx context.Context, kube kubernetes.Interface, agg aggregator.Interface, apps []*kosinstall.Guest, channel string) error {
+func (d *demo) upgradeUnderApps(ctx context.Context, kube kubernetes.Interface, agg aggregator.Interface, apps []*kosinstall.Guest, release, channel string) error {
 	chats, err := d.startChats(ctx, apps)
 	if err != nil {
 		return err
@@ -151,7 +151,7 @@ func (d *demo) upgradeUnderApps(ctx context.Context, kube kubernetes.Interface, 
 	sleep(ctx, quietTime)
 
 	began := time.Now()
-	say("Upgrade to %s, the traffic still going:", podsRelease)
+	say("Upgrade to %s, the traffic still going:", release)
 	if err := d.channelsAt("apply", "channel", channel, "--yes"); err != nil {
 		return err
 	}
@@ -159,7 +159,7 @@ func (d *demo) upgradeUnderApps(ctx context.Context, kube kubernetes.Interface, 
 		return err
 	}
 	took := time.Since(began)
-	say("KOS %s is ready, %s after channels started. %s more of traffic, then stop:", podsRelease, took.Round(time.Second), quietTime)
+	say("KOS %s is ready, %s after channels started. %s more of traffic, then stop:", release, took.Round(time.Second), quietTime)
 	sleep(ctx, quietTime)
 	stop()
 	tcp := chats.stop()
@@ -175,7 +175,7 @@ func (d *demo) upgradeUnderApps(ctx context.Context, kube kubernetes.Interface, 
 	for _, e := range tcp.Errors {
 		fmt.Printf("    ended: %s\n", e)
 	}
-	fmt.Printf("    The %s agents adopt each node's Open vSwitch, with the pods' ports and flows: nothing on the path restarts.\n", podsRelease)
+	fmt.Printf("    The %s agents adopt each node's Open vSwitch, with the pods' ports and flows: nothing on the path restarts.\n", release)
 	if tcp.Alive < tcp.Opened {
 		return fmt.Errorf("%d of %d TCP connections between the pods ended during the upgrade", tcp.Opened-tcp.Alive, tcp.Opened)
 	}

@@ -136,7 +136,12 @@ func (d *demo) runCluster(ctx context.Context) error {
 	if err := d.liveUpgrade(ctx, env, kube, agg, guests, channelOf[oldRelease], channelOf[newRelease]); err != nil {
 		return err
 	}
-	if err := d.runPods(ctx, env, kube, agg, guests, root, repo, tree); err != nil {
+	apps, err := d.runPods(ctx, env, kube, agg, guests, root, repo, tree)
+	defer forgetApps(apps)
+	if err != nil {
+		return err
+	}
+	if err := d.runRelease(ctx, env, kube, agg, apps, root, repo); err != nil {
 		return err
 	}
 
@@ -149,6 +154,7 @@ func (d *demo) runCluster(ctx context.Context) error {
 	fmt.Printf("    kubectl -n %s get pods,networkattachments -o wide\n", podsNamespace)
 	fmt.Printf("    kubectl -n %s exec %s -- ping <%s's address on %s>\n", podsNamespace, clusterPods[0], clusterPods[1], podsIfName)
 	fmt.Printf("    kubectl -n %s exec %s -- %s send <%s's address on %s>:%s 1000000\n", podsNamespace, clusterPods[0], podnetBin, clusterPods[1], podsIfName, podnetPort)
+	fmt.Printf("    kubectl -n %s get multi-networkpolicies,nodenetworkpolicies\n", podsNamespace)
 	fmt.Printf("Logs are in %s. Stop it all with: make demo-cluster-down (or go run ./tools/demo --env-dir %s cluster-down)\n", d.envDir, d.envDir)
 	return nil
 }

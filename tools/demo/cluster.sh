@@ -10,9 +10,13 @@
 # node pinging the next across the VXLAN overlay, and the 0.2.0 channel
 # applied with the pings going: it prints them every second, then the
 # longest gap, the pings lost, and whether the subnets and attachments kept
-# their objects and addresses. Then today's images are pushed, the 0.3.0
-# channel applied, and pods on each node, with an interface on a KOS subnet
-# through Multus, ping each other and move 64 MiB across the nodes.
+# their objects and addresses. Then 0.3.0's images (built at its commit)
+# are pushed, the 0.3.0 channel applied under the traffic of pods on each
+# node, and pods with an interface on a KOS subnet through Multus ping each
+# other and move 64 MiB across the nodes. Last, today's images are pushed,
+# 0.4.0 rendered from an operator's configuration file with kos-release
+# and applied under the same traffic, and a MultiNetworkPolicy denies, then
+# allows, a TCP connection between pods on two nodes.
 # Everything keeps running afterwards; `make demo-cluster-down` stops it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -63,23 +63,25 @@ var (
 // clusterPods names the demo's pods, one per node in node order.
 var clusterPods = []string{"pod-a", "pod-b", "pod-c"}
 
-// runPods upgrades the cluster to podsRelease (its images pushed to repo,
-// the release tree rewritten so that they are pinned), then starts a pod
+// runPods upgrades the cluster to podsRelease (its images, as its commit
+// built them, pushed to repo, the release tree rewritten so that they are
+// pinned), then starts a pod
 // on each node with an interface on a KOS subnet and shows them talking
-// across the nodes.
-func (d *demo) runPods(ctx context.Context, env *cluster.Cluster, kube kubernetes.Interface, agg aggregator.Interface, guests []*kosinstall.Guest, root, repo, tree string) error {
+// across the nodes. It returns the apps (startApps), which the upgrade ran
+// under, for the next upgrade; the caller forgets them (forgetApps).
+func (d *demo) runPods(ctx context.Context, env *cluster.Cluster, kube kubernetes.Interface, agg aggregator.Interface, guests []*kosinstall.Guest, root, repo, tree string) (apps []*kosinstall.Guest, err error) {
 	began := time.Now()
-	say("Release %[1]s brings pods on KOS networks (docs/pods.md): its agent installs kos-cni as each node's /opt/cni/bin/kos and answers it, and kos-controller-manager makes a NetworkAttachment for every pod that names a NetworkAttachmentDefinition of type kos. These nodes run Multus, which calls kos-cni for such a pod. Build today's images, those of %[1]s (no container engine), and push them, for this machine's platform (without --platform, also linux/arm64):", podsRelease)
-	if err := d.run("go", "run", "./tools/kosimages", "--root", root, "--push", repo, "--platform", "linux/"+runtime.GOARCH); err != nil {
-		return err
+	say("Release %[1]s brings pods on KOS networks (docs/pods.md): its agent installs kos-cni as each node's /opt/cni/bin/kos and answers it, and kos-controller-manager makes a NetworkAttachment for every pod that names a NetworkAttachmentDefinition of type kos. These nodes run Multus, which calls kos-cni for such a pod.", podsRelease)
+	if err := pushReleasedImages(ctx, root, repo, podsRelease); err != nil {
+		return apps, err
 	}
 	say("Write the release again, now that the registry has %s's images, so that they are pinned by digest too, and a channel of the releases up to %s:", podsRelease, podsRelease)
 	if err := d.run("go", "run", "./tools/addons", "--root", root, "release", "--registry", repo, "--out", tree); err != nil {
-		return err
+		return apps, err
 	}
 	rel, err := kosinstall.WriteReleaseChannel(tree, "kos-"+podsRelease+".yaml", semver.MustParse(podsRelease))
 	if err != nil {
-		return err
+		return apps, err
 	}
 	channel := filepath.Join(tree, rel)
 	fmt.Printf("    %s\n", channel)
@@ -87,22 +89,20 @@ func (d *demo) runPods(ctx context.Context, env *cluster.Cluster, kube kubernete
 
 	client, err := kosclient.NewForConfig(env.RESTConfig)
 	if err != nil {
-		return fmt.Errorf("a client of the KOS API: %w", err)
+		return apps, fmt.Errorf("a client of the KOS API: %w", err)
 	}
 	image, err := pushPodImage(ctx, env.Registry)
 	if err != nil {
-		return err
+		return apps, err
 	}
-	apps, err := d.startApps(ctx, env, kube, client, image)
-	defer forgetApps(apps)
-	if err != nil {
-		return err
+	if apps, err = d.startApps(ctx, env, kube, client, image); err != nil {
+		return apps, err
 	}
-	if err := d.upgradeUnderApps(ctx, kube, agg, apps, channel); err != nil {
-		return err
+	if err := d.upgradeUnderApps(ctx, kube, agg, apps, podsRelease, channel); err != nil {
+		return apps, err
 	}
 	if err := d.kubectl("-n", kosinstall.AgentNamespace, "get", "pods", "-o", "wide"); err != nil {
-		return err
+		return apps, err
 	}
 	if len(guests) > 1 {
 		from, to := guests[0], guests[1]
@@ -111,33 +111,33 @@ func (d *demo) runPods(ctx context.Context, env *cluster.Cluster, kube kubernete
 			got, err := from.Ping(ctx, to.IP, 1, time.Second)
 			return got == 1, err
 		}); err != nil {
-			return fmt.Errorf("no reply from %s to %s after the upgrade to %s: %w", to.IP, from.Name, podsRelease, err)
+			return apps, fmt.Errorf("no reply from %s to %s after the upgrade to %s: %w", to.IP, from.Name, podsRelease, err)
 		}
 		fmt.Printf("\n$ ip netns exec %s ping -c 3 %s\n", from.Name, to.IP)
 		ping := from.Command(ctx, "ping", "-c", "3", "-W", "2", to.IP.String())
 		ping.Stdout, ping.Stderr = os.Stdout, os.Stderr
 		if err := ping.Run(); err != nil {
-			return fmt.Errorf("pinging %s from %s: %w", to.IP, from.Name, err)
+			return apps, fmt.Errorf("pinging %s from %s: %w", to.IP, from.Name, err)
 		}
 	}
 
 	manifest, pods := podsManifest(env, image)
 	file := filepath.Join(d.envDir, "kos-pods-demo.yaml")
 	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
-		return fmt.Errorf("writing the pods' manifest: %w", err)
+		return apps, fmt.Errorf("writing the pods' manifest: %w", err)
 	}
 	say("What a user of KOS networks writes: a Subnet, a NetworkAttachmentDefinition of type kos that names it, and pods that name the definition in their k8s.v1.cni.cncf.io/networks annotation, one on each node. Nothing says an address, a route or an MTU:")
 	fmt.Print(manifest)
 	if err := d.kubectl("apply", "-f", file); err != nil {
-		return err
+		return apps, err
 	}
 	created := time.Now()
 	if err := waitPodsReady(ctx, kube, podsNamespace, pods...); err != nil {
-		return err
+		return apps, err
 	}
 	say("The pods run, %s after they were created:", time.Since(created).Round(time.Second))
 	if err := d.kubectl("-n", podsNamespace, "get", "pods", "-o", "wide"); err != nil {
-		return err
+		return apps, err
 	}
 	var names []string
 	for _, p := range pods {
@@ -145,28 +145,28 @@ func (d *demo) runPods(ctx context.Context, env *cluster.Cluster, kube kubernete
 	}
 	atts, err := waitAttachments(ctx, client, podsNamespace, names...)
 	if err != nil {
-		return err
+		return apps, err
 	}
 	say("Each pod's %s is a NetworkAttachment that kos-controller-manager made for it (named after the pod and the interface, owned by the pod); IPAM gave it its address and the node's agent put the pod's end of a veth pair in its place on the node's switch:", podsIfName)
 	if err := d.kubectl("-n", podsNamespace, "get", "networkattachments", "-o", "wide"); err != nil {
-		return err
+		return apps, err
 	}
 
 	mtu, err := underlayMTU(ctx, env.Nodes[0])
 	if err != nil {
-		return err
+		return apps, err
 	}
 	want := mtu - fabric.VXLANOverhead
 	say("Inside the pods, %s: the subnet's prefix length, and MTU %d, the underlay's %d less the %d bytes of VXLAN, which the agent took from its node; nobody set it:", podsIfName, want, mtu, fabric.VXLANOverhead)
 	for i, p := range pods {
 		out, err := d.podExec(ctx, true, p, podnetBin, "addr", podsIfName)
 		if err != nil {
-			return err
+			return apps, err
 		}
 		fields := strings.Fields(out)
 		prefix := netip.PrefixFrom(netip.MustParseAddr(atts[i].Status.IPv4), netip.MustParsePrefix(podsSubnet).Bits())
 		if len(fields) < 2 || fields[0] != strconv.Itoa(want) || fields[1] != prefix.String() {
-			return fmt.Errorf("pod %s: %s is %q, want MTU %d and address %s", p, podsIfName, strings.TrimSpace(out), want, prefix)
+			return apps, fmt.Errorf("pod %s: %s is %q, want MTU %d and address %s", p, podsIfName, strings.TrimSpace(out), want, prefix)
 		}
 	}
 
@@ -181,11 +181,11 @@ func (d *demo) runPods(ctx context.Context, env *cluster.Cluster, kube kubernete
 			_, err := d.podExec(ctx, false, from, pingBin, "-c", "1", "-W", "2", to.Status.IPv4)
 			return err == nil, nil
 		}); err != nil {
-			return fmt.Errorf("no reply from %s (%s) to pod %s within a minute: %w", to.Status.IPv4, to.Name, from, err)
+			return apps, fmt.Errorf("no reply from %s (%s) to pod %s within a minute: %w", to.Status.IPv4, to.Name, from, err)
 		}
 		out, err := d.podExec(ctx, true, from, pingBin, "-c", "5", "-i", "0.2", "-W", "2", to.Status.IPv4)
 		if err != nil {
-			return err
+			return apps, err
 		}
 		summary = append(summary, fmt.Sprintf("%s (%s) -> %s (%s): %s; first reply after %s", from, atts[i].Spec.Node, to.Status.IPv4, to.Spec.Node, pingSummary(out), time.Since(first).Round(100*time.Millisecond)))
 	}
@@ -198,19 +198,19 @@ func (d *demo) runPods(ctx context.Context, env *cluster.Cluster, kube kubernete
 	say("A TCP transfer over KOS between pods on two nodes: %s sends %d MiB of pseudo-random bytes to the sink of %s (podnet serve, the pod's main process) at %s:%s, and both ends compare SHA-256:", from, podsTransfer>>20, clusterPods[1], to.Status.IPv4, podnetPort)
 	out, err := d.podExec(ctx, true, from, podnetBin, "send", to.Status.IPv4+":"+podnetPort, strconv.Itoa(podsTransfer))
 	if err != nil {
-		return err
+		return apps, err
 	}
 	var r report.Transfer
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
-		return fmt.Errorf("reading podnet send's report %q: %w", out, err)
+		return apps, fmt.Errorf("reading podnet send's report %q: %w", out, err)
 	}
 	if r.Sent != r.Received || r.Bytes != podsTransfer {
-		return fmt.Errorf("%s -> %s: sent %d bytes with SHA-256 %s, the sink got %s", from, to.Name, r.Bytes, r.Sent, r.Received)
+		return apps, fmt.Errorf("%s -> %s: sent %d bytes with SHA-256 %s, the sink got %s", from, to.Name, r.Bytes, r.Sent, r.Received)
 	}
 	fmt.Printf("    %d MiB from %s (%s) to %s (%s) arrived intact (SHA-256 %s…) in %.1f s: %.1f MB/s, through each node's userspace datapath on this %d-core machine, with no MTU set by hand.\n",
 		r.Bytes>>20, from, atts[0].Spec.Node, clusterPods[1], to.Spec.Node, r.Sent[:min(12, len(r.Sent))], r.Seconds, r.MBps, runtime.NumCPU())
 	say("Pods on KOS %s talk across the nodes, %s after this step began (%s of it building and pushing images and writing the release).", podsRelease, time.Since(began).Round(time.Second), built.Sub(began).Round(time.Second))
-	return nil
+	return apps, nil
 }
 
 // requireMultus checks that the cluster has Multus's

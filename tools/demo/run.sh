@@ -7,7 +7,9 @@
 # images pushed, a release written for the registry, KOS 0.1.0 installed
 # from its channel, guests on the three nodes pinging each other, and the
 # 0.2.0 channel applied while the pings go on, with what they measured;
-# then 0.3.0, and pods on the three nodes talking over a KOS network.
+# then 0.3.0, and pods on the three nodes talking over a KOS network;
+# then 0.4.0, rendered from an operator's configuration file, applied live,
+# and a MultiNetworkPolicy denying, then allowing, a connection between pods.
 # Everything keeps running afterwards; `make demo-down` stops it all.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -27,5 +29,5 @@ go run ./tools/localenv up
 go run ./tools/demo
 
 echo
-echo "==> Part three: KOS on a real three-node cluster from a registry, installed at 0.1.0 with channels, upgraded live to 0.2.0, then 0.3.0 with pods on KOS networks talking across nodes"
+echo "==> Part three: KOS on a real three-node cluster from a registry, installed at 0.1.0 with channels, upgraded live to 0.2.0, then 0.3.0 with pods on KOS networks talking across nodes, then 0.4.0 rendered from a configuration file, with a MultiNetworkPolicy"
 tools/demo/cluster.sh
