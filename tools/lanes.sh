@@ -48,13 +48,13 @@ unit)
 	;;
 integration)
 	mapfile -t packages < <(go list ./... | grep -vxF -f <(go list "${cluster_packages[@]}"))
-	go test -count=1 -timeout 40m -run '^TestIntegration' ${GOTEST_FLAGS:-} "${packages[@]}" || status=1
+	go test -count=1 -timeout 60m -run '^TestIntegration' ${GOTEST_FLAGS:-} "${packages[@]}" || status=1
 	;;
 cluster)
 	# One package at a time, each to the end even when one fails.
 	for p in "${cluster_packages[@]}"; do
 		echo "==> cluster lane: $p"
-		go test -count=1 -timeout 40m -run '^TestIntegration' ${GOTEST_FLAGS:-} "$p" || status=1
+		go test -count=1 -timeout 60m -run '^TestIntegration' ${GOTEST_FLAGS:-} "$p" || status=1
 	done
 	;;
 beta)
@@ -62,7 +62,7 @@ beta)
 	# $KOS_KUBE_BIN_DIR; the etcd beside them is the one KOS ships.
 	if KOS_KUBE_BIN_DIR=$(tools/kube138/build.sh etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy); then
 		export KOS_KUBE_BIN_DIR
-		go test -count=1 -timeout 40m -run "${BETA_TESTS:-^TestIntegrationPods\$}" ${GOTEST_FLAGS:-} ./tools/e2e || status=1
+		go test -count=1 -timeout 60m -run "${BETA_TESTS:-^TestIntegrationPods\$}" ${GOTEST_FLAGS:-} ./tools/e2e || status=1
 	else
 		echo "==> beta lane: building Kubernetes 1.38.0-beta.0 failed (tools/kube138/build.sh)" >&2
 		status=1
