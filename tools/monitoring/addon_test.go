@@ -83,7 +83,6 @@ func dashboardFiles(t testing.TB) map[string]string {
 // TestDashboardsShipped checks that the release's ConfigMap holds exactly
 // the dashboard files of the repository.
 func TestDashboardsShipped(t *testing.T) {
-	skipIfSourcesAhead(t)
 	shipped := configMapData(t, manifestObjects(t), "grafana-dashboards")
 	files := dashboardFiles(t)
 	for name, data := range files {
