@@ -50,7 +50,7 @@ const maxLogBytes = 32 << 20
 
 // kosResources are the KOS API's resources, when discovery cannot list
 // them.
-var kosResources = []string{"subnets", "networkattachments", "iplocks"}
+var kosResources = []string{"subnets", "networkattachments", "iplocks", "nodenetworkpolicies"}
 
 func newSupportBundleCommand(o *options) *cobra.Command {
 	bo := &bundleOptions{}

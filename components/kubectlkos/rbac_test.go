@@ -1,0 +1,96 @@
+package kubectlkos
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"slices"
+	"testing"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
+)
+
+// clusterScoped are the KOS kinds a namespace's bundle has no place for.
+var clusterScoped = []string{"NetworkConfig"}
+
+// TestBundleResourcesAreEveryNamespacedKind keeps kosResources, what the
+// bundle lists when discovery fails, in step with the API: a kind added to
+// the group and left out here would be missing from bundles and, through
+// TestTroubleshooterRoleReadsTheBundle, from the documented role.
+func TestBundleResourcesAreEveryNamespacedKind(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	types := scheme.KnownTypes(v1alpha1.SchemeGroupVersion)
+	var want []string
+	for kind := range types {
+		if _, listed := types[kind+"List"]; !listed || slices.Contains(clusterScoped, kind) {
+			continue
+		}
+		plural, _ := meta.UnsafeGuessKindToResource(v1alpha1.SchemeGroupVersion.WithKind(kind))
+		want = append(want, plural.Resource)
+	}
+	slices.Sort(want)
+	got := slices.Sorted(slices.Values(kosResources))
+	if !slices.Equal(got, want) {
+		t.Errorf("kosResources = %v, the API's namespaced resources are %v", got, want)
+	}
+}
+
+// TestTroubleshooterRoleReadsTheBundle checks that the ClusterRole of
+// docs/kubectl-kos-rbac.yaml lets its group list every KOS resource a
+// support bundle holds; the end-to-end test proves the same on a cluster,
+// this one says so in a second.
+func TestTroubleshooterRoleReadsTheBundle(t *testing.T) {
+	data, err := os.ReadFile("../../docs/kubectl-kos-rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var role *rbacv1.ClusterRole
+	for {
+		doc, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r rbacv1.ClusterRole
+		if err := yaml.Unmarshal(doc, &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Kind == "ClusterRole" && r.Name == "kos-troubleshooter" {
+			role = &r
+		}
+	}
+	if role == nil {
+		t.Fatal("docs/kubectl-kos-rbac.yaml has no ClusterRole kos-troubleshooter")
+	}
+	for _, resource := range kosResources {
+		if !grants(role.Rules, v1alpha1.GroupName, resource, "list") {
+			t.Errorf("ClusterRole kos-troubleshooter does not grant list on %s.%s, which support-bundle -A lists", resource, v1alpha1.GroupName)
+		}
+	}
+}
+
+// grants reports whether a rule allows verb on group's resource.
+func grants(rules []rbacv1.PolicyRule, group, resource, verb string) bool {
+	for _, r := range rules {
+		if (slices.Contains(r.APIGroups, group) || slices.Contains(r.APIGroups, "*")) &&
+			(slices.Contains(r.Resources, resource) || slices.Contains(r.Resources, "*")) &&
+			(slices.Contains(r.Verbs, verb) || slices.Contains(r.Verbs, "*")) && len(r.ResourceNames) == 0 {
+			return true
+		}
+	}
+	return false
+}
