@@ -212,6 +212,18 @@ func (e *Enforcer) Reconciled(onSwitch []uint32) {
 	}
 }
 
+// Applied returns the policy of network vni that the enforcer last set on
+// the switch, one without policies when it set none. The caller must not
+// change it.
+func (e *Enforcer) Applied(vni uint32) fabric.NetworkPolicy {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if p, ok := e.applied[vni]; ok {
+		return p
+	}
+	return fabric.NetworkPolicy{VNI: vni}
+}
+
 // next syncs the next network of the queue; false once it shut down.
 func (e *Enforcer) next(ctx context.Context) bool {
 	key, quit := e.queue.Get()
