@@ -124,7 +124,11 @@ func (b *builder) explainDirection(p fabric.NetworkPolicy, egress bool, addr net
 		if !ok {
 			return ""
 		}
-		return fmt.Sprintf("The %s of %v is allowed by %s (a rule of every peer and port).", name, ip, strings.Join(allowingEvery(p, egress, ip), ", "))
+		rules := allowingEvery(p, egress, ip)
+		if len(rules) == 0 {
+			return fmt.Sprintf("The %s of %v is allowed by a rule of every peer and port, which the policy the agent set has not: the switch holds another policy.", name, ip)
+		}
+		return fmt.Sprintf("The %s of %v is allowed by %s (a rule of every peer and port).", name, ip, strings.Join(rules, ", "))
 	case IsolatedPriority:
 		ip, ok := selectedByMAC(p, match)
 		if !ok {
