@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
 
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/fabric"
@@ -26,6 +27,7 @@ type metrics struct {
 
 	// tally turns the switch's drop counts, which restart from 0 each
 	// time a network's flows are rewritten, into counters per policy.
+	// Lock order: tally.mu, then the enforcer's mu.
 	tally dropTally
 }
 
@@ -140,9 +142,10 @@ func isolatingPolicies(applied map[uint32]fabric.NetworkPolicy) map[dropKey][]st
 
 // dropTally adds up the drops of each policy across reads of the switch.
 // The switch counts per isolated attachment, from 0 each time its
-// network's flows are rewritten (every update of the network's policy):
-// a count below the last read is one since such a rewrite. What was
-// dropped between the last read and a rewrite is not counted.
+// network's flows are rewritten (every update of the network's policy,
+// which the enforcer reads just before: rewrite) and when the switch
+// loses its flows: a count below the last read is one since such a loss,
+// and what was dropped between the last read and the loss is not counted.
 type dropTally struct {
 	mu sync.Mutex
 	// last is each drop flow's count at the last read.
@@ -152,24 +155,73 @@ type dropTally struct {
 	totals map[policyKey]uint64
 }
 
+// rewrite runs set, which rewrites network vni's flows on the switch, and
+// keeps the drops they counted: it reads them into the totals just before,
+// and takes their counts to start again from 0 once set succeeded. Only
+// what is dropped between the read and the rewrite is lost. Scrapes wait
+// meanwhile, so that none reads the counts in between.
+func (m *metrics) rewrite(ctx context.Context, vni uint32, set func() error) error {
+	counter, ok := m.e.sw.(NetworkDropCounter)
+	if !ok {
+		return set()
+	}
+	m.tally.mu.Lock()
+	defer m.tally.mu.Unlock()
+	drops, err := counter.NetworkPolicyDrops(ctx, vni)
+	if err != nil {
+		// The update matters more than its drops: those since the last
+		// scrape are lost, as they would be without this read.
+		klog.FromContext(ctx).V(2).Info("Reading a network's policy drops before its update failed", "vni", vni, "err", err)
+	} else {
+		m.e.mu.Lock()
+		isolating := isolatingPolicies(m.e.applied)
+		m.e.mu.Unlock()
+		m.tally.fold(drops, isolating)
+	}
+	if err := set(); err != nil {
+		return err
+	}
+	for k := range m.tally.last {
+		if k.vni == vni {
+			m.tally.last[k] = 0
+		}
+	}
+	return nil
+}
+
+// fold adds to the totals what each drop flow counted since the last read
+// (all of it when the count is below the last one: its flow was
+// rewritten), under each policy that isolates its attachment.
+func (t *dropTally) fold(drops []fabric.PolicyDrop, isolating map[dropKey][]string) {
+	for _, d := range drops {
+		k := dropKey{d.VNI, d.MAC.String(), d.Egress}
+		delta := d.Packets
+		if last, ok := t.last[k]; ok && d.Packets >= last {
+			delta = d.Packets - last
+		}
+		t.last[k] = d.Packets
+		for _, p := range isolating[k] {
+			t.totals[policyKey{k.vni, k.egress, p}] += delta
+		}
+	}
+}
+
 // add takes a read of the switch's drops and the policies that isolate
 // each attachment now, and returns the totals of the policies that
 // isolate something. A policy that isolates nothing any longer is
 // forgotten, and counts from 0 should it come back.
 func (t *dropTally) add(drops []fabric.PolicyDrop, isolating map[dropKey][]string) map[policyKey]uint64 {
-	seen := make(map[dropKey]uint64, len(drops))
+	t.fold(drops, isolating)
+	// A drop flow that is gone has no count to compare with any more.
+	seen := make(map[dropKey]bool, len(drops))
 	for _, d := range drops {
-		k := dropKey{d.VNI, d.MAC.String(), d.Egress}
-		seen[k] = d.Packets
-		delta := d.Packets
-		if last, ok := t.last[k]; ok && d.Packets >= last {
-			delta = d.Packets - last
-		}
-		for _, p := range isolating[k] {
-			t.totals[policyKey{k.vni, k.egress, p}] += delta
+		seen[dropKey{d.VNI, d.MAC.String(), d.Egress}] = true
+	}
+	for k := range t.last {
+		if !seen[k] {
+			delete(t.last, k)
 		}
 	}
-	t.last = seen
 	live := map[policyKey]bool{}
 	for k, names := range isolating {
 		for _, p := range names {

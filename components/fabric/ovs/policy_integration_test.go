@@ -293,6 +293,14 @@ func TestIntegrationPolicy(t *testing.T) {
 	if len(counted) != 2 || counted[dropKey{attA.MAC().String(), false}] == 0 || counted[dropKey{attC.MAC().String(), true}] == 0 {
 		t.Errorf("PolicyDrops counted %v, want drops at A's ingress and C's egress only", counted)
 	}
+	// The network's own read has the same drop flows; another network's
+	// has none.
+	if drops, err := node.fabric.NetworkPolicyDrops(ctx, vni); err != nil || len(drops) != 2 {
+		t.Errorf("NetworkPolicyDrops(%d) = %+v, %v; want A's ingress and C's egress", vni, drops, err)
+	}
+	if drops, err := node.fabric.NetworkPolicyDrops(ctx, vni+1); err != nil || len(drops) != 0 {
+		t.Errorf("NetworkPolicyDrops(%d) = %+v, %v; want none", vni+1, drops, err)
+	}
 
 	// An update that still allows the established connection, and now
 	// allows C to A's 9090 (C's egress with it).
