@@ -2,13 +2,19 @@ package agent_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	agentapi "github.com/kos-sdn/kos/components/agent/api"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/tools/ovsenv"
 	"github.com/kos-sdn/kos/tools/poll"
@@ -21,7 +27,8 @@ import (
 // reaching it while g2 still reaches g1 (stateful: the replies pass); a
 // rule admitting g1 lets it through; an egress policy on node A denies g1
 // again, and lifting it allows; dropped packets are counted under the
-// policy's name.
+// policy's name, and a trace names the policy that dropped a packet and
+// the rule that allowed another.
 func TestIntegrationPolicyEnforced(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -38,8 +45,30 @@ func TestIntegrationPolicyEnforced(t *testing.T) {
 	b.knowNeighbour(t, ctx, a)
 	cfgA, cfgB := agentConfig(t, k.node("a"), hostA, a.fabric), agentConfig(t, k.node("b"), hostB, b.fabric)
 	cfgA.Policy, cfgB.Policy = true, true
-	startAgent(t, cfgA)
+	agentA := startAgent(t, cfgA)
 	agentB := startAgent(t, cfgB)
+	debugA := httptest.NewServer(agentA.agent.DebugHandler())
+	defer debugA.Close()
+	// traces asks node A's agent to trace a TCP packet from g1 and checks
+	// that what it says names the policy.
+	traces := func(to netip.Addr, want string) func(context.Context) error {
+		return func(ctx context.Context) error {
+			body, err := json.Marshal(agentapi.TraceRequest{Namespace: k.ns, Name: "g1", To: to.String(), Protocol: agentapi.ProtocolTCP, Port: 80})
+			if err != nil {
+				return err
+			}
+			out, err := call(ctx, debugA.URL, http.MethodPost, agentapi.PathTrace, body)
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(string(out), want) {
+				return fmt.Errorf("the trace to %v does not say %q:\n%s", to, want, out)
+			}
+			_, policy, _ := strings.Cut(string(out), "\nPolicy of VNI")
+			t.Logf("The trace to %v ends: Policy of VNI%s", to, policy)
+			return nil
+		}
+	}
 
 	const vni = 311
 	k.subnet("s1", "10.31.0.0/24", vni)
@@ -96,7 +125,7 @@ func TestIntegrationPolicyEnforced(t *testing.T) {
 	poll.Until(t, settle, "g1 no longer reaches g2", denied(g1, addr2))
 	poll.Until(t, settle, "g2 still reaches g1: its replies pass", reaches(g2, addr1))
 	poll.Until(t, settle, "the drops at g2 are counted under the policy", func(context.Context) error {
-		if n := agentB.counter(t, "kos_agent_policy_dropped_packets_total", map[string]string{"direction": "ingress", "policies": deny, "address": addr2.String()}); n == 0 {
+		if n := agentB.counter(t, "kos_agent_policy_dropped_packets_total", map[string]string{"direction": "ingress", "namespace": k.ns, "policy": "deny", "vni": strconv.Itoa(vni)}); n == 0 {
 			return fmt.Errorf("no drops counted")
 		}
 		return nil
@@ -109,6 +138,17 @@ func TestIntegrationPolicyEnforced(t *testing.T) {
 	set(k.node("a"), v1alpha1.NodeNetworkPolicySpec{Policies: []v1alpha1.PolicyModel{{Name: k.ns + "/out", Selected: []string{addr1.String()}, Egress: true,
 		EgressRules: []v1alpha1.PolicyRule{{Peers: []v1alpha1.PolicyPeer{{CIDR: "10.31.0.0/24", Except: []string{addr2.String() + "/32"}}}}}}}})
 	poll.Until(t, settle, "g1's egress policy on node A denies g2", denied(g1, addr2))
+	out := k.ns + "/out"
+	poll.Until(t, settle, "a trace names the policy that drops g1's packet to g2", traces(addr2,
+		"Dropped: the egress of "+addr1.String()+" is isolated by "+out+", and no rule of theirs allows the packet."))
+	poll.Until(t, settle, "a trace names the rule that allows g1's packet to another address", traces(netip.MustParseAddr("10.31.0.200"),
+		"The egress of "+addr1.String()+" is allowed by "+out+" egress[0]."))
+	poll.Until(t, settle, "g1's drops are counted under its egress policy", func(context.Context) error {
+		if n := agentA.counter(t, "kos_agent_policy_dropped_packets_total", map[string]string{"direction": "egress", "namespace": k.ns, "policy": "out"}); n == 0 {
+			return fmt.Errorf("no drops counted")
+		}
+		return nil
+	})
 	lift(k.node("a"))
 	poll.Until(t, settle, "lifting it lets g1 reach g2 again", reaches(g1, addr2))
 	lift(k.node("b"))
@@ -125,6 +165,8 @@ func TestIntegrationPolicyEnforced(t *testing.T) {
 		})
 	}
 	poll.Until(t, settle, "without policy g1 still reaches g2", reaches(g1, addr2))
+	poll.Until(t, settle, "without policy a trace says nothing is checked", traces(addr2,
+		fmt.Sprintf("No policy isolates an attachment of VNI %d on this node", vni)))
 	if n := agentB.counter(t, "kos_agent_policy_updates_total", map[string]string{"result": "ok"}); n < 3 {
 		t.Errorf("node B counted %g policy updates, want at least 3 (set, update, lift)", n)
 	}

@@ -109,6 +109,14 @@ func (a *Agent) LocalAttachment(namespace, name string) (fabric.LocalAttachment,
 	return fabric.LocalAttachment{VNI: addr.vni, IP: addr.ip}, nil
 }
 
+// NetworkPolicy implements debugserver.Agent.
+func (a *Agent) NetworkPolicy(vni uint32) fabric.NetworkPolicy {
+	if a.policy == nil {
+		return fabric.NetworkPolicy{VNI: vni}
+	}
+	return a.policy.Applied(vni)
+}
+
 // Status returns what /debug/status reports.
 func (a *Agent) Status(ctx context.Context) api.Status {
 	st := api.Status{

@@ -26,7 +26,10 @@ attachment sends to --to: the agent of that node builds the packet from the
 attachment's port, MAC and IPv4 address (an ICMP echo request by default, or
 TCP, UDP or an ARP request) and runs ofproto/trace on its bridge. A packet for
 another node's attachment leaves by the tunnel (set_field:...->tun_dst); one
-for an address nobody in the network holds is dropped.
+for an address nobody in the network holds is dropped. Then the agent names
+what the network's MultiNetworkPolicies did with the packet on that node: the
+policy and rule that let it out or in, or the policies that isolate the
+attachment where no rule allowed it (agents of 0.4.0 and later).
 
 The request goes to the agent through a port-forward of the kube-apiserver,
 which needs get (WebSockets) and create (SPDY) on pods/portforward in the agents' namespace, with your

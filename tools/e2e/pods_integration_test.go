@@ -489,7 +489,9 @@ func (p *podsTest) countAt(t *testing.T, pod string, send func()) int {
 }
 
 // agentCounter returns the sum of a counter's samples on the agent of
-// node, from its /metrics on the node's address.
+// node, from its /metrics on the node's address. name may carry the
+// first of the series' labels, in the order /metrics prints them (sorted),
+// such as kos_x_total{direction="egress",: only those series count.
 func (p *podsTest) agentCounter(t *testing.T, n *cluster.Node, name string) float64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
@@ -510,7 +512,8 @@ func (p *podsTest) agentCounter(t *testing.T, n *cluster.Node, name string) floa
 	var sum float64
 	found := false
 	for line := range strings.SplitSeq(string(data), "\n") {
-		if !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
+		whole := strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{")
+		if !whole && (!strings.Contains(name, "{") || !strings.HasPrefix(line, name)) {
 			continue
 		}
 		f := strings.Fields(line)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/kos-sdn/kos/components/apis/multinetworkpolicy/v1beta1"
 	networkv1alpha1 "github.com/kos-sdn/kos/components/apis/network/v1alpha1"
+	"github.com/kos-sdn/kos/tools/cluster"
 	"github.com/kos-sdn/kos/tools/figures"
 	"github.com/kos-sdn/kos/tools/poll"
 	"github.com/kos-sdn/kos/tools/testenv"
@@ -42,7 +43,9 @@ const (
 // default deny, egress to a podSelector and to an ipBlock with except on a
 // named port, ingress from a namespaceSelector on a port range), and every
 // (from, to, TCP port) cell probed by a real connection and compared with
-// networking/v1's semantics, worked out by hand beside each policy.
+// networking/v1's semantics, worked out by hand beside each policy; then
+// what an operator sees of it: the drops per policy in the agents' metrics
+// and kubectl kos trace naming the policy.
 func TestIntegrationPolicyTruthTable(t *testing.T) {
 	began := time.Now()
 	root, err := testenv.RepoRoot()
@@ -63,6 +66,7 @@ func TestIntegrationPolicyTruthTable(t *testing.T) {
 		{"MultiNetworkPolicy turned on", p.testPolicyOn},
 		{"pods get KOS interfaces", p.testPolicyPods},
 		{"every cell of the truth table", p.testTruthTable},
+		{"drops counted per policy, traces name the policy", p.testPolicySeen},
 	})
 	figures.Duration(t, "policy-whole-test", time.Since(began))
 }
@@ -407,4 +411,43 @@ func matrix(got map[string]bool) string {
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// testPolicySeen checks what an operator sees of the truth table's
+// policies once its probes ran: their denied connections counted under the
+// policy that isolates the end that dropped them (c-deny on c1's node for
+// b1's, a-egress on a1's node for a1's to c1), and kubectl kos trace
+// naming the policy that drops a1's packet to c1 and the rule that lets
+// a1's to b1 out.
+func (p *policyTest) testPolicySeen(t *testing.T) {
+	nodeOf := map[string]*cluster.Node{}
+	for _, pp := range policyPods {
+		nodeOf[pp.name] = p.env.Nodes[pp.node]
+	}
+	for _, c := range []struct{ pod, policy, direction string }{
+		{"c1", "c-deny", "ingress"},
+		{"a1", "a-egress", "egress"},
+	} {
+		n := nodeOf[c.pod]
+		labels := fmt.Sprintf(`direction=%q,namespace=%q,policy=%q,`, c.direction, podsNamespace, c.policy)
+		poll.Until(t, time.Minute, fmt.Sprintf("%s's agent to count drops under %s", n.Name, c.policy), func(context.Context) error {
+			if v := p.agentCounter(t, n, "kos_agent_policy_dropped_packets_total{"+labels); v == 0 {
+				return fmt.Errorf("no %s drops counted under %s/%s", c.direction, podsNamespace, c.policy)
+			}
+			return nil
+		})
+	}
+
+	kk := &kubectlKOS{standard: p.standard}
+	kk.testInstall(t)
+	a1 := p.attachmentsOf(t, "a1")[0].Name
+	for _, c := range []struct{ to, want string }{
+		{"c1", fmt.Sprintf("Dropped: the egress of %v is isolated by %s/a-egress, and no rule of theirs allows the packet.", p.ips["a1"], podsNamespace)},
+		{"b1", fmt.Sprintf("The egress of %v is allowed by %s/a-egress egress[", p.ips["a1"], podsNamespace)},
+	} {
+		out := kk.mustPlugin(t, "trace", a1, "--to", p.ips[c.to].String(), "--protocol", "tcp", "--port", podnetPort, "-n", podsNamespace)
+		if !strings.Contains(out, c.want) {
+			t.Errorf("kubectl kos trace from a1 to %s does not say %q:\n%s", c.to, c.want, out)
+		}
+	}
 }

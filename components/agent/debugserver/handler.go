@@ -37,6 +37,10 @@ type Agent interface {
 	// agent's node, for a trace from it. Its error wraps ErrNotLocal or
 	// ErrNoAddress when that is why there is none.
 	LocalAttachment(namespace, name string) (fabric.LocalAttachment, error)
+	// NetworkPolicy returns the policy of network vni that the agent
+	// set on the switch, one without policies when it set none, for a
+	// trace to name the policies that allowed or dropped its packet.
+	NetworkPolicy(vni uint32) fabric.NetworkPolicy
 }
 
 // Errors of Agent.LocalAttachment that say whose the problem is.
@@ -135,6 +139,7 @@ func Handler(a Agent, sw Switch) http.Handler {
 				http.Error(w, err.Error(), http.StatusInternalServerError)
 				return
 			}
+			out += ovs.ExplainPolicy(out, p, a.NetworkPolicy(p.From.VNI))
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			fmt.Fprint(w, out)
 		})

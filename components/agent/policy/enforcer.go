@@ -51,6 +51,14 @@ type DropCounter interface {
 	PolicyDrops(ctx context.Context) ([]fabric.PolicyDrop, error)
 }
 
+// NetworkDropCounter is a DropCounter that reads one network's drops
+// ((*ovs.Fabric).NetworkPolicyDrops): the enforcer reads them just before
+// it rewrites the network's flows, which start their counts again from 0,
+// so that the metrics lose none.
+type NetworkDropCounter interface {
+	NetworkPolicyDrops(ctx context.Context, vni uint32) ([]fabric.PolicyDrop, error)
+}
+
 // Config is what an Enforcer needs.
 type Config struct {
 	// Node is the node whose NodeNetworkPolicies the enforcer programs.
@@ -212,6 +220,18 @@ func (e *Enforcer) Reconciled(onSwitch []uint32) {
 	}
 }
 
+// Applied returns the policy of network vni that the enforcer last set on
+// the switch, one without policies when it set none. The caller must not
+// change it.
+func (e *Enforcer) Applied(vni uint32) fabric.NetworkPolicy {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if p, ok := e.applied[vni]; ok {
+		return p
+	}
+	return fabric.NetworkPolicy{VNI: vni}
+}
+
 // next syncs the next network of the queue; false once it shut down.
 func (e *Enforcer) next(ctx context.Context) bool {
 	key, quit := e.queue.Get()
@@ -266,7 +286,7 @@ func (e *Enforcer) sync(ctx context.Context, key string) error {
 		return nil
 	}
 	began := time.Now()
-	if err := e.sw.SetPolicy(ctx, want); err != nil {
+	if err := e.metrics.rewrite(ctx, vni, func() error { return e.sw.SetPolicy(ctx, want) }); err != nil {
 		e.metrics.updates.WithLabelValues("error").Inc()
 		return fmt.Errorf("setting the policy of network %d: %w", vni, err)
 	}

@@ -109,6 +109,16 @@ func (f *Fabric) PolicyDrops(ctx context.Context) ([]fabric.PolicyDrop, error) {
 	return parsePolicyDrops(out), nil
 }
 
+// NetworkPolicyDrops is PolicyDrops of network vni alone: it reads only
+// that network's policy flows.
+func (f *Fabric) NetworkPolicyDrops(ctx context.Context, vni uint32) ([]fabric.PolicyDrop, error) {
+	out, err := f.ofctl(ctx, "dump-flows", f.bridge, fmt.Sprintf("cookie=%#x/-1", policyCookie(vni)))
+	if err != nil {
+		return nil, fmt.Errorf("reading the drops of the policy of VNI %d: %w", vni, err)
+	}
+	return parsePolicyDrops(out), nil
+}
+
 // isolatedDropPattern finds an isolated port's drop flow in what ovs-ofctl
 // dump-flows prints, and its packet count, VNI, direction and MAC.
 var isolatedDropPattern = regexp.MustCompile(`\bn_packets=(\d+),.*\bpriority=` + strconv.Itoa(policy.IsolatedPriority) +

@@ -218,20 +218,26 @@ func TestIntegrationPolicy(t *testing.T) {
 	}
 	// ofproto/trace (kubectl kos trace) follows a new connection through
 	// the policy tables: B's to A's 9090 drops at A's ingress, C's to A's
-	// 8080 at C's egress, and B's to A's 8080 is committed and delivered.
+	// 8080 at C's egress, and B's to A's 8080 is committed and delivered;
+	// ExplainPolicy names the policies and the rule.
 	for _, tr := range []struct {
 		from fabric.LocalAttachment
 		port int
 		want []string
 	}{
-		{attB, 9090, []string{"ct(table=2,zone=7)", fmt.Sprintf("%d. ip,tun_id=0x7,dl_dst=%s, priority 50", ingressTable, attA.MAC()), "Datapath actions: drop"}},
-		{attC, 8080, []string{fmt.Sprintf("%d. ip,tun_id=0x7,dl_src=%s, priority 50", egressTable, attC.MAC()), "Datapath actions: drop"}},
-		{attB, 8080, []string{fmt.Sprintf("%d. conj_id=", ingressTable), "Datapath actions: ct(commit,zone=7),"}},
+		{attB, 9090, []string{"ct(table=2,zone=7)", fmt.Sprintf("%d. ip,tun_id=0x7,dl_dst=%s, priority 50", ingressTable, attA.MAC()), "Datapath actions: drop",
+			"  The egress of 10.7.0.2 is not isolated: no policy selects it for egress.\n  Dropped: the ingress of 10.7.0.1 is isolated by web, and no rule of theirs allows the packet.\n"}},
+		{attC, 8080, []string{fmt.Sprintf("%d. ip,tun_id=0x7,dl_src=%s, priority 50", egressTable, attC.MAC()), "Datapath actions: drop",
+			"  Dropped: the egress of 10.7.0.3 is isolated by c-out, and no rule of theirs allows the packet.\n"}},
+		{attB, 8080, []string{fmt.Sprintf("%d. conj_id=", ingressTable), "Datapath actions: ct(commit,zone=7),",
+			"  The ingress of 10.7.0.1 is allowed by web ingress[0].\n"}},
 	} {
-		out, err := node.fabric.Trace(ctx, Packet{From: tr.from, To: attA.IP, Protocol: TraceTCP, Port: tr.port})
+		p := Packet{From: tr.from, To: attA.IP, Protocol: TraceTCP, Port: tr.port}
+		out, err := node.fabric.Trace(ctx, p)
 		if err != nil {
 			t.Fatal(err)
 		}
+		out += ExplainPolicy(out, p, fabric.NetworkPolicy{VNI: vni, Policies: []fabric.Policy{web, cOut}})
 		for _, w := range tr.want {
 			if !strings.Contains(out, w) {
 				t.Errorf("trace from %v to A's %d does not say %q:\n%s", tr.from, tr.port, w, out)
@@ -286,6 +292,14 @@ func TestIntegrationPolicy(t *testing.T) {
 	}
 	if len(counted) != 2 || counted[dropKey{attA.MAC().String(), false}] == 0 || counted[dropKey{attC.MAC().String(), true}] == 0 {
 		t.Errorf("PolicyDrops counted %v, want drops at A's ingress and C's egress only", counted)
+	}
+	// The network's own read has the same drop flows; another network's
+	// has none.
+	if drops, err := node.fabric.NetworkPolicyDrops(ctx, vni); err != nil || len(drops) != 2 {
+		t.Errorf("NetworkPolicyDrops(%d) = %+v, %v; want A's ingress and C's egress", vni, drops, err)
+	}
+	if drops, err := node.fabric.NetworkPolicyDrops(ctx, vni+1); err != nil || len(drops) != 0 {
+		t.Errorf("NetworkPolicyDrops(%d) = %+v, %v; want none", vni+1, drops, err)
 	}
 
 	// An update that still allows the established connection, and now

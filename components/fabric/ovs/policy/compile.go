@@ -118,6 +118,15 @@ func Zone(vni uint32) uint16 { return uint16((vni-1)%65535 + 1) }
 // tracked). It fails when p is not valid or has more than MaxRules rules
 // in one direction.
 func Compile(p fabric.NetworkPolicy, pl Pipeline) ([]*goovs.Flow, error) {
+	b, err := compile(p, pl)
+	if err != nil || b == nil {
+		return nil, err
+	}
+	return b.sorted(), nil
+}
+
+// compile builds the flows of p; it returns nil when p isolates nothing.
+func compile(p fabric.NetworkPolicy, pl Pipeline) (*builder, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
@@ -145,6 +154,7 @@ func Compile(p fabric.NetworkPolicy, pl Pipeline) ([]*goovs.Flow, error) {
 	b.add(pl.State, untrackPriority, newMatch(goovs.ProtocolIPv4, network()...), goovs.Drop())
 
 	egress := direction{
+		egress:   true,
 		table:    pl.Egress,
 		isolates: func(pol fabric.Policy) bool { return pol.Egress },
 		rules:    func(pol fabric.Policy) []fabric.Rule { return pol.EgressRules },
@@ -167,11 +177,12 @@ func Compile(p fabric.NetworkPolicy, pl Pipeline) ([]*goovs.Flow, error) {
 			return nil, err
 		}
 	}
-	return b.sorted(), nil
+	return b, nil
 }
 
 // direction says how one direction of policy turns into flows.
 type direction struct {
+	egress   bool
 	table    int
 	isolates func(fabric.Policy) bool
 	rules    func(fabric.Policy) []fabric.Rule
@@ -241,7 +252,7 @@ func (b *builder) direction(p fabric.NetworkPolicy, d direction) error {
 			isolated[ip] = true
 			selected = append(selected, local(ip))
 		}
-		for _, r := range d.rules(pol) {
+		for i, r := range d.rules(pol) {
 			allowed, anyPeer := peerMatches(r.Peers, peer)
 			if !anyPeer && len(allowed) == 0 {
 				continue // the rule allows nothing
@@ -264,6 +275,7 @@ func (b *builder) direction(p fabric.NetworkPolicy, d direction) error {
 				return fmt.Errorf("the policy of VNI %d has more than %d rules in one direction", p.VNI, MaxRules)
 			}
 			id := p.VNI<<conjIDBits | uint32(rules)
+			b.rules[conjKey{d.egress, id}] = RuleRef{Policy: pol.Name, Egress: d.egress, Index: i}
 			for k, dim := range dims {
 				for _, m := range dim {
 					b.conjoin(d.table, m, id, k+1, len(dims))
@@ -283,17 +295,27 @@ func (b *builder) direction(p fabric.NetworkPolicy, d direction) error {
 // peerMatches returns the matches of a rule's peers, each prefix once;
 // anyPeer is true when some peer is every address.
 func peerMatches(peers []fabric.Peer, peer func(netip.Prefix) match) (ms []match, anyPeer bool) {
+	if allowsEveryPeer(peers) {
+		return nil, true
+	}
 	var prefixes []netip.Prefix
 	for _, p := range peers {
-		if p.Prefix.Bits() == 0 && len(Subtract(p.Prefix, p.Except)) == 1 {
-			return nil, true
-		}
 		prefixes = append(prefixes, Subtract(p.Prefix, p.Except)...)
 	}
 	for _, pr := range sortedUnique(prefixes, comparePrefixes) {
 		ms = append(ms, peer(pr))
 	}
 	return ms, false
+}
+
+// allowsEveryPeer reports whether some peer is every address.
+func allowsEveryPeer(peers []fabric.Peer) bool {
+	for _, p := range peers {
+		if p.Prefix.Bits() == 0 && len(Subtract(p.Prefix, p.Except)) == 1 {
+			return true
+		}
+	}
+	return false
 }
 
 // portMatches returns the matches of a rule's ports, each once, and one
@@ -349,6 +371,14 @@ func portMatches(ports []fabric.Port, network goovs.Match) []match {
 type builder struct {
 	pl    Pipeline
 	flows map[flowID]*entry
+	// rules says which rule each conjunction stands for.
+	rules map[conjKey]RuleRef
+}
+
+// conjKey is a conjunction: an ID is one rule's in one direction's table.
+type conjKey struct {
+	egress bool
+	id     uint32
 }
 
 // flowID tells flows apart.
@@ -364,7 +394,7 @@ type entry struct {
 }
 
 func newBuilder(pl Pipeline) *builder {
-	return &builder{pl: pl, flows: map[flowID]*entry{}}
+	return &builder{pl: pl, flows: map[flowID]*entry{}, rules: map[conjKey]RuleRef{}}
 }
 
 func (b *builder) entry(table, priority int, m match) *entry {
