@@ -6,23 +6,30 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
+	"github.com/kos-sdn/kos/components/etcdbackup/backupmetrics"
 	"github.com/kos-sdn/kos/components/pki"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
 // TestIntegrationBackupMetrics runs kos-pki run with --etcd-backup-cronjob
-// against a real kube-apiserver, writes a backup CronJob's status and its
-// Jobs' as the CronJob and Job controllers would, and checks that /metrics
-// follows: a completed Job, then a failed one, then one still waiting.
+// against a real kube-apiserver, as a ServiceAccount with no more rights
+// than pki.Rules and backupmetrics.Rules grant (the rules of the
+// manifests' Roles), writes a backup CronJob's status and its Jobs' as the
+// CronJob and Job controllers would, and checks that /metrics follows: a
+// completed Job, then a failed one, then one still waiting.
 func TestIntegrationBackupMetrics(t *testing.T) {
 	env := testenv.Shared(t)
 	ns := newNamespace(t)
@@ -30,10 +37,15 @@ func TestIntegrationBackupMetrics(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
+	secretRules, _, err := pki.Rules(pki.SetAll, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := serviceAccountKubeconfig(t, ns, "kos-pki", append(secretRules, backupmetrics.Rules()...))
 	addr := fmt.Sprintf("127.0.0.1:%d", freePorts(t, 1)[0])
 	var stdout, stderr bytes.Buffer
 	cmd := pki.NewCommand(&stdout, &stderr)
-	cmd.SetArgs([]string{"run", "--kubeconfig", env.Kubeconfig, "--namespace", ns, "--secrets", "all",
+	cmd.SetArgs([]string{"run", "--kubeconfig", kubeconfig, "--namespace", ns, "--secrets", "all",
 		"--metrics-bind-address", addr, "--etcd-backup-cronjob", "kos-etcd-backup"})
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx) }()
@@ -85,6 +97,38 @@ func TestIntegrationBackupMetrics(t *testing.T) {
 		`kos_etcd_backup_last_job_failed{cronjob="kos-etcd-backup",job_name="kos-etcd-backup-2"} 1`,
 		`kos_etcd_backup_active_job_start_timestamp_seconds{cronjob="kos-etcd-backup",job_name="kos-etcd-backup-3"} ` + seconds(waiting.Status.StartTime.Time),
 	}, nil)
+}
+
+// serviceAccountKubeconfig grants the ServiceAccount ns/name rules in a Role
+// of ns and returns a kubeconfig that acts as it (the environment's admin,
+// impersonating).
+func serviceAccountKubeconfig(t *testing.T, ns, name string, rules []rbacv1.PolicyRule) string {
+	t.Helper()
+	env := testenv.Shared(t)
+	ctx := context.Background()
+	rbac := kubeClient(t, env.RESTConfig).RbacV1()
+	if _, err := rbac.Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rbac.RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.LoadFromFile(env.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range cfg.AuthInfos {
+		a.Impersonate = serviceaccount.MakeUsername(ns, name)
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 func backupJobSpec() batchv1.JobSpec {

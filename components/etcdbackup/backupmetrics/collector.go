@@ -16,6 +16,7 @@ import (
 	"github.com/robfig/cron/v3"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	batchlisters "k8s.io/client-go/listers/batch/v1"
@@ -45,6 +46,16 @@ var (
 		"When the oldest unfinished Job of the backup CronJob started (its pod running or waiting to be scheduled), in seconds since the epoch; absent while none runs.",
 		[]string{"cronjob", "job_name"}, nil)
 )
+
+// Rules returns the RBAC the collector needs in the CronJob's namespace, the
+// rules of a Role there: reading CronJobs and Jobs, nothing else.
+func Rules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{{
+		APIGroups: []string{batchv1.GroupName},
+		Resources: []string{"cronjobs", "jobs"},
+		Verbs:     []string{"get", "list", "watch"},
+	}}
+}
 
 // Collector exports the metrics of one backup CronJob from the listers of
 // an informer factory of its namespace. It reads the caches at each scrape
