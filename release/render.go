@@ -2,6 +2,7 @@ package release
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -442,7 +443,11 @@ func (r *Renderer) configure(k *types.Kustomization, m resmap.ResMap) error {
 			if s := cfg.Etcd.Backup.Size; s != nil {
 				spec["resources"] = map[string]any{"requests": map[string]any{"storage": s.String()}}
 			}
-			if c := cfg.Etcd.Backup.StorageClassName; c != "" {
+			// Without a class of its own, the backup claim takes the
+			// members': a cluster that needs one named for etcd has
+			// no default class either, where the claim would stay
+			// Pending and no backup would run.
+			if c := cmp.Or(cfg.Etcd.Backup.StorageClassName, cfg.Etcd.Storage.StorageClassName); c != "" {
 				spec["storageClassName"] = c
 			}
 			if len(spec) > 0 {

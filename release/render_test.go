@@ -369,6 +369,22 @@ func TestEveryKey(t *testing.T) {
 	runChecks(t, loadTree(t, writeTree(t, everyKey(t))), everyKeyChecks())
 }
 
+// TestBackupClaimTakesMembersClass renders a release that names only the
+// members' StorageClass: the backup claim takes it too (a cluster that
+// needs the class named has no default for the claim either), and a class
+// of the backup's own wins.
+func TestBackupClaimTakesMembersClass(t *testing.T) {
+	class := func(t *testing.T, u *unstructured.Unstructured) any {
+		return *typed[corev1.PersistentVolumeClaim](t, u).Spec.StorageClassName
+	}
+	etcd := []string{"kos-etcd/0.4.0.yaml"}
+	cfg := &api.ReleaseConfig{APIVersion: api.APIVersion, Kind: api.Kind}
+	cfg.Etcd.Storage.StorageClassName = "fast-ssd"
+	runChecks(t, loadTree(t, writeTree(t, cfg)), []check{{"etcd.storage.storageClassName", "PersistentVolumeClaim", "kos-etcd-backup", etcd, class, "fast-ssd"}})
+	cfg.Etcd.Backup.StorageClassName = "cheap-hdd"
+	runChecks(t, loadTree(t, writeTree(t, cfg)), []check{{"etcd.backup.storageClassName", "PersistentVolumeClaim", "kos-etcd-backup", etcd, class, "cheap-hdd"}})
+}
+
 // TestPatchMatchingNothing is refused: a patch that patches nothing is a
 // mistake (a name misspelled).
 func TestPatchMatchingNothing(t *testing.T) {

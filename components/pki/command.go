@@ -6,9 +6,12 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
+	"github.com/kos-sdn/kos/components/etcdbackup/backupmetrics"
 	"github.com/kos-sdn/kos/components/monitoring"
 )
 
@@ -85,13 +88,18 @@ func newRunCommand(out io.Writer) *cobra.Command {
 	o := NewEnsureOptions()
 	interval := DefaultCheckInterval
 	metricsAddr := ":9296"
+	// Off by default: the kos-pki of releases before 0.4.0 has no right
+	// to read CronJobs and Jobs.
+	backupCronJob := ""
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Keep the KOS Secrets current: ensure them again before each leaf certificate is due for renewal",
 		Long: `run does what ensure does, again and again until it is stopped: each pass
 makes the missing Secrets, re-issues every leaf certificate that expires within
 --renew-before, sets the APIService's CA bundle, and records when each
-certificate expires (kos_certificate_expiry_timestamp_seconds{secret}). The
+certificate expires (kos_certificate_expiry_timestamp_seconds{secret}). With
+--etcd-backup-cronjob it also exports the state of that backup CronJob of
+--namespace and its Jobs (kos_etcd_backup_*; docs/metrics.md). The
 next pass comes just after the next leaf is due, or after --interval. The pods
 that mount the Secrets see the new files when the kubelet updates their
 volumes; etcd and kos-apiserver read them without restarting. It serves
@@ -132,12 +140,25 @@ volumes; etcd and kos-apiserver read them without restarting. It serves
 			if err != nil {
 				return err
 			}
+			if backupCronJob != "" {
+				client, err := kubernetes.NewForConfig(config.REST)
+				if err != nil {
+					return fmt.Errorf("making a client for the backup CronJob: %w", err)
+				}
+				factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(o.Namespace))
+				s.Metrics.Registry.MustRegister(backupmetrics.NewCollector(factory, o.Namespace, backupCronJob))
+				// The informers stop when the command's context ends;
+				// Shutdown waits for them.
+				factory.Start(cmd.Context().Done())
+				defer factory.Shutdown()
+			}
 			return server.ServeWhile(cmd.Context(), s.Loop)
 		},
 	}
 	fss := o.Flags()
 	fss.FlagSet("run").DurationVar(&interval, "interval", interval, "The longest time between two passes.")
 	fss.FlagSet("run").StringVar(&metricsAddr, "metrics-bind-address", metricsAddr, "Where to serve /metrics, /healthz and /readyz over plain HTTP.")
+	fss.FlagSet("run").StringVar(&backupCronJob, "etcd-backup-cronjob", backupCronJob, "The etcd backup CronJob of --namespace whose last success, schedule and failed or waiting Jobs to export as metrics (it needs get, list and watch of cronjobs and jobs there); empty exports none.")
 	for _, fs := range fss.FlagSets {
 		cmd.Flags().AddFlagSet(fs)
 	}

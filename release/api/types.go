@@ -84,6 +84,8 @@ type Volume struct {
 
 // Backup is kos-etcd's backup CronJob.
 type Backup struct {
+	// Volume is the backup claim's; without a StorageClassName it takes
+	// the members' (Etcd.Storage's), then the cluster's default.
 	Volume `json:",inline"`
 	// Schedule of the CronJob, in cron's five fields.
 	Schedule string `json:"schedule,omitempty"`

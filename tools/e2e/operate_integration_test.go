@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -123,6 +124,7 @@ func (o *operate) testBackupRestore(t *testing.T) {
 		}
 	}
 	figures.Duration(t, "operate-backup", time.Since(began))
+	o.checkBackupMetrics(t, "backup-now")
 
 	// The disaster: the etcd members' disks are lost. First everything
 	// that writes stops, as the doc says.
@@ -161,6 +163,52 @@ func (o *operate) testBackupRestore(t *testing.T) {
 		t.Errorf("channels apply after the restore has something to do:\n%s", out)
 	}
 	checkPings(t, o.guestsOf("blue"), 3, 1, time.Minute)
+}
+
+// checkBackupMetrics reads kos-pki's metrics through the kube-apiserver's
+// pod proxy (as kubectl kos status does) until they report job, which
+// completed, as the newest backup Job to finish and not failed, and a last
+// success no older than its completion.
+func (o *operate) checkBackupMetrics(t *testing.T, job string) {
+	ctx := t.Context()
+	j, err := o.kube.BatchV1().Jobs(kosinstall.Namespace).Get(ctx, job, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Status.CompletionTime == nil {
+		t.Fatalf("job %s has no completion time", job)
+	}
+	completed := j.Status.CompletionTime.Unix()
+	pods, err := o.kube.CoreV1().Pods(kosinstall.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=kos-pki"})
+	if err != nil || len(pods.Items) == 0 {
+		t.Fatalf("no kos-pki pod (%v)", err)
+	}
+	pod := pods.Items[0].Name
+	failed := `kos_etcd_backup_last_job_failed{cronjob="kos-etcd-backup",job_name="` + job + `"} 0`
+	poll.Until(t, time.Minute, "kos-pki to export the backup "+job, func(ctx context.Context) error {
+		raw, err := o.kube.CoreV1().RESTClient().Get().Namespace(kosinstall.Namespace).
+			Resource("pods").SubResource("proxy").Name(pod + ":9296").Suffix("metrics").DoRaw(ctx)
+		if err != nil {
+			return err
+		}
+		var last float64
+		found := false
+		for _, line := range strings.Split(string(raw), "\n") {
+			if v, ok := strings.CutPrefix(line, `kos_etcd_backup_last_success_timestamp_seconds{cronjob="kos-etcd-backup"} `); ok {
+				if last, err = strconv.ParseFloat(v, 64); err != nil {
+					return err
+				}
+			}
+			found = found || line == failed
+		}
+		switch {
+		case !found:
+			return fmt.Errorf("kos-pki's metrics lack %s", failed)
+		case int64(last) < completed:
+			return fmt.Errorf("kos_etcd_backup_last_success_timestamp_seconds is %.0f, before the Job completed (%d)", last, completed)
+		}
+		return nil
+	})
 }
 
 // provideBackupVolume gives the backup claim a local volume on the first

@@ -119,6 +119,15 @@ var accesses = []access{
 	{sa: pkiSA, verb: "delete", resource: "apiservices.apiregistration.k8s.io", name: "v1alpha1.network.example.com"},
 	{sa: pkiSA, verb: "patch", resource: "apiservices.apiregistration.k8s.io", name: "v1.apps"},
 	{sa: pkiSA, verb: "list", resource: "subnets" + kos},
+	// kos-pki (0.4.0): the backup CronJob's state, read only, in its
+	// namespace (--etcd-backup-cronjob).
+	{sa: pkiSA, verb: "get", resource: "cronjobs.batch", namespace: namespace, name: "kos-etcd-backup", allowed: true},
+	{sa: pkiSA, verb: "list", resource: "cronjobs.batch", namespace: namespace, allowed: true},
+	{sa: pkiSA, verb: "watch", resource: "jobs.batch", namespace: namespace, allowed: true},
+	{sa: pkiSA, verb: "list", resource: "jobs.batch"},
+	{sa: pkiSA, verb: "create", resource: "jobs.batch", namespace: namespace},
+	{sa: pkiSA, verb: "update", resource: "cronjobs.batch", namespace: namespace, name: "kos-etcd-backup"},
+	{sa: pkiSA, verb: "list", resource: "pods", namespace: namespace},
 
 	// kos-controller-manager: the subnet validator.
 	{sa: managerSA, verb: "list", resource: "subnets" + kos, allowed: true},

@@ -81,7 +81,7 @@ var settings = map[string]setting{
 		},
 	},
 	"kos-etcd.storageClassName": {
-		help: "StorageClass of etcd's volumes (default: the cluster's default StorageClass); first install only, as storage",
+		help: "StorageClass of etcd's volumes, the members' and the backup claim's (default: the cluster's default StorageClass); first install only, as storage",
 		check: func(v string) error {
 			if errs := validation.IsDNS1123Subdomain(v); len(errs) > 0 {
 				return errors.New(strings.Join(errs, "; "))
@@ -89,6 +89,17 @@ var settings = map[string]setting{
 			return nil
 		},
 		apply: func(kind string, obj *yaml.Node, value string) (bool, error) {
+			// The backup claim too: a cluster without a default
+			// StorageClass would leave it Pending, and every backup
+			// Job with it.
+			if name := child(child(obj, "metadata"), "name"); kind == "PersistentVolumeClaim" && name != nil && name.Value == "kos-etcd-backup" {
+				spec := child(obj, "spec")
+				if spec == nil {
+					return false, errors.New("the backup claim has no spec")
+				}
+				setScalar(spec, "storageClassName", value, "!!str")
+				return true, nil
+			}
 			return setInClaims(kind, obj, []string{"storageClassName"}, value)
 		},
 	},

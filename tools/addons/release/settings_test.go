@@ -215,3 +215,33 @@ func TestEtcdStorageSetting(t *testing.T) {
 		t.Errorf("ParseSetting(kos-etcd.storage=512Mi) = %v, want an error saying at least 1Gi", err)
 	}
 }
+
+// TestEtcdStorageClassSetting names the members' class and the backup
+// claim's: on a cluster without a default StorageClass the claim would
+// stay Pending, and every backup Job with it.
+func TestEtcdStorageClassSetting(t *testing.T) {
+	manifest := etcdManifest + `---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: kos-etcd-backup
+spec:
+  resources:
+    requests:
+      storage: 8Gi
+`
+	s, err := ParseSetting("kos-etcd.storageClassName=gp3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, applied, err := applySettings([]byte(manifest), s.Addon, []Setting{s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(applied) != 1 {
+		t.Errorf("applied %v, want the setting applied", applied)
+	}
+	if got := strings.Count(string(out), "storageClassName: gp3"); got != 2 {
+		t.Errorf("the class is set %d times, want in the claim template and the backup claim:\n%s", got, out)
+	}
+}
