@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 
+	"github.com/kos-sdn/kos/channels/channel"
 	"github.com/kos-sdn/kos/channels/lease"
 )
 
@@ -400,7 +401,7 @@ func (c *Client) finishAddon(ctx context.Context, ro *rollout, r *reporter) erro
 	if err := c.WriteRecord(ctx, a.Namespace, a.Name, rec); err != nil {
 		return err
 	}
-	release := describeRelease(a.VersionString(), a.ID)
+	release := channel.DescribeRelease(a.VersionString(), a.ID)
 	var unfinished string
 	if it.Pending.namesRelease() && !it.Pending.is(a) {
 		unfinished = " (" + it.Pending.release() + " " + ReasonUnfinished + ")"
@@ -415,7 +416,7 @@ func (c *Client) finishAddon(ctx context.Context, ro *rollout, r *reporter) erro
 	case unfinished != "" && NewRecord(a).same(it.Current):
 		r.report(EventApplied, a.Name, "Restored %s%s", release, unfinished)
 	default:
-		r.report(EventApplied, a.Name, "Updated %s -> %s%s", describeRelease(it.Current.Version, it.Current.ID), release, unfinished)
+		r.report(EventApplied, a.Name, "Updated %s -> %s%s", channel.DescribeRelease(it.Current.Version, it.Current.ID), release, unfinished)
 	}
 	return nil
 }

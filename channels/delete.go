@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/kos-sdn/kos/channels/channel"
 	"github.com/kos-sdn/kos/channels/lease"
 )
 
@@ -363,7 +364,7 @@ func (c *Client) Uninstall(ctx context.Context, u *Uninstall, opts DeleteOptions
 		if err := c.patchAnnotations(ctx, u.Namespace, map[string]*string{AnnotationPrefix + u.Name: nil, InventoryAnnotationPrefix + u.Name: nil}); err != nil {
 			return fmt.Errorf("removing the install record of addon %q from namespace %s: %w", u.Name, u.Namespace, err)
 		}
-		r.report(EventApplied, u.Name, "Deleted the install record of %s", describeRelease(u.Record.Version, u.Record.ID))
+		r.report(EventApplied, u.Name, "Deleted the install record of %s", channel.DescribeRelease(u.Record.Version, u.Record.ID))
 		return nil
 	})
 }
