@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 
+	"github.com/kos-sdn/kos/channels/channel"
 	"github.com/kos-sdn/kos/channels/lease"
 )
 
@@ -240,25 +241,7 @@ type rollout struct {
 //     that no addon's objects pass through another's webhook before its
 //     server runs.
 func (c *Client) applyRun(ctx context.Context, plan *Plan, items []PlanItem, opts ApplyOptions, r *reporter, fail func(string, error)) []*rollout {
-	logger := klog.FromContext(ctx)
-	var ros []*rollout
-	// unread holds the releases whose manifests did not load: what they
-	// declare is unknown, so no addon of the run prunes what they may.
-	unread := map[*Addon]error{}
-	for _, it := range items {
-		if !it.Decision.Apply {
-			r.report(EventNote, it.Addon.Name, "Skipped: another run applied it meanwhile (%s)", it.Decision.Reason)
-			continue
-		}
-		objs, err := releaseObjects(ctx, opts.Fetcher, it.Addon)
-		if err != nil {
-			unread[it.Addon] = err
-			fail(it.Addon.Name, err)
-			continue
-		}
-		adopt := map[ObjectKey]bool{}
-		ros = append(ros, &rollout{item: it, objs: objs, adopt: adopt})
-	}
+	ros, unread := c.readRollouts(ctx, items, opts, r, fail)
 	defined := map[schema.GroupKind]bool{}
 	for _, ro := range ros {
 		maps.Copy(defined, definedKinds(ro.objs))
@@ -267,33 +250,8 @@ func (c *Client) applyRun(ctx context.Context, plan *Plan, items []PlanItem, opt
 	for a, err := range unread {
 		decl.set(a, nil, nil, err)
 	}
-	// keep drops the addons that failed.
-	keep := func(ros []*rollout, step func(*rollout) error) []*rollout {
-		out := ros[:0]
-		for _, ro := range ros {
-			if err := step(ro); err != nil {
-				fail(ro.item.Addon.Name, err)
-				continue
-			}
-			out = append(out, ro)
-		}
-		return out
-	}
-	ros = keep(ros, func(ro *rollout) error {
-		ro.writer = &addonWriter{client: c, parallelism: opts.Parallelism, shared: ro.item.shared, defined: defined, decl: decl, adoptForeign: opts.Adopt, metadataResults: !opts.Wait}
-		rel, err := ro.writer.prepare(ctx, ro.objs)
-		decl.set(ro.item.Addon, rel, ro.objs, err)
-		if err != nil {
-			return err
-		}
-		ro.rel, ro.done = rel, rel.done
-		for _, u := range ro.objs {
-			if adopts(u) {
-				ro.adopt[keyOf(u)] = true
-			}
-		}
-		return nil
-	})
+	keep := func(ros []*rollout, step func(*rollout) error) []*rollout { return keepRollouts(ros, step, fail) }
+	ros = keep(ros, func(ro *rollout) error { return c.prepareRollout(ctx, ro, opts, defined, decl) })
 	dups := checkDuplicates(ros)
 	co := coDeclarers(ros)
 	ros = keep(ros, func(ro *rollout) error {
@@ -312,40 +270,10 @@ func (c *Client) applyRun(ctx context.Context, plan *Plan, items []PlanItem, opt
 		ro.writer.declaredBy = declaredByValues(ro.item.Addon.Name, ro.shared)
 		return nil
 	})
-	// A pending release that became ready since its run's wait ended is
-	// completed as it is: its objects are neither applied again (which
-	// would undo what made them ready, such as a replica count scaled by
-	// hand) nor waited for; it is pruned and recorded.
-	completing := func(ro *rollout) bool { return ro.item.Decision.completes() }
-	ros = keep(ros, func(ro *rollout) error {
-		it, a := ro.item, ro.item.Addon
-		if completing(ro) {
-			ro.inv = ro.done.record(a.Name)
-			return nil
-		}
-		logger.V(2).Info("Applying addon", "addon", a.Name, "objects", len(ro.objs), "reason", it.Decision.Reason)
-		// As kubectl's ApplySet does, record which release is being
-		// applied and where its objects will be before creating any,
-		// unless an earlier pending annotation of this very release
-		// already says so: a run that dies while applying, or whose
-		// objects never become ready, leaves the next run every kind and
-		// namespace to prune and a reason to apply (Decide), even when it
-		// re-applies the recorded release.
-		ro.inv = ro.done.record(a.Name)
-		known := it.Pending.inventory()
-		if it.Current != nil && it.Current.Inventory != nil && it.Current.Inventory.Identity != "" {
-			known = it.Current.Inventory.union(known)
-		}
-		ro.pending = it.Pending
-		if !it.Pending.is(a) || !known.covers(ro.inv) {
-			ro.pending = newPending(a, ro.inv.union(known))
-			return c.writePending(ctx, a.Namespace, a.Name, ro.pending)
-		}
-		return nil
-	})
+	ros = keep(ros, func(ro *rollout) error { return c.writeRolloutPending(ctx, ro) })
 	applyWave := func(wv wave) {
 		ros = keep(ros, func(ro *rollout) error {
-			if completing(ro) {
+			if ro.completing() {
 				return nil
 			}
 			out, err := ro.writer.applyWave(ctx, ro.rel, wv)
@@ -355,7 +283,7 @@ func (c *Client) applyRun(ctx context.Context, plan *Plan, items []PlanItem, opt
 	}
 	applyWave(applyWaves[0])
 	ros = keep(ros, func(ro *rollout) error {
-		if !ro.item.Addon.NeedsPKI || completing(ro) {
+		if !ro.item.Addon.NeedsPKI || ro.completing() {
 			return nil
 		}
 		return c.installPKI(ctx, ro.item.Addon, defined[issuerKind.GroupKind()])
@@ -369,7 +297,7 @@ func (c *Client) applyRun(ctx context.Context, plan *Plan, items []PlanItem, opt
 		// ready later, is completed by the next run rather than rolled
 		// back (see Client.weigh).
 		ros = keep(ros, func(ro *rollout) error {
-			if completing(ro) || ro.pending.Applied {
+			if ro.completing() || ro.pending.Applied {
 				return nil
 			}
 			applied := *ro.pending
@@ -378,6 +306,95 @@ func (c *Client) applyRun(ctx context.Context, plan *Plan, items []PlanItem, opt
 		})
 	}
 	return ros
+}
+
+// readRollouts fetches, verifies, decodes and stamps the release of each
+// item to apply. unread holds the releases whose manifests did not load:
+// what they declare is unknown, so no addon of the run prunes what they
+// may.
+func (c *Client) readRollouts(ctx context.Context, items []PlanItem, opts ApplyOptions, r *reporter, fail func(string, error)) (ros []*rollout, unread map[*Addon]error) {
+	unread = map[*Addon]error{}
+	for _, it := range items {
+		if !it.Decision.Apply {
+			r.report(EventNote, it.Addon.Name, "Skipped: another run applied it meanwhile (%s)", it.Decision.Reason)
+			continue
+		}
+		objs, err := releaseObjects(ctx, opts.Fetcher, it.Addon)
+		if err != nil {
+			unread[it.Addon] = err
+			fail(it.Addon.Name, err)
+			continue
+		}
+		adopt := map[ObjectKey]bool{}
+		ros = append(ros, &rollout{item: it, objs: objs, adopt: adopt})
+	}
+	return ros, unread
+}
+
+// keepRollouts runs step on each rollout and returns those whose step
+// succeeded; fail is called for the others, which the run leaves.
+func keepRollouts(ros []*rollout, step func(*rollout) error, fail func(string, error)) []*rollout {
+	out := ros[:0]
+	for _, ro := range ros {
+		if err := step(ro); err != nil {
+			fail(ro.item.Addon.Name, err)
+			continue
+		}
+		out = append(out, ro)
+	}
+	return out
+}
+
+// prepareRollout maps and places the rollout's objects, with the kinds
+// the run's CRDs define, tells decl what the release declares, and notes
+// the objects its manifest adopts.
+func (c *Client) prepareRollout(ctx context.Context, ro *rollout, opts ApplyOptions, defined map[schema.GroupKind]bool, decl *declarations) error {
+	ro.writer = &addonWriter{client: c, parallelism: opts.Parallelism, shared: ro.item.shared, defined: defined, decl: decl, adoptForeign: opts.Adopt, metadataResults: !opts.Wait}
+	rel, err := ro.writer.prepare(ctx, ro.objs)
+	decl.set(ro.item.Addon, rel, ro.objs, err)
+	if err != nil {
+		return err
+	}
+	ro.rel, ro.done = rel, rel.done
+	for _, u := range ro.objs {
+		if adopts(u) {
+			ro.adopt[keyOf(u)] = true
+		}
+	}
+	return nil
+}
+
+// completing reports whether the rollout completes a pending release
+// that became ready since its run's wait ended: it is completed as it is,
+// its objects neither applied again (which would undo what made them
+// ready, such as a replica count scaled by hand) nor waited for; it is
+// pruned and recorded.
+func (ro *rollout) completing() bool { return ro.item.Decision.completes() }
+
+// writeRolloutPending sets the inventory the rollout records and, as
+// kubectl's ApplySet does, writes which release is being applied and
+// where its objects will be before creating any, unless an earlier
+// pending annotation of this very release already says so: a run that
+// dies while applying, or whose objects never become ready, leaves the
+// next run every kind and namespace to prune and a reason to apply
+// (Decide), even when it re-applies the recorded release.
+func (c *Client) writeRolloutPending(ctx context.Context, ro *rollout) error {
+	it, a := ro.item, ro.item.Addon
+	ro.inv = ro.done.record(a.Name)
+	if ro.completing() {
+		return nil
+	}
+	klog.FromContext(ctx).V(2).Info("Applying addon", "addon", a.Name, "objects", len(ro.objs), "reason", it.Decision.Reason)
+	known := it.Pending.inventory()
+	if it.Current != nil && it.Current.Inventory != nil && it.Current.Inventory.Identity != "" {
+		known = it.Current.Inventory.union(known)
+	}
+	ro.pending = it.Pending
+	if !it.Pending.is(a) || !known.covers(ro.inv) {
+		ro.pending = newPending(a, ro.inv.union(known))
+		return c.writePending(ctx, a.Namespace, a.Name, ro.pending)
+	}
+	return nil
 }
 
 // finishAddon prunes what the release no longer has, marks nodes for a
@@ -400,7 +417,7 @@ func (c *Client) finishAddon(ctx context.Context, ro *rollout, r *reporter) erro
 	if err := c.WriteRecord(ctx, a.Namespace, a.Name, rec); err != nil {
 		return err
 	}
-	release := describeRelease(a.VersionString(), a.ID)
+	release := channel.DescribeRelease(a.VersionString(), a.ID)
 	var unfinished string
 	if it.Pending.namesRelease() && !it.Pending.is(a) {
 		unfinished = " (" + it.Pending.release() + " " + ReasonUnfinished + ")"
@@ -415,7 +432,7 @@ func (c *Client) finishAddon(ctx context.Context, ro *rollout, r *reporter) erro
 	case unfinished != "" && NewRecord(a).same(it.Current):
 		r.report(EventApplied, a.Name, "Restored %s%s", release, unfinished)
 	default:
-		r.report(EventApplied, a.Name, "Updated %s -> %s%s", describeRelease(it.Current.Version, it.Current.ID), release, unfinished)
+		r.report(EventApplied, a.Name, "Updated %s -> %s%s", channel.DescribeRelease(it.Current.Version, it.Current.ID), release, unfinished)
 	}
 	return nil
 }

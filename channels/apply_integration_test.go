@@ -16,14 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kos-sdn/kos/channels/api"
+	"github.com/kos-sdn/kos/channels/internal/channelstest"
 )
 
-const pauseImage = "registry.k8s.io/pause:3.10"
-
-func configMap(namespace, name, value string) string {
-	return fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: %s, namespace: %s}\ndata: {key: %q}\n", name, namespace, value)
-}
-
+// deployment is a Deployment of the pause image.
 func deployment(namespace, name string) string {
 	return fmt.Sprintf(`apiVersion: apps/v1
 kind: Deployment
@@ -33,14 +29,8 @@ spec:
   template:
     metadata: {labels: {app: %[2]s}}
     spec: {containers: [{name: c, image: %[3]s}]}
-`, namespace, name, pauseImage)
+`, namespace, name, channelstest.PauseImage)
 }
-
-func namespace(name string) string {
-	return fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata: {name: %s}\n", name)
-}
-
-func manifest(docs ...string) string { return strings.Join(docs, "---\n") }
 
 // createNamespace makes a namespace the addons of a test do not own.
 func createNamespace(t *testing.T, name string) {
@@ -54,22 +44,22 @@ func createNamespace(t *testing.T, name string) {
 func TestIntegrationApplyWritesRecordAndRerunIsNoop(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	recMan := manifest(
+	recMan := channelstest.Manifest(
 		// Out of order on purpose: phases put the namespace first.
 		deployment("rec-app", "rec"),
-		configMap("rec-app", "rec-config", "v1"),
+		channelstest.ConfigMap("rec-app", "rec-config", "v1"),
 		`apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata: {name: rec-reader}
 rules: [{apiGroups: [""], resources: [configmaps], verbs: [get]}]
 `,
 		"apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: rec, namespace: rec-app}\n",
-		namespace("rec-app"),
+		channelstest.Namespace("rec-app"),
 	)
-	loc := writeChannel(t, dir, "channel.yaml",
-		testRelease{Name: "rec", Version: "1.0.0", ID: "k8s-1.34", Manifest: recMan},
-		testRelease{Name: "rec-two", Version: "0.1.0", Namespace: "rec-records", Manifest: configMap("rec-app", "rec-two", "x")},
-		testRelease{Name: "rec-three", Version: "2.0.0", ID: "a", Namespace: "rec-records", Manifest: configMap("rec-app", "rec-three", "y")},
+	loc := channelstest.WriteChannel(t, dir, "channel.yaml",
+		channelstest.Release{Name: "rec", Version: "1.0.0", ID: "k8s-1.34", Manifest: recMan},
+		channelstest.Release{Name: "rec-two", Version: "0.1.0", Namespace: "rec-records", Manifest: channelstest.ConfigMap("rec-app", "rec-two", "x")},
+		channelstest.Release{Name: "rec-three", Version: "2.0.0", ID: "a", Namespace: "rec-records", Manifest: channelstest.ConfigMap("rec-app", "rec-three", "y")},
 	)
 
 	res := run(t, newTestClient(t), loc)
@@ -92,7 +82,7 @@ rules: [{apiGroups: [""], resources: [configmaps], verbs: [get]}]
 		t.Errorf("record of rec =\n%s\nwant\n%s", got, wantRecord)
 	}
 	wantTwo := fmt.Sprintf(`{"version":"0.1.0","channel":%q,"manifestHash":%q,"systemGeneration":1,"inventory":{"kinds":["ConfigMap"],"namespaces":["rec-app"],"identity":"channels.kos.example.com/addon=rec-two"}}`,
-		loc, HashManifest([]byte(configMap("rec-app", "rec-two", "x"))))
+		loc, HashManifest([]byte(channelstest.ConfigMap("rec-app", "rec-two", "x"))))
 	if got := recordOf(t, "rec-records", "rec-two"); got != wantTwo {
 		t.Errorf("record of rec-two =\n%s\nwant\n%s", got, wantTwo)
 	}
@@ -183,10 +173,10 @@ func TestIntegrationUpgradePrunesExactlyWhatWasDropped(t *testing.T) {
 	dir := t.TempDir()
 	const ns = "prune-app"
 	service := fmt.Sprintf("apiVersion: v1\nkind: Service\nmetadata: {name: svc, namespace: %s}\nspec: {ports: [{port: 80}]}\n", ns)
-	other := testRelease{Name: "pruner-other", Version: "1.0.0", Manifest: configMap(ns, "other-cm", "o")}
-	v1 := writeChannel(t, dir, "v1.yaml",
-		testRelease{Name: "pruner", Version: "1.0.0", Manifest: manifest(
-			namespace(ns), configMap(ns, "keep", "1"), configMap(ns, "drop", "1"),
+	other := channelstest.Release{Name: "pruner-other", Version: "1.0.0", Manifest: channelstest.ConfigMap(ns, "other-cm", "o")}
+	v1 := channelstest.WriteChannel(t, dir, "v1.yaml",
+		channelstest.Release{Name: "pruner", Version: "1.0.0", Manifest: channelstest.Manifest(
+			channelstest.Namespace(ns), channelstest.ConfigMap(ns, "keep", "1"), channelstest.ConfigMap(ns, "drop", "1"),
 			deployment(ns, "keep"), deployment(ns, "drop"), service)},
 		other,
 	)
@@ -199,9 +189,9 @@ func TestIntegrationUpgradePrunesExactlyWhatWasDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	v2 := writeChannel(t, dir, "v2.yaml",
-		testRelease{Name: "pruner", Version: "2.0.0", Manifest: manifest(
-			namespace(ns), configMap(ns, "keep", "2"), deployment(ns, "keep"), service)},
+	v2 := channelstest.WriteChannel(t, dir, "v2.yaml",
+		channelstest.Release{Name: "pruner", Version: "2.0.0", Manifest: channelstest.Manifest(
+			channelstest.Namespace(ns), channelstest.ConfigMap(ns, "keep", "2"), deployment(ns, "keep"), service)},
 		other,
 	)
 	res := run(t, newTestClient(t), v2)
@@ -258,11 +248,11 @@ func TestIntegrationCRDAndCustomResourceInOneRunAndPruneSparesDefinitions(t *tes
 	dir := t.TempDir()
 	c := newTestClient(t)
 	widget := "apiVersion: test.kos.example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: widgets-app}\nsize: 3\n"
-	keep := configMap("default", "widgets-config", "1")
+	keep := channelstest.ConfigMap("default", "widgets-config", "1")
 
 	// The custom resource comes before its CRD and namespace in the file.
-	v1 := writeChannel(t, dir, "v1.yaml", testRelease{Name: "widgets", Version: "1.0.0",
-		Manifest: manifest(widget, keep, widgetCRD, namespace("widgets-app"))})
+	v1 := channelstest.WriteChannel(t, dir, "v1.yaml", channelstest.Release{Name: "widgets", Version: "1.0.0",
+		Manifest: channelstest.Manifest(widget, keep, widgetCRD, channelstest.Namespace("widgets-app"))})
 	if res := run(t, c, v1); res.err != nil {
 		t.Fatalf("applying a CRD with its custom resource: %v", res.err)
 	}
@@ -275,7 +265,7 @@ func TestIntegrationCRDAndCustomResourceInOneRunAndPruneSparesDefinitions(t *tes
 	}
 
 	// Dropping the CRD, the namespace and the widget prunes only the widget.
-	v2 := writeChannel(t, dir, "v2.yaml", testRelease{Name: "widgets", Version: "2.0.0", Manifest: keep})
+	v2 := channelstest.WriteChannel(t, dir, "v2.yaml", channelstest.Release{Name: "widgets", Version: "2.0.0", Manifest: keep})
 	res := run(t, c, v2)
 	if res.err != nil {
 		t.Fatalf("v2: %v", res.err)
@@ -291,7 +281,7 @@ func TestIntegrationCRDAndCustomResourceInOneRunAndPruneSparesDefinitions(t *tes
 	}
 
 	// Naming them in prune.kinds prunes them.
-	v3 := writeChannel(t, dir, "v3.yaml", testRelease{Name: "widgets", Version: "3.0.0", Manifest: keep,
+	v3 := channelstest.WriteChannel(t, dir, "v3.yaml", channelstest.Release{Name: "widgets", Version: "3.0.0", Manifest: keep,
 		Prune: &api.PruneSpec{Kinds: []api.PruneKindSpec{
 			{Kind: "Namespace"},
 			{Group: "apiextensions.k8s.io", Kind: "CustomResourceDefinition"},
@@ -321,8 +311,8 @@ func TestIntegrationEmptyManifestWithPruneSpecUninstalls(t *testing.T) {
 	createNamespace(t, ns)
 	dir := t.TempDir()
 	c := newTestClient(t)
-	v1 := writeChannel(t, dir, "v1.yaml", testRelease{Name: "gone", Version: "1.0.0",
-		Manifest: manifest(configMap(ns, "a", "1"), configMap(ns, "b", "1"), deployment(ns, "d"))})
+	v1 := channelstest.WriteChannel(t, dir, "v1.yaml", channelstest.Release{Name: "gone", Version: "1.0.0",
+		Manifest: channelstest.Manifest(channelstest.ConfigMap(ns, "a", "1"), channelstest.ConfigMap(ns, "b", "1"), deployment(ns, "d"))})
 	if res := run(t, c, v1); res.err != nil {
 		t.Fatalf("v1: %v", res.err)
 	}
@@ -331,7 +321,7 @@ func TestIntegrationEmptyManifestWithPruneSpecUninstalls(t *testing.T) {
 	kopsRecord := `{"version":"1.0.0","channel":"` + v1 + `","systemGeneration":1}`
 	writeRawRecord(t, "kube-system", "gone", kopsRecord)
 
-	v2 := writeChannel(t, dir, "v2.yaml", testRelease{Name: "gone", Version: "2.0.0", Manifest: "",
+	v2 := channelstest.WriteChannel(t, dir, "v2.yaml", channelstest.Release{Name: "gone", Version: "2.0.0", Manifest: "",
 		Prune: &api.PruneSpec{Kinds: []api.PruneKindSpec{{Kind: "ConfigMap"}, {Group: "apps", Kind: "Deployment", Namespaces: []string{ns}}}}})
 	res := run(t, c, v2)
 	if res.err != nil {
@@ -369,8 +359,8 @@ func TestIntegrationFailingManifestChangesNoRecordAndPrunesNothing(t *testing.T)
 	createNamespace(t, ns)
 	dir := t.TempDir()
 	c := newTestClient(t)
-	v1 := writeChannel(t, dir, "v1.yaml", testRelease{Name: "halfway", Version: "1.0.0",
-		Manifest: manifest(configMap(ns, "old", "1"), configMap(ns, "a", "1"))})
+	v1 := channelstest.WriteChannel(t, dir, "v1.yaml", channelstest.Release{Name: "halfway", Version: "1.0.0",
+		Manifest: channelstest.Manifest(channelstest.ConfigMap(ns, "old", "1"), channelstest.ConfigMap(ns, "a", "1"))})
 	if res := run(t, c, v1); res.err != nil {
 		t.Fatalf("v1: %v", res.err)
 	}
@@ -385,9 +375,9 @@ spec:
   template:
     metadata: {labels: {app: broken}}
     spec: {containers: [{name: c, image: %s}]}
-`, ns, pauseImage)
-	v2 := writeChannel(t, dir, "v2.yaml", testRelease{Name: "halfway", Version: "2.0.0",
-		Manifest: manifest(configMap(ns, "a", "2"), configMap(ns, "b", "2"), broken)})
+`, ns, channelstest.PauseImage)
+	v2 := channelstest.WriteChannel(t, dir, "v2.yaml", channelstest.Release{Name: "halfway", Version: "2.0.0",
+		Manifest: channelstest.Manifest(channelstest.ConfigMap(ns, "a", "2"), channelstest.ConfigMap(ns, "b", "2"), broken)})
 	res := run(t, c, v2)
 	var applyErr *ApplyError
 	if !errors.As(res.err, &applyErr) {
@@ -409,8 +399,8 @@ spec:
 	}
 
 	// Corrected, the next run converges: record written, old pruned.
-	v3 := writeChannel(t, dir, "v3.yaml", testRelease{Name: "halfway", Version: "2.0.1",
-		Manifest: manifest(configMap(ns, "a", "2"), configMap(ns, "b", "2"), deployment(ns, "broken"))})
+	v3 := channelstest.WriteChannel(t, dir, "v3.yaml", channelstest.Release{Name: "halfway", Version: "2.0.1",
+		Manifest: channelstest.Manifest(channelstest.ConfigMap(ns, "a", "2"), channelstest.ConfigMap(ns, "b", "2"), deployment(ns, "broken"))})
 	res = run(t, c, v3)
 	if res.err != nil {
 		t.Fatalf("v3: %v", res.err)
@@ -426,10 +416,10 @@ spec:
 func TestIntegrationHashMismatchAppliesNothing(t *testing.T) {
 	dir := t.TempDir()
 	wrong := HashManifest([]byte("something else"))
-	man := manifest(configMap("default", "tampered-a", "1"), configMap("default", "tampered-b", "1"))
-	loc := writeChannel(t, dir, "channel.yaml",
-		testRelease{Name: "tampered", Version: "1.0.0", Manifest: man, Hash: wrong},
-		testRelease{Name: "untampered", Version: "1.0.0", Manifest: configMap("default", "untampered", "1")},
+	man := channelstest.Manifest(channelstest.ConfigMap("default", "tampered-a", "1"), channelstest.ConfigMap("default", "tampered-b", "1"))
+	loc := channelstest.WriteChannel(t, dir, "channel.yaml",
+		channelstest.Release{Name: "tampered", Version: "1.0.0", Manifest: man, Hash: wrong},
+		channelstest.Release{Name: "untampered", Version: "1.0.0", Manifest: channelstest.ConfigMap("default", "untampered", "1")},
 	)
 	res := run(t, newTestClient(t), loc)
 	if res.err == nil {
@@ -457,8 +447,8 @@ func TestIntegrationHashMismatchAppliesNothing(t *testing.T) {
 
 func TestIntegrationEmptySelectorRefusesToPrune(t *testing.T) {
 	dir := t.TempDir()
-	loc := writeChannel(t, dir, "channel.yaml", testRelease{Name: "noselector", Version: "1.0.0",
-		Manifest: configMap("default", "noselector", "1"),
+	loc := channelstest.WriteChannel(t, dir, "channel.yaml", channelstest.Release{Name: "noselector", Version: "1.0.0",
+		Manifest: channelstest.ConfigMap("default", "noselector", "1"),
 		Prune:    &api.PruneSpec{Kinds: []api.PruneKindSpec{{Kind: "ConfigMap"}}}})
 	// Load keeps the selector writeChannel gives; drop it as a channel
 	// without one would.
@@ -489,13 +479,13 @@ func TestIntegrationKOpsRecord(t *testing.T) {
 	createNamespace(t, recordNS)
 	dir := t.TempDir()
 	c := newTestClient(t)
-	manA := configMap("default", "kopsy", "a")
+	manA := channelstest.ConfigMap("default", "kopsy", "a")
 	// kOps 1.22 and later write no version.
 	writeRawRecord(t, recordNS, "kopsy", fmt.Sprintf(
 		`{"channel":"s3://state/cluster/addons/bootstrap-channel.yaml","id":"k8s-1.16","manifestHash":%q,"systemGeneration":1}`,
 		HashManifest([]byte(manA))))
 
-	same := writeChannel(t, dir, "same.yaml", testRelease{Name: "kopsy", Version: "1.0.0", ID: "k8s-1.16", Namespace: recordNS, Manifest: manA})
+	same := channelstest.WriteChannel(t, dir, "same.yaml", channelstest.Release{Name: "kopsy", Version: "1.0.0", ID: "k8s-1.16", Namespace: recordNS, Manifest: manA})
 	res := run(t, c, same)
 	if res.err != nil {
 		t.Fatal(res.err)
@@ -511,8 +501,8 @@ func TestIntegrationKOpsRecord(t *testing.T) {
 		t.Errorf("same id and hash over a kOps record: decision %+v, want no apply", it.Decision)
 	}
 
-	manB := configMap("default", "kopsy", "b")
-	changed := writeChannel(t, dir, "changed.yaml", testRelease{Name: "kopsy", Version: "1.0.0", ID: "k8s-1.16", Namespace: recordNS, Manifest: manB})
+	manB := channelstest.ConfigMap("default", "kopsy", "b")
+	changed := channelstest.WriteChannel(t, dir, "changed.yaml", channelstest.Release{Name: "kopsy", Version: "1.0.0", ID: "k8s-1.16", Namespace: recordNS, Manifest: manB})
 	res = run(t, c, changed)
 	if res.err != nil {
 		t.Fatal(res.err)
@@ -536,7 +526,7 @@ func TestIntegrationPruneSkipsKindsNoLongerServed(t *testing.T) {
 	dir := t.TempDir()
 	writeRawRecord(t, "kube-system", "ghost",
 		`{"version":"0.1.0","systemGeneration":1,"inventory":{"kinds":["Gadget.gone.example.com","ConfigMap"],"namespaces":["default"]}}`)
-	loc := writeChannel(t, dir, "channel.yaml", testRelease{Name: "ghost", Version: "0.2.0", Manifest: configMap("default", "ghost", "1")})
+	loc := channelstest.WriteChannel(t, dir, "channel.yaml", channelstest.Release{Name: "ghost", Version: "0.2.0", Manifest: channelstest.ConfigMap("default", "ghost", "1")})
 	res := run(t, newTestClient(t), loc)
 	if res.err != nil {
 		t.Fatal(res.err)
@@ -573,16 +563,16 @@ func TestIntegrationNeedsRollingUpdateMarksNodes(t *testing.T) {
 	}
 	dir := t.TempDir()
 	c := newTestClient(t)
-	v1 := writeChannel(t, dir, "v1.yaml", testRelease{Name: "rolling", Version: "1.0.0", NeedsRollingUpdate: api.NeedsRollingUpdateWorkers,
-		Manifest: configMap("default", "rolling", "1")})
+	v1 := channelstest.WriteChannel(t, dir, "v1.yaml", channelstest.Release{Name: "rolling", Version: "1.0.0", NeedsRollingUpdate: api.NeedsRollingUpdateWorkers,
+		Manifest: channelstest.ConfigMap("default", "rolling", "1")})
 	if res := run(t, c, v1); res.err != nil {
 		t.Fatal(res.err)
 	}
 	if got := marked(); len(got) != 0 {
 		t.Errorf("a first install marked nodes %v", got)
 	}
-	v2 := writeChannel(t, dir, "v2.yaml", testRelease{Name: "rolling", Version: "1.1.0", NeedsRollingUpdate: api.NeedsRollingUpdateWorkers,
-		Manifest: configMap("default", "rolling", "2")})
+	v2 := channelstest.WriteChannel(t, dir, "v2.yaml", channelstest.Release{Name: "rolling", Version: "1.1.0", NeedsRollingUpdate: api.NeedsRollingUpdateWorkers,
+		Manifest: channelstest.ConfigMap("default", "rolling", "2")})
 	if res := run(t, c, v2); res.err != nil {
 		t.Fatal(res.err)
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kos-sdn/kos/channels/internal/channelstest"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
@@ -66,8 +67,8 @@ func TestIntegrationRollbackNeedsConsent(t *testing.T) {
 	ours := tool{name: "ours", bin: testenv.Build(t, "cmd/channels"), kubeconfig: testenv.Shared(t).Kubeconfig, home: t.TempDir()}
 	dir := t.TempDir()
 	release := func(version, value string) string {
-		return writeSelectorChannel(t, dir, "v"+version+".yaml", selRelease{name: "consent", version: version, selector: selectorOf("consent"),
-			manifest: manifest(namespace(ns), configMap(ns, "consent-config", value))})
+		return writeSelectorChannel(t, dir, "v"+version+".yaml", selRelease{name: "consent", version: version, selector: channelstest.SelectorOf("consent"),
+			manifest: channelstest.Manifest(channelstest.Namespace(ns), channelstest.ConfigMap(ns, "consent-config", value))})
 	}
 	v1, v2 := release("1.0.0", "1"), release("2.0.0", "2")
 	ours.mustRun(t, "apply", "channel", v1, "--yes")
@@ -109,11 +110,11 @@ func TestIntegrationDaemonDoesNotRollBack(t *testing.T) {
 	k := kube(t)
 	ours := tool{name: "ours", bin: testenv.Build(t, "cmd/channels"), kubeconfig: env.Kubeconfig, home: t.TempDir()}
 	dir := t.TempDir()
-	sel := selectorOf("unattended")
+	sel := channelstest.SelectorOf("unattended")
 	v1 := writeSelectorChannel(t, dir, "v1.yaml", selRelease{name: "unattended", version: "1.0.0", selector: sel,
-		manifest: manifest(namespace(ns), configMap(ns, "unattended-config", "1"))})
+		manifest: channelstest.Manifest(channelstest.Namespace(ns), channelstest.ConfigMap(ns, "unattended-config", "1"))})
 	v2 := writeSelectorChannel(t, dir, "v2.yaml", selRelease{name: "unattended", version: "2.0.0", selector: sel,
-		manifest: manifest(namespace(ns), configMap(ns, "unattended-config", "2"), deploymentWithReplicas(ns, "unattended-extra", 1))})
+		manifest: channelstest.Manifest(channelstest.Namespace(ns), channelstest.ConfigMap(ns, "unattended-config", "2"), channelstest.DeploymentWithReplicas(ns, "unattended-extra", 1))})
 
 	ours.mustRun(t, "apply", "channel", v1, "--yes")
 	if out, code := ours.run(t, "apply", "channel", v2, "--yes", "--timeout=3s"); code != 1 {
@@ -181,7 +182,7 @@ func TestIntegrationPendingReadyIsCompleted(t *testing.T) {
 	ctx := context.Background()
 	ours := tool{name: "ours", bin: testenv.Build(t, "cmd/channels"), kubeconfig: env.Kubeconfig, home: t.TempDir()}
 	dir := t.TempDir()
-	sel := selectorOf("complete")
+	sel := channelstest.SelectorOf("complete")
 	const class = "complete-by-hand"
 	claim := fmt.Sprintf(`apiVersion: v1
 kind: PersistentVolumeClaim
@@ -189,9 +190,9 @@ metadata: {name: complete-data, namespace: %s}
 spec: {storageClassName: %s, accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Mi}}}
 `, ns, class)
 	v1 := writeSelectorChannel(t, dir, "v1.yaml", selRelease{name: "complete", version: "1.0.0", selector: sel,
-		manifest: manifest(namespace(ns), configMap(ns, "complete-config", "1"))})
+		manifest: channelstest.Manifest(channelstest.Namespace(ns), channelstest.ConfigMap(ns, "complete-config", "1"))})
 	v2 := writeSelectorChannel(t, dir, "v2.yaml", selRelease{name: "complete", version: "2.0.0", selector: sel,
-		manifest: manifest(namespace(ns), configMap(ns, "complete-config", "2"), claim)})
+		manifest: channelstest.Manifest(channelstest.Namespace(ns), channelstest.ConfigMap(ns, "complete-config", "2"), claim)})
 
 	ours.mustRun(t, "apply", "channel", v1, "--yes")
 	out, code := ours.run(t, "apply", "channel", v2, "--yes", "--timeout=3s")
@@ -277,12 +278,12 @@ func TestIntegrationUpgradePathRefusesJump(t *testing.T) {
 	k := kube(t)
 	ours := tool{name: "ours", bin: testenv.Build(t, "cmd/channels"), kubeconfig: env.Kubeconfig, home: t.TempDir()}
 	dir := t.TempDir()
-	rel := func(version, upgradesFrom string) testRelease {
-		return testRelease{Name: "path", Version: version, UpgradesFrom: upgradesFrom, Manifest: manifest(namespace(ns), configMap(ns, "path-config", version))}
+	rel := func(version, upgradesFrom string) channelstest.Release {
+		return channelstest.Release{Name: "path", Version: version, UpgradesFrom: upgradesFrom, Manifest: channelstest.Manifest(channelstest.Namespace(ns), channelstest.ConfigMap(ns, "path-config", version))}
 	}
-	first := writeChannel(t, dir, "first.yaml", rel("0.1.0", ""))
-	second := writeChannel(t, dir, "second.yaml", rel("0.1.0", ""), rel("0.2.0", ""))
-	all := writeChannel(t, dir, "all.yaml", rel("0.1.0", ""), rel("0.2.0", ""), rel("0.3.0", "0.2.0"))
+	first := channelstest.WriteChannel(t, dir, "first.yaml", rel("0.1.0", ""))
+	second := channelstest.WriteChannel(t, dir, "second.yaml", rel("0.1.0", ""), rel("0.2.0", ""))
+	all := channelstest.WriteChannel(t, dir, "all.yaml", rel("0.1.0", ""), rel("0.2.0", ""), rel("0.3.0", "0.2.0"))
 
 	ours.mustRun(t, "apply", "channel", first, "--yes")
 	const refusal = "0.3.0 skipped: upgrade path: 0.3.0 upgrades from 0.2.0 or later, not from 0.1.0: upgrade to 0.2.0 first (a channel whose newest path is 0.2.0)"
@@ -327,9 +328,9 @@ func TestIntegrationNoReleaseFits(t *testing.T) {
 	below := fmt.Sprintf(">=1.20.0 <1.%d.0", version.Minor)
 	ours := tool{name: "ours", bin: testenv.Build(t, "cmd/channels"), kubeconfig: env.Kubeconfig, home: t.TempDir()}
 	dir := t.TempDir()
-	loc := writeChannel(t, dir, "cliff.yaml",
-		testRelease{Name: "cliff", Version: "0.3.0", ID: "k8s-1.20", KubernetesVersion: below, Manifest: manifest(namespace(ns), configMap(ns, "cliff-config", "0.3.0"))},
-		testRelease{Name: "cliff-fits", Version: "1.0.0", Manifest: manifest(namespace(ns), configMap(ns, "cliff-fits", "1.0.0"))},
+	loc := channelstest.WriteChannel(t, dir, "cliff.yaml",
+		channelstest.Release{Name: "cliff", Version: "0.3.0", ID: "k8s-1.20", KubernetesVersion: below, Manifest: channelstest.Manifest(channelstest.Namespace(ns), channelstest.ConfigMap(ns, "cliff-config", "0.3.0"))},
+		channelstest.Release{Name: "cliff-fits", Version: "1.0.0", Manifest: channelstest.Manifest(channelstest.Namespace(ns), channelstest.ConfigMap(ns, "cliff-fits", "1.0.0"))},
 	)
 	want := fmt.Sprintf(`addon "cliff": no release fits Kubernetes %s: the channels offer 0.3.0 (k8s-1.20) for %s`, version, below)
 

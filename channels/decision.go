@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/blang/semver/v4"
+
+	"github.com/kos-sdn/kos/channels/channel"
 )
 
 // The reasons Decide gives, as the plan shows them. A pending release that
@@ -324,7 +326,7 @@ type BlockedAddon struct {
 func (p *Plan) Blocked() []BlockedAddon {
 	var out []BlockedAddon
 	for _, n := range p.Unfit {
-		ns := DefaultNamespace
+		ns := channel.DefaultNamespace
 		if len(n.Releases) > 0 {
 			ns = n.Releases[0].Namespace
 		}

@@ -141,3 +141,24 @@ func TestDecide(t *testing.T) {
 		})
 	}
 }
+
+// TestDecidePlainManifest checks that the record of a plain manifest
+// always carries the content's hash, so that an edit re-applies.
+func TestDecidePlainManifest(t *testing.T) {
+	location := "/channels/plain-manifest.yaml"
+	content := []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: plain, namespace: default}\ndata: {key: value}\n")
+	addons, err := Parse(location, content)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := Decide(addons[0], NewRecord(addons[0]), nil, DecideOptions{}), (Decision{Reason: ReasonUpToDate}); got != want {
+		t.Errorf("same content: got %+v, want %+v", got, want)
+	}
+	edited, err := Parse(location, append(content, "# edited\n"...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := Decide(edited[0], NewRecord(addons[0]), nil, DecideOptions{}), (Decision{Apply: true, Reason: ReasonManifestChanged}); got != want {
+		t.Errorf("edited content: got %+v, want %+v", got, want)
+	}
+}

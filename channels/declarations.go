@@ -10,6 +10,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kos-sdn/kos/channels/channel"
 )
 
 // declarations knows which objects addons declare: for one run, the addons
@@ -231,14 +233,14 @@ func (d *declarations) recordedLocked(ctx context.Context, addon string) *declar
 }
 
 // findLocked finds a recorded release in its channel.
-func (d *declarations) findLocked(ctx context.Context, addon, channel, id, version, hash string) (*Addon, error) {
-	if channel == "" {
+func (d *declarations) findLocked(ctx context.Context, addon, location, id, version, hash string) (*Addon, error) {
+	if location == "" {
 		return nil, errors.New("its install record names no channel")
 	}
-	lc, ok := d.channels[channel]
+	lc, ok := d.channels[location]
 	if !ok {
-		lc.releases, lc.err = Load(ctx, d.fetcher, channel)
-		d.channels[channel] = lc
+		lc.releases, lc.err = Load(ctx, d.fetcher, location)
+		d.channels[location] = lc
 	}
 	if lc.err != nil {
 		return nil, fmt.Errorf("reading the channel of its installed release: %w", lc.err)
@@ -249,7 +251,7 @@ func (d *declarations) findLocked(ctx context.Context, addon, channel, id, versi
 			return a, nil
 		}
 	}
-	return nil, fmt.Errorf("channel %s no longer lists its installed release %s", channel, describeRelease(version, id))
+	return nil, fmt.Errorf("channel %s no longer lists its installed release %s", location, channel.DescribeRelease(version, id))
 }
 
 // mayHold reports, without reading any release, whether an addon outside

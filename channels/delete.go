@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/kos-sdn/kos/channels/channel"
 	"github.com/kos-sdn/kos/channels/lease"
 )
 
@@ -103,12 +104,44 @@ func (c *Client) PlanUninstall(ctx context.Context, namespace, name string, opts
 	if err != nil {
 		return nil, err
 	}
+	rec, inv, set, err := uninstallScope(rs, namespace, name, opts)
+	if err != nil {
+		return nil, err
+	}
+	found, err := c.listUninstall(ctx, name, inv, set)
+	if err != nil {
+		return nil, err
+	}
+	u := &Uninstall{Namespace: namespace, Name: name, Record: rec}
+	if err := c.decideUninstall(ctx, u, found, opts); err != nil {
+		return nil, err
+	}
+	// Delete in the reverse of apply order, as pruning does.
+	sort.SliceStable(u.candidates, func(i, j int) bool {
+		a, b := u.candidates[i].key, u.candidates[j].key
+		if pa, pb := PhaseOf(a.GroupKind), PhaseOf(b.GroupKind); pa != pb {
+			return pa > pb
+		}
+		return a.String() < b.String()
+	})
+	for _, cand := range u.candidates {
+		u.Delete = append(u.Delete, UninstallObject{Kind: cand.key.GroupKind, Namespace: cand.key.Namespace, Name: cand.key.Name})
+	}
+	sort.Slice(u.Keep, func(i, j int) bool { return u.Keep[i].String() < u.Keep[j].String() })
+	return u, nil
+}
+
+// uninstallScope returns an addon's install record, the inventory to list
+// (the record's with a pending inventory an interrupted run left) and the
+// labels the lists select: its IdentityLabel and, when given, its
+// selector.
+func uninstallScope(rs records, namespace, name string, opts DeleteOptions) (*Record, *Inventory, labels.Set, error) {
 	if _, ok := rs[namespace][AnnotationPrefix+name]; !ok {
-		return nil, fmt.Errorf("addon %q has no install record in namespace %s", name, namespace)
+		return nil, nil, nil, fmt.Errorf("addon %q has no install record in namespace %s", name, namespace)
 	}
 	rec := rs.lookup(namespace, name)
 	if rec == nil {
-		return nil, fmt.Errorf("the install record of addon %q in namespace %s does not parse", name, namespace)
+		return nil, nil, nil, fmt.Errorf("the install record of addon %q in namespace %s does not parse", name, namespace)
 	}
 	inv := rec.Inventory
 	if p := rs.pending(namespace, name).inventory(); p != nil {
@@ -126,20 +159,24 @@ func (c *Client) PlanUninstall(ctx context.Context, namespace, name string, opts
 	case rec.Inventory != nil && rec.Inventory.Identity != "":
 		sel, err := labels.ConvertSelectorToLabelsMap(rec.Inventory.Identity)
 		if err != nil {
-			return nil, fmt.Errorf("install record of addon %q: identity %q: %w", name, rec.Inventory.Identity, err)
+			return nil, nil, nil, fmt.Errorf("install record of addon %q: identity %q: %w", name, rec.Inventory.Identity, err)
 		}
 		for k, v := range sel {
 			set[k] = v
 		}
 	case len(opts.Selector) == 0:
-		return nil, fmt.Errorf("the install record of addon %q names no identity label (kOps or an older channels wrote it): give the addon's selector", name)
+		return nil, nil, nil, fmt.Errorf("the install record of addon %q names no identity label (kOps or an older channels wrote it): give the addon's selector", name)
 	}
 	if inv == nil || len(inv.Kinds) == 0 {
-		return nil, fmt.Errorf("the install record of addon %q lists no kinds (kOps writes none): delete its objects by label %s with kubectl, then the record annotation %s%s on namespace %s",
+		return nil, nil, nil, fmt.Errorf("the install record of addon %q lists no kinds (kOps writes none): delete its objects by label %s with kubectl, then the record annotation %s%s on namespace %s",
 			name, labels.SelectorFromSet(set), AnnotationPrefix, name, namespace)
 	}
+	return rec, inv, set, nil
+}
 
-	u := &Uninstall{Namespace: namespace, Name: name, Record: rec}
+// listUninstall lists the objects of addon name that set selects, of the
+// kinds and namespaces of inv, one query per kind and namespace.
+func (c *Client) listUninstall(ctx context.Context, name string, inv *Inventory, set labels.Set) ([][]candidate, error) {
 	w := &addonWriter{client: c, parallelism: defaultParallelism}
 	var queries []pruneQuery
 	for _, k := range inv.Kinds {
@@ -160,7 +197,7 @@ func (c *Client) PlanUninstall(ctx context.Context, namespace, name string, opts
 		}
 	}
 	found := make([][]candidate, len(queries))
-	err = w.each(ctx, len(queries), func(ctx context.Context, i int) error {
+	err := w.each(ctx, len(queries), func(ctx context.Context, i int) error {
 		var err error
 		found[i], err = listOwned(ctx, c.Dynamic, queries[i], name)
 		return err
@@ -168,7 +205,15 @@ func (c *Client) PlanUninstall(ctx context.Context, namespace, name string, opts
 	if err != nil {
 		return nil, err
 	}
-	// What other recorded addons declare is kept, and handed over to them.
+	return found, nil
+}
+
+// decideUninstall sorts what the lists found into the objects u deletes and
+// those it keeps, with why: what other recorded addons declare is kept and
+// handed over to them, and a Namespace or CRD another addon's record uses
+// is never deleted.
+func (c *Client) decideUninstall(ctx context.Context, u *Uninstall, found [][]candidate, opts DeleteOptions) error {
+	namespace, name := u.Namespace, u.Name
 	fetcher := opts.Fetcher
 	if fetcher == nil {
 		fetcher = NewFetcher()
@@ -178,11 +223,11 @@ func (c *Client) PlanUninstall(ctx context.Context, namespace, name string, opts
 	for _, a := range opts.Along {
 		decl.ignore[a] = true
 	}
-	// A Namespace or CRD another addon's record uses is never deleted.
 	var installed []Installed
 	if opts.Namespaces || opts.CRDs {
+		var err error
 		if installed, err = c.Installed(ctx); err != nil {
-			return nil, err
+			return err
 		}
 		installed = slices.DeleteFunc(installed, func(in Installed) bool {
 			return in.Namespace == namespace && slices.Contains(opts.Along, in.Name)
@@ -203,7 +248,7 @@ func (c *Client) PlanUninstall(ctx context.Context, namespace, name string, opts
 			}
 			if cand.skip == "" && !cand.key.IsNamespace() && cand.key.GroupKind != crdKind {
 				if err := keepDeclared(ctx, decl, &cand, name); err != nil {
-					return nil, err
+					return err
 				}
 				if cand.handover != nil {
 					u.handovers = append(u.handovers, cand)
@@ -219,19 +264,7 @@ func (c *Client) PlanUninstall(ctx context.Context, namespace, name string, opts
 			u.candidates = append(u.candidates, cand)
 		}
 	}
-	// Delete in the reverse of apply order, as pruning does.
-	sort.SliceStable(u.candidates, func(i, j int) bool {
-		a, b := u.candidates[i].key, u.candidates[j].key
-		if pa, pb := PhaseOf(a.GroupKind), PhaseOf(b.GroupKind); pa != pb {
-			return pa > pb
-		}
-		return a.String() < b.String()
-	})
-	for _, cand := range u.candidates {
-		u.Delete = append(u.Delete, UninstallObject{Kind: cand.key.GroupKind, Namespace: cand.key.Namespace, Name: cand.key.Name})
-	}
-	sort.Slice(u.Keep, func(i, j int) bool { return u.Keep[i].String() < u.Keep[j].String() })
-	return u, nil
+	return nil
 }
 
 // keepDeclared keeps a candidate another recorded addon declares (handed
@@ -363,7 +396,7 @@ func (c *Client) Uninstall(ctx context.Context, u *Uninstall, opts DeleteOptions
 		if err := c.patchAnnotations(ctx, u.Namespace, map[string]*string{AnnotationPrefix + u.Name: nil, InventoryAnnotationPrefix + u.Name: nil}); err != nil {
 			return fmt.Errorf("removing the install record of addon %q from namespace %s: %w", u.Name, u.Namespace, err)
 		}
-		r.report(EventApplied, u.Name, "Deleted the install record of %s", describeRelease(u.Record.Version, u.Record.ID))
+		r.report(EventApplied, u.Name, "Deleted the install record of %s", channel.DescribeRelease(u.Record.Version, u.Record.ID))
 		return nil
 	})
 }

@@ -16,6 +16,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kos-sdn/kos/channels/api"
+	"github.com/kos-sdn/kos/channels/channel"
+	"github.com/kos-sdn/kos/channels/internal/channelstest"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
@@ -73,15 +75,15 @@ func TestIntegrationAddonNeedsAnotherAddonsCRD(t *testing.T) {
 	dir := t.TempDir()
 	// The user sorts before the definer: a run that applied addon by addon
 	// would apply the Gadget before its CRD exists.
-	user := manifest(namespace("dep-user"), `apiVersion: dep.example.com/v1
+	user := channelstest.Manifest(channelstest.Namespace("dep-user"), `apiVersion: dep.example.com/v1
 kind: Gadget
 metadata: {name: g, namespace: dep-user}
 spec: {size: 3}
 `)
 	definer := crdManifest("dep.example.com", "Gadget", "gadgets")
-	loc := writeChannel(t, dir, "channel.yaml",
-		testRelease{Name: "dep-a-user", Version: "1.0.0", Manifest: user},
-		testRelease{Name: "dep-z-definer", Version: "1.0.0", Manifest: definer})
+	loc := channelstest.WriteChannel(t, dir, "channel.yaml",
+		channelstest.Release{Name: "dep-a-user", Version: "1.0.0", Manifest: user},
+		channelstest.Release{Name: "dep-z-definer", Version: "1.0.0", Manifest: definer})
 
 	c := newTestClient(t)
 	got := notes(planAndPreview(t, c, loc))
@@ -106,7 +108,7 @@ spec: {size: 3}
 		t.Errorf("Gadget has %s=%q, want dep-a-user", IdentityLabel, got)
 	}
 	for _, name := range []string{"dep-a-user", "dep-z-definer"} {
-		if recordOf(t, DefaultNamespace, name) == "" {
+		if recordOf(t, channel.DefaultNamespace, name) == "" {
 			t.Errorf("addon %s has no install record", name)
 		}
 	}
@@ -115,7 +117,7 @@ spec: {size: 3}
 func TestIntegrationNeedsPKIWithCertManagerInOneChannel(t *testing.T) {
 	dir := t.TempDir()
 	certManager := crdManifest("cert-manager.io", "Issuer", "issuers")
-	pkiUser := configMap("default", "pki-dep-user", "x")
+	pkiUser := channelstest.ConfigMap("default", "pki-dep-user", "x")
 	ch := api.Addons{TypeMeta: metav1.TypeMeta{Kind: api.Kind}, ObjectMeta: metav1.ObjectMeta{Name: "pki-dep"}}
 	for _, r := range []struct {
 		name, manifest string
@@ -126,7 +128,7 @@ func TestIntegrationNeedsPKIWithCertManagerInOneChannel(t *testing.T) {
 			t.Fatal(err)
 		}
 		ch.Spec.Addons = append(ch.Spec.Addons, &api.AddonSpec{
-			Name: &r.name, Version: "1.0.0", Selector: selectorOf(r.name), Manifest: &file,
+			Name: &r.name, Version: "1.0.0", Selector: channelstest.SelectorOf(r.name), Manifest: &file,
 			ManifestHash: HashManifest([]byte(r.manifest)), NeedsPKI: r.needsPKI,
 		})
 	}

@@ -26,9 +26,10 @@
 // published.
 //
 // Other concerns live in packages of their own, which import this one or
-// nothing of channels: channels/daemon runs passes again and again, reports
-// or repairs drift and serves health and metrics (what `channels apply
-// --interval` runs); channels/lease is the Lease that keeps two runs apart;
-// channels/diff the unified diffs of previews; channels/api the wire types of
-// channel files; channels/cli the command line.
+// nothing of channels: channels/channel loads channel files (Load, Addon,
+// Fetcher and Lint here are its); channels/daemon runs passes again and
+// again, reports or repairs drift and serves health and metrics (what
+// `channels apply --interval` runs); channels/lease is the Lease that keeps
+// two runs apart; channels/diff the unified diffs of previews; channels/api
+// the wire types of channel files; channels/cli the command line.
 package channels

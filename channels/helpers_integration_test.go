@@ -2,12 +2,8 @@ package channels
 
 import (
 	"context"
-	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,83 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/yaml"
 
-	"github.com/kos-sdn/kos/channels/api"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
-
-// testRelease is one entry of a channel a test writes; its manifest is
-// written next to the channel.
-type testRelease struct {
-	Name     string
-	Version  string
-	ID       string
-	Manifest string
-	// Namespace holds the record; empty means the default.
-	Namespace string
-	// Hash overrides the manifest's hash; "none" leaves it out.
-	Hash               string
-	Prune              *api.PruneSpec
-	NeedsRollingUpdate api.NeedsRollingUpdate
-	// KubernetesVersion and UpgradesFrom are the entry's, when set.
-	KubernetesVersion string
-	UpgradesFrom      string
-}
-
-// selectorOf is the selector writeChannel gives an addon.
-func selectorOf(name string) map[string]string {
-	return map[string]string{"k8s-addon": name + ".addons.k8s.io"}
-}
-
-// writeChannel writes a channel of releases and their manifests into dir and
-// returns the channel's location.
-func writeChannel(t *testing.T, dir, file string, releases ...testRelease) string {
-	t.Helper()
-	ch := api.Addons{
-		TypeMeta:   metav1.TypeMeta{Kind: api.Kind},
-		ObjectMeta: metav1.ObjectMeta{Name: strings.TrimSuffix(file, ".yaml")},
-	}
-	for _, r := range releases {
-		manifest := fmt.Sprintf("%s-%s-%s.yaml", r.Name, r.Version, r.ID)
-		if err := os.WriteFile(filepath.Join(dir, manifest), []byte(r.Manifest), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		hash := HashManifest([]byte(r.Manifest))
-		switch r.Hash {
-		case "":
-		case "none":
-			hash = ""
-		default:
-			hash = r.Hash
-		}
-		spec := &api.AddonSpec{
-			Name:               &r.Name,
-			Version:            r.Version,
-			ID:                 r.ID,
-			Selector:           selectorOf(r.Name),
-			Manifest:           &manifest,
-			ManifestHash:       hash,
-			Prune:              r.Prune,
-			NeedsRollingUpdate: r.NeedsRollingUpdate,
-			KubernetesVersion:  r.KubernetesVersion,
-			UpgradesFrom:       r.UpgradesFrom,
-		}
-		if r.Namespace != "" {
-			spec.Namespace = &r.Namespace
-		}
-		ch.Spec.Addons = append(ch.Spec.Addons, spec)
-	}
-	data, err := yaml.Marshal(ch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	location := filepath.Join(dir, file)
-	if err := os.WriteFile(location, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return location
-}
 
 // runResult is what one run did.
 type runResult struct {

@@ -13,6 +13,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kos-sdn/kos/channels/channel"
+	"github.com/kos-sdn/kos/channels/internal/channelstest"
 )
 
 // sortStrings compares string slices whatever their order.
@@ -57,9 +60,9 @@ func TestIntegrationClaimsAndKeptObjectsSurvivePruneAndDelete(t *testing.T) {
 	dir := t.TempDir()
 	createNamespace(t, "keep-app")
 	kept := fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: kept, namespace: keep-app, annotations: {%s: \"true\"}}\ndata: {key: v}\n", KeepAnnotation)
-	v1 := manifest(configMap("keep-app", "plain", "1"), configMap("keep-app", "dropped", "1"), kept,
+	v1 := channelstest.Manifest(channelstest.ConfigMap("keep-app", "plain", "1"), channelstest.ConfigMap("keep-app", "dropped", "1"), kept,
 		claim("keep-app", "data"), claim("keep-app", "scratch", DeletableAnnotation+`: "true"`))
-	loc := writeChannel(t, dir, "v1.yaml", testRelease{Name: "keep-a", Version: "1.0.0", Manifest: v1})
+	loc := channelstest.WriteChannel(t, dir, "v1.yaml", channelstest.Release{Name: "keep-a", Version: "1.0.0", Manifest: v1})
 	if res := run(t, newTestClient(t), loc); res.err != nil {
 		t.Fatalf("install: %v", res.err)
 	}
@@ -71,7 +74,7 @@ func TestIntegrationClaimsAndKeptObjectsSurvivePruneAndDelete(t *testing.T) {
 	// Release 2 drops all but one: the claim and the annotated ConfigMap
 	// stay, the deletable claim and the other ConfigMap go, and the plan
 	// said so.
-	loc = writeChannel(t, dir, "v2.yaml", testRelease{Name: "keep-a", Version: "2.0.0", Manifest: configMap("keep-app", "plain", "2")})
+	loc = channelstest.WriteChannel(t, dir, "v2.yaml", channelstest.Release{Name: "keep-a", Version: "2.0.0", Manifest: channelstest.ConfigMap("keep-app", "plain", "2")})
 	var planned []string
 	for _, p := range planAndPreview(t, newTestClient(t), loc) {
 		for _, ch := range p.Objects {
@@ -106,13 +109,13 @@ func TestIntegrationClaimsAndKeptObjectsSurvivePruneAndDelete(t *testing.T) {
 		t.Errorf("ConfigMaps after the upgrade (-got +want):\n%s", diff)
 	}
 	// The record still lists where the kept objects are.
-	if rec := recordOf(t, DefaultNamespace, "keep-a"); !strings.Contains(rec, `"PersistentVolumeClaim"`) {
+	if rec := recordOf(t, channel.DefaultNamespace, "keep-a"); !strings.Contains(rec, `"PersistentVolumeClaim"`) {
 		t.Errorf("record %s lists no PersistentVolumeClaim", rec)
 	}
 
 	// Uninstalling keeps them too.
 	c := newTestClient(t)
-	u, err := c.PlanUninstall(context.Background(), DefaultNamespace, "keep-a", DeleteOptions{})
+	u, err := c.PlanUninstall(context.Background(), channel.DefaultNamespace, "keep-a", DeleteOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +160,7 @@ func TestIntegrationEtcdBackupClaimSurvivesRollbackAndUninstall(t *testing.T) {
 	c := newTestClient(t)
 	apply := func(file, version string, allowDowngrade bool) runResult {
 		t.Helper()
-		loc := writeChannel(t, dir, file, testRelease{Name: "etcdclaim", Version: version, Manifest: release(version)})
+		loc := channelstest.WriteChannel(t, dir, file, channelstest.Release{Name: "etcdclaim", Version: version, Manifest: release(version)})
 		releases, err := Load(ctx, NewFetcher(), loc)
 		if err != nil {
 			t.Fatal(err)
@@ -194,7 +197,7 @@ func TestIntegrationEtcdBackupClaimSurvivesRollbackAndUninstall(t *testing.T) {
 	if got := claimOf(t, "etcdclaim", "kos-etcd-backup"); uidOf(got) != backup.UID || got.Labels[IdentityLabel] != "etcdclaim" {
 		t.Fatalf("claim after upgrading again: %v, want the same claim, the addon's", got)
 	}
-	u, err := c.PlanUninstall(ctx, DefaultNamespace, "etcdclaim", DeleteOptions{})
+	u, err := c.PlanUninstall(ctx, channel.DefaultNamespace, "etcdclaim", DeleteOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +207,7 @@ func TestIntegrationEtcdBackupClaimSurvivesRollbackAndUninstall(t *testing.T) {
 	if got := claimOf(t, "etcdclaim", "kos-etcd-backup"); uidOf(got) != backup.UID {
 		t.Fatalf("claim after uninstalling: %v, want the same claim", got)
 	}
-	if recordOf(t, DefaultNamespace, "etcdclaim") != "" {
+	if recordOf(t, channel.DefaultNamespace, "etcdclaim") != "" {
 		t.Error("the install record is still there")
 	}
 }
@@ -218,32 +221,32 @@ func TestIntegrationEtcdBackupClaimSurvivesRollbackAndUninstall(t *testing.T) {
 func TestIntegrationMoveAcrossChannelsIsAHandOver(t *testing.T) {
 	dir := t.TempDir()
 	createNamespace(t, "xch")
-	moving := configMap("xch", "moving", "v")
+	moving := channelstest.ConfigMap("xch", "moving", "v")
 	c := newTestClient(t)
-	apply := func(file string, r testRelease) runResult {
+	apply := func(file string, r channelstest.Release) runResult {
 		t.Helper()
-		res := run(t, c, writeChannel(t, dir, file, r))
+		res := run(t, c, channelstest.WriteChannel(t, dir, file, r))
 		if res.err != nil {
 			t.Fatalf("%s: %v", file, res.err)
 		}
 		return res
 	}
-	apply("a1.yaml", testRelease{Name: "xch-a", Version: "1.0.0", Manifest: manifest(configMap("xch", "own-a", "1"), moving)})
-	apply("b1.yaml", testRelease{Name: "xch-b", Version: "1.0.0", Manifest: configMap("xch", "own-b", "1")})
+	apply("a1.yaml", channelstest.Release{Name: "xch-a", Version: "1.0.0", Manifest: channelstest.Manifest(channelstest.ConfigMap("xch", "own-a", "1"), moving)})
+	apply("b1.yaml", channelstest.Release{Name: "xch-b", Version: "1.0.0", Manifest: channelstest.ConfigMap("xch", "own-b", "1")})
 	before := configMapOf(t, "xch", "moving")
 
 	// The receiver declares it alike: shared, no annotation needed.
-	apply("b2.yaml", testRelease{Name: "xch-b", Version: "2.0.0", Manifest: manifest(configMap("xch", "own-b", "1"), moving)})
+	apply("b2.yaml", channelstest.Release{Name: "xch-b", Version: "2.0.0", Manifest: channelstest.Manifest(channelstest.ConfigMap("xch", "own-b", "1"), moving)})
 	if got := configMapOf(t, "xch", "moving").Annotations[DeclaredByAnnotation]; got != "xch-a,xch-b" {
 		t.Errorf("moving is annotated %s=%q, want both addons", DeclaredByAnnotation, got)
 	}
 	// The sender applies it again (another change of its release).
-	apply("a2.yaml", testRelease{Name: "xch-a", Version: "1.1.0", Manifest: manifest(configMap("xch", "own-a", "2"), moving)})
+	apply("a2.yaml", channelstest.Release{Name: "xch-a", Version: "1.1.0", Manifest: channelstest.Manifest(channelstest.ConfigMap("xch", "own-a", "2"), moving)})
 	if cm := configMapOf(t, "xch", "moving"); cm.Labels[IdentityLabel] != "xch-a" {
 		t.Fatalf("moving is %s's, want xch-a's, which applied it last", cm.Labels[IdentityLabel])
 	}
 	// The sender drops it.
-	res := apply("a3.yaml", testRelease{Name: "xch-a", Version: "2.0.0", Manifest: configMap("xch", "own-a", "2")})
+	res := apply("a3.yaml", channelstest.Release{Name: "xch-a", Version: "2.0.0", Manifest: channelstest.ConfigMap("xch", "own-a", "2")})
 	after := configMapOf(t, "xch", "moving")
 	if after == nil || after.UID != before.UID {
 		t.Fatalf("ConfigMap moving was deleted on its way to xch-b; events %v", res.events)
@@ -257,7 +260,7 @@ func TestIntegrationMoveAcrossChannelsIsAHandOver(t *testing.T) {
 
 	// A third addon that declares it differently is refused, naming the
 	// owner, and changes nothing.
-	res = run(t, c, writeChannel(t, dir, "c1.yaml", testRelease{Name: "xch-c", Version: "1.0.0", Manifest: configMap("xch", "moving", "other")}))
+	res = run(t, c, channelstest.WriteChannel(t, dir, "c1.yaml", channelstest.Release{Name: "xch-c", Version: "1.0.0", Manifest: channelstest.ConfigMap("xch", "moving", "other")}))
 	if msg := failedAddons(t, res.err)["xch-c"]; !strings.Contains(msg, `belongs to addon "xch-b", which declares it differently`) {
 		t.Errorf("xch-c failed with %q, want the owner xch-b named", msg)
 	}
@@ -277,9 +280,9 @@ func TestIntegrationDuplicateDeclarationKOpsStyle(t *testing.T) {
 		return fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata: {name: scaleway-secret, namespace: dup-app, labels: {addon.kops.k8s.io/name: %s.addons.k8s.io, app.kubernetes.io/managed-by: kops}}\nstringData: {SCW_ACCESS_KEY: %q}\n", addon, value)
 	}
 	c := newTestClient(t)
-	loc := writeChannel(t, dir, "v1.yaml",
-		testRelease{Name: "dup-ccm", Version: "1.0.0", Manifest: manifest(configMap("dup-app", "ccm", "1"), secret("dup-ccm", "key"))},
-		testRelease{Name: "dup-csi", Version: "1.0.0", Manifest: manifest(configMap("dup-app", "csi", "1"), secret("dup-csi", "key"))})
+	loc := channelstest.WriteChannel(t, dir, "v1.yaml",
+		channelstest.Release{Name: "dup-ccm", Version: "1.0.0", Manifest: channelstest.Manifest(channelstest.ConfigMap("dup-app", "ccm", "1"), secret("dup-ccm", "key"))},
+		channelstest.Release{Name: "dup-csi", Version: "1.0.0", Manifest: channelstest.Manifest(channelstest.ConfigMap("dup-app", "csi", "1"), secret("dup-csi", "key"))})
 	if res := run(t, c, loc); res.err != nil {
 		t.Fatalf("two addons declaring one Secret alike: %v", res.err)
 	}
@@ -288,9 +291,9 @@ func TestIntegrationDuplicateDeclarationKOpsStyle(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	loc = writeChannel(t, dir, "v2.yaml",
-		testRelease{Name: "dup-ccm", Version: "2.0.0", Manifest: configMap("dup-app", "ccm", "1")},
-		testRelease{Name: "dup-csi", Version: "1.0.0", Manifest: manifest(configMap("dup-app", "csi", "1"), secret("dup-csi", "key"))})
+	loc = channelstest.WriteChannel(t, dir, "v2.yaml",
+		channelstest.Release{Name: "dup-ccm", Version: "2.0.0", Manifest: channelstest.ConfigMap("dup-app", "ccm", "1")},
+		channelstest.Release{Name: "dup-csi", Version: "1.0.0", Manifest: channelstest.Manifest(channelstest.ConfigMap("dup-app", "csi", "1"), secret("dup-csi", "key"))})
 	res := run(t, c, loc)
 	if res.err != nil {
 		t.Fatalf("dropping it from one: %v", res.err)
@@ -300,9 +303,9 @@ func TestIntegrationDuplicateDeclarationKOpsStyle(t *testing.T) {
 		t.Fatalf("Secret after dup-ccm dropped it: %v (%v), want the same one, dup-csi's; events %v", after, err, res.events)
 	}
 
-	loc = writeChannel(t, dir, "v3.yaml",
-		testRelease{Name: "dup-ccm", Version: "3.0.0", Manifest: manifest(configMap("dup-app", "ccm", "1"), secret("dup-ccm", "other"))},
-		testRelease{Name: "dup-csi", Version: "2.0.0", Manifest: manifest(configMap("dup-app", "csi", "2"), secret("dup-csi", "changed"))})
+	loc = channelstest.WriteChannel(t, dir, "v3.yaml",
+		channelstest.Release{Name: "dup-ccm", Version: "3.0.0", Manifest: channelstest.Manifest(channelstest.ConfigMap("dup-app", "ccm", "1"), secret("dup-ccm", "other"))},
+		channelstest.Release{Name: "dup-csi", Version: "2.0.0", Manifest: channelstest.Manifest(channelstest.ConfigMap("dup-app", "csi", "2"), secret("dup-csi", "changed"))})
 	failed := failedAddons(t, run(t, c, loc).err)
 	for _, name := range []string{"dup-ccm", "dup-csi"} {
 		if msg := failed[name]; !strings.Contains(msg, "declared differently") || !strings.Contains(msg, `"dup-ccm"`) || !strings.Contains(msg, `"dup-csi"`) {
@@ -325,8 +328,8 @@ func TestIntegrationForeignObjectNeedsConsent(t *testing.T) {
 		}
 	}
 	c := newTestClient(t)
-	loc := writeChannel(t, dir, "v1.yaml", testRelease{Name: "foreign-a", Version: "1.0.0",
-		Manifest: manifest(configMap("foreign", "users", "release"), configMap("foreign", "new", "release"))})
+	loc := channelstest.WriteChannel(t, dir, "v1.yaml", channelstest.Release{Name: "foreign-a", Version: "1.0.0",
+		Manifest: channelstest.Manifest(channelstest.ConfigMap("foreign", "users", "release"), channelstest.ConfigMap("foreign", "new", "release"))})
 	releases, err := Load(ctx, NewFetcher(), loc)
 	if err != nil {
 		t.Fatal(err)
@@ -375,8 +378,8 @@ func TestIntegrationForeignObjectNeedsConsent(t *testing.T) {
 	if _, err := kube(t).CoreV1().ConfigMaps("foreign").Update(ctx, cm, metav1.UpdateOptions{FieldManager: "kubectl-annotate"}); err != nil {
 		t.Fatal(err)
 	}
-	loc = writeChannel(t, dir, "v2.yaml", testRelease{Name: "foreign-a", Version: "2.0.0",
-		Manifest: manifest(configMap("foreign", "users", "release"), configMap("foreign", "new", "release"), configMap("foreign", "annotated", "release"))})
+	loc = channelstest.WriteChannel(t, dir, "v2.yaml", channelstest.Release{Name: "foreign-a", Version: "2.0.0",
+		Manifest: channelstest.Manifest(channelstest.ConfigMap("foreign", "users", "release"), channelstest.ConfigMap("foreign", "new", "release"), channelstest.ConfigMap("foreign", "annotated", "release"))})
 	if res := run(t, c, loc); res.err != nil {
 		t.Fatalf("an annotated object: %v", res.err)
 	}
@@ -394,10 +397,10 @@ func TestIntegrationDeleteHandsSharedObjectOver(t *testing.T) {
 	createNamespace(t, "delshare")
 	ctx := context.Background()
 	c := newTestClient(t)
-	shared := configMap("delshare", "shared", "v")
-	loc := writeChannel(t, dir, "v1.yaml",
-		testRelease{Name: "delshare-a", Version: "1.0.0", Manifest: manifest(configMap("delshare", "a", "1"), shared)},
-		testRelease{Name: "delshare-b", Version: "1.0.0", Manifest: manifest(configMap("delshare", "b", "1"), shared)})
+	shared := channelstest.ConfigMap("delshare", "shared", "v")
+	loc := channelstest.WriteChannel(t, dir, "v1.yaml",
+		channelstest.Release{Name: "delshare-a", Version: "1.0.0", Manifest: channelstest.Manifest(channelstest.ConfigMap("delshare", "a", "1"), shared)},
+		channelstest.Release{Name: "delshare-b", Version: "1.0.0", Manifest: channelstest.Manifest(channelstest.ConfigMap("delshare", "b", "1"), shared)})
 	if res := run(t, c, loc); res.err != nil {
 		t.Fatal(res.err)
 	}
@@ -411,7 +414,7 @@ func TestIntegrationDeleteHandsSharedObjectOver(t *testing.T) {
 		t.Errorf("shared is annotated %s=%q, want both addons", DeclaredByAnnotation, got)
 	}
 
-	u, err := c.PlanUninstall(ctx, DefaultNamespace, owner, DeleteOptions{})
+	u, err := c.PlanUninstall(ctx, channel.DefaultNamespace, owner, DeleteOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -430,7 +433,7 @@ func TestIntegrationDeleteHandsSharedObjectOver(t *testing.T) {
 		t.Fatalf("shared after uninstalling %s: %v, want the same object, %s's", owner, after, other)
 	}
 
-	u, err = c.PlanUninstall(ctx, DefaultNamespace, other, DeleteOptions{})
+	u, err = c.PlanUninstall(ctx, channel.DefaultNamespace, other, DeleteOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

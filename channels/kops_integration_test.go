@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kos-sdn/kos/channels/api"
+	"github.com/kos-sdn/kos/channels/internal/channelstest"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
@@ -45,11 +46,11 @@ func writeKStyleChannel(t *testing.T, dir string, release int) string {
   template:
     metadata: {labels: {k8s-app: kstyle-dns}}
     spec: {serviceAccountName: kstyle-dns, containers: [{name: dns, image: %s}]}
-`, pauseImage))
-	dns := manifest(sa, cm("kstyle-dns-a", "1"), cm("kstyle-dns-b", "1"), svc, deploy)
+`, channelstest.PauseImage))
+	dns := channelstest.Manifest(sa, cm("kstyle-dns-a", "1"), cm("kstyle-dns-b", "1"), svc, deploy)
 	version := "1.0.0"
 	if release == 2 {
-		dns = manifest(sa, cm("kstyle-dns-a", "2"), cm("kstyle-dns-c", "2"), deploy)
+		dns = channelstest.Manifest(sa, cm("kstyle-dns-a", "2"), cm("kstyle-dns-c", "2"), deploy)
 		version = "1.1.0"
 	}
 	sel := "addon.kops.k8s.io/name=kstyle-dns.addons.k8s.io,app.kubernetes.io/managed-by=kops"
@@ -64,9 +65,9 @@ kind: ClusterRole
 metadata: {name: kstyle-reader, labels: {k8s-addon: kstyle-rbac.addons.k8s.io}}
 rules: [{apiGroups: [""], resources: [configmaps], verbs: [get]}]
 `
-	loc := writeChannel(t, dir, fmt.Sprintf("kstyle-%d.yaml", release),
-		testRelease{Name: "kstyle-dns", Version: version, ID: "k8s-1.12", Manifest: dns, Prune: prune},
-		testRelease{Name: "kstyle-rbac", Version: "1.0.0", ID: "k8s-1.9", Manifest: rbac},
+	loc := channelstest.WriteChannel(t, dir, fmt.Sprintf("kstyle-%d.yaml", release),
+		channelstest.Release{Name: "kstyle-dns", Version: version, ID: "k8s-1.12", Manifest: dns, Prune: prune},
+		channelstest.Release{Name: "kstyle-rbac", Version: "1.0.0", ID: "k8s-1.9", Manifest: rbac},
 	)
 	return "file://" + loc
 }
@@ -396,16 +397,16 @@ func TestIntegrationKOpsChannelsReadUpgradesFrom(t *testing.T) {
 	ours := tool{name: "ours", bin: oursBin, kubeconfig: env.Kubeconfig, home: t.TempDir()}
 	dir := t.TempDir()
 	channel := func(file, name string, versions ...string) string {
-		var releases []testRelease
+		var releases []channelstest.Release
 		for _, v := range versions {
-			r := testRelease{Name: name, Version: v, ID: "k8s-1.20",
+			r := channelstest.Release{Name: name, Version: v, ID: "k8s-1.20",
 				Manifest: kstyleObject("ConfigMap", "v1", name, fmt.Sprintf("data: {version: %q}\n", v))}
 			if v == "0.3.0" {
 				r.UpgradesFrom = "0.2.0"
 			}
 			releases = append(releases, r)
 		}
-		loc := writeChannel(t, dir, file, releases...)
+		loc := channelstest.WriteChannel(t, dir, file, releases...)
 		data, err := os.ReadFile(loc)
 		if err != nil {
 			t.Fatal(err)

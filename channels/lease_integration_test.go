@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 
+	"github.com/kos-sdn/kos/channels/internal/channelstest"
 	"github.com/kos-sdn/kos/channels/lease"
 	"github.com/kos-sdn/kos/tools/poll"
 	"github.com/kos-sdn/kos/tools/testenv"
@@ -63,14 +64,14 @@ func TestIntegrationConcurrentRunsDoNotInterleave(t *testing.T) {
 	many := func(prefix string) string {
 		var docs []string
 		for i := range 20 {
-			docs = append(docs, configMap("default", fmt.Sprintf("%s-%02d", prefix, i), "1"))
+			docs = append(docs, channelstest.ConfigMap("default", fmt.Sprintf("%s-%02d", prefix, i), "1"))
 		}
-		return manifest(docs...)
+		return channelstest.Manifest(docs...)
 	}
 	// Names unique to this run let the test run again on one cluster.
 	firstName, secondName := "lease-first-"+rand.String(5), "lease-second-"+rand.String(5)
-	first := writeChannel(t, dir, "first.yaml", testRelease{Name: firstName, Version: "1.0.0", Manifest: many(firstName)})
-	second := writeChannel(t, dir, "second.yaml", testRelease{Name: secondName, Version: "1.0.0", Manifest: many(secondName)})
+	first := channelstest.WriteChannel(t, dir, "first.yaml", channelstest.Release{Name: firstName, Version: "1.0.0", Manifest: many(firstName)})
+	second := channelstest.WriteChannel(t, dir, "second.yaml", channelstest.Release{Name: secondName, Version: "1.0.0", Manifest: many(secondName)})
 
 	// Run A holds the lease until run B reports that it waits for it, so the
 	// two runs overlap for certain.
@@ -133,7 +134,7 @@ func TestIntegrationConcurrentRunsDoNotInterleave(t *testing.T) {
 func TestIntegrationConcurrentRunsOfOneChannelApplyOnce(t *testing.T) {
 	dir := t.TempDir()
 	addon := "lease-once-" + rand.String(5)
-	loc := writeChannel(t, dir, "channel.yaml", testRelease{Name: addon, Version: "1.0.0", Manifest: configMap("default", addon, "1")})
+	loc := channelstest.WriteChannel(t, dir, "channel.yaml", channelstest.Release{Name: addon, Version: "1.0.0", Manifest: channelstest.ConfigMap("default", addon, "1")})
 	tl := &timeline{}
 	var wg sync.WaitGroup
 	var errs [2]error
@@ -207,7 +208,7 @@ func TestIntegrationLeaseForbiddenFailsFast(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loc := writeChannel(t, t.TempDir(), "channel.yaml", testRelease{Name: "lease-forbidden", Version: "1.0.0", Manifest: configMap("default", "lease-forbidden", "1")})
+	loc := channelstest.WriteChannel(t, t.TempDir(), "channel.yaml", channelstest.Release{Name: "lease-forbidden", Version: "1.0.0", Manifest: channelstest.ConfigMap("default", "lease-forbidden", "1")})
 	releases, err := Load(ctx, NewFetcher(), loc)
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kos-sdn/kos/channels/channel"
+	"github.com/kos-sdn/kos/channels/internal/channelstest"
 )
 
 // adoptedConfigMap is a ConfigMap whose manifest adopts it.
@@ -49,14 +52,14 @@ func failedAddons(t *testing.T, err error) map[string]string {
 
 func TestIntegrationSharedObjectOwnership(t *testing.T) {
 	dir := t.TempDir()
-	a1 := manifest(namespace("own-shared"), configMap("own-shared", "own-a", "a"), configMap("own-shared", "shared", "from a"))
-	b1 := manifest(namespace("own-shared"), configMap("own-shared", "own-b", "b"), configMap("own-shared", "shared", "from b"))
+	a1 := channelstest.Manifest(channelstest.Namespace("own-shared"), channelstest.ConfigMap("own-shared", "own-a", "a"), channelstest.ConfigMap("own-shared", "shared", "from a"))
+	b1 := channelstest.Manifest(channelstest.Namespace("own-shared"), channelstest.ConfigMap("own-shared", "own-b", "b"), channelstest.ConfigMap("own-shared", "shared", "from b"))
 
 	// Two addons declare one object, neither adopts it: both fail, each
 	// naming the other, and nothing of them is applied.
-	loc := writeChannel(t, dir, "conflict.yaml",
-		testRelease{Name: "own-a", Version: "1.0.0", Manifest: a1},
-		testRelease{Name: "own-b", Version: "1.0.0", Manifest: b1})
+	loc := channelstest.WriteChannel(t, dir, "conflict.yaml",
+		channelstest.Release{Name: "own-a", Version: "1.0.0", Manifest: a1},
+		channelstest.Release{Name: "own-b", Version: "1.0.0", Manifest: b1})
 	res := run(t, newTestClient(t), loc)
 	failed := failedAddons(t, res.err)
 	for _, name := range []string{"own-a", "own-b"} {
@@ -70,11 +73,11 @@ func TestIntegrationSharedObjectOwnership(t *testing.T) {
 	}
 
 	// Both adopt it: one run applies both.
-	a1 = manifest(namespace("own-shared"), configMap("own-shared", "own-a", "a"), adoptedConfigMap("own-shared", "shared", "from a"))
-	b1 = manifest(namespace("own-shared"), configMap("own-shared", "own-b", "b"), adoptedConfigMap("own-shared", "shared", "from b"))
-	loc = writeChannel(t, dir, "v1.yaml",
-		testRelease{Name: "own-a", Version: "1.0.0", Manifest: a1},
-		testRelease{Name: "own-b", Version: "1.0.0", Manifest: b1})
+	a1 = channelstest.Manifest(channelstest.Namespace("own-shared"), channelstest.ConfigMap("own-shared", "own-a", "a"), adoptedConfigMap("own-shared", "shared", "from a"))
+	b1 = channelstest.Manifest(channelstest.Namespace("own-shared"), channelstest.ConfigMap("own-shared", "own-b", "b"), adoptedConfigMap("own-shared", "shared", "from b"))
+	loc = channelstest.WriteChannel(t, dir, "v1.yaml",
+		channelstest.Release{Name: "own-a", Version: "1.0.0", Manifest: a1},
+		channelstest.Release{Name: "own-b", Version: "1.0.0", Manifest: b1})
 	if res := run(t, newTestClient(t), loc); res.err != nil {
 		t.Fatalf("first run: %v", res.err)
 	}
@@ -85,10 +88,10 @@ func TestIntegrationSharedObjectOwnership(t *testing.T) {
 
 	// own-b drops it: own-a still declares it, so it stays (same object)
 	// and becomes own-a's.
-	b2 := manifest(namespace("own-shared"), configMap("own-shared", "own-b", "b"))
-	loc = writeChannel(t, dir, "v2.yaml",
-		testRelease{Name: "own-a", Version: "1.0.0", Manifest: a1},
-		testRelease{Name: "own-b", Version: "2.0.0", Manifest: b2})
+	b2 := channelstest.Manifest(channelstest.Namespace("own-shared"), channelstest.ConfigMap("own-shared", "own-b", "b"))
+	loc = channelstest.WriteChannel(t, dir, "v2.yaml",
+		channelstest.Release{Name: "own-a", Version: "1.0.0", Manifest: a1},
+		channelstest.Release{Name: "own-b", Version: "2.0.0", Manifest: b2})
 	res = run(t, newTestClient(t), loc)
 	if res.err != nil {
 		t.Fatalf("second run: %v", res.err)
@@ -109,11 +112,11 @@ func TestIntegrationSharedObjectOwnership(t *testing.T) {
 
 	// A third addon that declares it without adopting fails, naming the
 	// owner; nothing of it is applied.
-	c1 := manifest(configMap("own-shared", "own-c", "c"), configMap("own-shared", "shared", "from c"))
-	loc = writeChannel(t, dir, "v3.yaml",
-		testRelease{Name: "own-a", Version: "1.0.0", Manifest: a1},
-		testRelease{Name: "own-b", Version: "2.0.0", Manifest: b2},
-		testRelease{Name: "own-c", Version: "1.0.0", Manifest: c1})
+	c1 := channelstest.Manifest(channelstest.ConfigMap("own-shared", "own-c", "c"), channelstest.ConfigMap("own-shared", "shared", "from c"))
+	loc = channelstest.WriteChannel(t, dir, "v3.yaml",
+		channelstest.Release{Name: "own-a", Version: "1.0.0", Manifest: a1},
+		channelstest.Release{Name: "own-b", Version: "2.0.0", Manifest: b2},
+		channelstest.Release{Name: "own-c", Version: "1.0.0", Manifest: c1})
 	res = run(t, newTestClient(t), loc)
 	msg := failedAddons(t, res.err)["own-c"]
 	if !strings.Contains(msg, `belongs to addon "own-a"`) || !strings.Contains(msg, `addon "own-c"`) {
@@ -127,9 +130,9 @@ func TestIntegrationSharedObjectOwnership(t *testing.T) {
 func TestIntegrationObjectMovesBetweenAddons(t *testing.T) {
 	dir := t.TempDir()
 	createNamespace(t, "mv-app")
-	loc := writeChannel(t, dir, "v1.yaml",
-		testRelease{Name: "mv-a", Version: "1.0.0", Manifest: manifest(configMap("mv-app", "mv-a", "a"), configMap("mv-app", "moving", "a"))},
-		testRelease{Name: "mv-b", Version: "1.0.0", Manifest: configMap("mv-app", "mv-b", "b")})
+	loc := channelstest.WriteChannel(t, dir, "v1.yaml",
+		channelstest.Release{Name: "mv-a", Version: "1.0.0", Manifest: channelstest.Manifest(channelstest.ConfigMap("mv-app", "mv-a", "a"), channelstest.ConfigMap("mv-app", "moving", "a"))},
+		channelstest.Release{Name: "mv-b", Version: "1.0.0", Manifest: channelstest.ConfigMap("mv-app", "mv-b", "b")})
 	if res := run(t, newTestClient(t), loc); res.err != nil {
 		t.Fatalf("first run: %v", res.err)
 	}
@@ -137,9 +140,9 @@ func TestIntegrationObjectMovesBetweenAddons(t *testing.T) {
 
 	// In one run, mv-a drops it and mv-b takes it: no adopt needed, and
 	// mv-a's prune leaves it to mv-b.
-	loc = writeChannel(t, dir, "v2.yaml",
-		testRelease{Name: "mv-a", Version: "2.0.0", Manifest: configMap("mv-app", "mv-a", "a")},
-		testRelease{Name: "mv-b", Version: "2.0.0", Manifest: manifest(configMap("mv-app", "mv-b", "b"), configMap("mv-app", "moving", "b"))})
+	loc = channelstest.WriteChannel(t, dir, "v2.yaml",
+		channelstest.Release{Name: "mv-a", Version: "2.0.0", Manifest: channelstest.ConfigMap("mv-app", "mv-a", "a")},
+		channelstest.Release{Name: "mv-b", Version: "2.0.0", Manifest: channelstest.Manifest(channelstest.ConfigMap("mv-app", "mv-b", "b"), channelstest.ConfigMap("mv-app", "moving", "b"))})
 	// The plan shows no prune of it either.
 	for _, p := range planAndPreview(t, newTestClient(t), loc) {
 		for _, ch := range p.Objects {
@@ -163,10 +166,10 @@ func TestIntegrationObjectMovesBetweenAddons(t *testing.T) {
 	// And back, across two runs: mv-b drops it while mv-a, which declares
 	// it, fails before its manifest is read (its hash does not match).
 	// What mv-a declares is unknown, so mv-b keeps it.
-	back := manifest(configMap("mv-app", "mv-a", "a"), configMap("mv-app", "moving", "a"))
-	loc = writeChannel(t, dir, "v3.yaml",
-		testRelease{Name: "mv-a", Version: "3.0.0", Manifest: back, Hash: strings.Repeat("0", 64)},
-		testRelease{Name: "mv-b", Version: "3.0.0", Manifest: configMap("mv-app", "mv-b", "b")})
+	back := channelstest.Manifest(channelstest.ConfigMap("mv-app", "mv-a", "a"), channelstest.ConfigMap("mv-app", "moving", "a"))
+	loc = channelstest.WriteChannel(t, dir, "v3.yaml",
+		channelstest.Release{Name: "mv-a", Version: "3.0.0", Manifest: back, Hash: strings.Repeat("0", 64)},
+		channelstest.Release{Name: "mv-b", Version: "3.0.0", Manifest: channelstest.ConfigMap("mv-app", "mv-b", "b")})
 	res = run(t, newTestClient(t), loc)
 	if failed := failedAddons(t, res.err); len(failed) != 1 || failed["mv-a"] == "" {
 		t.Fatalf("third run failed %v, want mv-a alone", failed)
@@ -183,13 +186,13 @@ func TestIntegrationObjectMovesBetweenAddons(t *testing.T) {
 	}
 	// It stays mv-b's until mv-a takes it, so mv-b's record still lists
 	// where it is.
-	if rec := recordOf(t, DefaultNamespace, "mv-b"); !strings.Contains(rec, `"ConfigMap"`) || !strings.Contains(rec, `"mv-app"`) {
+	if rec := recordOf(t, channel.DefaultNamespace, "mv-b"); !strings.Contains(rec, `"ConfigMap"`) || !strings.Contains(rec, `"mv-app"`) {
 		t.Errorf("mv-b's record %s lists no ConfigMap in mv-app", rec)
 	}
 	// Once mv-a's manifest loads, it takes it: the same object.
-	loc = writeChannel(t, dir, "v4.yaml",
-		testRelease{Name: "mv-a", Version: "3.0.0", Manifest: back},
-		testRelease{Name: "mv-b", Version: "3.0.0", Manifest: configMap("mv-app", "mv-b", "b")})
+	loc = channelstest.WriteChannel(t, dir, "v4.yaml",
+		channelstest.Release{Name: "mv-a", Version: "3.0.0", Manifest: back},
+		channelstest.Release{Name: "mv-b", Version: "3.0.0", Manifest: channelstest.ConfigMap("mv-app", "mv-b", "b")})
 	if res := run(t, newTestClient(t), loc); res.err != nil {
 		t.Fatalf("fourth run: %v", res.err)
 	}
@@ -202,12 +205,12 @@ func TestIntegrationObjectMovesBetweenAddons(t *testing.T) {
 func TestIntegrationSelectorChangeLeaksNothing(t *testing.T) {
 	dir := t.TempDir()
 	createNamespace(t, "selchg")
-	v1 := manifest(configMap("selchg", "kept", "1"), configMap("selchg", "dropped", "1"))
+	v1 := channelstest.Manifest(channelstest.ConfigMap("selchg", "kept", "1"), channelstest.ConfigMap("selchg", "dropped", "1"))
 	loc := writeSelectorChannel(t, dir, "v1.yaml", selRelease{name: "selchg", version: "1.0.0", manifest: v1, selector: map[string]string{"k8s-addon": "old.addons.k8s.io"}})
 	if res := run(t, newTestClient(t), loc); res.err != nil {
 		t.Fatalf("first run: %v", res.err)
 	}
-	v2 := configMap("selchg", "kept", "2")
+	v2 := channelstest.ConfigMap("selchg", "kept", "2")
 	loc = writeSelectorChannel(t, dir, "v2.yaml", selRelease{name: "selchg", version: "2.0.0", manifest: v2, selector: map[string]string{"k8s-addon": "new.addons.k8s.io"}})
 	res := run(t, newTestClient(t), loc)
 	if res.err != nil {
@@ -226,15 +229,15 @@ func TestIntegrationSelectorChangeLeaksNothing(t *testing.T) {
 
 func TestIntegrationDeleteKeepsNamespaceOthersUse(t *testing.T) {
 	dir := t.TempDir()
-	loc := writeChannel(t, dir, "channel.yaml",
-		testRelease{Name: "nsuse-a", Version: "1.0.0", Manifest: manifest(namespace("nsuse"), configMap("nsuse", "a", "a"))},
-		testRelease{Name: "nsuse-b", Version: "1.0.0", Manifest: manifest(namespace("nsuse"), configMap("nsuse", "b", "b"))})
+	loc := channelstest.WriteChannel(t, dir, "channel.yaml",
+		channelstest.Release{Name: "nsuse-a", Version: "1.0.0", Manifest: channelstest.Manifest(channelstest.Namespace("nsuse"), channelstest.ConfigMap("nsuse", "a", "a"))},
+		channelstest.Release{Name: "nsuse-b", Version: "1.0.0", Manifest: channelstest.Manifest(channelstest.Namespace("nsuse"), channelstest.ConfigMap("nsuse", "b", "b"))})
 	c := newTestClient(t)
 	if res := run(t, c, loc); res.err != nil {
 		t.Fatal(res.err)
 	}
 	// The namespace carries the label of the addon applied last.
-	u, err := c.PlanUninstall(context.Background(), DefaultNamespace, "nsuse-b", DeleteOptions{Namespaces: true})
+	u, err := c.PlanUninstall(context.Background(), channel.DefaultNamespace, "nsuse-b", DeleteOptions{Namespaces: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +257,7 @@ func TestIntegrationDeleteKeepsNamespaceOthersUse(t *testing.T) {
 	}
 	// Deleted together (channels delete addon nsuse-a nsuse-b), the two do
 	// not keep each other's Namespace.
-	u, err = c.PlanUninstall(context.Background(), DefaultNamespace, "nsuse-b", DeleteOptions{Namespaces: true, Along: []string{"nsuse-a", "nsuse-b"}})
+	u, err = c.PlanUninstall(context.Background(), channel.DefaultNamespace, "nsuse-b", DeleteOptions{Namespaces: true, Along: []string{"nsuse-a", "nsuse-b"}})
 	if err != nil {
 		t.Fatal(err)
 	}

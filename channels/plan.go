@@ -8,6 +8,8 @@ import (
 
 	"github.com/blang/semver/v4"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/kos-sdn/kos/channels/channel"
 )
 
 // Plan is what a run would do: for each addon the channels offer a release
@@ -21,7 +23,7 @@ type Plan struct {
 	Items []PlanItem
 	// Unfit lists the addons the channels list but offer no release of
 	// that fits the cluster (see Problems).
-	Unfit []NoFit
+	Unfit []channel.NoFit
 
 	// options are what the plan was decided with; Apply decides again
 	// with them once it holds the lease.
@@ -81,7 +83,7 @@ func (c *Client) PlanWith(ctx context.Context, releases []*Addon, opts DecideOpt
 		return nil, err
 	}
 	selected := Select(releases, version)
-	opts.offered = fitting(releases, version)
+	opts.offered = channel.Fitting(releases, version)
 	items := make([]PlanItem, len(selected))
 	for i, a := range selected {
 		items[i] = PlanItem{Addon: a}
@@ -89,7 +91,7 @@ func (c *Client) PlanWith(ctx context.Context, releases []*Addon, opts DecideOpt
 	if err := c.decide(ctx, items, opts); err != nil {
 		return nil, err
 	}
-	return &Plan{ServerVersion: version, Items: items, Unfit: Unfit(releases, version), options: opts}, nil
+	return &Plan{ServerVersion: version, Items: items, Unfit: channel.Unfit(releases, version), options: opts}, nil
 }
 
 // decide reads the install records and pending releases of items and sets
@@ -164,9 +166,9 @@ func (p *Plan) WriteTable(w io.Writer) error {
 		}
 		current := "-"
 		if it.Current != nil {
-			current = describeRelease(it.Current.Version, it.Current.ID)
+			current = channel.DescribeRelease(it.Current.Version, it.Current.ID)
 		}
-		update := describeRelease(it.Addon.VersionString(), it.Addon.ID)
+		update := channel.DescribeRelease(it.Addon.VersionString(), it.Addon.ID)
 		if it.skipped() {
 			update += " skipped: " + it.Decision.Reason
 		}
@@ -179,16 +181,4 @@ func (p *Plan) WriteTable(w io.Writer) error {
 		return fmt.Errorf("writing plan: %w", err)
 	}
 	return nil
-}
-
-// describeRelease shows a version and an id as "0.1.0 (k8s-1.29)". A release
-// without a version (kOps writes such records) shows as "unversioned".
-func describeRelease(version, id string) string {
-	if version == "" {
-		version = "unversioned"
-	}
-	if id == "" {
-		return version
-	}
-	return version + " (" + id + ")"
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/blang/semver/v4"
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/kos-sdn/kos/channels/channel"
 )
 
 func TestPlanWriteTable(t *testing.T) {
@@ -94,5 +96,30 @@ func TestApplyErrorMessage(t *testing.T) {
 	var ae *ApplyError
 	if !errors.As(inner, &ae) || len(ae.Failed) != 2 {
 		t.Errorf("errors.As(%v) did not find the ApplyError", inner)
+	}
+}
+
+func TestPlanProblems(t *testing.T) {
+	v := semver.MustParse("0.3.0")
+	p := &Plan{
+		Unfit: []channel.NoFit{{Name: "zeta", KubeVersion: semver.MustParse("1.38.0"), Releases: []*Addon{{Name: "zeta", Version: &v, KubernetesVersion: "<1.38.0"}}}},
+		Items: []PlanItem{
+			{Addon: &Addon{Name: "alpha"}, Decision: Decision{Reason: "upgrade path: 0.3.0 upgrades from 0.2.0 or later, not from 0.1.0: upgrade to 0.2.0 first", Blocked: true}},
+			{Addon: &Addon{Name: "beta"}, Decision: Decision{Reason: ReasonDowngrade}},
+			{Addon: &Addon{Name: "gamma"}, Decision: Decision{Apply: true, Reason: ReasonUpgrade}},
+		},
+	}
+	err := p.Problems()
+	want := `2 addons are left behind the channels: addon "alpha": upgrade path: 0.3.0 upgrades from 0.2.0 or later, not from 0.1.0: upgrade to 0.2.0 first; ` +
+		`addon "zeta": no release fits Kubernetes 1.38.0: the channels offer 0.3.0 for <1.38.0; the addon is left as it is until a channel offers a release for Kubernetes 1.38`
+	if err == nil || err.Error() != want {
+		t.Errorf("Problems() = %v\nwant %s", err, want)
+	}
+	var nf channel.NoFit
+	if !errors.As(err, &nf) || nf.Name != "zeta" {
+		t.Errorf("Problems() does not wrap the NoFit of zeta: %#v", err)
+	}
+	if err := (&Plan{Items: p.Items[1:]}).Problems(); err != nil {
+		t.Errorf("Problems() of a plan without blocked addons = %v, want nil", err)
 	}
 }

@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+
+	"github.com/kos-sdn/kos/channels/internal/channelstest"
 )
 
 // planRow is one object of a plan, or what applying did to it.
@@ -55,7 +57,7 @@ func observed(addon string, before, after *unstructured.Unstructured) Action {
 func TestIntegrationPlanEqualsApply(t *testing.T) {
 	ctx := context.Background()
 	c := newTestClient(t)
-	cm := func(ns, name, value string) string { return configMap(ns, name, value) }
+	cm := func(ns, name, value string) string { return channelstest.ConfigMap(ns, name, value) }
 	for _, tc := range []struct {
 		name string
 		// setup prepares the cluster, with earlier runs of the channel
@@ -72,17 +74,17 @@ func TestIntegrationPlanEqualsApply(t *testing.T) {
 		{
 			name: "create",
 			final: func(t *testing.T, dir, ns string) string {
-				return writeChannel(t, dir, "c.yaml", testRelease{Name: ns + "-a", Version: "1.0.0", Manifest: cm(ns, "x", "1")})
+				return channelstest.WriteChannel(t, dir, "c.yaml", channelstest.Release{Name: ns + "-a", Version: "1.0.0", Manifest: cm(ns, "x", "1")})
 			},
 			want: []planRow{{"-a", "ConfigMap %s/x", ActionCreate}},
 		},
 		{
 			name: "update, unchanged, prune",
 			setup: func(t *testing.T, dir, ns string) {
-				mustRun(t, c, writeChannel(t, dir, "v1.yaml", testRelease{Name: ns + "-a", Version: "1.0.0", Manifest: manifest(cm(ns, "a", "1"), cm(ns, "b", "1"), cm(ns, "c", "1"))}))
+				mustRun(t, c, channelstest.WriteChannel(t, dir, "v1.yaml", channelstest.Release{Name: ns + "-a", Version: "1.0.0", Manifest: channelstest.Manifest(cm(ns, "a", "1"), cm(ns, "b", "1"), cm(ns, "c", "1"))}))
 			},
 			final: func(t *testing.T, dir, ns string) string {
-				return writeChannel(t, dir, "v2.yaml", testRelease{Name: ns + "-a", Version: "2.0.0", Manifest: manifest(cm(ns, "a", "2"), cm(ns, "b", "1"))})
+				return channelstest.WriteChannel(t, dir, "v2.yaml", channelstest.Release{Name: ns + "-a", Version: "2.0.0", Manifest: channelstest.Manifest(cm(ns, "a", "2"), cm(ns, "b", "1"))})
 			},
 			want: []planRow{{"-a", "ConfigMap %s/a", ActionUpdate}, {"-a", "ConfigMap %s/b", ActionUnchanged}, {"-a", "ConfigMap %s/c", ActionPrune}},
 		},
@@ -90,24 +92,24 @@ func TestIntegrationPlanEqualsApply(t *testing.T) {
 			name: "keep a claim and an annotated object",
 			setup: func(t *testing.T, dir, ns string) {
 				kept := fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: k, namespace: %s, annotations: {%s: \"true\"}}\n", ns, KeepAnnotation)
-				mustRun(t, c, writeChannel(t, dir, "v1.yaml", testRelease{Name: ns + "-a", Version: "1.0.0", Manifest: manifest(cm(ns, "a", "1"), kept, claim(ns, "data"))}))
+				mustRun(t, c, channelstest.WriteChannel(t, dir, "v1.yaml", channelstest.Release{Name: ns + "-a", Version: "1.0.0", Manifest: channelstest.Manifest(cm(ns, "a", "1"), kept, claim(ns, "data"))}))
 			},
 			final: func(t *testing.T, dir, ns string) string {
-				return writeChannel(t, dir, "v2.yaml", testRelease{Name: ns + "-a", Version: "2.0.0", Manifest: cm(ns, "a", "1")})
+				return channelstest.WriteChannel(t, dir, "v2.yaml", channelstest.Release{Name: ns + "-a", Version: "2.0.0", Manifest: cm(ns, "a", "1")})
 			},
 			want: []planRow{{"-a", "ConfigMap %s/a", ActionUnchanged}, {"-a", "ConfigMap %s/k", ActionKeep}, {"-a", "PersistentVolumeClaim %s/data", ActionKeep}},
 		},
 		{
 			name: "hand-over in one run",
 			setup: func(t *testing.T, dir, ns string) {
-				mustRun(t, c, writeChannel(t, dir, "v1.yaml",
-					testRelease{Name: ns + "-a", Version: "1.0.0", Manifest: manifest(cm(ns, "a", "1"), cm(ns, "m", "1"))},
-					testRelease{Name: ns + "-b", Version: "1.0.0", Manifest: cm(ns, "b", "1")}))
+				mustRun(t, c, channelstest.WriteChannel(t, dir, "v1.yaml",
+					channelstest.Release{Name: ns + "-a", Version: "1.0.0", Manifest: channelstest.Manifest(cm(ns, "a", "1"), cm(ns, "m", "1"))},
+					channelstest.Release{Name: ns + "-b", Version: "1.0.0", Manifest: cm(ns, "b", "1")}))
 			},
 			final: func(t *testing.T, dir, ns string) string {
-				return writeChannel(t, dir, "v2.yaml",
-					testRelease{Name: ns + "-a", Version: "2.0.0", Manifest: cm(ns, "a", "1")},
-					testRelease{Name: ns + "-b", Version: "2.0.0", Manifest: manifest(cm(ns, "b", "1"), cm(ns, "m", "2"))})
+				return channelstest.WriteChannel(t, dir, "v2.yaml",
+					channelstest.Release{Name: ns + "-a", Version: "2.0.0", Manifest: cm(ns, "a", "1")},
+					channelstest.Release{Name: ns + "-b", Version: "2.0.0", Manifest: channelstest.Manifest(cm(ns, "b", "1"), cm(ns, "m", "2"))})
 			},
 			want: []planRow{
 				{"-a", "ConfigMap %s/a", ActionUnchanged}, {"-a", "ConfigMap %s/m", ActionHandOver},
@@ -120,7 +122,7 @@ func TestIntegrationPlanEqualsApply(t *testing.T) {
 				createUserConfigMap(t, ns, "u")
 			},
 			final: func(t *testing.T, dir, ns string) string {
-				return writeChannel(t, dir, "c.yaml", testRelease{Name: ns + "-a", Version: "1.0.0", Manifest: manifest(cm(ns, "u", "release"), cm(ns, "x", "1"))})
+				return channelstest.WriteChannel(t, dir, "c.yaml", channelstest.Release{Name: ns + "-a", Version: "1.0.0", Manifest: channelstest.Manifest(cm(ns, "u", "release"), cm(ns, "x", "1"))})
 			},
 			adopt: true,
 			want:  []planRow{{"-a", "ConfigMap %s/u", ActionAdopt}, {"-a", "ConfigMap %s/x", ActionCreate}},
@@ -131,7 +133,7 @@ func TestIntegrationPlanEqualsApply(t *testing.T) {
 				createUserConfigMap(t, ns, "u")
 			},
 			final: func(t *testing.T, dir, ns string) string {
-				return writeChannel(t, dir, "c.yaml", testRelease{Name: ns + "-a", Version: "1.0.0", Manifest: manifest(cm(ns, "u", "release"), cm(ns, "x", "1"))})
+				return channelstest.WriteChannel(t, dir, "c.yaml", channelstest.Release{Name: ns + "-a", Version: "1.0.0", Manifest: channelstest.Manifest(cm(ns, "u", "release"), cm(ns, "x", "1"))})
 			},
 			want:    []planRow{{"-a", "ConfigMap %s/u", ActionAdopt}, {"-a", "ConfigMap %s/x", ActionCreate}},
 			refused: []string{"-a"},
@@ -142,7 +144,7 @@ func TestIntegrationPlanEqualsApply(t *testing.T) {
 				// As kOps's channels applied it, with the labels this
 				// addon stamps: only the field the release lacks differs.
 				labels := map[string]string{IdentityLabel: ns + "-a"}
-				for k, v := range selectorOf(ns + "-a") {
+				for k, v := range channelstest.SelectorOf(ns + "-a") {
 					labels[k] = v
 				}
 				obj := corev1ac.ConfigMap("k", ns).WithLabels(labels).WithData(map[string]string{"key": "1", "old": "gone"})
@@ -151,25 +153,25 @@ func TestIntegrationPlanEqualsApply(t *testing.T) {
 				}
 			},
 			final: func(t *testing.T, dir, ns string) string {
-				return writeChannel(t, dir, "c.yaml", testRelease{Name: ns + "-a", Version: "1.0.0", Manifest: cm(ns, "k", "1")})
+				return channelstest.WriteChannel(t, dir, "c.yaml", channelstest.Release{Name: ns + "-a", Version: "1.0.0", Manifest: cm(ns, "k", "1")})
 			},
 			want: []planRow{{"-a", "ConfigMap %s/k", ActionUpdate}},
 		},
 		{
 			name: "two addons declaring one object alike",
 			final: func(t *testing.T, dir, ns string) string {
-				return writeChannel(t, dir, "c.yaml",
-					testRelease{Name: ns + "-a", Version: "1.0.0", Manifest: cm(ns, "s", "1")},
-					testRelease{Name: ns + "-b", Version: "1.0.0", Manifest: cm(ns, "s", "1")})
+				return channelstest.WriteChannel(t, dir, "c.yaml",
+					channelstest.Release{Name: ns + "-a", Version: "1.0.0", Manifest: cm(ns, "s", "1")},
+					channelstest.Release{Name: ns + "-b", Version: "1.0.0", Manifest: cm(ns, "s", "1")})
 			},
 			want: []planRow{{"-a", "ConfigMap %s/s", ActionCreate}, {"-b", "ConfigMap %s/s", ActionCreate}},
 		},
 		{
 			name: "two addons declaring one object differently",
 			final: func(t *testing.T, dir, ns string) string {
-				return writeChannel(t, dir, "c.yaml",
-					testRelease{Name: ns + "-a", Version: "1.0.0", Manifest: cm(ns, "s", "1")},
-					testRelease{Name: ns + "-b", Version: "1.0.0", Manifest: cm(ns, "s", "2")})
+				return channelstest.WriteChannel(t, dir, "c.yaml",
+					channelstest.Release{Name: ns + "-a", Version: "1.0.0", Manifest: cm(ns, "s", "1")},
+					channelstest.Release{Name: ns + "-b", Version: "1.0.0", Manifest: cm(ns, "s", "2")})
 			},
 			want:    []planRow{{"-a", "ConfigMap %s/s", ActionCreate}, {"-b", "ConfigMap %s/s", ActionCreate}},
 			refused: []string{"-a", "-b"},

@@ -17,23 +17,9 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kos-sdn/kos/channels/internal/channelstest"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
-
-// deploymentWithReplicas is a Deployment of the pause image with the given
-// number of replicas.
-func deploymentWithReplicas(namespace, name string, replicas int) string {
-	return fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: %[2]s, namespace: %[1]s}
-spec:
-  replicas: %[4]d
-  selector: {matchLabels: {app: %[2]s}}
-  template:
-    metadata: {labels: {app: %[2]s}}
-    spec: {containers: [{name: c, image: %[3]s}]}
-`, namespace, name, pauseImage, replicas)
-}
 
 // TestIntegrationReadinessGate runs the channels command, which waits for
 // readiness by default, on a control plane with kube-controller-manager
@@ -50,10 +36,10 @@ func TestIntegrationReadinessGate(t *testing.T) {
 	t.Cleanup(func() { _ = env.Stop() })
 	ours := tool{name: "ours", bin: testenv.Build(t, "cmd/channels"), kubeconfig: env.Kubeconfig, home: t.TempDir()}
 	dir := t.TempDir()
-	sel := selectorOf("ready")
+	sel := channelstest.SelectorOf("ready")
 	release := func(version string, replicas int) string {
 		return writeSelectorChannel(t, dir, "v"+version+".yaml", selRelease{name: "ready", version: version, selector: sel,
-			manifest: manifest(namespace(ns), configMap(ns, "ready-config", version), deploymentWithReplicas(ns, "ready", replicas))})
+			manifest: channelstest.Manifest(channelstest.Namespace(ns), channelstest.ConfigMap(ns, "ready-config", version), channelstest.DeploymentWithReplicas(ns, "ready", replicas))})
 	}
 	recordNow := func() string {
 		t.Helper()
@@ -133,8 +119,8 @@ status:
   conditions: [{type: Reconciling, status: "True", reason: NoOperator, message: the operator is not installed}]
 `, ns)
 	loc := writeSelectorChannel(t, t.TempDir(), "channel.yaml",
-		selRelease{name: "a-gadget", version: "1.0.0", selector: selectorOf("a-gadget"), manifest: manifest(namespace(ns), gadgetCRD, gadget)},
-		selRelease{name: "b-operator", version: "1.0.0", selector: selectorOf("b-operator"), manifest: configMap(ns, "operator", "on")})
+		selRelease{name: "a-gadget", version: "1.0.0", selector: channelstest.SelectorOf("a-gadget"), manifest: channelstest.Manifest(channelstest.Namespace(ns), gadgetCRD, gadget)},
+		selRelease{name: "b-operator", version: "1.0.0", selector: channelstest.SelectorOf("b-operator"), manifest: channelstest.ConfigMap(ns, "operator", "on")})
 
 	kube, err := kubernetes.NewForConfig(env.RESTConfig)
 	if err != nil {
@@ -200,10 +186,10 @@ spec:
 	}
 	ours := tool{name: "ours", bin: testenv.Build(t, "cmd/channels"), kubeconfig: env.Kubeconfig, home: t.TempDir()}
 	dir := t.TempDir()
-	sel := selectorOf("claim")
+	sel := channelstest.SelectorOf("claim")
 
 	later := writeSelectorChannel(t, dir, "later.yaml", selRelease{name: "claim", version: "1.0.0", selector: sel,
-		manifest: manifest(namespace(ns), claim("backups", "ready-claim-later"))})
+		manifest: channelstest.Manifest(channelstest.Namespace(ns), claim("backups", "ready-claim-later"))})
 	out := ours.mustRun(t, "apply", "channel", later, "--yes", "--timeout=30s")
 	if !strings.Contains(out, "claim: Installed 1.0.0") || strings.Contains(out, "Waiting for") {
 		t.Errorf("the release of a claim waiting for its first pod waited or did not install:\n%s", out)
@@ -217,7 +203,7 @@ spec:
 	}
 
 	now := writeSelectorChannel(t, dir, "now.yaml", selRelease{name: "claim", version: "2.0.0", selector: sel,
-		manifest: manifest(namespace(ns), claim("backups", "ready-claim-later"), claim("unbound", "ready-claim-now"))})
+		manifest: channelstest.Manifest(channelstest.Namespace(ns), claim("backups", "ready-claim-later"), claim("unbound", "ready-claim-now"))})
 	out, code := ours.run(t, "apply", "channel", now, "--yes", "--timeout=5s")
 	if code != 1 || !strings.Contains(out, "PersistentVolumeClaim "+ns+"/unbound") {
 		t.Errorf("a claim that should bind at once and cannot: exit %d, want 1 naming it; output:\n%s", code, out)

@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kos-sdn/kos/channels/internal/channelstest"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
@@ -27,13 +28,13 @@ func TestIntegrationRollbackAfterFailedUpgrade(t *testing.T) {
 	env := testenv.Shared(t)
 	ours := tool{name: "ours", bin: testenv.Build(t, "cmd/channels"), kubeconfig: env.Kubeconfig, home: t.TempDir()}
 	dir := t.TempDir()
-	sel := selectorOf("rollback")
+	sel := channelstest.SelectorOf("rollback")
 	release := func(version, m string) string {
 		return writeSelectorChannel(t, dir, "v"+version+".yaml", selRelease{name: "rollback", version: version, selector: sel, manifest: m})
 	}
-	v1 := release("1.0.0", manifest(namespace(ns), configMap(ns, "rollback-config", "1")))
-	v2 := release("2.0.0", manifest(namespace(ns), configMap(ns, "rollback-config", "2"), configMap(ns, "rollback-extra", "2"),
-		deploymentWithReplicas(ns, "rollback-extra", 1)))
+	v1 := release("1.0.0", channelstest.Manifest(channelstest.Namespace(ns), channelstest.ConfigMap(ns, "rollback-config", "1")))
+	v2 := release("2.0.0", channelstest.Manifest(channelstest.Namespace(ns), channelstest.ConfigMap(ns, "rollback-config", "2"), channelstest.ConfigMap(ns, "rollback-extra", "2"),
+		channelstest.DeploymentWithReplicas(ns, "rollback-extra", 1)))
 	ctx := context.Background()
 	k := kube(t)
 	pendingNow := func() (string, bool) {
@@ -75,7 +76,7 @@ func TestIntegrationRollbackAfterFailedUpgrade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Version != "2.0.0" || !strings.EqualFold(p.ManifestHash, HashManifest([]byte(manifest(namespace(ns), configMap(ns, "rollback-config", "2"), configMap(ns, "rollback-extra", "2"), deploymentWithReplicas(ns, "rollback-extra", 1))))) {
+	if p.Version != "2.0.0" || !strings.EqualFold(p.ManifestHash, HashManifest([]byte(channelstest.Manifest(channelstest.Namespace(ns), channelstest.ConfigMap(ns, "rollback-config", "2"), channelstest.ConfigMap(ns, "rollback-extra", "2"), channelstest.DeploymentWithReplicas(ns, "rollback-extra", 1))))) {
 		t.Errorf("pending release = %s, want version 2.0.0 and release 2's manifest hash", raw)
 	}
 	if diff := cmp.Diff(p.Kinds, []string{"ConfigMap", "Deployment.apps", "Namespace"}); diff != "" {
@@ -128,7 +129,7 @@ func TestIntegrationRollbackAfterFailedUpgrade(t *testing.T) {
 	}
 
 	// Below the record is a downgrade: refused, unless the operator allows it.
-	v0 := release("0.9.0", manifest(namespace(ns), configMap(ns, "rollback-config", "0")))
+	v0 := release("0.9.0", channelstest.Manifest(channelstest.Namespace(ns), channelstest.ConfigMap(ns, "rollback-config", "0")))
 	if out = ours.mustRun(t, "apply", "channel", v0, "--yes"); !strings.Contains(out, "0.9.0 skipped: downgrade refused") {
 		t.Errorf("an older release without --allow-downgrade:\n%s", out)
 	}

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kos-sdn/kos/channels/api"
+	"github.com/kos-sdn/kos/channels/internal/channelstest"
 	"github.com/kos-sdn/kos/channels/lease"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
@@ -83,7 +84,7 @@ spec:
   template:
     metadata: {labels: {app: %[2]s}}
     spec: {containers: [{name: c, image: %[3]s}]}
-`, namespace, name, pauseImage, l)
+`, namespace, name, channelstest.PauseImage, l)
 }
 
 // versionsOf returns the resourceVersions of the objects of one addon's
@@ -138,7 +139,7 @@ func TestIntegrationSharedSelector(t *testing.T) {
 				docs = append(docs, labeledConfigMap(ns, name+"-"+o, networking))
 			}
 		}
-		return manifest(docs...)
+		return channelstest.Manifest(docs...)
 	}
 	calico := selRelease{name: "shared-calico", version: "1.0.0", selector: networking, manifest: net("shared-calico", "ds", "role", "config", "extra")}
 	cilium := selRelease{name: "shared-cilium", version: "1.0.0", selector: networking, manifest: net("shared-cilium", "ds", "role", "config")}
@@ -217,10 +218,10 @@ func TestIntegrationUpgradeFromUnlabeledRelease(t *testing.T) {
 	c := newTestClient(t)
 	k := kube(t)
 	sel := map[string]string{"k8s-addon": "legacy.addons.k8s.io"}
-	applyUnlabeled(t, c, manifest(labeledConfigMap(ns, "legacy-a", sel), labeledConfigMap(ns, "legacy-b", sel)))
+	applyUnlabeled(t, c, channelstest.Manifest(labeledConfigMap(ns, "legacy-a", sel), labeledConfigMap(ns, "legacy-b", sel)))
 	writeRawRecord(t, "kube-system", "legacy", `{"version":"1.0.0","systemGeneration":1,"inventory":{"kinds":["ConfigMap"],"namespaces":["legacy-app"]}}`)
 
-	applyUnlabeled(t, c, manifest(labeledConfigMap(ns, "legacy-net-a", networking), labeledConfigMap(ns, "legacy-net-b", networking),
+	applyUnlabeled(t, c, channelstest.Manifest(labeledConfigMap(ns, "legacy-net-a", networking), labeledConfigMap(ns, "legacy-net-b", networking),
 		labeledConfigMap(ns, "legacy-other", networking)))
 	writeRawRecord(t, "kube-system", "legacy-net", `{"version":"1.0.0","systemGeneration":1,"inventory":{"kinds":["ConfigMap"],"namespaces":["legacy-app"]}}`)
 	// legacy-other is up to date: it stays as it is.
@@ -280,11 +281,11 @@ func TestIntegrationTakesOverOtherManagers(t *testing.T) {
 	c := newTestClient(t)
 	k := kube(t)
 	dir := t.TempDir()
-	sel := selectorOf("takeover")
+	sel := channelstest.SelectorOf("takeover")
 
 	// kubectl apply (client-side) of a ConfigMap with a field the release
 	// drops.
-	first := manifest(namespace(ns), fmt.Sprintf(`apiVersion: v1
+	first := channelstest.Manifest(channelstest.Namespace(ns), fmt.Sprintf(`apiVersion: v1
 kind: ConfigMap
 metadata: {name: by-kubectl, namespace: %s, labels: {k8s-addon: takeover.addons.k8s.io, dropped-label: "1"}}
 data: {kept: "1", dropped: "1"}
@@ -315,7 +316,7 @@ data: {kept: "1", dropped: "1"}
 		t.Fatal(err)
 	}
 
-	release := manifest(namespace(ns),
+	release := channelstest.Manifest(channelstest.Namespace(ns),
 		fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: by-kubectl, namespace: %s}\ndata: {kept: \"1\"}\n", ns),
 		fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: by-kops, namespace: %s}\ndata: {kept: \"1\"}\n", ns))
 	loc := writeSelectorChannel(t, dir, "channel.yaml", selRelease{name: "takeover", version: "1.0.0", selector: sel, manifest: release})
@@ -377,15 +378,15 @@ func TestIntegrationKilledMidApply(t *testing.T) {
 	bin := testenv.Build(t, "cmd/channels")
 	dir := t.TempDir()
 	ours := tool{name: "ours", bin: bin, kubeconfig: env.Kubeconfig, home: t.TempDir()}
-	sel := selectorOf("killed")
-	otherSel := selectorOf("killed-other")
-	other := selRelease{name: "killed-other", version: "1.0.0", selector: otherSel, manifest: manifest(
+	sel := channelstest.SelectorOf("killed")
+	otherSel := channelstest.SelectorOf("killed-other")
+	other := selRelease{name: "killed-other", version: "1.0.0", selector: otherSel, manifest: channelstest.Manifest(
 		labeledConfigMap(ns, "other-a", otherSel),
 		"apiVersion: v1\nkind: Secret\nmetadata: {name: other-s, namespace: "+ns+"}\nstringData: {k: v}\n")}
 	secret := "apiVersion: v1\nkind: Secret\nmetadata: {name: killed-s, namespace: " + ns + "}\nstringData: {k: v}\n"
 
 	v1 := writeSelectorChannel(t, dir, "v1.yaml", other,
-		selRelease{name: "killed", version: "1.0.0", selector: sel, manifest: manifest(configMap(ns, "killed-a", "1"), configMap(ns, "killed-b", "1"))})
+		selRelease{name: "killed", version: "1.0.0", selector: sel, manifest: channelstest.Manifest(channelstest.ConfigMap(ns, "killed-a", "1"), channelstest.ConfigMap(ns, "killed-b", "1"))})
 	ours.mustRun(t, "apply", "channel", v1, "--yes", "--wait=false")
 	recV1 := recordOf(t, "kube-system", "killed")
 	otherBefore := versionsOf(t, k, ns, IdentityLabel+"=killed-other")
@@ -393,7 +394,7 @@ func TestIntegrationKilledMidApply(t *testing.T) {
 	// Release 2 adds a Secret (a kind release 1 had not) and a Deployment
 	// that never becomes ready here: no controller manager runs.
 	v2 := writeSelectorChannel(t, dir, "v2.yaml", other,
-		selRelease{name: "killed", version: "2.0.0", selector: sel, manifest: manifest(configMap(ns, "killed-a", "2"), secret, deployment(ns, "killed-d"))})
+		selRelease{name: "killed", version: "2.0.0", selector: sel, manifest: channelstest.Manifest(channelstest.ConfigMap(ns, "killed-a", "2"), secret, deployment(ns, "killed-d"))})
 	cmd := exec.Command(bin, "apply", "channel", v2, "--yes", "--timeout=10m", "--kubeconfig", env.Kubeconfig)
 	cmd.Env = append(os.Environ(), "HOME="+ours.home)
 	stdout, err := cmd.StdoutPipe()
@@ -456,7 +457,7 @@ func TestIntegrationKilledMidApply(t *testing.T) {
 	// for the dead run's lease, then prunes killed-b (release 1), the
 	// Secret and the Deployment (the killed release 2).
 	v3 := writeSelectorChannel(t, dir, "v3.yaml", other,
-		selRelease{name: "killed", version: "3.0.0", selector: sel, manifest: manifest(configMap(ns, "killed-a", "3"), configMap(ns, "killed-c", "3"))})
+		selRelease{name: "killed", version: "3.0.0", selector: sel, manifest: channelstest.Manifest(channelstest.ConfigMap(ns, "killed-a", "3"), channelstest.ConfigMap(ns, "killed-c", "3"))})
 	out := ours.mustRun(t, "apply", "channel", v3, "--yes", "--wait=false")
 	if !strings.Contains(out, "Waiting for another run ("+killedHolder+")") {
 		t.Errorf("the next run did not report waiting for the killed run's lease (%s):\n%s", killedHolder, out)

@@ -40,9 +40,12 @@ forbid() {
 forbid ./channels/... "$module/components" "the addon manager knows nothing of the SDN"
 forbid "./channels/... ./cmd/... ./release/... ./addons/..." "$module/tools" "tools/ is for developers and CI; nothing that ships imports it"
 # channels' layers (channels/doc.go): the Lease and the diff import nothing of
-# channels; neither the library nor the daemon imports the CLI.
+# channels, loading channel files its wire types only; neither the library
+# nor the daemon imports the CLI.
 forbid ./channels/lease "$module/channels" "the run Lease is a leaf" "$module/channels/lease"
 forbid ./channels/diff "$module/channels" "unified diffs are a leaf" "$module/channels/diff"
+forbid ./channels/channel "$module/channels" "loading channel files needs their wire types only" "$module/channels/(channel|api)"
+forbid ./channels/internal/channelstest "$module/channels" "the tests of package channels use it" "$module/channels/(channel|api|internal/channelstest)"
 forbid "./channels ./channels/daemon" "$module/channels/cli" "the CLI is one client of the library"
 forbid "./release/... ./addons/..." "$module/components" "a release's renderer knows manifests, not the SDN's code"
 if [ -d components ]; then

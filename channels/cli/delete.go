@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/kos-sdn/kos/channels"
+	"github.com/kos-sdn/kos/channels/channel"
 	"github.com/kos-sdn/kos/internal/cmdline"
 )
 
@@ -79,7 +80,7 @@ label: give the addon's selector with --selector.`,
 		},
 	}
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "Delete; without it, only list what would be deleted")
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", channels.DefaultNamespace, "The namespace holding the addons' install records")
+	cmd.Flags().StringVarP(&namespace, "namespace", "n", channel.DefaultNamespace, "The namespace holding the addons' install records")
 	cmd.Flags().StringVarP(&selector, "selector", "l", "", "The addon's selector (key=value,...): narrows the lists; needed for records without an identity label")
 	cmd.Flags().BoolVar(&namespaces, "include-namespaces", false, "Delete the addon's Namespaces too, with everything in them")
 	cmd.Flags().BoolVar(&crds, "include-crds", false, "Delete the addon's CustomResourceDefinitions too, with all their custom resources")

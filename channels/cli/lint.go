@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kos-sdn/kos/channels"
+	"github.com/kos-sdn/kos/channels/channel"
 	"github.com/kos-sdn/kos/internal/cmdline"
 )
 
@@ -101,7 +102,7 @@ func builtKubernetes() string {
 }
 
 // lint loads the channels at locations and prints what channels.Lint finds
-// and, when current is set, what channels.LintRangeEnds does.
+// and, when current is set, what channel.LintRangeEnds does.
 func (o *options) lint(cmd *cobra.Command, locations []string, current *semver.Version) error {
 	fetcher := channels.NewFetcher()
 	fetcher.Warn = func(msg string) { fmt.Fprintln(o.stderr, "warning: "+msg) }
@@ -115,7 +116,7 @@ func (o *options) lint(cmd *cobra.Command, locations []string, current *semver.V
 	}
 	problems := channels.Lint(releases)
 	if current != nil {
-		ends, warnings := channels.LintRangeEnds(releases, *current)
+		ends, warnings := channel.LintRangeEnds(releases, *current)
 		problems = append(problems, ends...)
 		for _, w := range warnings {
 			fmt.Fprintln(o.stderr, "warning: "+w.String())

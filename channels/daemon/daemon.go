@@ -3,7 +3,8 @@
 // pass: load, plan, apply what is pending, label the node), checks the
 // objects of the installed addons for drift and reports or repairs it
 // (drift.go: pure planning functions, then a repair step under the
-// channels Lease), and serves /healthz, /readyz and Prometheus metrics.
+// channels Lease; driftlist.go lists what changed, driftowners.go finds
+// who changed it, driftreport.go reports it), and serves /healthz, /readyz and Prometheus metrics.
 // It never rolls a release back on its own: an addon left behind its
 // channels is reported (metric channels_addon_blocked, a Warning Event)
 // until the operator consents (Options.AllowDowngrade).

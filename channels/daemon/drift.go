@@ -4,21 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"sort"
-	"strconv"
-	"strings"
 
 	"k8s.io/klog/v2"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/kos-sdn/kos/channels"
 )
@@ -126,29 +116,6 @@ func (s *driftState) forget(addon string) {
 // releaseOf identifies a release for the drift state.
 func releaseOf(a *channels.Addon) string {
 	return a.Name + "\x00" + a.VersionString() + "\x00" + a.ID + "\x00" + a.ManifestHash + "\x00" + a.Manifest
-}
-
-// fingerprint is what of an object's metadata changes when someone edits
-// it: its generation, labels and annotations when it has a generation (so
-// that status updates do not count), else its resourceVersion; and its UID,
-// which changes when it is deleted and made again.
-func fingerprint(m metav1.Object) string {
-	if m.GetGeneration() == 0 {
-		return string(m.GetUID()) + "/rv" + m.GetResourceVersion()
-	}
-	h := fnv.New64a()
-	for _, set := range []map[string]string{m.GetLabels(), m.GetAnnotations()} {
-		keys := make([]string, 0, len(set))
-		for k := range set {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			h.Write([]byte(k + "=" + set[k] + "\x00"))
-		}
-		h.Write([]byte{1})
-	}
-	return string(m.GetUID()) + "/g" + strconv.FormatInt(m.GetGeneration(), 10) + "/" + strconv.FormatUint(h.Sum64(), 16)
 }
 
 // checkDrift checks the objects of every addon the plan finds up to date
@@ -436,176 +403,4 @@ func (d *Daemon) repairDrift(ctx context.Context, repairs []driftLook, res *Drif
 		errs = append(errs, err)
 	}
 	return errs
-}
-
-// reportDrift records what inspect found of one object whose drift is
-// reported rather than repaired: when it is gone, or changed, and that was
-// not reported yet, it posts an Event on it naming who changed it and sets
-// its metric (drift "deleted", "changed", or "controller" when only
-// controllers changed it); when it is back as its release has it, it
-// clears the metric. It returns how many objects it newly reported (0 or
-// 1).
-func (d *Daemon) reportDrift(ctx context.Context, addon string, st *addonDrift, t *channels.Object, f driftFinding) (int, error) {
-	st.seen[t.Key] = ""
-	if f.live != nil {
-		st.seen[t.Key] = fingerprint(f.live)
-	}
-	label := f.how
-	if f.byController() {
-		label = "controller"
-	}
-	now := ""
-	if label != "" {
-		now = label + "\x00" + describeOwners(append(append([]fieldOwner(nil), f.people...), f.controllers...))
-	}
-	before := st.reported[t.Key]
-	switch {
-	case now == before:
-		return 0, nil
-	case now == "":
-		delete(st.reported, t.Key)
-		d.metrics.setDrifted(addon, t.Key, driftLabel(before), false)
-		return 0, nil
-	}
-	if before != "" {
-		d.metrics.setDrifted(addon, t.Key, driftLabel(before), false)
-	}
-	st.reported[t.Key] = now
-	d.metrics.setDrifted(addon, t.Key, label, true)
-	klog.FromContext(ctx).Info("Object drifted from its release; not repaired", "addon", addon, "object", t.Key.String(), "drift", label,
-		"people", describeOwners(f.people), "controllers", describeOwners(f.controllers))
-	if err := postDriftEvent(ctx, d.client.Kube, d.opts.Apply.Identity, addon, t, f); err != nil {
-		return 1, err
-	}
-	return 1, nil
-}
-
-// driftLabel is the drift label of a reported state (see reportDrift).
-func driftLabel(reported string) string {
-	label, _, _ := strings.Cut(reported, "\x00")
-	return label
-}
-
-// driftMessage says how an object drifted, for its Event: who changed
-// which fields, and whether they were people or controllers.
-func driftMessage(key channels.ObjectKey, addon string, f driftFinding) string {
-	switch {
-	case f.how == "deleted":
-		return fmt.Sprintf("%s was deleted: it is missing from the release of addon %s, which is not re-applied (drift mode report); the next release of the addon applies it", key, addon)
-	case f.byController():
-		return fmt.Sprintf("%s has fields of the release of addon %s that controllers set since (%s): channels leaves them to their controllers, even in drift mode repair", key, addon, describeOwners(f.controllers))
-	}
-	by := "by hand"
-	if len(f.people) > 0 {
-		by += " (" + describeOwners(f.people) + ")"
-	}
-	msg := fmt.Sprintf("%s was changed %s: it differs from the release of addon %s, which is not re-applied (drift mode report); the next release of the addon applies it", key, by, addon)
-	if len(f.controllers) > 0 {
-		msg += "; fields controllers set (" + describeOwners(f.controllers) + ") are left to them"
-	}
-	return msg
-}
-
-// postDriftEvent posts a Warning Event, reason Drifted, on an object that
-// drifted from its release; a deleted object's Event names it without its
-// UID. Events of cluster-scoped objects go to the default namespace, as
-// kubectl looks for them.
-func postDriftEvent(ctx context.Context, kube kubernetes.Interface, instance, addon string, t *channels.Object, f driftFinding) error {
-	live := f.live
-	namespace := t.Key.Namespace
-	if namespace == "" {
-		namespace = metav1.NamespaceDefault
-	}
-	ref := corev1.ObjectReference{
-		APIVersion: t.Obj.GetAPIVersion(), Kind: t.Obj.GetKind(),
-		Namespace: t.Key.Namespace, Name: t.Key.Name,
-	}
-	if live != nil {
-		ref.UID, ref.ResourceVersion = live.GetUID(), live.GetResourceVersion()
-	}
-	now := metav1.Now()
-	ev := &corev1.Event{
-		ObjectMeta:          metav1.ObjectMeta{GenerateName: t.Key.Name + ".", Namespace: namespace},
-		InvolvedObject:      ref,
-		Reason:              DriftEventReason,
-		Message:             driftMessage(t.Key, addon, f),
-		Type:                corev1.EventTypeWarning,
-		Source:              corev1.EventSource{Component: channels.FieldManager},
-		ReportingController: channels.FieldManager,
-		ReportingInstance:   instance,
-		FirstTimestamp:      now,
-		LastTimestamp:       now,
-		Count:               1,
-	}
-	if _, err := kube.CoreV1().Events(namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("posting the drift event of %s: %w", t.Key, err)
-	}
-	return nil
-}
-
-// DriftEventReason is the reason of the Events reporting drift.
-const DriftEventReason = "Drifted"
-
-// listLimit is the page size of the drift check's metadata lists.
-const listLimit = 500
-
-// listedObject is what a metadata list found of an object.
-type listedObject struct {
-	fingerprint     string
-	resourceVersion string
-}
-
-// listFingerprints lists the metadata of an addon's objects, one list per
-// resource and namespace its objects are in.
-func (d *Daemon) listFingerprints(ctx context.Context, addon string, st *addonDrift) (map[channels.ObjectKey]listedObject, error) {
-	type where struct {
-		gvr       schema.GroupVersionResource
-		gk        schema.GroupKind
-		namespace string
-	}
-	set := map[where]bool{}
-	out := map[channels.ObjectKey]listedObject{}
-	for _, t := range st.targets {
-		if t.Key.IsNamespace() {
-			// Found by name: another addon's apply may have taken it.
-			m, err := d.client.Metadata.Resource(t.Mapping.Resource).Get(ctx, t.Key.Name, metav1.GetOptions{})
-			switch {
-			case apierrors.IsNotFound(err):
-			case err != nil:
-				return nil, fmt.Errorf("reading %s to check for drift: %w", t.Key, err)
-			case m.DeletionTimestamp == nil:
-				out[t.Key] = listedObject{fingerprint: fingerprint(m), resourceVersion: m.ResourceVersion}
-			}
-			continue
-		}
-		set[where{gvr: t.Mapping.Resource, gk: t.Key.GroupKind, namespace: t.Key.Namespace}] = true
-	}
-	selector := labels.SelectorFromSet(labels.Set{channels.IdentityLabel: addon}).String()
-	for wh := range set {
-		opts := metav1.ListOptions{LabelSelector: selector, Limit: listLimit}
-		for {
-			var list *metav1.PartialObjectMetadataList
-			var err error
-			if wh.namespace == "" {
-				list, err = d.client.Metadata.Resource(wh.gvr).List(ctx, opts)
-			} else {
-				list, err = d.client.Metadata.Resource(wh.gvr).Namespace(wh.namespace).List(ctx, opts)
-			}
-			if err != nil {
-				return nil, fmt.Errorf("listing %s to check for drift: %w", wh.gk, err)
-			}
-			for i := range list.Items {
-				m := &list.Items[i]
-				if m.DeletionTimestamp != nil {
-					continue
-				}
-				out[channels.ObjectKey{GroupKind: wh.gk, Namespace: m.Namespace, Name: m.Name}] = listedObject{fingerprint: fingerprint(m), resourceVersion: m.ResourceVersion}
-			}
-			if list.Continue == "" {
-				break
-			}
-			opts.Continue = list.Continue
-		}
-	}
-	return out, nil
 }

@@ -13,8 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kos-sdn/kos/channels"
 	"github.com/kos-sdn/kos/channels/api"
+	"github.com/kos-sdn/kos/channels/channel"
 )
 
 // PauseImage is the image of the Deployments the tests apply.
@@ -84,7 +84,7 @@ func WriteChannel(t *testing.T, dir, file string, releases ...Release) string {
 		if err := os.WriteFile(filepath.Join(dir, manifest), []byte(r.Manifest), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		hash := channels.HashManifest([]byte(r.Manifest))
+		hash := channel.HashManifest([]byte(r.Manifest))
 		switch r.Hash {
 		case "":
 		case "none":

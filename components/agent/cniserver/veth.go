@@ -2,7 +2,8 @@ package cniserver
 
 // This file plugs pods: it makes, checks and removes the veth pairs that
 // join a pod's network namespace to the switch, with netlink. Which pair
-// a CNI request wants, and when, is server.go's business.
+// a CNI request wants, and when, is the business of add.go, del.go and
+// check.go.
 
 import (
 	"errors"

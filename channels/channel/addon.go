@@ -1,4 +1,4 @@
-package channels
+package channel
 
 import (
 	"github.com/blang/semver/v4"
@@ -54,4 +54,16 @@ func (a *Addon) VersionString() string {
 		return ""
 	}
 	return a.Version.String()
+}
+
+// DescribeRelease shows a version and an id as "0.1.0 (k8s-1.29)". A release
+// without a version (kOps writes such records) shows as "unversioned".
+func DescribeRelease(version, id string) string {
+	if version == "" {
+		version = "unversioned"
+	}
+	if id == "" {
+		return version
+	}
+	return version + " (" + id + ")"
 }

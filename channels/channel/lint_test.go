@@ -1,4 +1,4 @@
-package channels
+package channel
 
 import (
 	"context"
@@ -157,7 +157,7 @@ func TestLint(t *testing.T) {
 // The local channel given before the bootstrap channel splits kos-etcd and
 // kos-agent, which is why `make release FLAVOR=local` writes one channel.
 func TestLintBundle(t *testing.T) {
-	root := ".."
+	root := filepath.Join("..", "..")
 	load := func(paths ...string) []*Addon {
 		var out []*Addon
 		for _, p := range paths {

@@ -1,4 +1,4 @@
-package channels
+package channel
 
 import (
 	"fmt"
@@ -215,7 +215,7 @@ func describeEntry(a *Addon) string {
 		r = "any Kubernetes"
 	}
 	details = append(details, r)
-	return fmt.Sprintf("%s (%s) of %s", describeRelease(a.VersionString(), ""), strings.Join(details, ", "), a.Channel)
+	return fmt.Sprintf("%s (%s) of %s", DescribeRelease(a.VersionString(), ""), strings.Join(details, ", "), a.Channel)
 }
 
 // missingStep reports whether a names an UpgradesFrom, releases hold one
@@ -267,11 +267,11 @@ func LintRangeEnds(releases []*Addon, current semver.Version) (problems, warning
 	for _, name := range names {
 		rels := byName[name]
 		switch {
-		case len(fitting(rels, current)) == 0:
+		case len(Fitting(rels, current)) == 0:
 			problems = append(problems, LintProblem{Addon: name, Rule: LintEnd, Message: fmt.Sprintf(
 				"no release fits Kubernetes %d.%d, the newest minor: %s; a cluster on it gets no release of the addon; claim it in a release tested there",
 				current.Major, current.Minor, NoFit{Name: name, KubeVersion: current, Releases: rels}.offers())})
-		case len(fitting(rels, next)) == 0:
+		case len(Fitting(rels, next)) == 0:
 			warnings = append(warnings, LintProblem{Addon: name, Rule: LintEnd, Message: fmt.Sprintf(
 				"no release fits Kubernetes %d.%d, the next minor: a cluster upgraded to it will get no release of the addon (channels then fails, naming it) until a release tested there claims it",
 				next.Major, next.Minor)})

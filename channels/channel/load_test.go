@@ -1,4 +1,4 @@
-package channels
+package channel
 
 import (
 	"context"
@@ -210,17 +210,6 @@ func TestLoadPlainManifest(t *testing.T) {
 	}}
 	if diff := cmp.Diff(addons, want); diff != "" {
 		t.Errorf("releases (-got +want):\n%s", diff)
-	}
-	// Its record always carries the content's hash, so an edit re-applies.
-	if got, want := Decide(addons[0], NewRecord(addons[0]), nil, DecideOptions{}), (Decision{Reason: ReasonUpToDate}); got != want {
-		t.Errorf("same content: got %+v, want %+v", got, want)
-	}
-	edited, err := Parse(location, append(content, "# edited\n"...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := Decide(edited[0], NewRecord(addons[0]), nil, DecideOptions{}), (Decision{Apply: true, Reason: ReasonManifestChanged}); got != want {
-		t.Errorf("edited content: got %+v, want %+v", got, want)
 	}
 }
 

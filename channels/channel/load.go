@@ -1,4 +1,4 @@
-package channels
+package channel
 
 import (
 	"bufio"
@@ -176,6 +176,24 @@ func resolve(location, channelName string, i int, spec *api.AddonSpec, warn func
 	if spec.Namespace != nil && *spec.Namespace != "" {
 		a.Namespace = *spec.Namespace
 	}
+	resolveVersions(a, spec, problem)
+	if a.KubernetesVersion != "" {
+		if _, err := semver.ParseRange(a.KubernetesVersion); err != nil {
+			// kOps skips such an entry with a warning rather than failing
+			// the channel, and so do we: the channel's other entries stay
+			// usable.
+			warn(fmt.Sprintf("addon %q (%s): skipping the entry: kubernetesVersion %q is not a semver range such as \">=1.29.0 <1.31.0\": %v", name, path, spec.KubernetesVersion, err))
+			return nil, problems
+		}
+	}
+	resolveManifest(a, location, spec, problem)
+	resolveRollout(a, spec, problem)
+	return a, problems
+}
+
+// resolveVersions sets the release's version and the version it upgrades
+// from, telling problem what is wrong with them.
+func resolveVersions(a *Addon, spec *api.AddonSpec, problem func(string, ...any)) {
 	if spec.Version != "" {
 		v, err := semver.ParseTolerant(spec.Version)
 		if err != nil {
@@ -199,15 +217,11 @@ func resolve(location, channelName string, i int, spec *api.AddonSpec, warn func
 			a.UpgradesFrom = &v
 		}
 	}
-	if a.KubernetesVersion != "" {
-		if _, err := semver.ParseRange(a.KubernetesVersion); err != nil {
-			// kOps skips such an entry with a warning rather than failing
-			// the channel, and so do we: the channel's other entries stay
-			// usable.
-			warn(fmt.Sprintf("addon %q (%s): skipping the entry: kubernetesVersion %q is not a semver range such as \">=1.29.0 <1.31.0\": %v", name, path, spec.KubernetesVersion, err))
-			return nil, problems
-		}
-	}
+}
+
+// resolveManifest sets the release's manifest, resolved against the
+// channel's location, telling problem what is wrong with it or its hash.
+func resolveManifest(a *Addon, location string, spec *api.AddonSpec, problem func(string, ...any)) {
 	if spec.Manifest == nil || *spec.Manifest == "" {
 		problem("no manifest")
 	} else {
@@ -220,6 +234,12 @@ func resolve(location, channelName string, i int, spec *api.AddonSpec, warn func
 	if a.ManifestHash != "" && hashAlgorithm(a.ManifestHash) == "" {
 		problem("manifestHash %q is not a hex SHA-256", spec.ManifestHash)
 	}
+}
+
+// resolveRollout sets the release's needsRollingUpdate, reading the
+// singular "worker" of older kOps channels as workers, and checks its
+// prune kinds, telling problem what is wrong.
+func resolveRollout(a *Addon, spec *api.AddonSpec, problem func(string, ...any)) {
 	switch spec.NeedsRollingUpdate {
 	case "worker":
 		// Older kOps channels wrote the singular; kOps reads it as workers.
@@ -236,7 +256,6 @@ func resolve(location, channelName string, i int, spec *api.AddonSpec, warn func
 			}
 		}
 	}
-	return a, problems
 }
 
 // plainManifest is the release a plain manifest location stands for.

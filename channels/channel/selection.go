@@ -1,4 +1,4 @@
-package channels
+package channel
 
 import (
 	"fmt"
@@ -47,9 +47,9 @@ func Select(releases []*Addon, kubeVersion semver.Version) []*Addon {
 	return selected
 }
 
-// fitting returns the releases whose kubernetesVersion range contains
+// Fitting returns the releases whose kubernetesVersion range contains
 // kubeVersion, in their order.
-func fitting(releases []*Addon, kubeVersion semver.Version) []*Addon {
+func Fitting(releases []*Addon, kubeVersion semver.Version) []*Addon {
 	kubeVersion = semver.Version{Major: kubeVersion.Major, Minor: kubeVersion.Minor, Patch: kubeVersion.Patch}
 	var out []*Addon
 	for _, a := range releases {
@@ -130,7 +130,7 @@ func (n NoFit) offers() string {
 	sort.SliceStable(offers, func(i, j int) bool { return newer(offers[i].newest, offers[j].newest) })
 	parts := make([]string, len(offers))
 	for i, o := range offers {
-		parts[i] = fmt.Sprintf("%s for %s", describeRelease(o.newest.VersionString(), o.newest.ID), o.ranges)
+		parts[i] = fmt.Sprintf("%s for %s", DescribeRelease(o.newest.VersionString(), o.newest.ID), o.ranges)
 	}
 	return "the channels offer " + strings.Join(parts, ", ")
 }

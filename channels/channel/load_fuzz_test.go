@@ -1,4 +1,4 @@
-package channels
+package channel
 
 import (
 	"os"
@@ -20,8 +20,8 @@ import (
 func FuzzParse(f *testing.F) {
 	seeds, _ := filepath.Glob("testdata/*.yaml")
 	more, _ := filepath.Glob("testdata/bad/*.yaml")
-	addons, _ := filepath.Glob("../addons/*/addon.yaml")
-	seeds = append(append(append(seeds, more...), addons...), "../bootstrap-channel.yaml", "../addons/local-channel.yaml")
+	addons, _ := filepath.Glob("../../addons/*/addon.yaml")
+	seeds = append(append(append(seeds, more...), addons...), "../../bootstrap-channel.yaml", "../../addons/local-channel.yaml")
 	for _, path := range seeds {
 		data, err := os.ReadFile(path)
 		if err != nil {
