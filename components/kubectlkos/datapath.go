@@ -127,9 +127,19 @@ func (d *datapathCheck) run(ctx context.Context, nodes []string) (results []Pair
 	if err != nil {
 		return nil, fmt.Errorf("creating the scratch Subnet in namespace %s: %w", ns, err)
 	}
-	// Attachments go before their Subnet: a Subnet in use cannot be deleted.
+	// Attachments go before their Subnet: a Subnet in use cannot be
+	// deleted, and the server may count a deleted attachment a moment
+	// longer (409 Conflict, "subnet in use").
 	undo = append(undo, func(ctx context.Context) error {
-		return d.kos.NetworkV1alpha1().Subnets(ns).Delete(ctx, subnet.Name, metav1.DeleteOptions{})
+		var last error
+		err := wait.PollUntilContextCancel(ctx, d.poll, true, func(ctx context.Context) (bool, error) {
+			last = d.kos.NetworkV1alpha1().Subnets(ns).Delete(ctx, subnet.Name, metav1.DeleteOptions{})
+			return !apierrors.IsConflict(last), nil
+		})
+		if err != nil && last != nil {
+			return fmt.Errorf("deleting Subnet %s/%s: %w", ns, subnet.Name, last)
+		}
+		return last
 	})
 	atts := make([]*v1alpha1.NetworkAttachment, len(nodes))
 	for i, node := range nodes {

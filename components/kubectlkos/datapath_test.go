@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	kubefake "k8s.io/client-go/kubernetes/fake"
@@ -335,5 +336,31 @@ func TestChecksErrorNamesThePairs(t *testing.T) {
 	}
 	if err := checksError(slices.Clone(results[:1])); err != nil {
 		t.Errorf("checksError of passed checks = %v, want nil", err)
+	}
+}
+
+// TestDatapathCheckWaitsForTheSubnetToBeUnused: the server refuses to
+// delete a Subnet while it still counts a deleted attachment (409); the
+// cleanup asks again until it may.
+func TestDatapathCheckWaitsForTheSubnetToBeUnused(t *testing.T) {
+	kube, kos := newFakeClusters()
+	refusals := 2
+	kos.PrependReactor("delete", "subnets", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if refusals == 0 {
+			return false, nil, nil
+		}
+		refusals--
+		return true, nil, apierrors.NewConflict(v1alpha1.Resource("subnets"), action.(k8stesting.DeleteAction).GetName(), errors.New("subnet in use"))
+	})
+	p := newFakeProber()
+	d := &datapathCheck{kube: kube, kos: kos, probes: p, timeout: 5 * time.Second, poll: time.Millisecond}
+	if got, _ := d.check(context.Background(), agentsOn("node-1", "node-2")); !got.Passed {
+		t.Errorf("check = %+v, want passed", got)
+	}
+	if refusals != 0 {
+		t.Errorf("%d refusals left, want the cleanup to have asked until allowed", refusals)
+	}
+	if left := leftovers(t, kube, kos, p); len(left) > 0 {
+		t.Errorf("left behind: %v", left)
 	}
 }
