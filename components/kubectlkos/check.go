@@ -19,11 +19,14 @@ const etcdQuotaWarning = 0.8
 type CheckResult struct {
 	Check  string `json:"check"`
 	Passed bool   `json:"passed"`
-	Detail string `json:"detail"`
+	// Skipped is a check that could not run and so did not fail.
+	Skipped bool   `json:"skipped,omitempty"`
+	Detail  string `json:"detail"`
 }
 
 func newCheckCommand(o *options) *cobra.Command {
-	var noHeaders bool
+	var noHeaders, skipDatapath bool
+	timeout := 2 * time.Minute
 	cmd := &cobra.Command{
 		Use:   "check",
 		Short: "Check KOS's health: control plane, etcd, APIService, certificates, agents, attachments",
@@ -36,8 +39,20 @@ kos-controller-manager, kos-pki) has a pod and every pod of it is Ready; etcd
 has one leader and every member's database is under 80% of its quota; the
 APIService of the KOS API is Available; no certificate kos-pki keeps expires
 within 21 days; every node's agent is ready and reports no error, and every
-node with attachments has an agent; every attachment is Ready.`,
+node with attachments has an agent; every attachment is Ready.
+
+Then, unless --skip-datapath, it checks the datapath: it makes a scratch
+network (a Subnet of ` + probeCIDR + ` on a VNI no Subnet uses, in a scratch
+namespace it creates, or in the namespace of -n), puts a probe on every node
+that has an agent (a NetworkAttachment per node, which the node's agent serves
+with a probe through its debug endpoint), and from every node to every other
+checks a ping, a ping of the network's MTU with Don't Fragment set, and a TCP
+connection. It prints a row per ordered pair, fails naming each pair that
+failed, and deletes what it made, also when interrupted. Agents that serve no
+probes (releases before they did) skip this part.`,
 		Example: `  kubectl kos check
+  kubectl kos check --skip-datapath
+  kubectl kos check -n kos-scratch --timeout 5m
   kubectl kos check >/dev/null || echo "KOS is not healthy"`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -52,23 +67,47 @@ node with attachments has an agent; every attachment is Ready.`,
 				return err
 			}
 			results := runChecks(rep, now)
+			var pairs []PairResult
+			if !skipDatapath {
+				var r CheckResult
+				r, pairs = o.datapath(c, timeout).check(cmd.Context(), rep.Nodes)
+				results = append(results, r)
+			}
 			if err := printChecks(o.streams.Out, results, noHeaders); err != nil {
 				return err
 			}
-			failed := 0
-			for _, r := range results {
-				if !r.Passed {
-					failed++
+			if len(pairs) > 0 {
+				fmt.Fprintln(o.streams.Out)
+				if err := printPairs(o.streams.Out, pairs, noHeaders); err != nil {
+					return err
 				}
 			}
-			if failed > 0 {
-				return fmt.Errorf("%d of %d checks failed", failed, len(results))
-			}
-			return nil
+			return checksError(results)
 		},
 	}
 	cmd.Flags().BoolVar(&noHeaders, "no-headers", false, "Leave out the header line of the table")
+	cmd.Flags().BoolVar(&skipDatapath, "skip-datapath", false, "Check the status only: make no scratch network and no probes")
+	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "How long the datapath check may take, from making the scratch network to the last pair")
 	return cmd
+}
+
+// checksError returns nil when every check passed, else an error naming
+// the checks that failed, and the datapath check's pairs.
+func checksError(results []CheckResult) error {
+	var failed []string
+	for _, r := range results {
+		switch {
+		case r.Passed:
+		case r.Check == "datapath":
+			failed = append(failed, "datapath ("+r.Detail+")")
+		default:
+			failed = append(failed, r.Check)
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d of %d checks failed: %s", len(failed), len(results), strings.Join(failed, ", "))
 }
 
 // runChecks evaluates the checks on a status report.
@@ -198,7 +237,10 @@ func printChecks(w io.Writer, results []CheckResult, noHeaders bool) error {
 	table := &metav1.Table{ColumnDefinitions: checkColumns}
 	for _, r := range results {
 		result := "ok"
-		if !r.Passed {
+		switch {
+		case r.Skipped:
+			result = "skip"
+		case !r.Passed:
 			result = "FAIL"
 		}
 		table.Rows = append(table.Rows, metav1.TableRow{Cells: []any{r.Check, result, r.Detail}})

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -196,4 +197,17 @@ func noArgs(cmd *cobra.Command, args []string) error {
 // warnf writes a warning to the error stream, as kubectl does.
 func (o *options) warnf(format string, args ...any) {
 	fmt.Fprintf(o.streams.ErrOut, "Warning: "+format+"\n", args...)
+}
+
+// datapath returns the datapath check the flags select: in -n's namespace
+// when given, else in a scratch namespace.
+func (o *options) datapath(c *clients, timeout time.Duration) *datapathCheck {
+	ns := ""
+	if o.config.Namespace != nil {
+		ns = *o.config.Namespace
+	}
+	return &datapathCheck{
+		kube: c.kube, kos: c.kos, probes: agentProber{agents: o.agents(c)},
+		namespace: ns, timeout: timeout, poll: time.Second,
+	}
 }

@@ -51,31 +51,7 @@ func TestBundleResourcesAreEveryNamespacedKind(t *testing.T) {
 // support bundle holds; the end-to-end test proves the same on a cluster,
 // this one says so in a second.
 func TestTroubleshooterRoleReadsTheBundle(t *testing.T) {
-	data, err := os.ReadFile("../../docs/kubectl-kos-rbac.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	var role *rbacv1.ClusterRole
-	for {
-		doc, err := reader.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		var r rbacv1.ClusterRole
-		if err := yaml.Unmarshal(doc, &r); err != nil {
-			t.Fatal(err)
-		}
-		if r.Kind == "ClusterRole" && r.Name == "kos-troubleshooter" {
-			role = &r
-		}
-	}
-	if role == nil {
-		t.Fatal("docs/kubectl-kos-rbac.yaml has no ClusterRole kos-troubleshooter")
-	}
+	role := docRole(t, "ClusterRole", "")
 	for _, resource := range kosResources {
 		if !grants(role.Rules, v1alpha1.GroupName, resource, "list") {
 			t.Errorf("ClusterRole kos-troubleshooter does not grant list on %s.%s, which support-bundle -A lists", resource, v1alpha1.GroupName)
@@ -93,4 +69,63 @@ func grants(rules []rbacv1.PolicyRule, group, resource, verb string) bool {
 		}
 	}
 	return false
+}
+
+// TestTroubleshooterRoleRunsTheDatapathCheck checks that the roles of
+// docs/kubectl-kos-rbac.yaml give their group what `kubectl kos check -n
+// kos-check` does: find a free VNI, make and delete the scratch network in
+// kos-check, wait for its attachments and reach the agents' probes.
+func TestTroubleshooterRoleRunsTheDatapathCheck(t *testing.T) {
+	cluster := docRole(t, "ClusterRole", "").Rules
+	scratch := docRole(t, "Role", "kos-check").Rules
+	agents := docRole(t, "Role", DefaultAgentNamespace).Rules
+	for _, want := range []struct {
+		rules                 []rbacv1.PolicyRule
+		group, resource, verb string
+	}{
+		{cluster, v1alpha1.GroupName, "subnets", "list"},
+		{cluster, v1alpha1.GroupName, "networkattachments", "get"},
+		{cluster, "", "nodes/kos-debug", "create"},
+		{cluster, "", "nodes/kos-debug", "get"},
+		{scratch, v1alpha1.GroupName, "subnets", "create"},
+		{scratch, v1alpha1.GroupName, "subnets", "delete"},
+		{scratch, v1alpha1.GroupName, "networkattachments", "create"},
+		{scratch, v1alpha1.GroupName, "networkattachments", "delete"},
+		{agents, "", "pods", "list"},
+		{agents, "", "pods/portforward", "create"},
+	} {
+		if !grants(want.rules, want.group, want.resource, want.verb) {
+			t.Errorf("docs/kubectl-kos-rbac.yaml does not grant %s on %s.%s, which check's datapath part needs", want.verb, want.resource, want.group)
+		}
+	}
+}
+
+// docRole returns the role named kos-troubleshooter of kind (ClusterRole
+// or Role, in namespace) of docs/kubectl-kos-rbac.yaml.
+func docRole(t *testing.T, kind, namespace string) *rbacv1.ClusterRole {
+	t.Helper()
+	data, err := os.ReadFile("../../docs/kubectl-kos-rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		doc, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A Role's fields are a ClusterRole's but its aggregation rule.
+		var r rbacv1.ClusterRole
+		if err := yaml.Unmarshal(doc, &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Kind == kind && r.Name == "kos-troubleshooter" && r.Namespace == namespace {
+			return &r
+		}
+	}
+	t.Fatalf("docs/kubectl-kos-rbac.yaml has no %s kos-troubleshooter in namespace %q", kind, namespace)
+	return nil
 }

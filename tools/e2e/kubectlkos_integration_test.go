@@ -21,6 +21,7 @@ import (
 	networkv1alpha1 "github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/kubectlkos"
 	"github.com/kos-sdn/kos/tools/addons/release"
+	"github.com/kos-sdn/kos/tools/cluster"
 	"github.com/kos-sdn/kos/tools/figures"
 	"github.com/kos-sdn/kos/tools/kosinstall"
 	"github.com/kos-sdn/kos/tools/poll"
@@ -180,7 +181,7 @@ func (kk *kubectlKOS) testStatus(t *testing.T) {
 	}
 	kk.checkControlPlane(t)
 	// The health checks of a healthy cluster all pass, exit code 0.
-	checks := kk.mustPlugin(t, "check", "--no-headers")
+	checks := kk.mustPlugin(t, "check", "--no-headers", "--skip-datapath")
 	if n := strings.Count(checks, "\n"); n < 9 || strings.Contains(checks, "FAIL") {
 		t.Errorf("kubectl kos check: want nine checks or more, none failed:\n%s", checks)
 	}
@@ -390,4 +391,119 @@ func tarGzFiles(t *testing.T, file string) map[string]string {
 		_, name, _ := strings.Cut(h.Name, "/")
 		files[name] = string(data)
 	}
+}
+
+// checkNamespace is where docs/kubectl-kos-rbac.yaml lets the
+// troubleshooters make check's scratch network.
+const checkNamespace = "kos-check"
+
+// testCheckDatapath runs check's datapath part as a troubleshooter: on the
+// healthy cluster every ordered pair of nodes passes ping, full-size ping
+// and TCP; with one node's tunnel blocked (a drop of the tunnel port on
+// its underlay bridge, in front of the agent's own filter) check exits 1
+// and names every pair of that node and no other; and neither run leaves
+// an object behind. Agents that serve no probes have the part skipped:
+// the step then checks only that check says so and passes.
+func (kk *kubectlKOS) testCheckDatapath(t *testing.T) {
+	nodes := len(kk.env.Nodes)
+	out, errOut, code := kk.plugin(t, append([]string{"check", "-n", checkNamespace, "--no-headers"}, troubleshooter...)...)
+	if code != 0 {
+		t.Fatalf("kubectl kos check -n %s on a healthy cluster: exit %d: %s", checkNamespace, code, errOut)
+	}
+	row := checkRow(out, "datapath")
+	switch {
+	case row == nil:
+		t.Fatalf("kubectl kos check: no datapath row:\n%s", out)
+	case row[1] == "skip":
+		t.Logf("the agents serve no probes: the datapath part was skipped (%s)", strings.Join(row[2:], " "))
+		kk.checkNoScratch(t)
+		return
+	case row[1] != "ok":
+		t.Fatalf("kubectl kos check: datapath %v on a healthy cluster", row)
+	}
+	// Ten checks, then ping, full-size ping and TCP of each ordered pair.
+	if got, want := strings.Count(out, " ok "), 10+3*nodes*(nodes-1); got < want {
+		t.Errorf("kubectl kos check: %d ok cells, want %d (10 checks, %d pairs):\n%s", got, want, nodes*(nodes-1), out)
+	}
+	kk.checkNoScratch(t)
+
+	blocked := kk.env.Nodes[len(kk.env.Nodes)-1]
+	unblock := blockTunnel(t, blocked)
+	_, errOut, code = kk.plugin(t, append([]string{"check", "-n", checkNamespace, "--timeout", "3m"}, troubleshooter...)...)
+	unblock()
+	if code != 1 {
+		t.Errorf("kubectl kos check with node %s's tunnel blocked: exit %d, want 1", blocked.Name, code)
+	}
+	for _, n := range kk.env.Nodes {
+		if n == blocked {
+			continue
+		}
+		for _, pair := range []string{n.Name + " → " + blocked.Name, blocked.Name + " → " + n.Name} {
+			if !strings.Contains(errOut, pair) {
+				t.Errorf("kubectl kos check with node %s's tunnel blocked does not name pair %s: %s", blocked.Name, pair, errOut)
+			}
+		}
+		for _, m := range kk.env.Nodes {
+			if m != blocked && m != n && strings.Contains(errOut, n.Name+" → "+m.Name) {
+				t.Errorf("kubectl kos check names pair %s → %s, which does not cross node %s: %s", n.Name, m.Name, blocked.Name, errOut)
+			}
+		}
+	}
+	kk.checkNoScratch(t)
+}
+
+// checkRow returns the fields of the row of check in check's table.
+func checkRow(table, check string) []string {
+	for line := range strings.SplitSeq(table, "\n") {
+		if rest, ok := strings.CutPrefix(line, check+" "); ok {
+			return append([]string{check}, strings.Fields(rest)...)
+		}
+	}
+	return nil
+}
+
+// checkNoScratch fails the test if check left a Subnet or an attachment
+// of its scratch network behind.
+func (kk *kubectlKOS) checkNoScratch(t *testing.T) {
+	t.Helper()
+	selector := metav1.ListOptions{LabelSelector: "kos.example.com/check"}
+	subnets, err := kk.network.NetworkV1alpha1().Subnets(metav1.NamespaceAll).List(t.Context(), selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	atts, err := kk.network.NetworkV1alpha1().NetworkAttachments(metav1.NamespaceAll).List(t.Context(), selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(subnets.Items)+len(atts.Items) > 0 {
+		t.Errorf("kubectl kos check left %d Subnets and %d NetworkAttachments behind", len(subnets.Items), len(atts.Items))
+	}
+}
+
+// blockTunnel drops every packet of the tunnel port (4789, the shared
+// cluster's) on node n's underlay bridge, in front of the agent's own
+// filter (which stays below operators' flows), both ways: the userspace
+// datapath's tunnels end in ovs-vswitchd, past the node's netfilter. It
+// returns what removes the drop.
+func blockTunnel(t *testing.T, n *cluster.Node) func() {
+	t.Helper()
+	env := append(os.Environ(), "OVS_RUNDIR="+n.HostPath(agentOVSRunDir))
+	const cookie = "0xe2ec4ec4"
+	for _, match := range []string{"udp,tp_dst=4789", "udp,tp_src=4789"} {
+		if out, err := runEnv(t.Context(), env, "ovs-ofctl", "add-flow", "br-ul", "cookie="+cookie+",priority=1000,"+match+",actions=drop"); err != nil {
+			t.Fatalf("blocking node %s's tunnel: %v: %s", n.Name, err, out)
+		}
+	}
+	done := false
+	unblock := func() {
+		if done {
+			return
+		}
+		done = true
+		if out, err := runEnv(context.Background(), env, "ovs-ofctl", "del-flows", "br-ul", "cookie="+cookie+"/-1"); err != nil {
+			t.Errorf("unblocking node %s's tunnel: %v: %s", n.Name, err, out)
+		}
+	}
+	t.Cleanup(unblock)
+	return unblock
 }

@@ -23,7 +23,9 @@ import (
 // kos` found on the PATH, as a user with only the rights
 // docs/kubectl-kos-rbac.yaml grants: status shows every node's agent ready
 // with its attachments and flows, trace follows a ping into the tunnel
-// towards the right node, and the support bundle holds every node's logs,
+// towards the right node, check's datapath part passes every pair of
+// nodes and names the pairs of a node whose tunnel is blocked, and the
+// support bundle holds every node's logs,
 // flows, tunnels and routes and the namespace's objects. A user without
 // those rights gets nothing.
 func TestIntegrationKubectlKos(t *testing.T) {
@@ -42,6 +44,7 @@ func TestIntegrationKubectlKos(t *testing.T) {
 		{"an attachment on every node", kk.testAttachments},
 		{"status", kk.testStatus},
 		{"trace", kk.testTrace},
+		{"check's datapath, then with a tunnel blocked", kk.testCheckDatapath},
 		{"support bundle", kk.testSupportBundle},
 		{"without the rights", kk.testForbidden},
 	})

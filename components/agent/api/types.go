@@ -161,3 +161,51 @@ func (r TraceRequest) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Paths of the connectivity probes that `kubectl kos check` asks for. An
+// agent that does not serve them answers 404, and check skips its
+// datapath part.
+const (
+	// PathProbes takes a ProbeRequest by POST: the agent puts a probe on
+	// a local attachment (an interface with the attachment's address and
+	// MAC, in a network namespace of its own, answering ping and TCP on
+	// ProbePort) until DELETE PathProbes?namespace=N&name=A or the
+	// agent's restart. GET answers 200 when the agent serves probes.
+	PathProbes = "/debug/probes"
+	// PathProbeCheck takes a ProbeCheckRequest by POST and answers a
+	// ProbeCheckResult as JSON.
+	PathProbeCheck = "/debug/probes/check"
+	// ProbePort is the TCP port every probe listens on.
+	ProbePort = 7946
+)
+
+// ProbeRequest names the local attachment that gets a probe.
+type ProbeRequest struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+// ProbeCheckRequest asks the probe on a local attachment to reach To: a
+// ping, a ping of MTU bytes with Don't Fragment set, and a TCP connection to
+// ProbePort, each within TimeoutSeconds.
+type ProbeCheckRequest struct {
+	Namespace      string `json:"namespace"`
+	Name           string `json:"name"`
+	To             string `json:"to"`
+	MTU            int    `json:"mtu"`
+	TimeoutSeconds int    `json:"timeoutSeconds"`
+}
+
+// ProbeCheckResult is what each check of a ProbeCheckRequest found.
+type ProbeCheckResult struct {
+	Ping         ProbeOutcome `json:"ping"`
+	FullSizePing ProbeOutcome `json:"fullSizePing"`
+	TCP          ProbeOutcome `json:"tcp"`
+}
+
+// ProbeOutcome is one check's result; Detail says why it failed, or how
+// long it took.
+type ProbeOutcome struct {
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail,omitempty"`
+}
