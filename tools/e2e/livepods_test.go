@@ -293,7 +293,11 @@ func (lu *liveUpgrade) testPolicy(t *testing.T, pods *podsTest, driver string) {
 		t.Fatal(err)
 	}
 	name := driver + "-policy"
-	traffic := lu.startPodTraffic(t, pods, time.Minute, livePodMaxLost)
+	// The policy is in force well within a second (TestIntegrationPolicy
+	// TruthTable), and allows what the pods send: 20 s of pings around
+	// its creation may lose a tenth at most.
+	const span = 20 * time.Second
+	traffic := lu.startPodTraffic(t, pods, span, int(span/livePodPingInterval)/10)
 	began := time.Now()
 	// The CRD is new with the release: its resource is served a moment
 	// after the CRD is established.
