@@ -15,6 +15,11 @@
 //	                           hold N connections (2) to each echo, send a line on each every D
 //	                           (100ms), print a JSON report of them all every second, for D (10m)
 //	                           or until printing fails
+//	podnet flip open|closed tcp|udp HOST:PORT
+//	                           print "ready", then try HOST:PORT every 10 ms until it turns open
+//	                           (or closed) and print when, in Unix nanoseconds: open is the
+//	                           first connection made or echo answered, closed the first attempt
+//	                           that got no answer in 300 ms (when it began)
 //	podnet addr IFNAME         print "MTU ADDR/LEN..." of the interface
 //	podnet udp-sink PORT SECS  count the UDP datagrams to PORT for SECS seconds, print the count
 //	podnet udp-send [-src IP] HOST:PORT N
@@ -91,6 +96,11 @@ func main() {
 			usage()
 		}
 		err = frameSend(os.Args[2:])
+	case "flip":
+		if len(os.Args) != 5 {
+			usage()
+		}
+		err = flip(os.Args[2], os.Args[3], os.Args[4])
 	case "addr":
 		if len(os.Args) != 3 {
 			usage()
@@ -106,7 +116,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: podnet serve [PORT] | send HOST:PORT BYTES | chat [-conns N] [-every D] [-for D] HOST:PORT... | addr IFNAME | udp-sink PORT SECS | udp-echo HOST:PORT | udp-send [-src IP] HOST:PORT N")
+	fmt.Fprintln(os.Stderr, "usage: podnet serve [PORT] | send HOST:PORT BYTES | chat [-conns N] [-every D] [-for D] HOST:PORT... | addr IFNAME | udp-sink PORT SECS | udp-echo HOST:PORT | flip open|closed tcp|udp HOST:PORT | udp-send [-src IP] HOST:PORT N")
 	os.Exit(2)
 }
 
@@ -212,6 +222,96 @@ func udpEcho(addr string) error {
 		return nil
 	}
 	return fmt.Errorf("no answer from %s in three tries", addr)
+}
+
+// flip waits for addr to turn open or closed to the protocol and prints
+// when it did (see the package comment). An attempt starts every 10 ms, so
+// the time is at most 10 ms and a round trip late; a closed port is seen
+// 300 ms after it closed, but dated to when the attempt began.
+func flip(want, protocol, addr string) error {
+	if want != "open" && want != "closed" {
+		return fmt.Errorf("want open or closed, not %q", want)
+	}
+	const every, patience = 10 * time.Millisecond, 300 * time.Millisecond
+	turned := make(chan time.Time, 1)
+	report := func(at time.Time) {
+		select {
+		case turned <- at:
+		default:
+		}
+	}
+	fmt.Println("ready")
+	switch protocol {
+	case "tcp":
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case at := <-turned:
+				fmt.Println(at.UnixNano())
+				return nil
+			case began := <-tick.C:
+				go func() {
+					timeout := patience
+					if want == "open" {
+						// An attempt that waits longer still tells
+						// the moment it connected.
+						timeout = 2 * time.Second
+					}
+					c, err := net.DialTimeout("tcp", addr, timeout)
+					if err == nil {
+						c.Close()
+						if want == "open" {
+							report(time.Now())
+						}
+						return
+					}
+					var ne net.Error
+					if want == "closed" && errors.As(err, &ne) && ne.Timeout() {
+						report(began)
+					}
+				}()
+			}
+		}
+	case "udp":
+		// A socket of its own for each attempt: an answered datagram
+		// makes its flow established, which a closing policy lets on.
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case at := <-turned:
+				fmt.Println(at.UnixNano())
+				return nil
+			case began := <-tick.C:
+				go func() {
+					timeout := patience
+					if want == "open" {
+						timeout = 2 * time.Second
+					}
+					c, err := net.Dial("udp4", addr)
+					if err != nil {
+						return
+					}
+					defer c.Close()
+					_ = c.SetDeadline(began.Add(timeout))
+					if _, err := c.Write([]byte("flip")); err != nil {
+						return
+					}
+					_, err = c.Read(make([]byte, 64))
+					var ne net.Error
+					switch {
+					case err == nil && want == "open":
+						report(time.Now())
+					case want == "closed" && errors.As(err, &ne) && ne.Timeout():
+						report(began)
+					}
+				}()
+			}
+		}
+	default:
+		return fmt.Errorf("want tcp or udp, not %q", protocol)
+	}
 }
 
 // send sends n pseudo-random bytes to the sink at addr and checks its
