@@ -35,6 +35,7 @@ benchmarks='
 ./channels/diff ^BenchmarkUnified$ 1s
 ./components/apiserver ^(BenchmarkAttachmentCreate|BenchmarkAttachmentList)$ 2000x
 ./components/fabric/ovs ^BenchmarkRemoteAttachments$ 3x
+./components/fabric/ovs ^BenchmarkPolicyScale$ 3x
 ./components/controllermanager ^BenchmarkIPAMBound$ 1x -timeout 40m
 ./components/controllermanager ^BenchmarkIPAM$ 1x -timeout 40m
 ./components/agent ^BenchmarkAgents$ 1x -timeout 60m -agent.agents 100 -agent.attachments 1000 -agent.rate 50

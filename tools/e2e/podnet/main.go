@@ -6,12 +6,20 @@
 // tests run it with kubectl exec (and ping, which the image also holds)
 // inside pods.
 //
-//	podnet serve [PORT]        the sink on PORT (7777) and the echo on PORT+1 (the pod's main process)
+//	podnet serve [PORT]        the sink on PORT (7777) and the echo on PORT+1 (the pod's main process),
+//	                           and a UDP echo on both
+//	podnet udp-echo HOST:PORT  send a datagram to a UDP echo and wait for it to come back (1 s,
+//	                           three tries); exit 1 saying "no answer" when it never does
 //	podnet send HOST:PORT N    send N bytes, print a JSON report, exit 1 on a mismatch
 //	podnet chat [-conns N] [-every D] [-for D] HOST:PORT...
 //	                           hold N connections (2) to each echo, send a line on each every D
 //	                           (100ms), print a JSON report of them all every second, for D (10m)
 //	                           or until printing fails
+//	podnet flip open|closed tcp|udp HOST:PORT
+//	                           print "ready", then try HOST:PORT every 10 ms until it turns open
+//	                           (or closed) and print when, in Unix nanoseconds: open is the
+//	                           first connection made or echo answered, closed the first attempt
+//	                           that got no answer in 300 ms (when it began)
 //	podnet addr IFNAME         print "MTU ADDR/LEN..." of the interface
 //	podnet udp-sink PORT SECS  count the UDP datagrams to PORT for SECS seconds, print the count
 //	podnet udp-send [-src IP] HOST:PORT N
@@ -78,11 +86,21 @@ func main() {
 		err = udpSink(os.Args[2], os.Args[3])
 	case "udp-send":
 		err = udpSend(os.Args[2:])
+	case "udp-echo":
+		if len(os.Args) != 3 {
+			usage()
+		}
+		err = udpEcho(os.Args[2])
 	case "frame-send":
 		if len(os.Args) != 8 {
 			usage()
 		}
 		err = frameSend(os.Args[2:])
+	case "flip":
+		if len(os.Args) != 5 {
+			usage()
+		}
+		err = flip(os.Args[2], os.Args[3], os.Args[4])
 	case "addr":
 		if len(os.Args) != 3 {
 			usage()
@@ -98,7 +116,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: podnet serve [PORT] | send HOST:PORT BYTES | chat [-conns N] [-every D] [-for D] HOST:PORT... | addr IFNAME | udp-sink PORT SECS | udp-send [-src IP] HOST:PORT N")
+	fmt.Fprintln(os.Stderr, "usage: podnet serve [PORT] | send HOST:PORT BYTES | chat [-conns N] [-every D] [-for D] HOST:PORT... | addr IFNAME | udp-sink PORT SECS | udp-echo HOST:PORT | flip open|closed tcp|udp HOST:PORT | udp-send [-src IP] HOST:PORT N")
 	os.Exit(2)
 }
 
@@ -118,7 +136,14 @@ func serve(port string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("podnet: serving on %s, echoing on %s\n", l.Addr(), echo.Addr())
+	for _, port := range []int{p, p + 1} {
+		c, err := net.ListenPacket("udp4", ":"+strconv.Itoa(port))
+		if err != nil {
+			return err
+		}
+		go echoUDP(c)
+	}
+	fmt.Printf("podnet: serving on %s, echoing on %s, and on UDP %d and %d\n", l.Addr(), echo.Addr(), p, p+1)
 	go func() {
 		for {
 			c, err := echo.Accept()
@@ -149,6 +174,143 @@ func serve(port string) error {
 			}
 			fmt.Fprintf(c, "%d %s\n", n, hex.EncodeToString(h.Sum(nil)))
 		}()
+	}
+}
+
+// echoUDP sends every datagram back to where it came from, until reading
+// fails (the process ends with it).
+func echoUDP(c net.PacketConn) {
+	buf := make([]byte, 65536)
+	for {
+		n, from, err := c.ReadFrom(buf)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "podnet: UDP echo: %v\n", err)
+			os.Exit(1)
+		}
+		if _, err := c.WriteTo(buf[:n], from); err != nil {
+			fmt.Fprintf(os.Stderr, "podnet: UDP echo to %s: %v\n", from, err)
+		}
+	}
+}
+
+// udpEcho sends a datagram to the UDP echo at addr and waits a second for
+// it to come back, three times; "no answer" says none came back (a policy
+// test counts that as dropped).
+func udpEcho(addr string) error {
+	c, err := net.Dial("udp4", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	payload := []byte("podnet " + strconv.Itoa(os.Getpid()))
+	buf := make([]byte, 1500)
+	for range 3 {
+		if _, err := c.Write(payload); err != nil {
+			return err
+		}
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		n, err := c.Read(buf)
+		var ne net.Error
+		switch {
+		case errors.As(err, &ne) && ne.Timeout():
+			continue
+		case err != nil:
+			return err
+		case string(buf[:n]) != string(payload):
+			return fmt.Errorf("the echo answered %q to %q", buf[:n], payload)
+		}
+		return nil
+	}
+	return fmt.Errorf("no answer from %s in three tries", addr)
+}
+
+// flip waits for addr to turn open or closed to the protocol and prints
+// when it did (see the package comment). An attempt starts every 10 ms, so
+// the time is at most 10 ms and a round trip late; a closed port is seen
+// 300 ms after it closed, but dated to when the attempt began.
+func flip(want, protocol, addr string) error {
+	if want != "open" && want != "closed" {
+		return fmt.Errorf("want open or closed, not %q", want)
+	}
+	const every, patience = 10 * time.Millisecond, 300 * time.Millisecond
+	turned := make(chan time.Time, 1)
+	report := func(at time.Time) {
+		select {
+		case turned <- at:
+		default:
+		}
+	}
+	fmt.Println("ready")
+	switch protocol {
+	case "tcp":
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case at := <-turned:
+				fmt.Println(at.UnixNano())
+				return nil
+			case began := <-tick.C:
+				go func() {
+					timeout := patience
+					if want == "open" {
+						// An attempt that waits longer still tells
+						// the moment it connected.
+						timeout = 2 * time.Second
+					}
+					c, err := net.DialTimeout("tcp", addr, timeout)
+					if err == nil {
+						c.Close()
+						if want == "open" {
+							report(time.Now())
+						}
+						return
+					}
+					var ne net.Error
+					if want == "closed" && errors.As(err, &ne) && ne.Timeout() {
+						report(began)
+					}
+				}()
+			}
+		}
+	case "udp":
+		// A socket of its own for each attempt: an answered datagram
+		// makes its flow established, which a closing policy lets on.
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case at := <-turned:
+				fmt.Println(at.UnixNano())
+				return nil
+			case began := <-tick.C:
+				go func() {
+					timeout := patience
+					if want == "open" {
+						timeout = 2 * time.Second
+					}
+					c, err := net.Dial("udp4", addr)
+					if err != nil {
+						return
+					}
+					defer c.Close()
+					_ = c.SetDeadline(began.Add(timeout))
+					if _, err := c.Write([]byte("flip")); err != nil {
+						return
+					}
+					_, err = c.Read(make([]byte, 64))
+					var ne net.Error
+					switch {
+					case err == nil && want == "open":
+						report(time.Now())
+					case want == "closed" && errors.As(err, &ne) && ne.Timeout():
+						report(began)
+					}
+				}()
+			}
+		}
+	default:
+		return fmt.Errorf("want tcp or udp, not %q", protocol)
 	}
 }
 
