@@ -152,7 +152,7 @@ func (d *demo) upgradeUnderApps(ctx context.Context, kube kubernetes.Interface, 
 
 	began := time.Now()
 	say("Upgrade to %s, the traffic still going:", release)
-	if err := d.channelsAt("apply", "channel", channel, "--yes"); err != nil {
+	if err := d.channelsAt("apply", "channel", channel, "--yes", demoTimeout); err != nil {
 		return err
 	}
 	if err := d.waitKOS(ctx, kube, agg); err != nil {

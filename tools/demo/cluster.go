@@ -114,7 +114,7 @@ func (d *demo) runCluster(ctx context.Context) error {
 	}
 
 	say("Install KOS %s, as the cluster got it back then:", oldRelease)
-	if err := d.channelsAt("apply", "channel", channelOf[oldRelease], "--yes"); err != nil {
+	if err := d.channelsAt("apply", "channel", channelOf[oldRelease], "--yes", demoTimeout); err != nil {
 		return err
 	}
 	say("Wait for every KOS pod to be Ready and the KOS API to be Available through the aggregation layer:")
@@ -327,3 +327,9 @@ func downCluster(ctx context.Context, envDir string, localenvArgs []string) erro
 	}
 	return errors.Join(errs...)
 }
+
+// demoTimeout is how long the demo's applies wait for their addons to be
+// ready: channels' default of 5 minutes was too short for a rollout of
+// three nodes on a busy two-core machine (load 28: the upgrade to 0.3.0
+// was 2 of 3 agents after 5 minutes, and on its way).
+const demoTimeout = "--timeout=10m"

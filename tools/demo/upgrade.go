@@ -113,7 +113,7 @@ func (d *demo) liveUpgrade(ctx context.Context, env *cluster.Cluster, kube kuber
 
 	began := time.Now()
 	say("Upgrade: apply the %s channel, the pings still going:", newRelease)
-	if err := d.channelsAt("apply", "channel", newChannel, "--yes"); err != nil {
+	if err := d.channelsAt("apply", "channel", newChannel, "--yes", demoTimeout); err != nil {
 		return err
 	}
 	if err := d.waitKOS(ctx, kube, agg); err != nil {
@@ -161,7 +161,7 @@ func (d *demo) liveUpgrade(ctx context.Context, env *cluster.Cluster, kube kuber
 		return err
 	}
 	say("Applying the %s channel again is refused, addon by addon (channels never downgrades):", oldRelease)
-	if err := d.channelsAt("apply", "channel", oldChannel, "--yes"); err != nil {
+	if err := d.channelsAt("apply", "channel", oldChannel, "--yes", demoTimeout); err != nil {
 		return err
 	}
 	if len(changes) > 0 {
