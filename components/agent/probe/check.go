@@ -96,6 +96,9 @@ func (p *probe) ping(ctx context.Context, to netip.Addr, size int, dontFragment 
 		conn = c.(*net.IPConn)
 		return nil
 	})
+	if errors.Is(err, syscall.EPERM) {
+		return fail("opening an ICMP socket: %v (the agent needs CAP_NET_RAW)", err)
+	}
 	if err != nil {
 		return fail("opening an ICMP socket: %v", err)
 	}
