@@ -22,6 +22,7 @@ import (
 	"github.com/kos-sdn/kos/components/agent/cniserver"
 	"github.com/kos-sdn/kos/components/agent/exechook"
 	"github.com/kos-sdn/kos/components/agent/policy"
+	"github.com/kos-sdn/kos/components/agent/probe"
 	networkapi "github.com/kos-sdn/kos/components/apis/network"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/fabric"
@@ -137,6 +138,9 @@ type Agent struct {
 	cniSrv *cniserver.Server
 	// policy enforces the node's NodeNetworkPolicies, when Config asks.
 	policy *policy.Enforcer
+	// probes are the connectivity probes of `kubectl kos check` on local
+	// attachments (status.go), which Run removes as it stops.
+	probes *probe.Manager
 
 	queue workqueue.TypedRateLimitingInterface[string]
 
@@ -231,6 +235,8 @@ func New(cfg Config) (*Agent, error) {
 		addrSeed:    maphash.MakeSeed(),
 		nodes:       cfg.Nodes,
 		underlayMTU: cfg.UnderlayMTU,
+		// The switch's ports live where the host ends of pods' veths go.
+		probes: probe.NewManager(cfg.CNI.HostNetns),
 	}
 	if cfg.NetworkConfig {
 		a.netConfig = newNetworkConfig(cfg, m)
@@ -345,6 +351,12 @@ func (a *Agent) Run(ctx context.Context, workers int) error {
 
 	var wg sync.WaitGroup
 	defer a.state.stopNetworks()
+	// A probe's namespace would go with the process; its interface goes
+	// back where the agent made it.
+	defer a.probes.StopAll(ctx)
+	if _, err := a.localInformer.AddEventHandler(a.probeHandler(ctx)); err != nil {
+		return fmt.Errorf("watching local attachments for probes: %w", err)
+	}
 	// Once nothing changes the fabric any more (after wg.Wait).
 	defer a.removeTunnelFilter(logger)
 	defer wg.Wait()

@@ -1,20 +1,26 @@
 package agent
 
 // This file is what the agent tells its debug endpoints (package
-// debugserver): its status and its local attachments.
+// debugserver): its status and its local attachments, and the probes it
+// puts on them (package probe).
 
 import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"runtime/debug"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/kos-sdn/kos/components/agent/api"
 	"github.com/kos-sdn/kos/components/agent/debugserver"
+	"github.com/kos-sdn/kos/components/agent/probe"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/fabric"
 	"github.com/kos-sdn/kos/components/fabric/ovs"
@@ -31,8 +37,9 @@ type switchReader interface {
 }
 
 var (
-	_ debugserver.Agent = (*Agent)(nil)
-	_ switchReader      = (*ovs.Fabric)(nil)
+	_ debugserver.Agent  = (*Agent)(nil)
+	_ debugserver.Prober = (*Agent)(nil)
+	_ switchReader       = (*ovs.Fabric)(nil)
 )
 
 // reconcileRecord is what /debug/status says of the last full reconcile,
@@ -88,7 +95,94 @@ func (a *Agent) DebugHandler() http.Handler {
 	if r, ok := a.fabric.(switchReader); ok {
 		sw = r
 	}
-	return debugserver.Handler(a, sw)
+	return debugserver.Handler(a, sw, a)
+}
+
+// StartProbe implements debugserver.Prober.
+func (a *Agent) StartProbe(ctx context.Context, req api.ProbeRequest) error {
+	att, err := a.probeAttachment(ctx, req.Namespace, req.Name)
+	if err != nil {
+		return err
+	}
+	return a.probes.Start(ctx, att)
+}
+
+// CheckProbe implements debugserver.Prober.
+func (a *Agent) CheckProbe(ctx context.Context, req api.ProbeCheckRequest) (api.ProbeCheckResult, error) {
+	return a.probes.Check(ctx, req)
+}
+
+// StopProbe implements debugserver.Prober.
+func (a *Agent) StopProbe(ctx context.Context, req api.ProbeRequest) error {
+	return a.probes.Stop(ctx, req.Namespace, req.Name)
+}
+
+// probeAttachment returns what a probe needs of the local attachment
+// namespace/name: one made for checks (probe.Label), not a pod's, Ready.
+func (a *Agent) probeAttachment(ctx context.Context, namespace, name string) (probe.Attachment, error) {
+	key := namespace + "/" + name
+	obj, exists, err := a.localInformer.GetStore().GetByKey(key)
+	if err != nil {
+		return probe.Attachment{}, err
+	}
+	att, _ := obj.(*v1alpha1.NetworkAttachment)
+	if !exists || att == nil || att.Spec.Node != a.node {
+		return probe.Attachment{}, fmt.Errorf("attachment %s is %w %s", key, debugserver.ErrNotLocal, a.node)
+	}
+	if _, ok := att.Labels[probe.Label]; !ok {
+		return probe.Attachment{}, fmt.Errorf("attachment %s is %w: only an attachment labelled %s (made for checks) gets a probe, which takes its interface", key, debugserver.ErrNotProbeable, probe.Label)
+	}
+	if _, ok := att.Labels[v1alpha1.PodUIDLabel]; ok {
+		return probe.Attachment{}, fmt.Errorf("attachment %s is %w: its interface is a pod's", key, debugserver.ErrNotProbeable)
+	}
+	addr, ok := addressOf(att)
+	if !ok {
+		return probe.Attachment{}, fmt.Errorf("attachment %s has %w", key, debugserver.ErrNoAddress)
+	}
+	if !meta.IsStatusConditionTrue(att.Status.Conditions, v1alpha1.NetworkAttachmentReady) {
+		return probe.Attachment{}, fmt.Errorf("attachment %s is %w", key, debugserver.ErrNotReady)
+	}
+	subnet, err := a.client.NetworkV1alpha1().Subnets(namespace).Get(ctx, att.Spec.Subnet, metav1.GetOptions{})
+	if err != nil {
+		return probe.Attachment{}, fmt.Errorf("reading the subnet of attachment %s: %w", key, err)
+	}
+	prefix, err := netip.ParsePrefix(subnet.Spec.IPv4)
+	if err != nil {
+		return probe.Attachment{}, fmt.Errorf("subnet %s/%s of attachment %s: %w", namespace, subnet.Name, key, err)
+	}
+	at := fabric.LocalAttachment{VNI: addr.vni, IP: addr.ip}
+	return probe.Attachment{
+		Namespace: namespace,
+		Name:      name,
+		UID:       string(att.UID),
+		Interface: at.InterfaceName(),
+		MAC:       at.MAC(),
+		Address:   netip.PrefixFrom(addr.ip, prefix.Bits()),
+		MTU:       int(att.Status.MTU),
+	}, nil
+}
+
+// probeHandler removes the probe of a local attachment that goes or is
+// made again under its name.
+func (a *Agent) probeHandler(ctx context.Context) cache.ResourceEventHandler {
+	forget := func(obj any, gone bool) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		att, ok := obj.(*v1alpha1.NetworkAttachment)
+		if !ok {
+			return
+		}
+		uid := string(att.UID)
+		if gone {
+			uid = ""
+		}
+		a.probes.Forget(ctx, att.Namespace, att.Name, uid)
+	}
+	return cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, obj any) { forget(obj, false) },
+		DeleteFunc: func(obj any) { forget(obj, true) },
+	}
 }
 
 // LocalAttachment implements debugserver.Agent.

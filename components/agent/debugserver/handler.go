@@ -25,7 +25,8 @@ const (
 	// more wait their turn, so that a loop of requests costs the node one
 	// or two processes at a time.
 	switchCommands = 2
-	// maxTraceRequest bounds the body of a trace request.
+	// maxTraceRequest bounds the body of a trace request, and of a probe
+	// request.
 	maxTraceRequest = 4 << 10
 )
 
@@ -51,6 +52,25 @@ var (
 	ErrNoAddress = errors.New("no address yet")
 )
 
+// Errors of a Prober that say whose the problem is.
+var (
+	// ErrNotProbeable is of an attachment that may not have a probe: one
+	// without the check label (probe.Label), or a pod's, whose interface
+	// is the pod's.
+	ErrNotProbeable = errors.New("not probeable")
+	// ErrNotReady is of an attachment whose interface is not ready.
+	ErrNotReady = errors.New("not ready")
+)
+
+// Prober puts connectivity probes on local attachments (package probe).
+// Its errors wrap ErrNotLocal, ErrNotProbeable, ErrNotReady or
+// probe.ErrNoProbe when that is why it failed.
+type Prober interface {
+	StartProbe(ctx context.Context, req api.ProbeRequest) error
+	CheckProbe(ctx context.Context, req api.ProbeCheckRequest) (api.ProbeCheckResult, error)
+	StopProbe(ctx context.Context, req api.ProbeRequest) error
+}
+
 // Switch is a node's switch that can be read for people; fabric/ovs is one.
 type Switch interface {
 	DumpFlows(ctx context.Context) (string, error)
@@ -62,9 +82,11 @@ type Switch interface {
 var _ Switch = (*ovs.Fabric)(nil)
 
 // Handler returns the handler of the debug endpoints of agent a, whose
-// switch is sw; sw is nil for a fabric without a switch (fabric/logging),
-// whose switch endpoints then fail. It checks no identity: Server does.
-func Handler(a Agent, sw Switch) http.Handler {
+// switch is sw and whose probes p makes; sw is nil for a fabric without a
+// switch (fabric/logging), whose switch endpoints then fail, and p nil for
+// an agent without probes, whose probe paths then answer 404 as those of
+// agents before probes. It checks no identity: Server does.
+func Handler(a Agent, sw Switch, p Prober) http.Handler {
 	slots := make(chan struct{}, switchCommands)
 	// withSlot runs f with a slot, bounded in time, or fails when the
 	// request ends first.
@@ -144,6 +166,9 @@ func Handler(a Agent, sw Switch) http.Handler {
 			fmt.Fprint(w, out)
 		})
 	})
+	if p != nil {
+		handleProbes(mux, p, withSlot)
+	}
 	return mux
 }
 

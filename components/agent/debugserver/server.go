@@ -225,7 +225,8 @@ func withAccessCheck(h http.Handler, authn authenticator.Request, authz authoriz
 }
 
 // accessAttributes returns what a SubjectAccessReview of a request asks:
-// get for a read, create for a trace (POST).
+// get for a read, create for anything else: a trace, a probe's POST and
+// DELETE.
 func accessAttributes(resp *authenticator.Response, r *http.Request, node string) authorizer.AttributesRecord {
 	verb := "get"
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {

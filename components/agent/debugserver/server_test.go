@@ -18,7 +18,7 @@ import (
 // request: reads need get, a trace create, on nodes/kos-debug of the node.
 func TestAccessAttributes(t *testing.T) {
 	u := &user.DefaultInfo{Name: "alice"}
-	for method, verb := range map[string]string{http.MethodGet: "get", http.MethodHead: "get", http.MethodPost: "create", http.MethodPut: "create"} {
+	for method, verb := range map[string]string{http.MethodGet: "get", http.MethodHead: "get", http.MethodPost: "create", http.MethodPut: "create", http.MethodDelete: "create"} {
 		got := accessAttributes(&authenticator.Response{User: u}, httptest.NewRequest(method, "/debug/x", nil), "node-a")
 		want := authorizer.AttributesRecord{User: u, Verb: verb, APIVersion: "v1", Resource: "nodes", Subresource: "kos-debug", Name: "node-a", ResourceRequest: true, Path: "/debug/x"}
 		if diff := cmp.Diff(got, want); diff != "" {
