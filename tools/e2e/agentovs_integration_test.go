@@ -202,10 +202,11 @@ func agentPod(t *testing.T, k *kos) *corev1.Pod {
 // checkLeastPrivilege checks that no container of the agent's pod is
 // privileged, that each drops every capability, and which it adds: the
 // agent, from 0.3.0, those it needs to make pods' veth pairs and configure
-// their ends inside the pods' network namespaces.
+// their ends inside the pods' network namespaces, and from 0.4.0 the raw
+// sockets of kubectl kos check's probes.
 func checkLeastPrivilege(t *testing.T, pod *corev1.Pod) {
 	t.Helper()
-	want := map[string][]corev1.Capability{"ovs": {"NET_ADMIN", "NET_RAW"}, "kos-agent": {"NET_ADMIN", "SYS_ADMIN"}}
+	want := map[string][]corev1.Capability{"ovs": {"NET_ADMIN", "NET_RAW"}, "kos-agent": {"NET_ADMIN", "NET_RAW", "SYS_ADMIN"}}
 	for _, c := range pod.Spec.Containers {
 		sc := c.SecurityContext
 		if sc == nil || sc.Capabilities == nil {
