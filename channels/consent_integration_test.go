@@ -220,9 +220,21 @@ spec: {storageClassName: %s, accessModes: [ReadWriteOnce], resources: {requests:
 	if err != nil {
 		t.Fatalf("the claim was not bound: %v", err)
 	}
-	claimBefore, err := k.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "complete-data", metav1.GetOptions{})
+	// The volume controller writes the claim once more after it is
+	// Bound (on a loaded machine, after this test read it): the claim
+	// to compare with is one that stayed as it is for two seconds.
+	var claimBefore *corev1.PersistentVolumeClaim
+	err = wait.PollUntilContextTimeout(ctx, 2*time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		c, err := k.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "complete-data", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		stable := claimBefore != nil && claimBefore.ResourceVersion == c.ResourceVersion
+		claimBefore = c
+		return stable, nil
+	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the claim did not settle: %v", err)
 	}
 
 	out = ours.mustRun(t, "apply", "channel", v1)
