@@ -36,7 +36,12 @@ import (
 // replica out of the Service the aggregator proxies to) is probed every
 // 500 ms and a client reads and writes every 200 ms.
 //
-//   - A follower killed: nothing may fail.
+//   - A follower killed: no read fails, nor any write but one in flight
+//     to that member when it died: the etcd client sends requests to
+//     every member in turn, and retries a write only when it was never
+//     sent, so a write whose connection was reset under it comes back
+//     Unavailable (seen once, in an integration lane at load 17-30):
+//     logged.
 //   - The leader killed: /readyz stays 200 and no read fails; a write in
 //     flight to the dying leader may time out in etcd ("request timed
 //     out", after etcd's 7 s), which clients retry: logged.
@@ -67,8 +72,15 @@ func TestIntegrationEtcdMemberKill(t *testing.T) {
 			restartMember(t, m)
 		})
 		r.requireReady(t, released)
-		if len(r.readErrors)+len(r.writeErrors) > 0 {
-			t.Errorf("KOS API requests failed while one etcd follower of three was away:\n%s", strings.Join(append(r.readErrors, r.writeErrors...), "\n"))
+		if len(r.readErrors) > 0 {
+			t.Errorf("KOS API reads failed while one etcd follower of three was away:\n%s", strings.Join(r.readErrors, "\n"))
+		}
+		for _, e := range r.writeErrors {
+			if !inFlightToKilled(e) {
+				t.Errorf("a KOS API write failed while one etcd follower of three was away, not by the kill of the member it was sent to: %s", e)
+			} else {
+				t.Logf("a write in flight to the killed member failed with it: %s", e)
+			}
 		}
 	})
 	t.Run("the leader killed", func(t *testing.T) {
@@ -399,4 +411,11 @@ func failedChecks(body string) string {
 		return strings.Join(strings.Fields(body), " ")
 	}
 	return strings.Join(failed, "; ")
+}
+
+// inFlightToKilled reports whether a write's error is that of a request
+// whose connection to its etcd member broke as the member was killed.
+func inFlightToKilled(e string) bool {
+	return strings.Contains(e, "code = Unavailable") &&
+		(strings.Contains(e, "connection reset by peer") || strings.Contains(e, "error reading from server") || strings.Contains(e, "EOF"))
 }
