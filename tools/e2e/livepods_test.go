@@ -294,9 +294,11 @@ func (lu *liveUpgrade) testPolicy(t *testing.T, pods *podsTest, driver string) {
 	}
 	name := driver + "-policy"
 	// The policy is in force well within a second (TestIntegrationPolicy
-	// TruthTable), and allows what the pods send: 20 s of pings around
-	// its creation may lose a tenth at most.
-	const span = 20 * time.Second
+	// TruthTable), and allows what the pods send: a minute of pings
+	// around its creation may lose a tenth at most. (With 20 s, the
+	// rollback's first chat from blue-3 to blue-1 right after found no
+	// echo for a minute, once; the cause is not known yet.)
+	const span = time.Minute
 	traffic := lu.startPodTraffic(t, pods, span, int(span/livePodPingInterval)/10)
 	began := time.Now()
 	// The CRD is new with the release: its resource is served a moment
