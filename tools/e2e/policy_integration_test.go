@@ -737,7 +737,7 @@ func (p *policyTest) testConvergence(t *testing.T) {
 			want = "closed"
 			write = func(ctx context.Context) error { return policies.Delete(ctx, toggle.Name, metav1.DeleteOptions{}) }
 		}
-		d := p.flipTime(t, flips, want, write)
+		d := p.flipTime(t, flips, want, write, 20000+i*500)
 		t.Logf("write %d (%s): every node enforced it after %v", i+1, want, d)
 		took = append(took, d)
 	}
@@ -758,7 +758,13 @@ func (p *policyTest) testConvergence(t *testing.T) {
 
 // flipTime starts podnet flip for every cell, makes the write once each
 // is trying, and returns how long after the write the last cell turned.
-func (p *policyTest) flipTime(t *testing.T, cells []policyCell, want string, write func(context.Context) error) time.Duration {
+//
+// UDP cells send from the 500 source ports from udpBase (podnet flip's
+// block), which the caller makes different for each write: a port an
+// answered attempt of an earlier write used has an established flow that
+// a closing policy rightly lets on, so one reused would see the cell open
+// before the write.
+func (p *policyTest) flipTime(t *testing.T, cells []policyCell, want string, write func(context.Context) error, udpBase int) time.Duration {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	nsOf := map[string]string{}
@@ -780,8 +786,12 @@ func (p *policyTest) flipTime(t *testing.T, cells []policyCell, want string, wri
 	}()
 	for _, c := range cells {
 		addr := netip.AddrPortFrom(p.ips[c.to], uint16(c.port)).String()
-		cmd := exec.CommandContext(ctx, "kubectl", "--kubeconfig", p.env.Kubeconfig, "-n", nsOf[c.from], "exec", c.from, "--",
-			podnetBin, "flip", want, strings.ToLower(string(c.protocol)), addr)
+		args := []string{"--kubeconfig", p.env.Kubeconfig, "-n", nsOf[c.from], "exec", c.from, "--",
+			podnetBin, "flip", want, strings.ToLower(string(c.protocol)), addr}
+		if c.protocol == corev1.ProtocolUDP {
+			args = append(args, strconv.Itoa(udpBase))
+		}
+		cmd := exec.CommandContext(ctx, "kubectl", args...)
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)

@@ -97,10 +97,17 @@ func main() {
 		}
 		err = frameSend(os.Args[2:])
 	case "flip":
-		if len(os.Args) != 5 {
+		base := 0
+		switch len(os.Args) {
+		case 5:
+		case 6:
+			if base, err = strconv.Atoi(os.Args[5]); err != nil || base < 1024 || base > 65535-flipPorts {
+				usage()
+			}
+		default:
 			usage()
 		}
-		err = flip(os.Args[2], os.Args[3], os.Args[4])
+		err = flip(os.Args[2], os.Args[3], os.Args[4], base)
 	case "addr":
 		if len(os.Args) != 3 {
 			usage()
@@ -116,7 +123,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: podnet serve [PORT] | send HOST:PORT BYTES | chat [-conns N] [-every D] [-for D] HOST:PORT... | addr IFNAME | udp-sink PORT SECS | udp-echo HOST:PORT | flip open|closed tcp|udp HOST:PORT | udp-send [-src IP] HOST:PORT N")
+	fmt.Fprintln(os.Stderr, "usage: podnet serve [PORT] | send HOST:PORT BYTES | chat [-conns N] [-every D] [-for D] HOST:PORT... | addr IFNAME | udp-sink PORT SECS | udp-echo HOST:PORT | flip open|closed tcp|udp HOST:PORT [UDP-PORT-BASE] | udp-send [-src IP] HOST:PORT N")
 	os.Exit(2)
 }
 
@@ -224,13 +231,23 @@ func udpEcho(addr string) error {
 	return fmt.Errorf("no answer from %s in three tries", addr)
 }
 
+// flipPorts is the size of the block of UDP source ports a flip sends
+// from (base, base+1, ...): one attempt every 10 ms for 5 s.
+const flipPorts = 500
+
 // flip waits for addr to turn open or closed to the protocol and prints
 // when it did (see the package comment). An attempt starts every 10 ms, so
 // the time is at most 10 ms and a round trip late; a closed port is seen
 // a second after it closed, but dated to when the attempt began. A second,
 // not less: on a loaded two-core machine (load 17-30) answers came later
 // than 300 ms, and an open UDP port was taken for closed.
-func flip(want, protocol, addr string) error {
+//
+// A UDP attempt from a source port that an earlier, answered attempt used
+// rides that flow's conntrack entry, which a closing policy lets on (as it
+// must: established flows pass): so with base, UDP attempts send from
+// ports base to base+flipPorts-1 in turn, a block the caller gives each
+// flip of its own, and never from a port the kernel picks.
+func flip(want, protocol, addr string, base int) error {
 	if want != "open" && want != "closed" {
 		return fmt.Errorf("want open or closed, not %q", want)
 	}
@@ -280,7 +297,7 @@ func flip(want, protocol, addr string) error {
 		// makes its flow established, which a closing policy lets on.
 		tick := time.NewTicker(every)
 		defer tick.Stop()
-		for {
+		for attempt := 0; ; attempt++ {
 			select {
 			case at := <-turned:
 				fmt.Println(at.UnixNano())
@@ -291,7 +308,11 @@ func flip(want, protocol, addr string) error {
 					if want == "open" {
 						timeout = 2 * time.Second
 					}
-					c, err := net.Dial("udp4", addr)
+					d := net.Dialer{}
+					if base > 0 {
+						d.LocalAddr = &net.UDPAddr{Port: base + attempt%flipPorts}
+					}
+					c, err := d.Dial("udp4", addr)
 					if err != nil {
 						return
 					}
