@@ -74,7 +74,8 @@ func (t tunnel) ask(ctx context.Context, local int, method, path string, body []
 		return nil, fmt.Errorf("%s %s: reading the answer: %w", method, path, err)
 	}
 	switch resp.StatusCode {
-	case http.StatusOK:
+	// 201 and 204: the agent's probes (POST and DELETE /debug/probes).
+	case http.StatusOK, http.StatusCreated, http.StatusNoContent:
 		return raw, nil
 	case http.StatusUnauthorized, http.StatusForbidden:
 		return nil, fmt.Errorf("%s %s: %d: %s (the agent lets in users allowed %s/%s of its node; see docs/kubectl-kos.md)",

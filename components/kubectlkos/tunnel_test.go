@@ -25,6 +25,13 @@ func TestTunnelAsk(t *testing.T) {
 		switch r.URL.Path {
 		case "/debug/status":
 			w.Write([]byte(`{"node":"n1"}`))
+		case "/debug/probes":
+			// The agent's answers to a probe's start and removal.
+			if r.Method == http.MethodPost {
+				w.WriteHeader(http.StatusCreated)
+			} else {
+				w.WriteHeader(http.StatusNoContent)
+			}
 		case "/debug/flows":
 			http.Error(w, `Forbidden: user "alice" cannot get nodes/kos-debug of node n1`, http.StatusForbidden)
 		default:
@@ -50,6 +57,12 @@ func TestTunnelAsk(t *testing.T) {
 	if err != nil || string(body) != `{"node":"n1"}` {
 		t.Errorf("GET /debug/status = %q, %v; want the status", body, err)
 	}
+	if _, err := tun.ask(ctx, local, http.MethodPost, "/debug/probes", []byte(`{}`)); err != nil {
+		t.Errorf("POST /debug/probes answered 201 = %v, want no error", err)
+	}
+	if _, err := tun.ask(ctx, local, http.MethodDelete, "/debug/probes", nil); err != nil {
+		t.Errorf("DELETE /debug/probes answered 204 = %v, want no error", err)
+	}
 	if _, err := tun.ask(ctx, local, http.MethodGet, "/debug/flows", nil); err == nil || !strings.Contains(err.Error(), "403") || !strings.Contains(err.Error(), "nodes/kos-debug") {
 		t.Errorf("GET /debug/flows = %v, want the 403 with the right the agent wants", err)
 	}
@@ -58,6 +71,8 @@ func TestTunnelAsk(t *testing.T) {
 	}
 	want := []string{
 		"GET /debug/status Bearer alice-token ",
+		"POST /debug/probes Bearer alice-token ",
+		"DELETE /debug/probes Bearer alice-token ",
 		"GET /debug/flows Bearer alice-token ",
 		"POST /debug/trace Bearer alice-token ",
 	}
