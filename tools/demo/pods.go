@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -348,14 +349,21 @@ func (d *demo) podExec(ctx context.Context, echo bool, pod string, command ...st
 	if echo {
 		fmt.Printf("\n$ kubectl %s\n", strings.Join(args, " "))
 	}
-	out, err := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", d.kubeconfig}, args...)...).CombinedOutput()
+	// The command's output alone is returned: kubectl's own messages
+	// (such as client-go's "Unknown stream id" of a WebSocket exec) go to
+	// its standard error, and would spoil a report the caller reads.
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", d.kubeconfig}, args...)...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
 	if echo {
-		fmt.Print(string(out))
+		fmt.Print(stdout.String())
+		fmt.Print(stderr.String())
 	}
 	if err != nil {
-		return string(out), fmt.Errorf("kubectl %s: %w", strings.Join(args, " "), err)
+		return stdout.String() + stderr.String(), fmt.Errorf("kubectl %s: %w", strings.Join(args, " "), err)
 	}
-	return string(out), nil
+	return stdout.String(), nil
 }
 
 // underlayMTU returns the MTU of the node's interface that holds its
