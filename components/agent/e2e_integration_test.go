@@ -50,6 +50,21 @@ type node struct {
 	hostIP string
 }
 
+// startTwoNodes starts nodes A (hostA) and B (hostB), joined by a veth
+// underlay, each knowing the other's underlay address.
+func startTwoNodes(t *testing.T, ctx context.Context) (a, b *node) {
+	t.Helper()
+	nsA, nsB := ovsenv.NetnsT(t), ovsenv.NetnsT(t)
+	if err := ovsenv.AddVethPair(ctx, nsA, "ul0", nsB, "ul0"); err != nil {
+		t.Fatal(err)
+	}
+	a = startNode(t, ctx, nsA, hostA)
+	b = startNode(t, ctx, nsB, hostB)
+	a.knowNeighbour(t, ctx, b)
+	b.knowNeighbour(t, ctx, a)
+	return a, b
+}
+
 func startNode(t *testing.T, ctx context.Context, ns *ovsenv.Netns, hostIP string) *node {
 	t.Helper()
 	n := &node{ns: ns, hostIP: hostIP}
@@ -147,14 +162,7 @@ func TestIntegrationTwoNodes(t *testing.T) {
 	k := newAPI(t)
 	startControllers(t)
 
-	nsA, nsB := ovsenv.NetnsT(t), ovsenv.NetnsT(t)
-	if err := ovsenv.AddVethPair(ctx, nsA, "ul0", nsB, "ul0"); err != nil {
-		t.Fatal(err)
-	}
-	a := startNode(t, ctx, nsA, hostA)
-	b := startNode(t, ctx, nsB, hostB)
-	a.knowNeighbour(t, ctx, b)
-	b.knowNeighbour(t, ctx, a)
+	a, b := startTwoNodes(t, ctx)
 	startAgent(t, agentConfig(t, k.node("a"), hostA, a.fabric))
 	agentB := startAgent(t, agentConfig(t, k.node("b"), hostB, b.fabric))
 

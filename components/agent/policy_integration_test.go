@@ -35,14 +35,7 @@ func TestIntegrationPolicyEnforced(t *testing.T) {
 	k := newAPI(t)
 	startControllers(t)
 
-	nsA, nsB := ovsenv.NetnsT(t), ovsenv.NetnsT(t)
-	if err := ovsenv.AddVethPair(ctx, nsA, "ul0", nsB, "ul0"); err != nil {
-		t.Fatal(err)
-	}
-	a := startNode(t, ctx, nsA, hostA)
-	b := startNode(t, ctx, nsB, hostB)
-	a.knowNeighbour(t, ctx, b)
-	b.knowNeighbour(t, ctx, a)
+	a, b := startTwoNodes(t, ctx)
 	cfgA, cfgB := agentConfig(t, k.node("a"), hostA, a.fabric), agentConfig(t, k.node("b"), hostB, b.fabric)
 	cfgA.Policy, cfgB.Policy = true, true
 	agentA := startAgent(t, cfgA)

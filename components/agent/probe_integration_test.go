@@ -18,7 +18,6 @@ import (
 	agentapi "github.com/kos-sdn/kos/components/agent/api"
 	"github.com/kos-sdn/kos/components/agent/probe"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
-	"github.com/kos-sdn/kos/tools/ovsenv"
 	"github.com/kos-sdn/kos/tools/poll"
 )
 
@@ -37,14 +36,8 @@ func TestIntegrationProbes(t *testing.T) {
 	k := newAPI(t)
 	startControllers(t)
 
-	nsA, nsB := ovsenv.NetnsT(t), ovsenv.NetnsT(t)
-	if err := ovsenv.AddVethPair(ctx, nsA, "ul0", nsB, "ul0"); err != nil {
-		t.Fatal(err)
-	}
-	a := startNode(t, ctx, nsA, hostA)
-	b := startNode(t, ctx, nsB, hostB)
-	a.knowNeighbour(t, ctx, b)
-	b.knowNeighbour(t, ctx, a)
+	a, b := startTwoNodes(t, ctx)
+	nsA, nsB := a.ns, b.ns
 	cfgA, cfgB := agentConfig(t, k.node("a"), hostA, a.fabric), agentConfig(t, k.node("b"), hostB, b.fabric)
 	// The agents run in the test's network namespace; their switches'
 	// ports live in the nodes'.
