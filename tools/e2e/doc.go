@@ -27,8 +27,7 @@
 // VNI share an address, when an IPLock outlives its attachment, or when a
 // node's switch keeps a port or flow of no attachment or lacks one.
 //
-// TestIntegrationPodEdits is issue 32's proof on the same three nodes with
-// Multus: pods on a definition of type kos keep pinging each other and
+// TestIntegrationPodEdits is issue 32's proof on three nodes with Multus: pods on a definition of type kos keep pinging each other and
 // their TCP connections while the definition is edited, a pod's
 // attachment and its Subnet are deleted with kubectl (both refused), the
 // node's agent is killed, and a deleted pod's address is taken on another
@@ -45,6 +44,11 @@
 // shared_tests_integration_test.go in the order they run, so that the
 // shared cluster runs beside no other test's. TestIntegrationUpgradeRunbook
 // shares it too.
+// The pods' tests share a cluster of their own, with Multus on every node
+// (sharedPods): TestIntegrationPodEdits and TestIntegrationPods in turn,
+// each deleting its namespaces, to the end, when it ends; then
+// TestIntegrationPolicyTruthTable takes it over (takeSharedPods). A test
+// that fails hands its cluster on to nobody: the next starts another.
 // The others (upgrades, node stops, chaos, other shapes) start their own.
 //
 // The runbooks run as written: the blocks of docs/install.md's

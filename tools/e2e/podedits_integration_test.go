@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -38,8 +37,8 @@ const (
 	editsSegment = 25
 )
 
-// TestIntegrationPodEdits is issue 32's proof on three nodes that run
-// Multus: a pod on each node on one NetworkAttachmentDefinition of type
+// TestIntegrationPodEdits is issue 32's proof on the pods' shared cluster
+// (three nodes that run Multus, sharedPods): a pod on each node on one NetworkAttachmentDefinition of type
 // kos, the first two pinging each other and holding TCP connections, while
 // an operator makes the ordinary edits one after the other: the definition
 // edited to another subnet, a kubectl delete of a pod's attachment and of
@@ -56,16 +55,15 @@ func TestIntegrationPodEdits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := startCluster(t, false, true)
-	p := &podsTest{standard: newStandard(t, env, root), ips: map[string]netip.Addr{}}
+	p := &podsTest{standard: sharedPods(t, root), ips: map[string]netip.Addr{}}
+	p.deletedAtEnd(t, podsNamespace)
 	e := &editsTest{podsTest: p, uids: map[string]types.UID{}}
 	runStepsDumping(t, func() {
 		p.dumpState()
 		p.dumpNamespace(podsNamespace)
 		p.dumpFabrics()
 	}, []step{
-		{"images pushed and the release published", p.testPublishPods},
-		{"install from s3", p.testInstall},
+		{"the pods' image pushed", p.testPushPodnet},
 		{"a pod on every node", e.testStart},
 		{"pings and TCP between two nodes' pods", e.testTraffic},
 		{"the definition edited to another subnet", e.testEditDefinition},
@@ -136,7 +134,7 @@ func (e *editsTest) testTraffic(t *testing.T) {
 			_, err := e.execErr(ctx, from, pingBin, "-c", "1", "-W", "2", e.ips[to].String())
 			return err
 		})
-		e.pingers = append(e.pingers, e.startPinger(from, to))
+		e.pingers = append(e.pingers, e.startPinger(from, to, editsSegment))
 		e.chats = append(e.chats, e.startLongChat(t, from, e.ips[to]))
 	}
 }
@@ -404,73 +402,3 @@ func (e *editsTest) kubectl(t *testing.T, args ...string) (string, error) {
 	return string(out), err
 }
 
-// pinger pings from one pod to another through kubectl exec, in runs of
-// editsSegment pings 0.2 s apart, until stopped.
-type pinger struct {
-	from, to string
-	cancel   context.CancelFunc
-	done     chan struct{}
-
-	mu       sync.Mutex
-	stats    pingStats
-	answered time.Time // the end of the last run with a reply
-}
-
-// pingStats counts a pinger's pings: sent, lost, and runs without a reply.
-type pingStats struct{ sent, lost, cut int }
-
-// startPinger starts pinging; the pings last until stop, or until the
-// whole test (not the step) ends.
-func (e *editsTest) startPinger(from, to string) *pinger {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(e.t.Context()))
-	p := &pinger{from: from, to: to, cancel: cancel, done: make(chan struct{})}
-	e.t.Cleanup(func() { p.stop() })
-	go func() {
-		defer close(p.done)
-		for ctx.Err() == nil {
-			out, _ := e.execErr(ctx, from, pingBin, "-c", fmt.Sprint(editsSegment), "-i", "0.2", "-W", "1", e.ips[to].String())
-			var sent, received int
-			found := false
-			for line := range strings.SplitSeq(out, "\n") {
-				if _, err := fmt.Sscanf(strings.TrimSpace(line), "%d packets transmitted, %d received", &sent, &received); err == nil {
-					found = true
-					break
-				}
-			}
-			if !found {
-				// The run was stopped, or kubectl exec failed: no
-				// summary, nothing counted.
-				continue
-			}
-			p.mu.Lock()
-			p.stats.sent += sent
-			p.stats.lost += sent - received
-			if received == 0 {
-				p.stats.cut++
-			} else {
-				p.answered = time.Now()
-			}
-			p.mu.Unlock()
-		}
-	}()
-	return p
-}
-
-// answeredSince returns nil once a run that ended after since had a reply.
-func (p *pinger) answeredSince(since time.Time) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.answered.After(since) {
-		return nil
-	}
-	return fmt.Errorf("last answered run ended %s", p.answered.Format(time.TimeOnly))
-}
-
-// stop stops the pings and returns their counts.
-func (p *pinger) stop() pingStats {
-	p.cancel()
-	<-p.done
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.stats
-}

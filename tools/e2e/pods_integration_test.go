@@ -70,30 +70,28 @@ var (
 // NetworkAttachmentDefinitions.
 var networkAttachmentDefinitions = schema.GroupVersionResource{Group: "k8s.cni.cncf.io", Version: "v1", Resource: "network-attachment-definitions"}
 
-// TestIntegrationPods installs the standard release, as
-// TestIntegrationStandardRelease does, on three nodes that run Multus, and
-// uses KOS as its users do: NetworkAttachmentDefinitions of type kos, pods
-// that name them in k8s.v1.cni.cncf.io/networks, and traffic between the
-// pods' KOS interfaces across nodes, with nothing set by hand (no MTU, no
-// address, no route).
+// TestIntegrationPods uses KOS as its users do, on the pods' shared
+// cluster (three nodes that run Multus, the standard release installed
+// from its tree): NetworkAttachmentDefinitions of type kos, pods that name
+// them in k8s.v1.cni.cncf.io/networks, and traffic between the pods' KOS
+// interfaces across nodes, with nothing set by hand (no MTU, no address,
+// no route).
 func TestIntegrationPods(t *testing.T) {
 	began := time.Now()
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := startCluster(t, false, true)
+	p := &podsTest{standard: sharedPods(t, root), ips: map[string]netip.Addr{}}
 	figures.Duration(t, "pods-cluster-up", time.Since(began))
-
-	p := &podsTest{standard: newStandard(t, env, root), ips: map[string]netip.Addr{}}
+	p.deletedAtEnd(t, podsNamespace)
 	requireNewestFits(t, p.kos)
 	runStepsDumping(t, func() {
 		p.dumpState()
 		p.dumpNamespace(podsNamespace)
 		p.dumpFabrics()
 	}, []step{
-		{"images pushed and the release published", p.testPublishPods},
-		{"install from s3", p.testInstall},
+		{"the pods' image pushed", p.testPushPodnet},
 		{"pods get KOS interfaces", p.testPodsStart},
 		{"pods ping across nodes", p.testPodsPing},
 		{"64 MiB between pods on two nodes", p.testPodsTransfer},
@@ -120,10 +118,9 @@ type podsTest struct {
 	ips map[string]netip.Addr
 }
 
-// testPublishPods publishes the release (testPublish) and pushes the
-// pods' image, podnet and ping, to the cluster's registry.
-func (p *podsTest) testPublishPods(t *testing.T) {
-	p.testPublish(t)
+// testPushPodnet pushes the pods' image, podnet and ping, to the
+// cluster's registry.
+func (p *podsTest) testPushPodnet(t *testing.T) {
 	p.image = pushPodnet(t, p.env.Registry)
 }
 
@@ -340,7 +337,7 @@ func (p *podsTest) testPodsInjection(t *testing.T) {
 			if err != nil {
 				t.Fatalf("injecting from %s: %v", from, err)
 			}
-			if got := wire(); got < 20 {
+			if got := wire(20); got < 20 {
 				t.Errorf("injecting from %s: %d of 20 frames reached %s's eth0, so what the pods count says nothing of KOS's filter", from, got, n2.Name)
 			}
 		}
@@ -434,9 +431,10 @@ func zeroUDPChecksum(c *net.UDPConn) error {
 // countOnWire counts the VXLAN datagrams from src that reach node n's eth0,
 // with a rule of the raw table's PREROUTING in the node's network namespace
 // (which sees what arrives there before Open vSwitch's userspace datapath
-// or the node's stack take it). It returns a function that removes the
-// rule and returns the count.
-func countOnWire(t *testing.T, n *cluster.Node, src netip.Addr) func() int {
+// or the node's stack take it). It returns a function that waits up to 2 s
+// for want of them (the last sent may still be on its way on a loaded
+// machine), removes the rule and returns the count.
+func countOnWire(t *testing.T, n *cluster.Node, src netip.Addr) func(want int) int {
 	t.Helper()
 	rule := []string{"PREROUTING", "-i", "eth0", "-s", src.String(), "-p", "udp", "--dport", "4789", "-m", "comment", "--comment", "kos-e2e-injection"}
 	ipt := func(args ...string) string {
@@ -446,10 +444,8 @@ func countOnWire(t *testing.T, n *cluster.Node, src netip.Addr) func() int {
 		}
 		return string(out)
 	}
-	ipt(append([]string{"-I"}, rule...)...)
-	return func() int {
+	count := func() int {
 		out := ipt("-L", "PREROUTING", "-v", "-x", "-n")
-		ipt(append([]string{"-D"}, rule...)...)
 		for line := range strings.SplitSeq(out, "\n") {
 			if f := strings.Fields(line); len(f) > 0 && strings.Contains(line, "kos-e2e-injection") {
 				got, err := strconv.Atoi(f[0])
@@ -461,6 +457,15 @@ func countOnWire(t *testing.T, n *cluster.Node, src netip.Addr) func() int {
 		}
 		t.Fatalf("node %s: the counting rule is gone from PREROUTING:\n%s", n.Name, out)
 		return 0
+	}
+	ipt(append([]string{"-I"}, rule...)...)
+	return func(want int) int {
+		defer ipt(append([]string{"-D"}, rule...)...)
+		got := count()
+		for deadline := time.Now().Add(2 * time.Second); got < want && time.Now().Before(deadline); got = count() {
+			time.Sleep(100 * time.Millisecond)
+		}
+		return got
 	}
 }
 

@@ -42,8 +42,9 @@ const (
 	policyEchoPort = "7778"
 )
 
-// TestIntegrationPolicyTruthTable installs the standard release on three
-// nodes that run Multus, turns MultiNetworkPolicy on as a 0.4.0 release
+// TestIntegrationPolicyTruthTable takes the pods' shared cluster over
+// (three nodes that run Multus, the standard release installed from its
+// tree: takeSharedPods), turns MultiNetworkPolicy on as a 0.4.0 release
 // is to (the CRD, kos-controller-manager's --multi-network-policy, and the
 // rights docs/policy.md lists, granted to both the controller manager and
 // the running agents), and checks a truth table as the Kubernetes
@@ -63,10 +64,10 @@ func TestIntegrationPolicyTruthTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := startCluster(t, false, true)
+	s, _ := takeSharedPods(t, root)
 	figures.Duration(t, "policy-cluster-up", time.Since(began))
 
-	p := &policyTest{podsTest: &podsTest{standard: newStandard(t, env, root), ips: map[string]netip.Addr{}}}
+	p := &policyTest{podsTest: &podsTest{standard: s, ips: map[string]netip.Addr{}}}
 	runStepsDumping(t, func() {
 		p.dumpState()
 		for _, n := range policyNamespaces {
@@ -74,8 +75,7 @@ func TestIntegrationPolicyTruthTable(t *testing.T) {
 		}
 		p.dumpFabrics()
 	}, []step{
-		{"images pushed and the release published", p.testPublishPods},
-		{"install from s3", p.testInstall},
+		{"the pods' image pushed", p.testPushPodnet},
 		{"MultiNetworkPolicy turned on", p.testPolicyOn},
 		{"pods get KOS interfaces", p.testPolicyPods},
 		{"every cell of the truth table", p.testTruthTable},
