@@ -107,7 +107,7 @@ func (o *operate) testBackupRestore(t *testing.T) {
 		"--from-literal=AWS_ACCESS_KEY_ID="+srv.AccessKey,
 		"--from-literal=AWS_SECRET_ACCESS_KEY="+srv.SecretKey,
 		"--from-literal=S3_ENDPOINT="+endpoint)
-	o.provideBackupVolume(t)
+	o.provideBackupVolume(t, backupVolume, resource.MustParse("8Gi"))
 
 	before := o.objects(t, "")
 	if len(before) < 7 {
@@ -211,22 +211,22 @@ func (o *operate) checkBackupMetrics(t *testing.T, job string) {
 	})
 }
 
-// provideBackupVolume gives the backup claim a local volume on the first
-// node, in the default StorageClass the etcd volumes are in.
-func (o *operate) provideBackupVolume(t *testing.T) {
+// provideBackupVolume gives the backup claim a local volume name of size
+// on the first node, in the default StorageClass the etcd volumes are in.
+func (o *operate) provideBackupVolume(t *testing.T, name string, size resource.Quantity) {
 	n := o.env.Nodes[0]
-	if err := os.MkdirAll(filepath.Join(n.HostPath(kosinstall.VolumesDir), backupVolume), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(n.HostPath(kosinstall.VolumesDir), name), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	pv := &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: backupVolume},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PersistentVolumeSpec{
-			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("8Gi")},
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: size},
 			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
 			StorageClassName:              kosinstall.LocalStorageClass,
 			PersistentVolumeSource: corev1.PersistentVolumeSource{
-				Local: &corev1.LocalVolumeSource{Path: path.Join(kosinstall.VolumesDir, backupVolume)},
+				Local: &corev1.LocalVolumeSource{Path: path.Join(kosinstall.VolumesDir, name)},
 			},
 			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{
 				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{

@@ -81,7 +81,10 @@ func TestIntegrationUpgradeRunbook(t *testing.T) {
 // commands, every object back and the network working; an agent restarted
 // while the KOS API is away, which is not killed and becomes Ready once the
 // API is back; the KOS API down, which stalls a namespace's deletion until
-// the documented emergency step, and the way back; and the uninstall of
+// the documented emergency step, and the way back; the release kos-release
+// renders from a configuration that sets every key, applied over the
+// installed one, with every setting read back from the live objects
+// (configured_test.go); and the uninstall of
 // docs/install.md, run as written (docrun), after which every node is as it
 // was before the install.
 func TestIntegrationOperate(t *testing.T) {
@@ -101,6 +104,7 @@ func TestIntegrationOperate(t *testing.T) {
 		{"backup and restore", o.testBackupRestore},
 		{"an agent starts while the KOS API is away", o.testAgentStartsWithoutAPI},
 		{"the KOS API down, and the way out", o.testAPIDown},
+		{"a release configured in every key", o.testConfiguredRelease},
 		{"uninstall leaves the hosts as before", o.testUninstall},
 	})
 	figures.Duration(t, "operate-whole-test", time.Since(began))
