@@ -1,26 +1,39 @@
 package catalog
 
 import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
 	"io/fs"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/kos-sdn/kos/tools/images"
+	"github.com/kos-sdn/kos/tools/poll"
 	"github.com/kos-sdn/kos/tools/registry"
 )
 
 // TestIntegrationPrometheusImage pushes the Prometheus image to a real
 // registry, pulls it by the pinned reference PushPrometheus returned,
 // unpacks it and runs its entrypoint there with chroot, with nothing but
-// what the image holds: it reports the version the image is tagged with.
-// It holds the program and exactly the libraries ldd names for it.
+// what the image holds: it reports the version the image is tagged with,
+// and serves as kos-monitoring's manifest runs it (user 65534, its flags,
+// its data folder), scraping itself. It holds the program and exactly the
+// libraries ldd names for it.
 func TestIntegrationPrometheusImage(t *testing.T) {
 	ctx := t.Context()
 	if _, err := exec.LookPath(PrometheusProgram); err != nil {
@@ -80,4 +93,75 @@ func TestIntegrationPrometheusImage(t *testing.T) {
 	if v, err := PrometheusVersion(out); err != nil || v != version {
 		t.Errorf("prometheus --version in the image says %q (%v), want version %s", out, err, version)
 	}
+	serve(t, root)
+}
+
+// serve runs the unpacked Prometheus as kos-monitoring's manifest does,
+// as user 65534 with its data in /prometheus, scraping itself every
+// second, until it reports itself up.
+func serve(t *testing.T, root string) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	config := fmt.Sprintf("global: {scrape_interval: 1s}\nscrape_configs:\n- job_name: self\n  static_configs: [{targets: [%q]}]\n", addr)
+	if err := os.MkdirAll(filepath.Join(root, "etc", "prometheus", "config"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc", "prometheus", "config", "prometheus.yml"), []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The manifest's emptyDir, which fsGroup 65534 makes writable.
+	data := filepath.Join(root, "prometheus")
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(data, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	cmd := chrootCommand(t, root, nil, nil, "65534:65534", PrometheusProgram,
+		"--config.file=/etc/prometheus/config/prometheus.yml", "--storage.tsdb.path=/prometheus",
+		"--storage.tsdb.retention.time=2d", "--web.listen-address="+addr)
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		<-done
+		if t.Failed() {
+			t.Logf("prometheus's log:\n%s", log.String())
+		}
+	}()
+	poll.Until(t, time.Minute, "the image's Prometheus to scrape itself", func(ctx context.Context) error {
+		select {
+		case err := <-done:
+			done <- err
+			return fmt.Errorf("prometheus exited: %v", err)
+		default:
+		}
+		u := "http://" + addr + "/api/v1/query?query=" + url.QueryEscape(`up{job="self"} == 1`)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"job":"self"`) {
+			return fmt.Errorf("%s: %s", resp.Status, body)
+		}
+		return nil
+	})
 }
