@@ -15,9 +15,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	promapi "github.com/prometheus/client_golang/api"
-	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
-	"github.com/prometheus/common/model"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -63,7 +60,7 @@ type monitoring struct {
 	// installed says kos-monitoring is installed and not yet uninstalled.
 	installed bool
 	// prometheus is Prometheus's HTTP API, through a port-forward.
-	prometheus promv1.API
+	prometheus promAPI
 	// faultAt is when the Lease of the gone node was made.
 	faultAt time.Time
 }
@@ -159,9 +156,15 @@ func (m *monitoring) testReach(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	m.t.Cleanup(func() {
+	stop := func() {
 		cancel()
 		_ = cmd.Wait() // killed: its error says so
+	}
+	m.t.Cleanup(func() {
+		stop()
+		if m.t.Failed() {
+			m.t.Logf("kubectl port-forward's standard error:\n%s", stderr.String())
+		}
 	})
 	// kubectl says "Forwarding from 127.0.0.1:PORT -> 9090", then once per
 	// connection "Handling connection for PORT".
@@ -182,17 +185,14 @@ func (m *monitoring) testReach(t *testing.T) {
 	select {
 	case port = <-ports:
 	case <-time.After(time.Minute):
+		stop()
 		t.Fatalf("kubectl port-forward svc/prometheus said no local port in a minute: %s", stderr.String())
 	}
-	client, err := promapi.NewClient(promapi.Config{Address: "http://127.0.0.1:" + port})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.prometheus = promv1.NewAPI(client)
+	m.prometheus = promAPI{base: "http://127.0.0.1:" + port}
 	poll.Until(t, time.Minute, "Prometheus to answer", func(ctx context.Context) error {
-		info, err := m.prometheus.Buildinfo(ctx)
+		version, err := m.prometheus.version(ctx)
 		if err == nil {
-			t.Logf("Prometheus %s answers through port %s", info.Version, port)
+			t.Logf("Prometheus %s answers through port %s", version, port)
 		}
 		return err
 	})
@@ -251,16 +251,16 @@ func (m *monitoring) testTargets(t *testing.T) {
 		t.Fatalf("the KOS pods by component (-want +got):\n%s", diff)
 	}
 	poll.Until(t, 2*time.Minute, "every KOS pod to be a target, up", func(ctx context.Context) error {
-		targets, err := m.prometheus.Targets(ctx)
+		targets, err := m.prometheus.targets(ctx)
 		if err != nil {
 			return err
 		}
 		got := map[string]string{}
 		var down []string
-		for _, tg := range targets.Active {
-			pod := string(tg.Labels["pod"])
-			got[pod] = string(tg.Labels["job"])
-			if tg.Health != promv1.HealthGood {
+		for _, tg := range targets {
+			pod := tg.Labels["pod"]
+			got[pod] = tg.Labels["job"]
+			if tg.Health != "up" {
 				down = append(down, fmt.Sprintf("%s %s (%s): %s %s", tg.Labels["job"], pod, tg.ScrapeURL, tg.Health, tg.LastError))
 			}
 		}
@@ -274,12 +274,12 @@ func (m *monitoring) testTargets(t *testing.T) {
 	})
 	// up is what the alerts read: one series per target, each 1.
 	got := map[string]int{}
-	result, _, _, err := m.prometheus.Query(t.Context(), `count by (job) (up{job=~"kos-.*"} == 1)`, time.Now())
+	samples, err := m.prometheus.query(t.Context(), `count by (job) (up{job=~"kos-.*"} == 1)`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range vectorOf(t, result) {
-		got[string(s.Metric["job"])] = int(s.Value)
+	for _, s := range samples {
+		got[s.Metric["job"]] = int(s.Value)
 	}
 	if diff := cmp.Diff(wantJobs, got); diff != "" {
 		t.Errorf("targets with up == 1 by job (-want +got):\n%s", diff)
@@ -311,21 +311,18 @@ func (m *monitoring) testRules(t *testing.T) {
 	}
 	slices.Sort(want)
 	poll.Until(t, time.Minute, "every shipped alert to be loaded and evaluated", func(ctx context.Context) error {
-		rules, err := m.prometheus.Rules(ctx, nil)
+		rules, err := m.prometheus.rules(ctx)
 		if err != nil {
 			return err
 		}
 		var got, unhealthy []string
-		for _, g := range rules.Groups {
-			for _, r := range g.Rules {
-				a, ok := r.(promv1.AlertingRule)
-				if !ok {
-					continue
-				}
-				got = append(got, a.Name)
-				if a.Health != promv1.RuleHealthGood {
-					unhealthy = append(unhealthy, fmt.Sprintf("%s: %s %s", a.Name, a.Health, a.LastError))
-				}
+		for _, r := range rules {
+			if r.Type != "alerting" {
+				continue
+			}
+			got = append(got, r.Name)
+			if r.Health != "ok" {
+				unhealthy = append(unhealthy, fmt.Sprintf("%s: %s %s", r.Name, r.Health, r.LastError))
 			}
 		}
 		slices.Sort(got)
@@ -354,11 +351,11 @@ func (m *monitoring) testAlertFires(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if state == promv1.AlertStatePending && pendingAfter == 0 {
+		if state == "pending" && pendingAfter == 0 {
 			pendingAfter = time.Since(m.faultAt)
 			t.Logf("%s pending %s after the Lease was left", heartbeatAlert, pendingAfter.Round(time.Second))
 		}
-		if state != promv1.AlertStateFiring {
+		if state != "firing" {
 			return fmt.Errorf("%s is %q", heartbeatAlert, state)
 		}
 		return nil
@@ -368,27 +365,27 @@ func (m *monitoring) testAlertFires(t *testing.T) {
 	figures.Duration(t, "monitoring-alert-pending", pendingAfter)
 	figures.Duration(t, "monitoring-alert-firing", firedAfter)
 
-	result, _, _, err := m.prometheus.Query(t.Context(), `kos_nodes_not_heartbeating{job="kos-controller-manager"}`, time.Now())
+	samples, err := m.prometheus.query(t.Context(), `kos_nodes_not_heartbeating{job="kos-controller-manager"}`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var silent []float64
-	for _, s := range vectorOf(t, result) {
-		silent = append(silent, float64(s.Value))
+	for _, s := range samples {
+		silent = append(silent, s.Value)
 	}
 	// The leader counts one silent node, the other replica none.
 	if slices.Max(append(silent, 0)) != 1 {
 		t.Errorf("kos_nodes_not_heartbeating of the controller managers: %v, want 1 on the leader", silent)
 	}
-	alerts, err := m.prometheus.Alerts(t.Context())
+	alerts, err := m.prometheus.alerts(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, a := range alerts.Alerts {
-		name := string(a.Labels["alertname"])
+	for _, a := range alerts {
+		name := a.Labels["alertname"]
 		switch {
 		case name == heartbeatAlert:
-		case a.State == promv1.AlertStateFiring:
+		case a.State == "firing":
 			t.Errorf("alert %s fires on the healthy cluster: %v", name, a.Labels)
 		default:
 			t.Logf("alert %s is %s: %v", name, a.State, a.Labels)
@@ -416,13 +413,13 @@ func (m *monitoring) testAlertResolves(t *testing.T) {
 
 // alertState returns the state of the alert named name, "" when it is
 // neither pending nor firing.
-func (m *monitoring) alertState(ctx context.Context, name string) (promv1.AlertState, error) {
-	alerts, err := m.prometheus.Alerts(ctx)
+func (m *monitoring) alertState(ctx context.Context, name string) (string, error) {
+	alerts, err := m.prometheus.alerts(ctx)
 	if err != nil {
 		return "", err
 	}
-	for _, a := range alerts.Alerts {
-		if string(a.Labels["alertname"]) == name {
+	for _, a := range alerts {
+		if a.Labels["alertname"] == name {
 			return a.State, nil
 		}
 	}
@@ -477,15 +474,4 @@ func (m *monitoring) uninstall(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
-}
-
-// vectorOf returns a query's result as the vector an instant query of a
-// vector expression gives.
-func vectorOf(t *testing.T, v model.Value) model.Vector {
-	t.Helper()
-	vec, ok := v.(model.Vector)
-	if !ok {
-		t.Fatalf("the query gave a %s, want a vector: %v", v.Type(), v)
-	}
-	return vec
 }
