@@ -34,10 +34,6 @@ const (
 	// podsSince is the release that brought pods on KOS networks
 	// (kos-cni, answered by the agent).
 	podsSince = "0.3.0"
-	// liveEventTime is how long the pods' pings run around an upgrade, a
-	// rollback or a policy's arrival: an upgrade took 45 to 50 s to be
-	// ready, and the checks wait 10 s more.
-	liveEventTime = 2 * time.Minute
 	// livePodPingInterval is the pods' ping interval.
 	livePodPingInterval = 200 * time.Millisecond
 	// livePodMaxLost is how many pings a pair of pods may lose to an
@@ -169,37 +165,29 @@ func (lu *liveUpgrade) releaseHas(t *testing.T, version, kind, name string) bool
 }
 
 // podTraffic is traffic between pods on a KOS network, across nodes: each
-// blue pod pings the next (round the nodes) for a fixed time and holds TCP
-// connections to it.
+// blue pod pings the next (round the nodes) and holds TCP connections to
+// it, until the event measured is over (check).
 type podTraffic struct {
 	pods *podsTest
-	// count is each pair's number of pings; maxLost, how many a pair may
-	// lose.
-	count, maxLost int
-	pings          []chan podPings
-	chats          []*chatWatch
+	// maxLost is how many of sent pings a pair may lose.
+	maxLost func(sent int) int
+	pingers []*pinger
+	chats   []*chatWatch
 }
 
-// podPings is the end of one pair's ping.
-type podPings struct {
-	from, to string
-	out      string
-	err      error
-}
+// livePingRun is how many pings each run of a pair's pings sends (10 s):
+// the traffic ends at most that long after the event, and between runs
+// the pair is not pinged for the time kubectl exec takes to start the next.
+const livePingRun = 50
 
-// startPodTraffic starts the pods' pings, for span, and TCP connections.
-// A pair may lose maxLost pings; for an upgrade, liveMaxGap's worth.
-func (lu *liveUpgrade) startPodTraffic(t *testing.T, pods *podsTest, span time.Duration, maxLost int) *podTraffic {
+// startPodTraffic starts the pods' pings and TCP connections; they run
+// until check. A pair may lose maxLost(sent) of the pings it sent.
+func (lu *liveUpgrade) startPodTraffic(t *testing.T, pods *podsTest, maxLost func(sent int) int) *podTraffic {
 	t.Helper()
-	pt := &podTraffic{pods: pods, count: int(span / livePodPingInterval), maxLost: maxLost}
+	pt := &podTraffic{pods: pods, maxLost: maxLost}
 	for i, from := range pods.blue {
 		to := pods.blue[(i+1)%len(pods.blue)]
-		done := make(chan podPings, 1)
-		go func() {
-			out, err := pods.execErr(t.Context(), from, pingBin, "-c", fmt.Sprint(pt.count), "-i", fmt.Sprint(livePodPingInterval.Seconds()), "-W", "1", pods.ips[to].String())
-			done <- podPings{from: from, to: to, out: out, err: err}
-		}()
-		pt.pings = append(pt.pings, done)
+		pt.pingers = append(pt.pingers, pods.startPinger(from, to, livePingRun))
 		pt.chats = append(pt.chats, lu.startChat(t, podsNamespace, from, pods.ips[to]))
 	}
 	// The first replies, before what is measured begins.
@@ -207,23 +195,32 @@ func (lu *liveUpgrade) startPodTraffic(t *testing.T, pods *podsTest, span time.D
 	return pt
 }
 
-// check waits for the pings to end, checks that every pair lost at most
-// maxLost, that no pod is cut off (every blue pod answers every other
-// now) and that no TCP connection died (checkChats), and writes the
-// figures live-<name>-pings-lost, live-<name>-cut-off and checkChats's.
+// upToGap is the loss a pair may have through an upgrade or a rollback:
+// liveMaxGap's worth of pings, the guests' limit.
+func upToGap(int) int { return livePodMaxLost }
+
+// aTenth is the loss a pair may have while agents restart or a policy
+// arrives: a tenth of what it sent.
+func aTenth(sent int) int { return sent / 10 }
+
+// check ends the pings once their runs under way are over, checks that
+// every pair sent some and lost at most maxLost, that no pod is cut off
+// (every blue pod answers every other now) and that no TCP connection died
+// (checkChats), and writes the figures live-<name>-pings-lost,
+// live-<name>-cut-off and checkChats's.
 func (pt *podTraffic) check(t *testing.T, name string) {
 	t.Helper()
-	lost := 0
-	for _, done := range pt.pings {
-		r := <-done
-		n := pingLost(r.out)
-		t.Logf("pings %s -> %s (pods, across nodes), %s: %d of %d lost", r.from, r.to, name, n, pt.count)
-		if n < 0 || n > pt.maxLost {
-			t.Errorf("pings between pods %s -> %s (%s): %d of %d lost (%v), want at most %d:\n%s", r.from, r.to, name, n, pt.count, r.err, pt.maxLost, r.out)
+	sent, lost := 0, 0
+	for _, p := range pt.pingers {
+		st := p.finish()
+		t.Logf("pings %s -> %s (pods, across nodes), %s: %d of %d lost, %d runs of %d without a reply", p.from, p.to, name, st.lost, st.sent, st.cut, p.run)
+		if st.sent == 0 || st.lost > pt.maxLost(st.sent) {
+			t.Errorf("pings between pods %s -> %s (%s): %d of %d lost, want at most %d", p.from, p.to, name, st.lost, st.sent, pt.maxLost(st.sent))
 		}
-		lost += max(n, 0)
+		sent += st.sent
+		lost += st.lost
 	}
-	figures.Count(t, "live-"+name+"-pings-lost", lost, fmt.Sprintf("of %d over %d pairs at one per %s", pt.count*len(pt.pings), len(pt.pings), livePodPingInterval))
+	figures.Count(t, "live-"+name+"-pings-lost", lost, fmt.Sprintf("of %d over %d pairs at one per %s", sent, len(pt.pingers), livePodPingInterval))
 	checkChats(t, name, pt.chats)
 
 	var cut []string
@@ -299,7 +296,7 @@ func (lu *liveUpgrade) testPolicy(t *testing.T, pods *podsTest, driver string) {
 	// rollback's first chat from blue-3 to blue-1 right after found no
 	// echo for a minute, once; the cause is not known yet.)
 	const span = time.Minute
-	traffic := lu.startPodTraffic(t, pods, span, int(span/livePodPingInterval)/10)
+	traffic := lu.startPodTraffic(t, pods, aTenth)
 	began := time.Now()
 	// The CRD is new with the release: its resource is served a moment
 	// after the CRD is established.
@@ -311,6 +308,7 @@ func (lu *liveUpgrade) testPolicy(t *testing.T, pods *podsTest, driver string) {
 		return err
 	})
 	figures.Duration(t, "live-"+name+"-created", time.Since(began))
+	time.Sleep(time.Until(began.Add(span)))
 	traffic.check(t, name)
 	if err := policies.Delete(ctx, policy.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		t.Fatalf("deleting MultiNetworkPolicy %s: %v", policy.Name, err)

@@ -120,16 +120,18 @@ func TestIntegrationLiveUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	requireFittingReleases(t, root, info.GitVersion, lu.server, liveOld, liveNew)
-	t.Cleanup(func() {
-		if t.Failed() {
-			lu.dumpState()
-		}
-	})
 	ours := liveDriver{name: "ours", prunes: true, apply: func(t *testing.T, rel string) {
 		lu.channelsProcess(t, "apply", "channel", lu.https.URL+rel, "--yes", "--timeout=8m")
 	}}
 	kops := liveDriver{name: "kops", apply: lu.kopsApply}
-	runSteps(t, []step{
+	// At the failed step, while its pods and guests are still there: the
+	// agents' logs and every node's flows too, as a rollback once lost a
+	// pair's TCP echo for a minute for a cause not found yet.
+	runStepsDumping(t, func() {
+		lu.dumpState()
+		lu.dumpNamespace(podsNamespace)
+		lu.dumpFabrics()
+	}, []step{
 		{"images pushed and both releases published", lu.testPublish},
 		{"the nodes' own Open vSwitch holds their underlay address", lu.testHostUnderlay},
 		{"our channels upgrade " + liveOld + " to " + liveNew + " under traffic", func(t *testing.T) { lu.pass(t, ours) }},
@@ -307,7 +309,7 @@ func (lu *liveUpgrade) pass(t *testing.T, d liveDriver) {
 	var podTraffic *podTraffic
 	if lu.hasPods(lu.old) {
 		pods = lu.startPods(t)
-		podTraffic = lu.startPodTraffic(t, pods, liveEventTime, livePodMaxLost)
+		podTraffic = lu.startPodTraffic(t, pods, upToGap)
 	}
 
 	traffic := net.startTraffic(t)
@@ -421,8 +423,7 @@ func (lu *liveUpgrade) awaitAgents(t *testing.T, version string) {
 // measures the pings lost (a tenth at most) and the connections that
 // survived (figures live-pods-agents-restart-*).
 func (lu *liveUpgrade) agentsRestartUnderPodTraffic(t *testing.T, pods *podsTest) {
-	const span = 60 * time.Second // the restart's time (20-30 s) and more
-	traffic := lu.startPodTraffic(t, pods, span, int(span/livePodPingInterval)/10)
+	traffic := lu.startPodTraffic(t, pods, aTenth)
 	began := time.Now()
 	lu.kubectl(t, "-n", kosinstall.AgentNamespace, "rollout", "restart", "daemonset/kos-agent")
 	lu.kubectl(t, "-n", kosinstall.AgentNamespace, "rollout", "status", "daemonset/kos-agent", "--timeout=5m")
@@ -461,7 +462,7 @@ func (lu *liveUpgrade) testRollback(t *testing.T, net *liveNetwork, pods *podsTe
 	traffic := net.startTraffic(t)
 	var podTraffic *podTraffic
 	if pods != nil {
-		podTraffic = lu.startPodTraffic(t, pods, liveEventTime, livePodMaxLost)
+		podTraffic = lu.startPodTraffic(t, pods, upToGap)
 	}
 
 	began := time.Now()

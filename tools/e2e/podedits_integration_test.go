@@ -401,4 +401,3 @@ func (e *editsTest) kubectl(t *testing.T, args ...string) (string, error) {
 	out, err := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", e.env.Kubeconfig}, args...)...).CombinedOutput()
 	return string(out), err
 }
-
