@@ -160,7 +160,7 @@ func (d *datapathCheck) run(ctx context.Context, nodes []string) (results []Pair
 			return nil, err
 		}
 		att := atts[i]
-		if err := d.probes.Start(ctx, att.Spec.Node, att); err != nil {
+		if err := d.startProbe(ctx, att); err != nil {
 			return nil, fmt.Errorf("starting the probe on node %s: %w", att.Spec.Node, err)
 		}
 		undo = append(undo, func(ctx context.Context) error {
@@ -215,6 +215,25 @@ func (d *datapathCheck) freeVNI(ctx context.Context) (uint32, error) {
 		}
 	}
 	return 0, errors.New("no free VNI")
+}
+
+// startProbe starts att's probe on its node. The agent sees the
+// attachment through a cache of its own, which may be a moment behind the
+// Ready the API showed (awaitReady): while it answers so (notYet), the
+// start is tried again, until ctx ends.
+func (d *datapathCheck) startProbe(ctx context.Context, att *v1alpha1.NetworkAttachment) error {
+	var last error
+	err := wait.PollUntilContextCancel(ctx, d.poll, true, func(ctx context.Context) (bool, error) {
+		last = d.probes.Start(ctx, att.Spec.Node, att)
+		if notYet(last) {
+			return false, nil
+		}
+		return last == nil, last
+	})
+	if err != nil && last != nil && !errors.Is(err, last) {
+		return fmt.Errorf("%w (%w)", last, err)
+	}
+	return err
 }
 
 // awaitReady waits until att has an address, an MTU and is Ready.

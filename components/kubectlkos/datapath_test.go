@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -27,10 +28,13 @@ import (
 // fakeProber is a datapath whose tunnel of the nodes in blocked carries
 // nothing, and which records the probes it holds.
 type fakeProber struct {
-	mu       sync.Mutex
-	served   bool
-	blocked  map[string]bool
-	failOn   string // a node whose probe cannot start
+	mu      sync.Mutex
+	served  bool
+	blocked map[string]bool
+	failOn  string // a node whose probe cannot start
+	// lagging is how many starts on a node the agent answers 409 "not
+	// ready" to, as while its cache is behind the API.
+	lagging  map[string]int
 	onCheck  func() // called at every check
 	running  map[string]bool
 	started  int
@@ -38,7 +42,7 @@ type fakeProber struct {
 }
 
 func newFakeProber() *fakeProber {
-	return &fakeProber{served: true, blocked: map[string]bool{}, running: map[string]bool{}}
+	return &fakeProber{served: true, blocked: map[string]bool{}, running: map[string]bool{}, lagging: map[string]int{}}
 }
 
 func (p *fakeProber) Served(context.Context, string) error {
@@ -53,6 +57,10 @@ func (p *fakeProber) Start(_ context.Context, node string, att *v1alpha1.Network
 	defer p.mu.Unlock()
 	if node == p.failOn {
 		return errors.New("no switch")
+	}
+	if p.lagging[node] > 0 {
+		p.lagging[node]--
+		return &answerError{method: "POST", path: api.PathProbes, code: http.StatusConflict, body: "attachment " + att.Name + " is not ready"}
 	}
 	p.running[att.Name] = true
 	p.started++
@@ -187,6 +195,13 @@ func TestDatapathCheck(t *testing.T) {
 		wantPairs:  []string{"node-1>node-2", "node-1>node-3", "node-2>node-1", "node-2>node-3", "node-3>node-1", "node-3>node-2"},
 		wantFailed: []string{"node-1 → node-2", "node-2 → node-1", "node-2 → node-3", "node-3 → node-2"},
 		wantDetail: "4 of 6 pairs failed: node-1 → node-2, node-2 → node-1, node-2 → node-3, node-3 → node-2",
+	}, {
+		name:       "an agent a moment behind the API",
+		nodes:      []string{"node-1", "node-2"},
+		prepare:    func(p *fakeProber) { p.lagging["node-2"] = 3 },
+		wantPassed: true,
+		wantPairs:  []string{"node-1>node-2", "node-2>node-1"},
+		wantDetail: "2 pairs of 2 nodes: ping, full-size ping and TCP",
 	}, {
 		name:       "a probe that cannot start",
 		nodes:      []string{"node-1", "node-2"},

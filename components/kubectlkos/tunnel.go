@@ -77,11 +77,32 @@ func (t tunnel) ask(ctx context.Context, local int, method, path string, body []
 	// 201 and 204: the agent's probes (POST and DELETE /debug/probes).
 	case http.StatusOK, http.StatusCreated, http.StatusNoContent:
 		return raw, nil
-	case http.StatusUnauthorized, http.StatusForbidden:
-		return nil, fmt.Errorf("%s %s: %d: %s (the agent lets in users allowed %s/%s of its node; see docs/kubectl-kos.md)",
-			method, path, resp.StatusCode, strings.TrimSpace(string(raw)), api.DebugResource, api.DebugSubresource)
 	}
-	return nil, fmt.Errorf("%s %s: %d: %s", method, path, resp.StatusCode, strings.TrimSpace(string(raw)))
+	return nil, &answerError{method: method, path: path, code: resp.StatusCode, body: strings.TrimSpace(string(raw))}
+}
+
+// answerError is an agent's answer that is no success.
+type answerError struct {
+	method, path string
+	code         int
+	body         string
+}
+
+func (e *answerError) Error() string {
+	if e.code == http.StatusUnauthorized || e.code == http.StatusForbidden {
+		return fmt.Sprintf("%s %s: %d: %s (the agent lets in users allowed %s/%s of its node; see docs/kubectl-kos.md)",
+			e.method, e.path, e.code, e.body, api.DebugResource, api.DebugSubresource)
+	}
+	return fmt.Sprintf("%s %s: %d: %s", e.method, e.path, e.code, e.body)
+}
+
+// notYet reports whether err is an agent's answer that may change once
+// its own view of the cluster catches up with the API's: 404 (the
+// attachment is not known there yet) or 409 (not Ready or addressed
+// there yet).
+func notYet(err error) bool {
+	var a *answerError
+	return errors.As(err, &a) && (a.code == http.StatusNotFound || a.code == http.StatusConflict)
 }
 
 // forward opens a port-forward to port of pod namespace/name on a free
