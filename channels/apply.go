@@ -227,12 +227,15 @@ type fetchedRelease struct {
 }
 
 // prefetch starts reading the releases of items, and discovery, in
-// goroutines that end once each read has; wait waits for them.
+// goroutines that end once each read has; wait waits for the releases'.
+// The discovery read is not waited for: it takes no context, and a run
+// cancelled while it waits for the lease must not wait on a server that
+// does not answer; it ends when the server answers or the request fails.
 func (c *Client) prefetch(ctx context.Context, items []PlanItem, f *Fetcher) *prefetched {
 	p := &prefetched{releases: map[*Addon]*fetchedRelease{}}
 	// A failed read is not an error here: the mapper reads discovery
 	// again when the run first maps a kind.
-	p.wg.Go(func() { _, _ = c.Mapper.RESTMapping(schema.GroupKind{Kind: "Namespace"}, "v1") })
+	go func() { _, _ = c.Mapper.RESTMapping(schema.GroupKind{Kind: "Namespace"}, "v1") }()
 	for _, it := range items {
 		if _, ok := p.releases[it.Addon]; ok {
 			continue
@@ -269,7 +272,7 @@ func (p *prefetched) lookup(a *Addon) *fetchedRelease {
 	return p.releases[a]
 }
 
-// wait waits until every read prefetch started has ended.
+// wait waits until every release prefetch began to read is read.
 func (p *prefetched) wait() { p.wg.Wait() }
 
 // rollout is an addon whose release is applied, on its way to being
