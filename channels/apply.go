@@ -46,6 +46,10 @@ type ApplyOptions struct {
 	// Helm's); without it such an object fails its addon unless it, or
 	// its manifest, carries AdoptAnnotation.
 	Adopt bool
+
+	// releases are the releases Apply began to read before it held the
+	// lease; nil reads each when needed.
+	releases *prefetched
 }
 
 func (o ApplyOptions) timeout() time.Duration {
@@ -126,11 +130,14 @@ func (c *Client) Apply(ctx context.Context, plan *Plan, opts ApplyOptions) error
 		opts.Parallelism = defaultParallelism
 	}
 	r := newReporter(opts.OnEvent)
+	pre := c.prefetch(ctx, pending, opts.Fetcher)
+	defer pre.wait()
 	return c.withLease(ctx, opts.Identity, r, func(ctx context.Context) error {
 		items := append([]PlanItem(nil), pending...)
 		if err := c.decide(ctx, items, plan.options); err != nil {
 			return err
 		}
+		opts.releases = pre
 		for i := range items {
 			items[i].shared = plan.sharingSelector(items[i].Addon)
 		}
@@ -197,6 +204,76 @@ func releaseObjects(ctx context.Context, f *Fetcher, a *Addon) ([]*unstructured.
 	StampLabels(objs, map[string]string{IdentityLabel: a.Name})
 	return objs, nil
 }
+
+// prefetched is what a run reads before it holds the lease, while it
+// takes it: the releases of the items to apply, fetched, verified, decoded
+// and stamped, and discovery. None of it depends on what another run does
+// to the cluster (a manifest is the one the plan's channel names, and its
+// hash, when the channel gives one, pins it), so reading it early changes
+// nothing but when: a cold run's lease, record and discovery round-trips no
+// longer come one after the other. An addon that the records read under the
+// lease skip is read for nothing.
+type prefetched struct {
+	wg       sync.WaitGroup
+	releases map[*Addon]*fetchedRelease
+}
+
+// fetchedRelease is one release as releaseObjects returned it; done is
+// closed once it has.
+type fetchedRelease struct {
+	done chan struct{}
+	objs []*unstructured.Unstructured
+	err  error
+}
+
+// prefetch starts reading the releases of items, and discovery, in
+// goroutines that end once each read has; wait waits for the releases'.
+// The discovery read is not waited for: it takes no context, and a run
+// cancelled while it waits for the lease must not wait on a server that
+// does not answer; it ends when the server answers or the request fails.
+func (c *Client) prefetch(ctx context.Context, items []PlanItem, f *Fetcher) *prefetched {
+	p := &prefetched{releases: map[*Addon]*fetchedRelease{}}
+	// A failed read is not an error here: the mapper reads discovery
+	// again when the run first maps a kind.
+	go func() { _, _ = c.Mapper.RESTMapping(schema.GroupKind{Kind: "Namespace"}, "v1") }()
+	for _, it := range items {
+		if _, ok := p.releases[it.Addon]; ok {
+			continue
+		}
+		fr := &fetchedRelease{done: make(chan struct{})}
+		p.releases[it.Addon] = fr
+		p.wg.Go(func() {
+			defer close(fr.done)
+			fr.objs, fr.err = releaseObjects(ctx, f, it.Addon)
+		})
+	}
+	return p
+}
+
+// objects returns the release of a, as prefetched when it was, else read
+// now.
+func (p *prefetched) objects(ctx context.Context, f *Fetcher, a *Addon) ([]*unstructured.Unstructured, error) {
+	fr := p.lookup(a)
+	if fr == nil {
+		return releaseObjects(ctx, f, a)
+	}
+	select {
+	case <-fr.done:
+		return fr.objs, fr.err
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
+func (p *prefetched) lookup(a *Addon) *fetchedRelease {
+	if p == nil {
+		return nil
+	}
+	return p.releases[a]
+}
+
+// wait waits until every release prefetch began to read is read.
+func (p *prefetched) wait() { p.wg.Wait() }
 
 // rollout is an addon whose release is applied, on its way to being
 // recorded.
@@ -319,7 +396,7 @@ func (c *Client) readRollouts(ctx context.Context, items []PlanItem, opts ApplyO
 			r.report(EventNote, it.Addon.Name, "Skipped: another run applied it meanwhile (%s)", it.Decision.Reason)
 			continue
 		}
-		objs, err := releaseObjects(ctx, opts.Fetcher, it.Addon)
+		objs, err := opts.releases.objects(ctx, opts.Fetcher, it.Addon)
 		if err != nil {
 			unread[it.Addon] = err
 			fail(it.Addon.Name, err)

@@ -78,6 +78,13 @@ type candidate struct {
 // pruned unless they carry another addon's identity, or carry none while
 // another addon of the channels has the same selector (whose objects they
 // may be).
+//
+// A first install (no install record, no pending release) lists nothing
+// (pruneQueries): every run writes its pending release before it applies
+// an object (writeRolloutPending), so no run of this tool applied what
+// carries the addon's label and no record names; such an object (its
+// record deleted by hand, or left by an uninstall that kept it) is not
+// proven the addon's to delete.
 func (w *addonWriter) prune(ctx context.Context, it PlanItem, in *applied, r *reporter) (*Inventory, error) {
 	a, current := it.Addon, it.Current
 	if len(a.Selector) == 0 {
@@ -160,6 +167,11 @@ func (w *addonWriter) prune(ctx context.Context, it PlanItem, in *applied, r *re
 // pruneQueries works out the lists prune makes.
 func (w *addonWriter) pruneQueries(ctx context.Context, it PlanItem, legacy bool, in *applied, r *reporter) ([]pruneQuery, error) {
 	a, current := it.Addon, it.Current
+	if current == nil && it.Pending == nil {
+		// A first install: nothing of the addon's is recorded to prune
+		// (see prune). The plan's preview asks here too, so it agrees.
+		return nil, nil
+	}
 	// Objects this tool applied carry the addon's IdentityLabel, whatever
 	// selector their release had; those of a legacy record may carry the
 	// selector alone.

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -71,10 +72,11 @@ type Hooks struct {
 	Released func()
 }
 
-// Hold runs fn while holding the channels Lease (Namespace/Name, which
-// namespace must exist) as identity, waiting for it as long as another run
-// holds it. fn's context is cancelled if the lease is lost. The lease is
-// released when fn returns, before Hold does.
+// Hold runs fn while holding the channels Lease (Namespace/Name) as
+// identity, waiting for it as long as another run holds it; it creates the
+// namespace when creating the lease finds it missing. fn's context is
+// cancelled if the lease is lost. The lease is released when fn returns,
+// before Hold does.
 //
 // Errors the lease cannot recover from by waiting (such as being forbidden to
 // read or write Leases) end the wait with that error instead of retrying
@@ -89,8 +91,9 @@ func Hold(ctx context.Context, kube kubernetes.Interface, identity string, hooks
 			Client:     kube.CoordinationV1(),
 			LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
 		},
-		abort: cancel,
-		now:   time.Now,
+		abort:           cancel,
+		now:             time.Now,
+		createNamespace: func(ctx context.Context) error { return createNamespace(ctx, kube) },
 	}
 	var (
 		workErr  error
@@ -100,17 +103,17 @@ func Hold(ctx context.Context, kube kubernetes.Interface, identity string, hooks
 		finished bool
 	)
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		Name:            Name,
-		LeaseDuration:   leaseDuration,
-		RenewDeadline:   RenewDeadline,
-		RetryPeriod:     retryPeriod,
-		ReleaseOnCancel: true,
+		Lock:          lock,
+		Name:          Name,
+		LeaseDuration: leaseDuration,
+		RenewDeadline: RenewDeadline,
+		RetryPeriod:   retryPeriod,
+		// Released below by release, which writes without reading first.
+		ReleaseOnCancel: false,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(leading context.Context) {
 				defer close(workDone)
-				// Cancelling ends the renew loop, which then releases the
-				// lease because of ReleaseOnCancel.
+				// Cancelling ends the renew loop, and Run returns.
 				defer cancel()
 				if hooks.Acquired != nil {
 					hooks.Acquired()
@@ -145,9 +148,18 @@ func Hold(ctx context.Context, kube kubernetes.Interface, identity string, hooks
 	finished = true
 	waitMu.Unlock()
 	if lock.acquired() {
-		// Run launched fn in a goroutine and returned once the lease was
-		// released or lost; fn is done or about to see its context cancelled.
+		// Run launched fn in a goroutine and returned once fn was done or
+		// the lease lost; fn is done or about to see its context cancelled.
 		<-workDone
+		// As leader election's release, with a context of its own so that
+		// a cancelled run still gives the lease up.
+		releaseCtx, cancelRelease := context.WithTimeout(context.Background(), RenewDeadline)
+		defer cancelRelease()
+		if err := lock.release(releaseCtx); err != nil {
+			// The lease then expires after leaseDuration; fn's result is
+			// what the caller needs to know.
+			klog.FromContext(ctx).Error(err, "Releasing the lease failed", "lease", Namespace+"/"+Name)
+		}
 		if hooks.Released != nil {
 			hooks.Released()
 		}
@@ -169,16 +181,30 @@ func lostError(holder, identity string, err error) error {
 	return fmt.Errorf("could not renew lease %s/%s for %s: the kube-apiserver answered too slowly or not at all, and no other run holds it; run again once it answers: %w", Namespace, Name, RenewDeadline, err)
 }
 
+// createNamespace creates the lease's namespace, which a cluster normally
+// has (kube-system); another run may have created it meanwhile.
+func createNamespace(ctx context.Context, kube kubernetes.Interface) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}
+	_, err := kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{FieldManager: "channels"})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", Namespace, err)
+	}
+	return nil
+}
+
 // watchedLock wraps the lease lock to learn what leader election does not
 // tell: whether this run ever wrote the lease as its holder, and whether an
 // error means waiting is pointless. It also spaces the holder's renewals:
 // leader election renews every retryPeriod, which is also how often a
 // waiting run tries; a renewal within renewPeriod of the last write is
-// taken as done without writing.
+// taken as done without writing. It creates the lease's namespace when
+// creating the lease finds none, and releases the lease without reading it
+// first (release).
 type watchedLock struct {
 	resourcelock.Interface
-	abort func()
-	now   func() time.Time
+	abort           func()
+	now             func() time.Time
+	createNamespace func(context.Context) error
 
 	mu   sync.Mutex
 	held bool
@@ -188,6 +214,9 @@ type watchedLock struct {
 	written time.Time
 	// seen is the holder the lease last named when read.
 	seen string
+	// transitions is the lease's count of holder changes as this run
+	// last wrote it.
+	transitions int
 }
 
 // Get reads the lease.
@@ -209,11 +238,48 @@ func (l *watchedLock) holder() string {
 	return l.seen
 }
 
-// Create creates the lease, holding it.
+// Create creates the lease, holding it. When the lease's namespace does not
+// exist it creates that, then the lease: a cluster always has kube-system,
+// so a run does not read the namespace before every lease.
 func (l *watchedLock) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
 	err := l.Interface.Create(ctx, ler)
+	if apierrors.IsNotFound(err) && l.createNamespace != nil {
+		if err = l.createNamespace(ctx); err == nil {
+			err = l.Interface.Create(ctx, ler)
+		}
+	}
 	l.observeWrite(ler, err)
 	return err
+}
+
+// release gives the lease up as leader election does (no holder, a
+// duration of one second, so that a waiting run takes it at its next try),
+// but without reading it first: the write carries the resourceVersion of
+// this run's last read or write of the lease, so it fails with a conflict
+// when the lease was written since (a renewal whose answer was lost,
+// another run that took it). Only then is the lease read, and released if
+// it still names this run.
+func (l *watchedLock) release(ctx context.Context) error {
+	for attempt := 0; ; attempt++ {
+		l.mu.Lock()
+		transitions := l.transitions
+		l.mu.Unlock()
+		now := metav1.NewTime(l.now())
+		err := l.Update(ctx, resourcelock.LeaderElectionRecord{LeaderTransitions: transitions, LeaseDurationSeconds: 1, RenewTime: now, AcquireTime: now})
+		if !apierrors.IsConflict(err) || attempt == 2 {
+			return err
+		}
+		rec, _, err := l.Get(ctx)
+		if err != nil {
+			return err
+		}
+		if rec.HolderIdentity != l.Identity() {
+			return nil
+		}
+		l.mu.Lock()
+		l.transitions = rec.LeaderTransitions
+		l.mu.Unlock()
+	}
 }
 
 // Update writes the lease: taking, renewing or releasing it. A renewal
@@ -240,6 +306,7 @@ func (l *watchedLock) observeWrite(ler resourcelock.LeaderElectionRecord, err er
 	if err == nil && ler.HolderIdentity == l.Identity() {
 		l.held = true
 		l.written = l.now()
+		l.transitions = ler.LeaderTransitions
 	} else {
 		// Released, or not written: the next renewal writes.
 		l.written = time.Time{}

@@ -3,31 +3,52 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
 
-// recordingLock is a lease lock that records the holders it writes, and
-// fails the writes it is told to.
+// recordingLock is a lease lock that records the holders it writes and the
+// reads, and fails the writes it is told to.
 type recordingLock struct {
 	resourcelock.Interface
 	identity string
 	fail     bool
-	writes   []string
+	// conflicts is how many updates to come fail with a conflict;
+	// noNamespace makes creates fail as in a missing namespace until the
+	// namespace is made; holder is who a read finds.
+	conflicts   int
+	noNamespace bool
+	holder      string
+	writes      []string
 }
 
 func (l *recordingLock) Identity() string { return l.identity }
 
+func (l *recordingLock) Get(context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	l.writes = append(l.writes, "get")
+	return &resourcelock.LeaderElectionRecord{HolderIdentity: l.holder, LeaderTransitions: 7}, nil, nil
+}
+
 func (l *recordingLock) Create(_ context.Context, ler resourcelock.LeaderElectionRecord) error {
 	l.writes = append(l.writes, "create "+ler.HolderIdentity)
+	if l.noNamespace {
+		return apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, Namespace)
+	}
 	return nil
 }
 
 func (l *recordingLock) Update(_ context.Context, ler resourcelock.LeaderElectionRecord) error {
-	l.writes = append(l.writes, "update "+ler.HolderIdentity)
+	l.writes = append(l.writes, fmt.Sprintf("update %s %d", ler.HolderIdentity, ler.LeaderTransitions))
+	if l.conflicts > 0 {
+		l.conflicts--
+		return apierrors.NewConflict(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, Name, errors.New("the object has been modified"))
+	}
 	if l.fail {
 		return errors.New("etcd is away")
 	}
@@ -40,7 +61,7 @@ func TestWatchedLockSpacesRenewals(t *testing.T) {
 	inner := &recordingLock{identity: "me"}
 	l := &watchedLock{Interface: inner, abort: func() {}, now: func() time.Time { return now }}
 	ctx := context.Background()
-	mine := resourcelock.LeaderElectionRecord{HolderIdentity: "me"}
+	mine := resourcelock.LeaderElectionRecord{HolderIdentity: "me", LeaderTransitions: 3}
 	step := func(at time.Duration, ler resourcelock.LeaderElectionRecord, fail bool) {
 		t.Helper()
 		now, inner.fail = start.Add(at), fail
@@ -60,12 +81,64 @@ func TestWatchedLockSpacesRenewals(t *testing.T) {
 	step(2*renewPeriod+4*time.Second, resourcelock.LeaderElectionRecord{}, false) // release: always written
 	step(2*renewPeriod+5*time.Second, resourcelock.LeaderElectionRecord{HolderIdentity: "other"}, false)
 
-	want := []string{"create me", "update me", "update me", "update me", "update ", "update other"}
+	want := []string{"create me", "update me 3", "update me 3", "update me 3", "update  0", "update other 0"}
 	if diff := cmp.Diff(inner.writes, want); diff != "" {
 		t.Errorf("writes (-got +want):\n%s", diff)
 	}
 	if !l.acquired() {
 		t.Error("acquired() = false after this run wrote the lease as its holder")
+	}
+}
+
+func TestWatchedLockRelease(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		conflicts int
+		holder    string
+		want      []string
+	}{
+		// The lease as this run last wrote it: one write, no read.
+		{name: "unchanged", want: []string{"create me", "update  3"}},
+		// Written since (a renewal whose answer was lost): read, and
+		// released as it now is.
+		{name: "renewed meanwhile", conflicts: 1, holder: "me", want: []string{"create me", "update  3", "get", "update  7"}},
+		// Another run took it: read, and left alone.
+		{name: "taken", conflicts: 1, holder: "other", want: []string{"create me", "update  3", "get"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			inner := &recordingLock{identity: "me", conflicts: tc.conflicts, holder: tc.holder}
+			l := &watchedLock{Interface: inner, abort: func() {}, now: time.Now}
+			ctx := context.Background()
+			if err := l.Create(ctx, resourcelock.LeaderElectionRecord{HolderIdentity: "me", LeaderTransitions: 3}); err != nil {
+				t.Fatal(err)
+			}
+			inner.conflicts = tc.conflicts
+			if err := l.release(ctx); err != nil {
+				t.Errorf("release: %v", err)
+			}
+			if diff := cmp.Diff(inner.writes, tc.want); diff != "" {
+				t.Errorf("requests (-got +want):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestWatchedLockCreatesNamespace(t *testing.T) {
+	inner := &recordingLock{identity: "me", noNamespace: true}
+	created := 0
+	l := &watchedLock{Interface: inner, abort: func() {}, now: time.Now, createNamespace: func(context.Context) error {
+		created++
+		inner.noNamespace = false
+		return nil
+	}}
+	if err := l.Create(context.Background(), resourcelock.LeaderElectionRecord{HolderIdentity: "me"}); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	if diff := cmp.Diff(inner.writes, []string{"create me", "create me"}); diff != "" {
+		t.Errorf("requests (-got +want):\n%s", diff)
+	}
+	if created != 1 || !l.acquired() {
+		t.Errorf("namespace created %d times, acquired %v; want once, true", created, l.acquired())
 	}
 }
 

@@ -300,8 +300,14 @@ func BenchmarkNoOpRequests(b *testing.B) {
 // upgrade's objects were installed with one). It reports each tool's mean
 // time, kubectl's over channels' (the ratio), and the 1-minute load average
 // around each iteration.
+//
+// With $KOS_CHANNELS_BASELINE naming another channels binary (an older
+// build), every iteration also times its cold install of the same objects,
+// before or after the binary under test in turn, and reports it as
+// cold-baseline-s and cold-baseline-ratio: a before and after at one load.
 func BenchmarkVersusKubectl(b *testing.B) {
 	bin := channelsBinary(b)
+	baseline := os.Getenv("KOS_CHANNELS_BASELINE")
 	kubeconfig := testenv.Shared(b).Kubeconfig
 	timed := func(b *testing.B, env []string, name string, args ...string) time.Duration {
 		b.Helper()
@@ -320,12 +326,27 @@ func BenchmarkVersusKubectl(b *testing.B) {
 		return timed(b, applySet, "kubectl", "apply", "--server-side", "--prune", "--applyset=bench", "-n", s.ns, "-f", manifest)
 	}
 	var sum struct{ cold, noop, upgrade [2]time.Duration }
+	var baselineCold time.Duration
 	var load float64
+	iteration := 0
 	for b.Loop() {
 		before := loadAverage(b)
+		coldBaseline := func() {
+			if baseline != "" {
+				s := newSet(b, "versus-baseline")
+				baselineCold += timed(b, nil, baseline, "apply", "channel", s.channel(b, "1.0.0", s.full), "--yes", "--wait=false")
+			}
+		}
+		iteration++
+		if iteration%2 == 1 {
+			coldBaseline()
+		}
 		// channels: install, re-run, upgrade with prune.
 		c := newSet(b, "versus-channels")
 		sum.cold[0] += timed(b, nil, bin, "apply", "channel", c.channel(b, "1.0.0", c.full), "--yes", "--wait=false")
+		if iteration%2 == 0 {
+			coldBaseline()
+		}
 		sum.noop[0] += timed(b, nil, bin, "apply", "channel", c.channel(b, "1.0.0", c.full), "--yes", "--wait=false")
 		sum.upgrade[0] += timed(b, nil, bin, "apply", "channel", c.channel(b, "1.1.0", c.smaller), "--yes", "--wait=false")
 		// kubectl: install and re-run plainly; install in an ApplySet
@@ -348,6 +369,10 @@ func BenchmarkVersusKubectl(b *testing.B) {
 		b.ReportMetric(m.d[0].Seconds()/n, m.name+"-channels-s")
 		b.ReportMetric(m.d[1].Seconds()/n, m.name+"-kubectl-s")
 		b.ReportMetric(float64(m.d[1])/float64(m.d[0]), m.name+"-ratio")
+	}
+	if baseline != "" {
+		b.ReportMetric(baselineCold.Seconds()/n, "cold-baseline-s")
+		b.ReportMetric(float64(sum.cold[1])/float64(baselineCold), "cold-baseline-ratio")
 	}
 	b.ReportMetric(load/n, "load")
 }
