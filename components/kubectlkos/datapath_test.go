@@ -126,7 +126,7 @@ func leftovers(t *testing.T, kube *kubefake.Clientset, kos *kosfake.Clientset, p
 	for _, ns := range nss.Items {
 		left = append(left, "namespace "+ns.Name)
 	}
-	subnets, err := kos.NetworkV1alpha1().Subnets("").List(ctx, metav1.ListOptions{LabelSelector: probeLabel})
+	subnets, err := kos.NetworkV1alpha1().Subnets("").List(ctx, metav1.ListOptions{LabelSelector: api.ProbeLabel})
 	if err != nil {
 		t.Fatal(err)
 	}
