@@ -27,7 +27,9 @@
 //
 // Other concerns live in packages of their own, which import this one or
 // nothing of channels: channels/channel loads channel files (Load, Addon,
-// Fetcher and Lint here are its); channels/daemon runs passes again and
+// Fetcher and Lint here are its); channels/install reads install records and
+// decides which release applies (Plan, PlanItem, Decision, Record here are
+// its); channels/daemon runs passes again and
 // again, reports or repairs drift and serves health and metrics (what
 // `channels apply --interval` runs); channels/lease is the Lease that keeps
 // two runs apart; channels/diff the unified diffs of previews; channels/api

@@ -143,8 +143,7 @@ func (c *Client) Preview(ctx context.Context, plan *Plan, opts PreviewOptions) (
 		if objs[i] == nil {
 			continue
 		}
-		it.shared = plan.sharingSelector(it.Addon)
-		w := &addonWriter{client: c, parallelism: opts.Parallelism, shared: it.shared, defined: scopes, decl: decl, adoptForeign: opts.Adopt}
+		w := &addonWriter{client: c, parallelism: opts.Parallelism, shared: plan.SharingSelector(it.Addon), defined: scopes, decl: decl, adoptForeign: opts.Adopt}
 		rel, err := w.prepare(ctx, objs[i])
 		decl.set(it.Addon, rel, objs[i], err)
 		if err != nil {

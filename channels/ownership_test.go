@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kos-sdn/kos/channels/install"
 )
 
 func TestCheckDuplicates(t *testing.T) {
@@ -140,7 +142,7 @@ func TestProtection(t *testing.T) {
 
 func TestMayHold(t *testing.T) {
 	d := &declarations{installedRead: true, installed: []Installed{
-		{Namespace: "kube-system", Name: "ours", Record: &Record{Inventory: &Inventory{Kinds: []string{"ConfigMap"}, Namespaces: []string{"app"}, Identity: IdentityLabel + "=ours"}}},
+		{Namespace: "kube-system", Name: "ours", Record: &Record{Inventory: &install.Inventory{Kinds: []string{"ConfigMap"}, Namespaces: []string{"app"}, Identity: IdentityLabel + "=ours"}}},
 		{Namespace: "kube-system", Name: "kops", Record: &Record{Channel: "s3://state/addons/bootstrap-channel.yaml"}},
 	}}
 	obj := func(declaredBy string, managers ...string) *unstructured.Unstructured {
@@ -191,10 +193,10 @@ func TestDeclaredByValues(t *testing.T) {
 func TestDefinitionUsers(t *testing.T) {
 	widget := schema.GroupKind{Group: "example.com", Kind: "Widget"}
 	installed := []Installed{
-		{Namespace: "kube-system", Name: "self", Record: &Record{Inventory: &Inventory{Kinds: []string{"Widget.example.com"}, Namespaces: []string{"app"}}}},
-		{Namespace: "kube-system", Name: "user", Record: &Record{Inventory: &Inventory{Kinds: []string{"ConfigMap", "Widget.example.com"}, Namespaces: []string{"app"}}}},
+		{Namespace: "kube-system", Name: "self", Record: &Record{Inventory: &install.Inventory{Kinds: []string{"Widget.example.com"}, Namespaces: []string{"app"}}}},
+		{Namespace: "kube-system", Name: "user", Record: &Record{Inventory: &install.Inventory{Kinds: []string{"ConfigMap", "Widget.example.com"}, Namespaces: []string{"app"}}}},
 		{Namespace: "records", Name: "elsewhere", Record: &Record{}},
-		{Namespace: "kube-system", Name: "half", Pending: &Pending{Inventory: Inventory{Kinds: []string{"Gadget.example.com"}, Namespaces: []string{"half-ns"}}}},
+		{Namespace: "kube-system", Name: "half", Pending: &install.Pending{Inventory: install.Inventory{Kinds: []string{"Gadget.example.com"}, Namespaces: []string{"half-ns"}}}},
 	}
 	for _, tc := range []struct {
 		name string

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kos-sdn/kos/channels/api"
+	"github.com/kos-sdn/kos/channels/install"
 )
 
 // listLimit is the page size of prune's lists.
@@ -78,7 +79,7 @@ type candidate struct {
 // pruned unless they carry another addon's identity, or carry none while
 // another addon of the channels has the same selector (whose objects they
 // may be).
-func (w *addonWriter) prune(ctx context.Context, it PlanItem, in *applied, r *reporter) (*Inventory, error) {
+func (w *addonWriter) prune(ctx context.Context, it PlanItem, in *applied, r *reporter) (*install.Inventory, error) {
 	a, current := it.Addon, it.Current
 	if len(a.Selector) == 0 {
 		if a.Prune != nil {
@@ -181,11 +182,11 @@ func (w *addonWriter) pruneQueries(ctx context.Context, it PlanItem, legacy bool
 	for ns := range in.namespaces {
 		namespaces[ns] = true
 	}
-	var had *Inventory
+	var had *install.Inventory
 	if current != nil {
 		had = current.Inventory
 	}
-	for _, inv := range []*Inventory{had, it.Pending.inventory()} {
+	for _, inv := range []*install.Inventory{had, it.Pending.Scope()} {
 		if inv == nil {
 			continue
 		}

@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/util/csaupgrade"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 	"sigs.k8s.io/structured-merge-diff/v6/value"
+
+	"github.com/kos-sdn/kos/channels/install"
 )
 
 // takenOver are the field managers whose fields applying takes over: kOps's
@@ -116,7 +118,7 @@ func takeOverPatch(obj *unstructured.Unstructured) ([]byte, error) {
 func recordPaths(obj *unstructured.Unstructured) (all, keys *fieldpath.Set) {
 	keys = fieldpath.NewSet()
 	for k := range obj.GetAnnotations() {
-		if strings.HasPrefix(k, AnnotationPrefix) || strings.HasPrefix(k, InventoryAnnotationPrefix) {
+		if strings.HasPrefix(k, AnnotationPrefix) || strings.HasPrefix(k, install.InventoryAnnotationPrefix) {
 			keys.Insert(fieldpath.MakePathOrDie("metadata", "annotations", k))
 		}
 	}
@@ -128,12 +130,12 @@ func recordPaths(obj *unstructured.Unstructured) (all, keys *fieldpath.Set) {
 	return all, keys
 }
 
-// ownRecords gives the record paths to RecordFieldManager's Update entry,
+// ownRecords gives the record paths to install.RecordFieldManager's Update entry,
 // adding one when there is none.
 func ownRecords(entries *[]metav1.ManagedFieldsEntry, paths *fieldpath.Set, apiVersion string) error {
 	for i := range *entries {
 		e := &(*entries)[i]
-		if e.Manager != RecordFieldManager || e.Operation != metav1.ManagedFieldsOperationUpdate || e.Subresource != "" || e.APIVersion != apiVersion {
+		if e.Manager != install.RecordFieldManager || e.Operation != metav1.ManagedFieldsOperationUpdate || e.Subresource != "" || e.APIVersion != apiVersion {
 			continue
 		}
 		set := &fieldpath.Set{}
@@ -152,11 +154,11 @@ func ownRecords(entries *[]metav1.ManagedFieldsEntry, paths *fieldpath.Set, apiV
 	}
 	raw, err := paths.ToJSON()
 	if err != nil {
-		return fmt.Errorf("writing fields of manager %s: %w", RecordFieldManager, err)
+		return fmt.Errorf("writing fields of manager %s: %w", install.RecordFieldManager, err)
 	}
 	now := metav1.Now()
 	*entries = append(*entries, metav1.ManagedFieldsEntry{
-		Manager:    RecordFieldManager,
+		Manager:    install.RecordFieldManager,
 		Operation:  metav1.ManagedFieldsOperationUpdate,
 		APIVersion: apiVersion,
 		Time:       &now,
@@ -218,7 +220,7 @@ func takeoverFields(live, merged *unstructured.Unstructured) ([]Takeover, *field
 	records, _ := recordPaths(live)
 	var out []Takeover
 	for _, m := range slices.Sorted(maps.Keys(before)) {
-		if m == FieldManager || m == RecordFieldManager {
+		if m == FieldManager || m == install.RecordFieldManager {
 			continue
 		}
 		had := before[m]

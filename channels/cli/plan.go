@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kos-sdn/kos/channels"
+	"github.com/kos-sdn/kos/channels/install"
 )
 
 // planObject is one item of a plan as the printers see it: kind AddonUpdate,
@@ -102,7 +103,7 @@ var planColumns = []metav1.TableColumnDefinition{
 func planRows(plan *channels.Plan) []channels.PlanItem {
 	var out []channels.PlanItem
 	for _, it := range plan.Items {
-		if it.Decision.Apply || it.Decision.Reason != channels.ReasonUpToDate {
+		if it.Decision.Apply || it.Decision.Reason != install.ReasonUpToDate {
 			out = append(out, it)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kos-sdn/kos/channels"
+	"github.com/kos-sdn/kos/channels/install"
 )
 
 // driftTarget is a target of kind kind named name, with annotations.
@@ -23,9 +24,9 @@ func driftTarget(kind, name string, annotations map[string]string) *channels.Obj
 
 func TestUpToDate(t *testing.T) {
 	plan := &channels.Plan{Items: []channels.PlanItem{
-		{Addon: &channels.Addon{Name: "current"}, Decision: channels.Decision{Reason: channels.ReasonUpToDate}},
-		{Addon: &channels.Addon{Name: "upgrade"}, Decision: channels.Decision{Apply: true, Reason: channels.ReasonUpToDate}},
-		{Addon: &channels.Addon{Name: "downgrade"}, Decision: channels.Decision{Reason: channels.ReasonDowngrade}},
+		{Addon: &channels.Addon{Name: "current"}, Decision: channels.Decision{Reason: install.ReasonUpToDate}},
+		{Addon: &channels.Addon{Name: "upgrade"}, Decision: channels.Decision{Apply: true, Reason: install.ReasonUpToDate}},
+		{Addon: &channels.Addon{Name: "downgrade"}, Decision: channels.Decision{Reason: install.ReasonDowngrade}},
 	}}
 	var got []string
 	for _, it := range upToDate(plan) {
