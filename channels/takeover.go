@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/structured-merge-diff/v6/value"
 
 	"github.com/kos-sdn/kos/channels/install"
+	"github.com/kos-sdn/kos/channels/preview"
 )
 
 // takenOver are the field managers whose fields applying takes over: kOps's
@@ -168,21 +169,6 @@ func ownRecords(entries *[]metav1.ManagedFieldsEntry, paths *fieldpath.Set, apiV
 	return nil
 }
 
-// Takeover is what applying a release does to fields another field manager
-// owns on an object: it takes them over (the release sets them, to another
-// value, or the manager is one of takenOver), or, for a manager of
-// takenOver, removes those the release does not set, which no one else
-// owns.
-type Takeover struct {
-	// Manager is the field manager that loses the fields.
-	Manager string
-	// TakenOver are the paths of the fields FieldManager comes to own
-	// (".spec.replicas"), sorted.
-	TakenOver []string
-	// Removed are the paths of the fields applying removes, sorted.
-	Removed []string
-}
-
 // takeovers works out, from the managed fields of live (nil when the object
 // does not exist) and of merged (the server-side dry-run of the apply,
 // forced, as FieldManager), which fields change manager, by manager in name
@@ -193,14 +179,14 @@ type Takeover struct {
 // before the apply, which then removes those the release does not set and
 // no third manager owns (install records and pending inventories excepted,
 // as takeOverPatch leaves them out).
-func takeovers(live, merged *unstructured.Unstructured) ([]Takeover, error) {
+func takeovers(live, merged *unstructured.Unstructured) ([]preview.Takeover, error) {
 	out, _, err := takeoverFields(live, merged)
 	return out, err
 }
 
 // takeoverFields is takeovers, returning also every field applying
 // removes.
-func takeoverFields(live, merged *unstructured.Unstructured) ([]Takeover, *fieldpath.Set, error) {
+func takeoverFields(live, merged *unstructured.Unstructured) ([]preview.Takeover, *fieldpath.Set, error) {
 	all := fieldpath.NewSet()
 	if live == nil {
 		return nil, all, nil
@@ -218,7 +204,7 @@ func takeoverFields(live, merged *unstructured.Unstructured) ([]Takeover, *field
 		ours = fieldpath.NewSet()
 	}
 	records, _ := recordPaths(live)
-	var out []Takeover
+	var out []preview.Takeover
 	for _, m := range slices.Sorted(maps.Keys(before)) {
 		if m == FieldManager || m == install.RecordFieldManager {
 			continue
@@ -242,7 +228,7 @@ func takeoverFields(live, merged *unstructured.Unstructured) ([]Takeover, *field
 			}
 			removed = fieldpath.NewSet()
 		}
-		t := Takeover{Manager: m, TakenOver: leafPaths(taken), Removed: leafPaths(removed)}
+		t := preview.Takeover{Manager: m, TakenOver: leafPaths(taken), Removed: leafPaths(removed)}
 		if len(t.TakenOver)+len(t.Removed) > 0 {
 			out = append(out, t)
 		}

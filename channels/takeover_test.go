@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	"github.com/kos-sdn/kos/channels/preview"
 )
 
 func TestTakeovers(t *testing.T) {
@@ -24,7 +26,7 @@ func TestTakeovers(t *testing.T) {
 	tests := []struct {
 		name         string
 		live, merged *unstructured.Unstructured
-		want         []Takeover
+		want         []preview.Takeover
 	}{{
 		name:   "created",
 		merged: object(entry(FieldManager, apply, `{"f:data":{"f:a":{}}}`)),
@@ -32,7 +34,7 @@ func TestTakeovers(t *testing.T) {
 		name:   "an edit reverted: the editor loses the field",
 		live:   object(entry(FieldManager, apply, `{"f:data":{"f:a":{}}}`), entry("kubectl-edit", update, `{"f:data":{"f:b":{}}}`)),
 		merged: object(entry(FieldManager, apply, `{"f:data":{"f:a":{},"f:b":{}}}`)),
-		want:   []Takeover{{Manager: "kubectl-edit", TakenOver: []string{".data.b"}}},
+		want:   []preview.Takeover{{Manager: "kubectl-edit", TakenOver: []string{".data.b"}}},
 	}, {
 		name:   "the same value: shared, no takeover",
 		live:   object(entry(FieldManager, apply, `{"f:data":{"f:a":{}}}`), entry("kubectl-edit", update, `{"f:data":{"f:b":{}}}`)),
@@ -52,7 +54,7 @@ func TestTakeovers(t *testing.T) {
 			entry("other", update, `{"f:data":{"f:shared":{}}}`),
 			entry(FieldManager, apply, `{"f:data":{"f:a":{}}}`),
 		),
-		want: []Takeover{{Manager: "kops", TakenOver: []string{".data.a"}, Removed: []string{".data.old"}}},
+		want: []preview.Takeover{{Manager: "kops", TakenOver: []string{".data.a"}, Removed: []string{".data.old"}}},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

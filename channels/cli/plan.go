@@ -10,6 +10,7 @@ import (
 
 	"github.com/kos-sdn/kos/channels"
 	"github.com/kos-sdn/kos/channels/install"
+	"github.com/kos-sdn/kos/channels/preview"
 )
 
 // planObject is one item of a plan as the printers see it: kind AddonUpdate,
@@ -179,7 +180,7 @@ func writeObjectPlan(w io.Writer, plan *channels.Plan, previews map[string]chann
 					fmt.Fprintf(w, "  removes %s, owned by %s, which the release does not set\n", listFields(t.Removed), t.Manager)
 				}
 			}
-			if !diff || ch.Action == channels.ActionUnchanged {
+			if !diff || ch.Action == preview.ActionUnchanged {
 				continue
 			}
 			d, err := ch.Diff()
