@@ -7,6 +7,7 @@ import (
 )
 
 func TestApplyErrorMessage(t *testing.T) {
+	t.Parallel()
 	err := &ApplyError{Failed: []AddonError{
 		{Addon: "a", Err: errors.New("applying ConfigMap ns/x: boom")},
 		{Addon: "b", Err: errors.Join(errors.New("one"), errors.New("two"))},

@@ -15,6 +15,7 @@ import (
 )
 
 func TestCheckDuplicates(t *testing.T) {
+	t.Parallel()
 	obj := func(kind, name, value string, adopt bool) *unstructured.Unstructured {
 		u := &unstructured.Unstructured{Object: map[string]any{"data": map[string]any{"key": value}}}
 		u.SetAPIVersion("v1")
@@ -76,6 +77,7 @@ func TestCheckDuplicates(t *testing.T) {
 }
 
 func TestMadeByChannels(t *testing.T) {
+	t.Parallel()
 	sel := map[string]string{"k8s-addon": "a.addons.k8s.io"}
 	obj := func(labels map[string]string, managers ...string) *unstructured.Unstructured {
 		u := &unstructured.Unstructured{}
@@ -111,6 +113,7 @@ func TestMadeByChannels(t *testing.T) {
 }
 
 func TestProtection(t *testing.T) {
+	t.Parallel()
 	obj := func(kind string, annotations map[string]string) *unstructured.Unstructured {
 		u := &unstructured.Unstructured{}
 		u.SetAPIVersion("v1")
@@ -141,6 +144,7 @@ func TestProtection(t *testing.T) {
 }
 
 func TestMayHold(t *testing.T) {
+	t.Parallel()
 	d := &declarations{installedRead: true, installed: []Installed{
 		{Namespace: "kube-system", Name: "ours", Record: &Record{Inventory: &install.Inventory{Kinds: []string{"ConfigMap"}, Namespaces: []string{"app"}, Identity: IdentityLabel + "=ours"}}},
 		{Namespace: "kube-system", Name: "kops", Record: &Record{Channel: "s3://state/addons/bootstrap-channel.yaml"}},
@@ -182,6 +186,7 @@ func TestMayHold(t *testing.T) {
 }
 
 func TestDeclaredByValues(t *testing.T) {
+	t.Parallel()
 	key := ObjectKey{GroupKind: schema.GroupKind{Kind: "ConfigMap"}, Namespace: "ns", Name: "x"}
 	other := ObjectKey{GroupKind: schema.GroupKind{Kind: "ConfigMap"}, Namespace: "ns", Name: "y"}
 	got := declaredByValues("b", map[ObjectKey]map[string]bool{key: {"c": true, "a": true}, other: {}})
@@ -191,6 +196,7 @@ func TestDeclaredByValues(t *testing.T) {
 }
 
 func TestDefinitionUsers(t *testing.T) {
+	t.Parallel()
 	widget := schema.GroupKind{Group: "example.com", Kind: "Widget"}
 	installed := []Installed{
 		{Namespace: "kube-system", Name: "self", Record: &Record{Inventory: &install.Inventory{Kinds: []string{"Widget.example.com"}, Namespaces: []string{"app"}}}},
@@ -222,6 +228,7 @@ func TestDefinitionUsers(t *testing.T) {
 }
 
 func TestMetadataObject(t *testing.T) {
+	t.Parallel()
 	deleted := metav1.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)
 	m := &metav1.PartialObjectMetadata{
 		TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadata"},

@@ -14,6 +14,7 @@ import (
 )
 
 func TestTakeovers(t *testing.T) {
+	t.Parallel()
 	entry := func(manager string, op metav1.ManagedFieldsOperationType, fields string) metav1.ManagedFieldsEntry {
 		return metav1.ManagedFieldsEntry{Manager: manager, Operation: op, APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}
 	}
@@ -74,6 +75,7 @@ func TestTakeovers(t *testing.T) {
 }
 
 func TestRemoveFields(t *testing.T) {
+	t.Parallel()
 	obj := func() map[string]any {
 		return map[string]any{
 			"data": map[string]any{"kept": "1", "old": "gone"},
@@ -122,6 +124,7 @@ func TestRemoveFields(t *testing.T) {
 }
 
 func TestWithoutFieldsOf(t *testing.T) {
+	t.Parallel()
 	release := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "apps/v1", "kind": "Deployment",
 		"metadata": map[string]any{"name": "app", "labels": map[string]any{"a": "1"}},

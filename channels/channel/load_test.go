@@ -43,6 +43,7 @@ func golden(t *testing.T, name string, got any) {
 }
 
 func TestLoadKOpsChannel(t *testing.T) {
+	t.Parallel()
 	location := filepath.Join("testdata", "kops-bootstrap-channel.yaml")
 	addons, err := Load(context.Background(), NewFetcher(), location)
 	if err != nil {
@@ -73,6 +74,7 @@ func TestLoadKOpsChannel(t *testing.T) {
 }
 
 func TestLoadVersionsAndDefaults(t *testing.T) {
+	t.Parallel()
 	addons, err := Load(context.Background(), NewFetcher(), filepath.Join("testdata", "ranges.yaml"))
 	if err != nil {
 		t.Fatalf("Load: %v", err)
@@ -99,6 +101,7 @@ func TestLoadVersionsAndDefaults(t *testing.T) {
 }
 
 func TestLoadEmptySelector(t *testing.T) {
+	t.Parallel()
 	// Loading allows an addon without selector; pruning refuses it later.
 	addons, err := Load(context.Background(), NewFetcher(), filepath.Join("testdata", "no-selector.yaml"))
 	if err != nil {
@@ -116,6 +119,7 @@ func TestLoadEmptySelector(t *testing.T) {
 }
 
 func TestLoadErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		file string
 		// want are the parts the message must hold, besides the file.
@@ -135,6 +139,7 @@ func TestLoadErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
+			t.Parallel()
 			location := filepath.Join("testdata", "bad", tt.file)
 			_, err := Load(context.Background(), NewFetcher(), location)
 			if err == nil {
@@ -157,6 +162,7 @@ func TestLoadErrors(t *testing.T) {
 // kubernetesVersion does not parse is skipped with a warning, and the
 // legacy needsRollingUpdate "worker" means workers.
 func TestLoadTolerance(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	loc := filepath.Join(dir, "channel.yaml")
 	data := `kind: Addons
@@ -189,6 +195,7 @@ spec:
 }
 
 func TestLoadPlainManifest(t *testing.T) {
+	t.Parallel()
 	location := filepath.Join("testdata", "plain-manifest.yaml")
 	content, err := os.ReadFile(location)
 	if err != nil {
@@ -214,6 +221,7 @@ func TestLoadPlainManifest(t *testing.T) {
 }
 
 func TestVerifyManifest(t *testing.T) {
+	t.Parallel()
 	data := []byte("kind: ConfigMap\n")
 	sum := sha256.Sum256(data)
 	good := hex.EncodeToString(sum[:])
@@ -233,6 +241,7 @@ func TestVerifyManifest(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			err := VerifyManifest(&Addon{Name: "x", Manifest: "m.yaml", ManifestHash: tt.hash}, data)
 			if tt.wantErr == nil {
 				if err != nil {

@@ -23,6 +23,7 @@ func driftTarget(kind, name string, annotations map[string]string) *channels.Obj
 }
 
 func TestUpToDate(t *testing.T) {
+	t.Parallel()
 	plan := &channels.Plan{Items: []channels.PlanItem{
 		{Addon: &channels.Addon{Name: "current"}, Decision: channels.Decision{Reason: install.ReasonUpToDate}},
 		{Addon: &channels.Addon{Name: "upgrade"}, Decision: channels.Decision{Apply: true, Reason: install.ReasonUpToDate}},
@@ -38,6 +39,7 @@ func TestUpToDate(t *testing.T) {
 }
 
 func TestChangedTargets(t *testing.T) {
+	t.Parallel()
 	same := driftTarget("ConfigMap", "same", nil)
 	edited := driftTarget("ConfigMap", "edited", nil)
 	gone := driftTarget("ConfigMap", "gone", nil)
@@ -65,6 +67,7 @@ func TestChangedTargets(t *testing.T) {
 }
 
 func TestLookMode(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name        string
 		annotations map[string]string
@@ -92,6 +95,7 @@ func TestLookMode(t *testing.T) {
 }
 
 func TestPlanRepair(t *testing.T) {
+	t.Parallel()
 	person := []fieldOwner{{Manager: "kubectl-edit", Field: ".data.a"}}
 	controller := []fieldOwner{{Manager: "injector", Field: ".data.b"}}
 	release := func() *channels.Object {
@@ -163,6 +167,7 @@ func TestPlanRepair(t *testing.T) {
 }
 
 func TestRepairOutcome(t *testing.T) {
+	t.Parallel()
 	cm := channels.ObjectKey{GroupKind: schema.GroupKind{Kind: "ConfigMap"}, Namespace: "ns", Name: "c"}
 	ns := channels.ObjectKey{GroupKind: schema.GroupKind{Kind: "Namespace"}, Name: "ns"}
 	out := func(rv string) *unstructured.Unstructured {

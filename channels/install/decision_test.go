@@ -10,6 +10,7 @@ import (
 )
 
 func TestDecide(t *testing.T) {
+	t.Parallel()
 	release := func(version, id, hash string) *channel.Addon {
 		a := &channel.Addon{Name: "dns", ID: id, ManifestHash: hash}
 		if version != "" {
@@ -137,6 +138,7 @@ func TestDecide(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			if diff := cmp.Diff(Decide(tt.c, tt.r, tt.p, tt.opts), tt.want); diff != "" {
 				t.Errorf("Decide (-got +want):\n%s", diff)
 			}
@@ -147,6 +149,7 @@ func TestDecide(t *testing.T) {
 // TestDecidePlainManifest checks that the record of a plain manifest
 // always carries the content's hash, so that an edit re-applies.
 func TestDecidePlainManifest(t *testing.T) {
+	t.Parallel()
 	location := "/channels/plain-manifest.yaml"
 	content := []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: plain, namespace: default}\ndata: {key: value}\n")
 	addons, err := channel.Parse(location, content)

@@ -12,6 +12,7 @@ import (
 )
 
 func TestPlanWriteTable(t *testing.T) {
+	t.Parallel()
 	v := func(s string) *semver.Version {
 		sv := semver.MustParse(s)
 		return &sv
@@ -69,6 +70,7 @@ func TestPlanWriteTable(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			var buf bytes.Buffer
 			p := &Plan{Items: tt.items}
 			if err := p.WriteTable(&buf); err != nil {
@@ -82,6 +84,7 @@ func TestPlanWriteTable(t *testing.T) {
 }
 
 func TestPlanProblems(t *testing.T) {
+	t.Parallel()
 	v := semver.MustParse("0.3.0")
 	p := &Plan{
 		Unfit: []channel.NoFit{{Name: "zeta", KubeVersion: semver.MustParse("1.38.0"), Releases: []*channel.Addon{{Name: "zeta", Version: &v, KubernetesVersion: "<1.38.0"}}}},

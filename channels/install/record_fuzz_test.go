@@ -100,6 +100,7 @@ func deref(s *string) string {
 // inventory that lists a kind twice did not cover itself, and hid a kind
 // another inventory adds, so that no pending inventory was written for it.
 func TestInventoryCoversDuplicates(t *testing.T) {
+	t.Parallel()
 	dup := &Inventory{Kinds: []string{"ConfigMap", "ConfigMap"}, Namespaces: []string{"a", "a"}}
 	if !dup.Covers(dup) {
 		t.Error("an inventory with duplicates does not cover itself")

@@ -12,6 +12,7 @@ import (
 )
 
 func TestRecordEncode(t *testing.T) {
+	t.Parallel()
 	hash := "8a32e516d7415be524a7fcec482ad2918f2b6ef2a7f4cb8e2e232b361436b20b"
 	tests := []struct {
 		name   string
@@ -39,6 +40,7 @@ func TestRecordEncode(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			got, err := tt.record.Encode()
 			if err != nil {
 				t.Fatalf("Encode: %v", err)
@@ -58,6 +60,7 @@ func TestRecordEncode(t *testing.T) {
 }
 
 func TestNewRecord(t *testing.T) {
+	t.Parallel()
 	v := semver.MustParse("1.6.0")
 	a := &channel.Addon{Name: "dns", Version: &v, ID: "k8s-1.29", ManifestHash: "aa", Channel: "https://h/c.yaml", Manifest: "https://h/m.yaml"}
 	got := NewRecord(a)
@@ -72,6 +75,7 @@ func TestNewRecord(t *testing.T) {
 }
 
 func TestParseRecord(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		value   string
@@ -99,6 +103,7 @@ func TestParseRecord(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			got, err := ParseRecord(tt.value)
 			if tt.wantErr {
 				if err == nil {
@@ -117,6 +122,7 @@ func TestParseRecord(t *testing.T) {
 }
 
 func TestRecordReadableByKOps(t *testing.T) {
+	t.Parallel()
 	r := &Record{Version: "0.2.0", Channel: "s3://b/kos/bootstrap-channel.yaml", ID: "k8s-1.29", ManifestHash: "aa", SystemGeneration: 1,
 		Inventory: &Inventory{Kinds: []string{"ConfigMap"}}}
 	value, err := r.Encode()

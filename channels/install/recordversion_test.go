@@ -16,6 +16,7 @@ import (
 // downgrade for it too, and that anything less than a sure match leaves the
 // record alone.
 func TestRecordVersions(t *testing.T) {
+	t.Parallel()
 	v := func(s string) *semver.Version { x := semver.MustParse(s); return &x }
 	offered := []*channel.Addon{
 		{Name: "kos-agent", Version: v("0.1.0"), ID: "k8s-1.29", ManifestHash: "aa"},
@@ -40,6 +41,7 @@ func TestRecordVersions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			fetches := 0
 			rv := &RecordVersions{channels: map[string][]*channel.Addon{}, fetch: func(ctx context.Context, loc string) ([]*channel.Addon, error) {
 				fetches++

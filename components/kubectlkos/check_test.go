@@ -36,6 +36,7 @@ func healthyReport() statusReport {
 }
 
 func TestChecks(t *testing.T) {
+	t.Parallel()
 	passed := func(results []CheckResult) map[string]bool {
 		m := map[string]bool{}
 		for _, r := range results {

@@ -155,6 +155,7 @@ func agentsOn(nodes ...string) []NodeStatus {
 }
 
 func TestDatapathCheck(t *testing.T) {
+	t.Parallel()
 	ok := api.ProbeOutcome{OK: true}
 	pass := api.ProbeCheckResult{Ping: ok, FullSizePing: ok, TCP: ok}
 	tests := []struct {
@@ -257,6 +258,7 @@ func TestDatapathCheck(t *testing.T) {
 // Ctrl-C does, while it checks the pairs: what it made is deleted all the
 // same.
 func TestDatapathCheckCleansUpWhenInterrupted(t *testing.T) {
+	t.Parallel()
 	kube, kos := newFakeClusters()
 	p := newFakeProber()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -281,6 +283,7 @@ func TestDatapathCheckCleansUpWhenInterrupted(t *testing.T) {
 }
 
 func TestFreeVNI(t *testing.T) {
+	t.Parallel()
 	subnet := func(ns string, vni uint32) runtime.Object {
 		return &v1alpha1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprint(vni)}, Spec: v1alpha1.SubnetSpec{VNI: vni}}
 	}
@@ -296,6 +299,7 @@ func TestFreeVNI(t *testing.T) {
 }
 
 func TestPrintPairs(t *testing.T) {
+	t.Parallel()
 	ok := api.ProbeOutcome{OK: true}
 	results := []PairResult{
 		{From: "node-1", To: "node-2", Result: api.ProbeCheckResult{Ping: ok, FullSizePing: ok, TCP: ok}},
@@ -323,6 +327,7 @@ func TestPrintPairs(t *testing.T) {
 }
 
 func TestChecksErrorNamesThePairs(t *testing.T) {
+	t.Parallel()
 	results := []CheckResult{
 		{Check: "agents", Passed: true},
 		{Check: "attachments", Passed: false},
@@ -343,6 +348,7 @@ func TestChecksErrorNamesThePairs(t *testing.T) {
 // delete a Subnet while it still counts a deleted attachment (409); the
 // cleanup asks again until it may.
 func TestDatapathCheckWaitsForTheSubnetToBeUnused(t *testing.T) {
+	t.Parallel()
 	kube, kos := newFakeClusters()
 	refusals := 2
 	kos.PrependReactor("delete", "subnets", func(action k8stesting.Action) (bool, runtime.Object, error) {

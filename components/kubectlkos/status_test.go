@@ -123,6 +123,7 @@ func statusFixture() (*agents, *fakeProxy, *kosfake.Clientset) {
 }
 
 func TestStatusOutput(t *testing.T) {
+	t.Parallel()
 	ag, _, kos := statusFixture()
 	statuses, err := collectStatus(context.Background(), ag, kos, "", func(f string, a ...any) { t.Errorf("warning: "+f, a...) })
 	if err != nil {
@@ -150,6 +151,7 @@ func TestStatusOutput(t *testing.T) {
 }
 
 func TestStatusOfOneNode(t *testing.T) {
+	t.Parallel()
 	ag, p, kos := statusFixture()
 	statuses, err := collectStatus(context.Background(), ag, kos, "node-2", func(string, ...any) {})
 	if err != nil {
@@ -165,6 +167,7 @@ func TestStatusOfOneNode(t *testing.T) {
 }
 
 func TestStatusWithoutAttachments(t *testing.T) {
+	t.Parallel()
 	ag, _, kos := statusFixture()
 	kos.PrependReactor("list", "networkattachments", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("forbidden")
@@ -180,6 +183,7 @@ func TestStatusWithoutAttachments(t *testing.T) {
 }
 
 func TestImageVersion(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ ref, want string }{
 		{"kos.example.com/kos-agent:0.3.0", "0.3.0"},
 		{"registry:5000/kos/kos-agent:0.3.0@sha256:0123456789abcdef", "0.3.0"},
@@ -195,6 +199,7 @@ func TestImageVersion(t *testing.T) {
 }
 
 func TestSummarize(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		errs []string
 		want string

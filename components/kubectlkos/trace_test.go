@@ -81,6 +81,7 @@ current-context: c
 }
 
 func TestTrace(t *testing.T) {
+	t.Parallel()
 	ag, p, kos := statusFixture()
 	p.answers["kos-agent-bbbb POST "+api.PathTrace] = "Flow: icmp,in_port=3\n\nDatapath actions: drop\n"
 	tests := []struct {

@@ -9,6 +9,7 @@ import (
 )
 
 func TestUsageError(t *testing.T) {
+	t.Parallel()
 	root := &cobra.Command{Use: "kos"}
 	sub := &cobra.Command{Use: "get"}
 	root.AddCommand(sub)
@@ -27,6 +28,7 @@ func TestUsageError(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			if got := tt.err.Error(); got != tt.wantMsg {
 				t.Errorf("Error() = %q, want %q", got, tt.wantMsg)
 			}
