@@ -17,7 +17,7 @@ func newApplyCommand(o *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "apply",
 		Short: "Apply addons to the cluster",
-		Args:  noArgs,
+		Args:  cmdline.NoArgs,
 		RunE:  groupRun,
 	}
 	cmd.AddCommand(newApplyChannelCommand(o))

@@ -99,7 +99,7 @@ Channels are read from a path, an https:// URL or an s3:// URL.`,
   channels get addons`,
 		SilenceErrors:     true,
 		SilenceUsage:      true,
-		Args:              noArgs,
+		Args:              cmdline.NoArgs,
 		RunE:              groupRun,
 		PersistentPreRunE: o.setUpLogging,
 	}
@@ -193,15 +193,6 @@ func (e *hintError) Error() string { return e.err.Error() + "; " + e.hint }
 func (e *hintError) Unwrap() error { return e.err }
 
 func withHint(err error, hint string) error { return &hintError{err: err, hint: hint} }
-
-// noArgs refuses arguments to a command that groups subcommands, naming the
-// unknown subcommand.
-func noArgs(cmd *cobra.Command, args []string) error {
-	if len(args) > 0 {
-		return cmdline.UsageErrorf(cmd, "unknown command %q for %q", args[0], cmd.CommandPath())
-	}
-	return nil
-}
 
 // groupRun shows the help of a command that groups subcommands.
 func groupRun(cmd *cobra.Command, _ []string) error {

@@ -305,7 +305,7 @@ defragments the members worth it, one at a time (see defrag).`,
   kos-etcd-backup save --dir /var/lib/kos-etcd-backup --keep 28 --defrag \
     --endpoints https://kos-etcd-0.kos-etcd.example-com.svc:2379 \
     --cacert ca.crt --cert tls.crt --key tls.key`,
-		Args: noArgs,
+		Args: cmdline.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.Validate(); err != nil {
 				return cmdline.Usage(err)
@@ -346,7 +346,7 @@ least --defrag-min-free-bytes and --defrag-min-free-ratio of the file is free;
 it prints what it did or why not for each. A member blocks its clients while
 it defragments, so when one member does not answer, none is defragmented. With
 --disarm-nospace it then clears the NOSPACE alarms etcd raises at its quota.`,
-		Args: noArgs,
+		Args: cmdline.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			errs := append(o.Client.validate(), validatePolicy(o.Policy)...)
 			if o.Timeout <= 0 {
@@ -514,7 +514,7 @@ s3://BUCKET/PREFIX/kos-etcd-<time>.db.`,
     --name kos-etcd-0 \
     --initial-advertise-peer-urls https://kos-etcd-0.kos-etcd.example-com.svc:2380 \
     --initial-cluster kos-etcd-0=https://kos-etcd-0.kos-etcd.example-com.svc:2380,kos-etcd-1=https://kos-etcd-1.kos-etcd.example-com.svc:2380,kos-etcd-2=https://kos-etcd-2.kos-etcd.example-com.svc:2380`,
-		Args: noArgs,
+		Args: cmdline.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.Validate(); err != nil {
 				return cmdline.Usage(err)
@@ -535,12 +535,4 @@ s3://BUCKET/PREFIX/kos-etcd-<time>.db.`,
 	fs.BoolVar(&o.Replace, "replace", false, "Move a data folder that holds data aside instead of refusing.")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "The longest the whole run may take.")
 	return cmd
-}
-
-// noArgs refuses positional arguments as a usage error.
-func noArgs(cmd *cobra.Command, args []string) error {
-	if len(args) > 0 {
-		return cmdline.Usage(fmt.Errorf("%s takes no arguments, got %q", cmd.CommandPath(), args))
-	}
-	return nil
 }

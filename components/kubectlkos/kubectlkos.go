@@ -94,7 +94,7 @@ with your credentials; see docs/kubectl-kos.md).`,
   kubectl kos support-bundle -n tenant-a -o bundle.tar.gz`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
-		Args:          noArgs,
+		Args:          cmdline.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return cmd.Help()
 		},
@@ -185,13 +185,6 @@ func (o *options) agents(c *clients) *agents {
 // c's kube-apiserver.
 func (o *options) controlPlane(c *clients) *controlPlane {
 	return &controlPlane{kube: c.kube, dynamic: c.dynamic, namespace: o.controlPlaneNamespace, proxy: podProxy{kube: c.kube}}
-}
-
-func noArgs(cmd *cobra.Command, args []string) error {
-	if len(args) > 0 {
-		return cmdline.UsageErrorf(cmd, "unexpected arguments %q", args)
-	}
-	return nil
 }
 
 // warnf writes a warning to the error stream, as kubectl does.

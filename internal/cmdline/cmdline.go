@@ -52,3 +52,18 @@ func IsUsage(err error) bool {
 	var u *UsageError
 	return errors.As(err, &u)
 }
+
+// NoArgs is the cobra.PositionalArgs of a command that takes no
+// arguments. A command that groups subcommands names the unknown one
+// (cobra runs a group's Args for a word that names no subcommand); any
+// other says it takes none. Either is a UsageError naming cmd's help.
+func NoArgs(cmd *cobra.Command, args []string) error {
+	switch {
+	case len(args) == 0:
+		return nil
+	case cmd.HasSubCommands():
+		return UsageErrorf(cmd, "unknown command %q for %q", args[0], cmd.CommandPath())
+	default:
+		return UsageErrorf(cmd, "%s takes no arguments, got %q", cmd.CommandPath(), args)
+	}
+}

@@ -44,3 +44,36 @@ func TestUsageError(t *testing.T) {
 		t.Error("Usage(err) does not unwrap to err")
 	}
 }
+
+func TestNoArgs(t *testing.T) {
+	t.Parallel()
+	root := &cobra.Command{Use: "kos"}
+	get := &cobra.Command{Use: "get"}
+	root.AddCommand(get)
+	tests := []struct {
+		name    string
+		cmd     *cobra.Command
+		args    []string
+		wantErr string
+	}{
+		{"none", get, nil, ""},
+		{"to a command", get, []string{"x", "y"}, `kos get takes no arguments, got ["x" "y"] (see 'kos get --help')`},
+		{"to a group", root, []string{"gte"}, `unknown command "gte" for "kos" (see 'kos --help')`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := NoArgs(tt.cmd, tt.args)
+			got := ""
+			if err != nil {
+				got = err.Error()
+				if !IsUsage(err) {
+					t.Errorf("NoArgs(%q) = %v, not a usage error", tt.args, err)
+				}
+			}
+			if got != tt.wantErr {
+				t.Errorf("NoArgs(%q) = %q, want %q", tt.args, got, tt.wantErr)
+			}
+		})
+	}
+}
