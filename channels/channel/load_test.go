@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,33 +12,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kos-sdn/kos/channels/api"
+	"github.com/kos-sdn/kos/tools/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
-
-// golden compares got, as indented JSON, with testdata/<name>, or rewrites
-// the file with -update.
-func golden(t *testing.T, name string, got any) {
-	t.Helper()
-	data, err := json.MarshalIndent(got, "", "  ")
-	if err != nil {
-		t.Fatalf("encoding %s: %v", name, err)
-	}
-	data = append(data, '\n')
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("reading the golden file (run with -update to write it): %v", err)
-	}
-	if diff := cmp.Diff(string(data), string(want)); diff != "" {
-		t.Errorf("%s differs (-got +want):\n%s", path, diff)
-	}
-}
 
 func TestLoadKOpsChannel(t *testing.T) {
 	t.Parallel()
@@ -49,7 +22,7 @@ func TestLoadKOpsChannel(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
-	golden(t, "kops-bootstrap-channel.golden.json", addons)
+	golden.CheckJSON(t, "kops-bootstrap-channel.golden.json", addons)
 
 	// The parts a reader of the golden file could miss.
 	if got, want := len(addons), 8; got != want {

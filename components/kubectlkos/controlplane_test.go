@@ -15,6 +15,8 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/kos-sdn/kos/tools/golden"
 )
 
 // controlPlanePod returns a pod of component in the control plane's
@@ -125,7 +127,7 @@ func TestControlPlaneOutput(t *testing.T) {
 			if format != "" {
 				name += "-" + format
 			}
-			golden(t, name, out.String())
+			golden.Check(t, name+".golden", out.String())
 		})
 	}
 }

@@ -4,10 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -22,29 +19,8 @@ import (
 	"github.com/kos-sdn/kos/components/agent/api"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	kosfake "github.com/kos-sdn/kos/components/generated/clientset/versioned/fake"
+	"github.com/kos-sdn/kos/tools/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
-
-// golden compares got with testdata/<name>.golden, or rewrites the file
-// with -update.
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("reading the golden file (run with -update to write it): %v", err)
-	}
-	if diff := cmp.Diff(got, string(want)); diff != "" {
-		t.Errorf("%s differs from %s (-got +want):\n%s", name, path, diff)
-	}
-}
 
 // fakeProxy answers the pod proxy's requests from memory, by pod, method
 // and path, and records them.
@@ -145,7 +121,7 @@ func TestStatusOutput(t *testing.T) {
 			if format != "" {
 				name += "-" + format
 			}
-			golden(t, name, out.String())
+			golden.Check(t, name+".golden", out.String())
 		})
 	}
 }
