@@ -24,10 +24,10 @@ import (
 const (
 	// ExitOK: everything asked for was done (a defragmentation skipped by
 	// policy counts as done).
-	ExitOK = 0
+	ExitOK = cmdline.ExitOK
 	// ExitError: it failed; save wrote no new snapshot, restore changed
 	// nothing.
-	ExitError = 1
+	ExitError = cmdline.ExitError
 	// ExitUsage: the command line was wrong; nothing was done.
 	ExitUsage = cmdline.ExitUsage
 	// ExitPartial: save wrote a new verified snapshot into --dir, but a
@@ -58,18 +58,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmd := NewCommand(stdout, stderr)
 	cmd.SetArgs(args)
 	err := cmd.ExecuteContext(ctx)
-	if err == nil {
-		return ExitOK
-	}
-	fmt.Fprintln(stderr, "error: "+strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " "))
+	code := cmdline.Exit(stderr, err)
 	var partial partialError
-	switch {
-	case cmdline.IsUsage(err):
-		return ExitUsage
-	case errors.As(err, &partial):
+	if code == ExitError && errors.As(err, &partial) {
 		return ExitPartial
 	}
-	return ExitError
+	return code
 }
 
 // NewCommand returns the kos-etcd-backup command.

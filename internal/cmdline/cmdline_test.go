@@ -3,6 +3,7 @@ package cmdline
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
@@ -73,6 +74,32 @@ func TestNoArgs(t *testing.T) {
 			}
 			if got != tt.wantErr {
 				t.Errorf("NoArgs(%q) = %q, want %q", tt.args, got, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestExit(t *testing.T) {
+	t.Parallel()
+	cmd := &cobra.Command{Use: "kos"}
+	tests := []struct {
+		name     string
+		err      error
+		wantCode int
+		wantOut  string
+	}{
+		{"success", nil, ExitOK, ""},
+		{"an error", errors.New("reading x: boom"), ExitError, "error: reading x: boom\n"},
+		{"joined errors on one line", fmt.Errorf("applying: %w", errors.Join(errors.New("one"), errors.New("  two  "))), ExitError, "error: applying: one; two\n"},
+		{"a usage error", UsageErrorf(cmd, "name a command"), ExitUsage, "error: name a command (see 'kos --help')\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var out strings.Builder
+			code := Exit(&out, tt.err)
+			if code != tt.wantCode || out.String() != tt.wantOut {
+				t.Errorf("Exit(%v) = %d, wrote %q; want %d, %q", tt.err, code, out.String(), tt.wantCode, tt.wantOut)
 			}
 		})
 	}
