@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kos-sdn/kos/channels/channel"
+	"github.com/kos-sdn/kos/channels/install"
 	"github.com/kos-sdn/kos/channels/lease"
 )
 
@@ -62,15 +63,6 @@ func (o ApplyOptions) timeout() time.Duration {
 // ApplyError lists the addons a run failed to apply. The others were applied.
 type ApplyError struct {
 	Failed []AddonError
-}
-
-// AddonError is why one addon failed.
-type AddonError struct {
-	// Addon names the addon.
-	Addon string
-	// Err says what failed: the objects the server refused, a manifest
-	// that did not verify, a prune or record write that failed.
-	Err error
 }
 
 // Error names every failed addon and why, on one line.
@@ -134,13 +126,10 @@ func (c *Client) Apply(ctx context.Context, plan *Plan, opts ApplyOptions) error
 	defer pre.wait()
 	return c.withLease(ctx, opts.Identity, r, func(ctx context.Context) error {
 		items := append([]PlanItem(nil), pending...)
-		if err := c.decide(ctx, items, plan.options); err != nil {
+		if err := c.decide(ctx, items, plan.Options); err != nil {
 			return err
 		}
 		opts.releases = pre
-		for i := range items {
-			items[i].shared = plan.sharingSelector(items[i].Addon)
-		}
 		// Every addon is applied before any is waited for: the addons of a
 		// channel often need each other to become ready (an agent needs
 		// the API server of another addon, which needs the etcd of a
@@ -290,9 +279,9 @@ type rollout struct {
 	shared map[ObjectKey]map[string]bool
 	// done is what the release applied, and inv its inventory to record.
 	done *applied
-	inv  *Inventory
+	inv  *install.Inventory
 	// pending is the pending release on the cluster while it is applied.
-	pending *Pending
+	pending *install.Pending
 	// objects are the applied objects as the server returned them, for the
 	// readiness gate.
 	objects []*unstructured.Unstructured
@@ -328,7 +317,7 @@ func (c *Client) applyRun(ctx context.Context, plan *Plan, items []PlanItem, opt
 		decl.set(a, nil, nil, err)
 	}
 	keep := func(ros []*rollout, step func(*rollout) error) []*rollout { return keepRollouts(ros, step, fail) }
-	ros = keep(ros, func(ro *rollout) error { return c.prepareRollout(ctx, ro, opts, defined, decl) })
+	ros = keep(ros, func(ro *rollout) error { return c.prepareRollout(ctx, plan, ro, opts, defined, decl) })
 	dups := checkDuplicates(ros)
 	co := coDeclarers(ros)
 	ros = keep(ros, func(ro *rollout) error {
@@ -425,8 +414,8 @@ func keepRollouts(ros []*rollout, step func(*rollout) error, fail func(string, e
 // prepareRollout maps and places the rollout's objects, with the kinds
 // the run's CRDs define, tells decl what the release declares, and notes
 // the objects its manifest adopts.
-func (c *Client) prepareRollout(ctx context.Context, ro *rollout, opts ApplyOptions, defined map[schema.GroupKind]bool, decl *declarations) error {
-	ro.writer = &addonWriter{client: c, parallelism: opts.Parallelism, shared: ro.item.shared, defined: defined, decl: decl, adoptForeign: opts.Adopt, metadataResults: !opts.Wait}
+func (c *Client) prepareRollout(ctx context.Context, plan *Plan, ro *rollout, opts ApplyOptions, defined map[schema.GroupKind]bool, decl *declarations) error {
+	ro.writer = &addonWriter{client: c, parallelism: opts.Parallelism, shared: plan.SharingSelector(ro.item.Addon), defined: defined, decl: decl, adoptForeign: opts.Adopt, metadataResults: !opts.Wait}
 	rel, err := ro.writer.prepare(ctx, ro.objs)
 	decl.set(ro.item.Addon, rel, ro.objs, err)
 	if err != nil {
@@ -446,7 +435,7 @@ func (c *Client) prepareRollout(ctx context.Context, ro *rollout, opts ApplyOpti
 // its objects neither applied again (which would undo what made them
 // ready, such as a replica count scaled by hand) nor waited for; it is
 // pruned and recorded.
-func (ro *rollout) completing() bool { return ro.item.Decision.completes() }
+func (ro *rollout) completing() bool { return ro.item.Decision.Completes() }
 
 // writeRolloutPending sets the inventory the rollout records and, as
 // kubectl's ApplySet does, writes which release is being applied and
@@ -462,13 +451,13 @@ func (c *Client) writeRolloutPending(ctx context.Context, ro *rollout) error {
 		return nil
 	}
 	klog.FromContext(ctx).V(2).Info("Applying addon", "addon", a.Name, "objects", len(ro.objs), "reason", it.Decision.Reason)
-	known := it.Pending.inventory()
+	known := it.Pending.Scope()
 	if it.Current != nil && it.Current.Inventory != nil && it.Current.Inventory.Identity != "" {
-		known = it.Current.Inventory.union(known)
+		known = it.Current.Inventory.Union(known)
 	}
 	ro.pending = it.Pending
-	if !it.Pending.is(a) || !known.covers(ro.inv) {
-		ro.pending = newPending(a, ro.inv.union(known))
+	if !it.Pending.Is(a) || !known.Covers(ro.inv) {
+		ro.pending = install.NewPending(a, ro.inv.Union(known))
 		return c.writePending(ctx, a.Namespace, a.Name, ro.pending)
 	}
 	return nil
@@ -487,26 +476,26 @@ func (c *Client) finishAddon(ctx context.Context, ro *rollout, r *reporter) erro
 			return err
 		}
 	}
-	rec := NewRecord(a)
+	rec := install.NewRecord(a)
 	// What prune kept still carries the addon's label: the record lists
 	// where it is, so that the next update looks at it again.
-	rec.Inventory = ro.inv.union(kept)
+	rec.Inventory = ro.inv.Union(kept)
 	if err := c.WriteRecord(ctx, a.Namespace, a.Name, rec); err != nil {
 		return err
 	}
 	release := channel.DescribeRelease(a.VersionString(), a.ID)
 	var unfinished string
-	if it.Pending.namesRelease() && !it.Pending.is(a) {
-		unfinished = " (" + it.Pending.release() + " " + ReasonUnfinished + ")"
+	if it.Pending.NamesRelease() && !it.Pending.Is(a) {
+		unfinished = " (" + it.Pending.Release() + " " + install.ReasonUnfinished + ")"
 	}
 	switch {
-	case it.Decision.completes():
+	case it.Decision.Completes():
 		r.report(EventApplied, a.Name, "Completed %s (ready since its run's wait ended)", release)
 	case it.Current == nil:
 		r.report(EventApplied, a.Name, "Installed %s%s", release, unfinished)
-	case it.Decision.rollsBack() && NewRecord(a).same(it.Current):
+	case it.Decision.RollsBack() && install.NewRecord(a).Same(it.Current):
 		r.report(EventApplied, a.Name, "Rolled back to %s%s", release, unfinished)
-	case unfinished != "" && NewRecord(a).same(it.Current):
+	case unfinished != "" && install.NewRecord(a).Same(it.Current):
 		r.report(EventApplied, a.Name, "Restored %s%s", release, unfinished)
 	default:
 		r.report(EventApplied, a.Name, "Updated %s -> %s%s", channel.DescribeRelease(it.Current.Version, it.Current.ID), release, unfinished)

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kos-sdn/kos/channels/api"
+	"github.com/kos-sdn/kos/channels/install"
 	"github.com/kos-sdn/kos/channels/internal/channelstest"
 )
 
@@ -472,8 +473,6 @@ func TestIntegrationEmptySelectorRefusesToPrune(t *testing.T) {
 	}
 }
 
-// kopsChannelVersion (record_test.go) is the record as kOps parses it.
-
 func TestIntegrationKOpsRecord(t *testing.T) {
 	const recordNS = "kops-records"
 	createNamespace(t, recordNS)
@@ -507,16 +506,16 @@ func TestIntegrationKOpsRecord(t *testing.T) {
 	if res.err != nil {
 		t.Fatal(res.err)
 	}
-	if got := res.plan.Items[0].Decision; !got.Apply || got.Reason != ReasonManifestChanged {
-		t.Errorf("another hash over a kOps record: decision %+v, want apply (%s)", got, ReasonManifestChanged)
+	if got := res.plan.Items[0].Decision; !got.Apply || got.Reason != install.ReasonManifestChanged {
+		t.Errorf("another hash over a kOps record: decision %+v, want apply (%s)", got, install.ReasonManifestChanged)
 	}
-	var kops kopsChannelVersion
+	var kops channelstest.KOpsRecord
 	raw := recordOf(t, recordNS, "kopsy")
 	if err := json.Unmarshal([]byte(raw), &kops); err != nil {
 		t.Fatalf("kOps cannot parse our record %s: %v", raw, err)
 	}
 	version, channel := "1.0.0", changed
-	want := kopsChannelVersion{Version: &version, Channel: &channel, ID: "k8s-1.16", ManifestHash: HashManifest([]byte(manB)), SystemGeneration: 1}
+	want := channelstest.KOpsRecord{Version: &version, Channel: &channel, ID: "k8s-1.16", ManifestHash: HashManifest([]byte(manB)), SystemGeneration: 1}
 	if diff := cmp.Diff(kops, want); diff != "" {
 		t.Errorf("our record as kOps reads it (-got +want):\n%s", diff)
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kos-sdn/kos/channels/install"
 	"github.com/kos-sdn/kos/channels/internal/channelstest"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
@@ -26,7 +27,7 @@ func pendingOf(t *testing.T, k kubernetes.Interface, name string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ns.Annotations[InventoryAnnotationPrefix+name]
+	return ns.Annotations[install.InventoryAnnotationPrefix+name]
 }
 
 // configValueOf returns the value of key "key" of a ConfigMap.

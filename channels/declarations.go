@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kos-sdn/kos/channels/channel"
+	"github.com/kos-sdn/kos/channels/install"
 )
 
 // declarations knows which objects addons declare: for one run, the addons
@@ -109,7 +110,7 @@ func newDeclared(a *Addon, rel *release, objs []*unstructured.Unstructured) *dec
 
 // union merges the declarations of two releases of one addon (its record's
 // and its pending release's); b's target wins.
-func (dc *declared) union(b *declared) *declared {
+func (dc *declared) Union(b *declared) *declared {
 	if dc == nil {
 		return b
 	}
@@ -143,7 +144,7 @@ func (d *declarations) set(a *Addon, rel *release, objs []*unstructured.Unstruct
 // what its install record and pending release name.
 func (d *declarations) fromRun(addon string) bool {
 	it, ok := d.items[addon]
-	return ok && (it.Decision.Apply || it.Decision.Reason == ReasonUpToDate)
+	return ok && (it.Decision.Apply || it.Decision.Reason == install.ReasonUpToDate)
 }
 
 // of returns what an addon declares. An addon of the plan that is up to
@@ -206,7 +207,7 @@ func (d *declarations) recordedLocked(ctx context.Context, addon string) *declar
 		if r := in.Record; r != nil {
 			releases = append(releases, named{r.Channel, r.ID, r.Version, r.ManifestHash})
 		}
-		if p := in.Pending; p.namesRelease() {
+		if p := in.Pending; p.NamesRelease() {
 			if n := (named{p.Channel, p.ID, p.Version, p.ManifestHash}); !slices.Contains(releases, n) {
 				releases = append(releases, n)
 			}
@@ -227,7 +228,7 @@ func (d *declarations) recordedLocked(ctx context.Context, addon string) *declar
 		if got.err != nil {
 			return &declared{err: fmt.Errorf("reading its installed release: %w", got.err)}
 		}
-		dc = dc.union(got)
+		dc = dc.Union(got)
 	}
 	return dc
 }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/kos-sdn/kos/channels/channel"
+	"github.com/kos-sdn/kos/channels/install"
 	"github.com/kos-sdn/kos/channels/lease"
 )
 
@@ -100,7 +101,7 @@ var protectedNamespaces = map[string]bool{
 // install record or pending release uses it (holds objects or records in
 // the Namespace, or objects of the CRD's kind).
 func (c *Client) PlanUninstall(ctx context.Context, namespace, name string, opts DeleteOptions) (*Uninstall, error) {
-	rs, err := c.readRecords(ctx, []string{namespace})
+	rs, err := install.ReadRecords(ctx, c.Kube, []string{namespace})
 	if err != nil {
 		return nil, err
 	}
@@ -135,20 +136,20 @@ func (c *Client) PlanUninstall(ctx context.Context, namespace, name string, opts
 // (the record's with a pending inventory an interrupted run left) and the
 // labels the lists select: its IdentityLabel and, when given, its
 // selector.
-func uninstallScope(rs records, namespace, name string, opts DeleteOptions) (*Record, *Inventory, labels.Set, error) {
+func uninstallScope(rs install.Records, namespace, name string, opts DeleteOptions) (*Record, *install.Inventory, labels.Set, error) {
 	if _, ok := rs[namespace][AnnotationPrefix+name]; !ok {
 		return nil, nil, nil, fmt.Errorf("addon %q has no install record in namespace %s", name, namespace)
 	}
-	rec := rs.lookup(namespace, name)
+	rec := rs.Record(namespace, name)
 	if rec == nil {
 		return nil, nil, nil, fmt.Errorf("the install record of addon %q in namespace %s does not parse", name, namespace)
 	}
 	inv := rec.Inventory
-	if p := rs.pending(namespace, name).inventory(); p != nil {
+	if p := rs.Pending(namespace, name).Scope(); p != nil {
 		if inv == nil {
 			inv = p
 		} else {
-			inv = inv.union(p)
+			inv = inv.Union(p)
 		}
 	}
 	set := labels.Set{}
@@ -176,7 +177,7 @@ func uninstallScope(rs records, namespace, name string, opts DeleteOptions) (*Re
 
 // listUninstall lists the objects of addon name that set selects, of the
 // kinds and namespaces of inv, one query per kind and namespace.
-func (c *Client) listUninstall(ctx context.Context, name string, inv *Inventory, set labels.Set) ([][]candidate, error) {
+func (c *Client) listUninstall(ctx context.Context, name string, inv *install.Inventory, set labels.Set) ([][]candidate, error) {
 	w := &addonWriter{client: c, parallelism: defaultParallelism}
 	var queries []pruneQuery
 	for _, k := range inv.Kinds {
@@ -393,7 +394,7 @@ func (c *Client) Uninstall(ctx context.Context, u *Uninstall, opts DeleteOptions
 		if len(errs) > 0 {
 			return errors.Join(errs...)
 		}
-		if err := c.patchAnnotations(ctx, u.Namespace, map[string]*string{AnnotationPrefix + u.Name: nil, InventoryAnnotationPrefix + u.Name: nil}); err != nil {
+		if err := c.patchAnnotations(ctx, u.Namespace, map[string]*string{AnnotationPrefix + u.Name: nil, install.InventoryAnnotationPrefix + u.Name: nil}); err != nil {
 			return fmt.Errorf("removing the install record of addon %q from namespace %s: %w", u.Name, u.Namespace, err)
 		}
 		r.report(EventApplied, u.Name, "Deleted the install record of %s", channel.DescribeRelease(u.Record.Version, u.Record.ID))

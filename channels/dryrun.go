@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"reflect"
 	"sort"
-	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,62 +15,20 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
-	"sigs.k8s.io/yaml"
 
-	"github.com/kos-sdn/kos/channels/diff"
+	"github.com/kos-sdn/kos/channels/preview"
 )
 
-// Action is what applying a release does to one object.
-type Action string
-
-// The actions a preview reports.
-const (
-	ActionCreate    Action = "create"
-	ActionUpdate    Action = "update"
-	ActionUnchanged Action = "unchanged"
-	ActionPrune     Action = "prune"
-	// ActionAdopt takes over an object that exists and that another addon
-	// or no addon owns (see AdoptAnnotation, ApplyOptions.Adopt).
-	ActionAdopt Action = "adopt"
-	// ActionHandOver leaves an object the release drops to another addon
-	// that declares it, applying it as that addon's.
-	ActionHandOver Action = "hand-over"
-	// ActionKeep leaves in place an object the release drops, which
-	// pruning may not delete (the note says why).
-	ActionKeep Action = "keep"
+// Previews are package preview's: what a preview shows, and the diff of
+// each object. Preview fills them in with the apply code's dry-run.
+type (
+	// AddonPreview is what applying one addon's release would do
+	// (preview.Addon).
+	AddonPreview = preview.Addon
+	// ObjectChange is what applying a release does to one object
+	// (preview.ObjectChange).
+	ObjectChange = preview.ObjectChange
 )
-
-// ObjectChange is what applying a release does to one object.
-type ObjectChange struct {
-	Action Action
-	// Kind is the object's group and kind.
-	Kind schema.GroupKind
-	// Namespace is empty for a cluster-scoped object.
-	Namespace, Name string
-	// Live is the object on the cluster and Merged the object as the
-	// server-side dry-run answered, both without managed fields and the
-	// fields the server sets (resourceVersion, uid, generation,
-	// creationTimestamp, status); nil when the object does not exist before
-	// or after.
-	Live, Merged *unstructured.Unstructured
-	// Note says why an object could not be dry-run: its kind or its
-	// namespace is one the release creates.
-	Note string
-	// Takeovers are the fields applying takes from other field managers
-	// or removes for them, by manager; see takeovers.
-	Takeovers []Takeover
-}
-
-// String names the object: "Deployment.apps ns/name".
-func (o ObjectChange) String() string {
-	return ObjectKey{GroupKind: o.Kind, Namespace: o.Namespace, Name: o.Name}.String()
-}
-
-// AddonPreview is what applying one addon's release would do.
-type AddonPreview struct {
-	Addon   string
-	Objects []ObjectChange
-}
 
 // PreviewOptions tune Preview. The zero value is ready to use.
 type PreviewOptions struct {
@@ -143,8 +99,7 @@ func (c *Client) Preview(ctx context.Context, plan *Plan, opts PreviewOptions) (
 		if objs[i] == nil {
 			continue
 		}
-		it.shared = plan.sharingSelector(it.Addon)
-		w := &addonWriter{client: c, parallelism: opts.Parallelism, shared: it.shared, defined: scopes, decl: decl, adoptForeign: opts.Adopt}
+		w := &addonWriter{client: c, parallelism: opts.Parallelism, shared: plan.SharingSelector(it.Addon), defined: scopes, decl: decl, adoptForeign: opts.Adopt}
 		rel, err := w.prepare(ctx, objs[i])
 		decl.set(it.Addon, rel, objs[i], err)
 		if err != nil {
@@ -213,7 +168,7 @@ func (c *Client) previewAddon(ctx context.Context, ro *rollout, creates map[stri
 		t := rel.ready[u]
 		switch {
 		case t == nil:
-			ch.Action, ch.Note = ActionCreate, "its kind is defined by this release"
+			ch.Action, ch.Note = preview.ActionCreate, "its kind is defined by this release"
 			if _, ok := own[key.GroupKind]; !ok && defines[key.GroupKind] != "" {
 				ch.Note = "its kind is defined by addon " + defines[key.GroupKind]
 			}
@@ -223,7 +178,7 @@ func (c *Client) previewAddon(ctx context.Context, ro *rollout, creates map[stri
 				return err
 			}
 			if !exists {
-				ch.Action, ch.Note = ActionCreate, "its namespace is created by this release"
+				ch.Action, ch.Note = preview.ActionCreate, "its namespace is created by this release"
 				if by := creates[key.Namespace]; by != a.Name {
 					ch.Note = "its namespace is created by addon " + by
 				}
@@ -234,8 +189,8 @@ func (c *Client) previewAddon(ctx context.Context, ro *rollout, creates map[stri
 			if err := w.dryRun(ctx, t, &ch); err != nil {
 				return err
 			}
-			if from := adopted[key]; from != "" && ch.Action != ActionCreate {
-				ch.Action, ch.Note = ActionAdopt, from
+			if from := adopted[key]; from != "" && ch.Action != preview.ActionCreate {
+				ch.Action, ch.Note = preview.ActionAdopt, from
 			}
 		}
 		changes[i] = ch
@@ -267,10 +222,10 @@ func (c *Client) previewAddon(ctx context.Context, ro *rollout, creates map[stri
 					continue
 				}
 				seen[cand.key] = true
-				ch := ObjectChange{Action: ActionPrune, Kind: cand.key.GroupKind, Namespace: cand.key.Namespace, Name: cand.key.Name}
+				ch := ObjectChange{Action: preview.ActionPrune, Kind: cand.key.GroupKind, Namespace: cand.key.Namespace, Name: cand.key.Name}
 				switch {
 				case cand.skip != "":
-					ch.Action, ch.Note = ActionKeep, cand.skip
+					ch.Action, ch.Note = preview.ActionKeep, cand.skip
 					changes = append(changes, ch)
 					continue
 				case cand.handover != nil:
@@ -280,7 +235,7 @@ func (c *Client) previewAddon(ctx context.Context, ro *rollout, creates map[stri
 					if err := w.dryRun(ctx, cand.handover, &ch); err != nil {
 						return nil, err
 					}
-					ch.Action, ch.Note = ActionHandOver, "to addon "+cand.handoverTo
+					ch.Action, ch.Note = preview.ActionHandOver, "to addon "+cand.handoverTo
 					changes = append(changes, ch)
 					continue
 				}
@@ -289,7 +244,7 @@ func (c *Client) previewAddon(ctx context.Context, ro *rollout, creates map[stri
 					return nil, fmt.Errorf("reading %s: %w", cand.key, err)
 				}
 				if err == nil {
-					ch.Live = comparable(live)
+					ch.Live = preview.Comparable(live)
 				}
 				changes = append(changes, ch)
 			}
@@ -299,7 +254,7 @@ func (c *Client) previewAddon(ctx context.Context, ro *rollout, creates map[stri
 	// In the order Apply goes: phase by phase, then pruning.
 	order := func(ch ObjectChange) int {
 		switch ch.Action {
-		case ActionPrune, ActionKeep, ActionHandOver:
+		case preview.ActionPrune, preview.ActionKeep, preview.ActionHandOver:
 			return int(phaseCount)
 		}
 		return int(PhaseOf(ch.Kind))
@@ -327,18 +282,18 @@ func (w *addonWriter) dryRun(ctx context.Context, t *target, ch *ObjectChange) e
 	if ch.Takeovers, removed, err = takeoverFields(live, merged); err != nil {
 		return err
 	}
-	ch.Merged = comparable(merged)
+	ch.Merged = preview.Comparable(merged)
 	// The dry-run cannot take fields over first, as applying does: the
 	// fields applying then removes are still in its answer.
 	removeFields(ch.Merged.Object, removed)
 	switch {
 	case live == nil:
-		ch.Action = ActionCreate
+		ch.Action = preview.ActionCreate
 	default:
-		ch.Live = comparable(live)
-		ch.Action = ActionUpdate
-		if equalObjects(ch.Live, ch.Merged) {
-			ch.Action = ActionUnchanged
+		ch.Live = preview.Comparable(live)
+		ch.Action = preview.ActionUpdate
+		if preview.Equal(ch.Live, ch.Merged) {
+			ch.Action = preview.ActionUnchanged
 		}
 	}
 	return nil
@@ -351,21 +306,6 @@ func resourceFor(dyn dynamic.Interface, gvr schema.GroupVersionResource, namespa
 		return dyn.Resource(gvr)
 	}
 	return dyn.Resource(gvr).Namespace(namespace)
-}
-
-// comparable returns a copy of obj without managed fields and the fields
-// the server sets, as kubectl diff leaves them out.
-func comparable(obj *unstructured.Unstructured) *unstructured.Unstructured {
-	out := obj.DeepCopy()
-	for _, f := range []string{"managedFields", "resourceVersion", "uid", "generation", "creationTimestamp", "selfLink"} {
-		unstructured.RemoveNestedField(out.Object, "metadata", f)
-	}
-	unstructured.RemoveNestedField(out.Object, "status")
-	return out
-}
-
-func equalObjects(a, b *unstructured.Unstructured) bool {
-	return reflect.DeepEqual(a.Object, b.Object)
 }
 
 // namespaceCache remembers which namespaces exist.
@@ -404,7 +344,7 @@ func (c *Client) previewPKI(ctx context.Context, a *Addon, definer string) ([]Ob
 	mapping, err := c.issuerMapping(ctx, a.Name, false)
 	if err != nil && definer != "" {
 		for i := range changes {
-			changes[i].Action, changes[i].Note = ActionCreate, "needsPKI; addon "+definer+" defines the Issuer kind"
+			changes[i].Action, changes[i].Note = preview.ActionCreate, "needsPKI; addon "+definer+" defines the Issuer kind"
 		}
 		return changes, nil
 	}
@@ -416,49 +356,12 @@ func (c *Client) previewPKI(ctx context.Context, a *Addon, definer string) ([]Ob
 		_, err := resourceFor(c.Dynamic, resources[i], PKINamespace).Get(ctx, changes[i].Name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
-			changes[i].Action, changes[i].Note = ActionCreate, "needsPKI"
+			changes[i].Action, changes[i].Note = preview.ActionCreate, "needsPKI"
 		case err != nil:
 			return nil, fmt.Errorf("reading %s: %w", changes[i], err)
 		default:
-			changes[i].Action = ActionUnchanged
+			changes[i].Action = preview.ActionUnchanged
 		}
 	}
 	return changes, nil
-}
-
-// Diff returns the unified diff of the change, from the live object to the
-// object as it would be, in YAML, with managed fields and server-set fields
-// left out (as kubectl diff shows it); "" when nothing changes.
-// A Secret's values are masked: each key of data and stringData shows
-// only whether it is added, removed, changed or unchanged.
-func (o ObjectChange) Diff() (string, error) {
-	live, merged := o.Live, o.Merged
-	if isSecret(o.Kind) {
-		live, merged = maskSecrets(live, merged)
-	}
-	before, err := yamlLines(live)
-	if err != nil {
-		return "", err
-	}
-	after, err := yamlLines(merged)
-	if err != nil {
-		return "", err
-	}
-	name := o.String()
-	return diff.Unified("live/"+name, "applied/"+name, before, after), nil
-}
-
-func yamlLines(u *unstructured.Unstructured) ([]string, error) {
-	if u == nil {
-		return nil, nil
-	}
-	data, err := yaml.Marshal(u.Object)
-	if err != nil {
-		return nil, fmt.Errorf("encoding %s: %w", keyOf(u), err)
-	}
-	lines := strings.SplitAfter(string(data), "\n")
-	if lines[len(lines)-1] == "" {
-		lines = lines[:len(lines)-1]
-	}
-	return lines, nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kos-sdn/kos/channels/channel"
 	"github.com/kos-sdn/kos/channels/internal/channelstest"
+	"github.com/kos-sdn/kos/channels/preview"
 )
 
 // sortStrings compares string slices whatever their order.
@@ -78,7 +79,7 @@ func TestIntegrationClaimsAndKeptObjectsSurvivePruneAndDelete(t *testing.T) {
 	var planned []string
 	for _, p := range planAndPreview(t, newTestClient(t), loc) {
 		for _, ch := range p.Objects {
-			if ch.Action == ActionPrune || ch.Action == ActionKeep {
+			if ch.Action == preview.ActionPrune || ch.Action == preview.ActionKeep {
 				planned = append(planned, string(ch.Action)+" "+ch.String())
 			}
 		}

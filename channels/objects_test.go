@@ -9,6 +9,7 @@ import (
 )
 
 func TestDecodeObjects(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		data    string
@@ -126,6 +127,7 @@ metadata: {generateName: p-}
 }
 
 func TestStampLabels(t *testing.T) {
+	t.Parallel()
 	objs, err := DecodeObjects([]byte(`apiVersion: v1
 kind: ConfigMap
 metadata:
@@ -154,6 +156,7 @@ metadata: {name: b}
 }
 
 func TestPhaseOf(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		gk   schema.GroupKind
 		want Phase
@@ -182,6 +185,7 @@ func TestPhaseOf(t *testing.T) {
 }
 
 func TestCRDEstablished(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name       string
 		conditions string
@@ -215,6 +219,7 @@ func TestCRDEstablished(t *testing.T) {
 }
 
 func TestApplyWaves(t *testing.T) {
+	t.Parallel()
 	// Every phase is in exactly one wave, in order.
 	var got []Phase
 	for _, wv := range applyWaves {

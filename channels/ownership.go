@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/metadata"
+
+	"github.com/kos-sdn/kos/channels/install"
 )
 
 // AdoptAnnotation, set to "true" on an object of a manifest, lets the addon
@@ -374,7 +376,7 @@ func definitionUsers(installed []Installed, self string, key ObjectKey, kind sch
 		if in.Name == self {
 			continue
 		}
-		var invs []*Inventory
+		var invs []*install.Inventory
 		if in.Record != nil && in.Record.Inventory != nil {
 			invs = append(invs, in.Record.Inventory)
 		}

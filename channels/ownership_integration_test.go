@@ -15,6 +15,7 @@ import (
 
 	"github.com/kos-sdn/kos/channels/channel"
 	"github.com/kos-sdn/kos/channels/internal/channelstest"
+	"github.com/kos-sdn/kos/channels/preview"
 )
 
 // adoptedConfigMap is a ConfigMap whose manifest adopts it.
@@ -146,7 +147,7 @@ func TestIntegrationObjectMovesBetweenAddons(t *testing.T) {
 	// The plan shows no prune of it either.
 	for _, p := range planAndPreview(t, newTestClient(t), loc) {
 		for _, ch := range p.Objects {
-			if ch.Action == ActionPrune {
+			if ch.Action == preview.ActionPrune {
 				t.Errorf("the plan prunes %s of addon %s", ch, p.Addon)
 			}
 		}

@@ -10,9 +10,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kos-sdn/kos/channels/install"
 )
 
 func TestCheckDuplicates(t *testing.T) {
+	t.Parallel()
 	obj := func(kind, name, value string, adopt bool) *unstructured.Unstructured {
 		u := &unstructured.Unstructured{Object: map[string]any{"data": map[string]any{"key": value}}}
 		u.SetAPIVersion("v1")
@@ -74,6 +77,7 @@ func TestCheckDuplicates(t *testing.T) {
 }
 
 func TestMadeByChannels(t *testing.T) {
+	t.Parallel()
 	sel := map[string]string{"k8s-addon": "a.addons.k8s.io"}
 	obj := func(labels map[string]string, managers ...string) *unstructured.Unstructured {
 		u := &unstructured.Unstructured{}
@@ -109,6 +113,7 @@ func TestMadeByChannels(t *testing.T) {
 }
 
 func TestProtection(t *testing.T) {
+	t.Parallel()
 	obj := func(kind string, annotations map[string]string) *unstructured.Unstructured {
 		u := &unstructured.Unstructured{}
 		u.SetAPIVersion("v1")
@@ -139,8 +144,9 @@ func TestProtection(t *testing.T) {
 }
 
 func TestMayHold(t *testing.T) {
+	t.Parallel()
 	d := &declarations{installedRead: true, installed: []Installed{
-		{Namespace: "kube-system", Name: "ours", Record: &Record{Inventory: &Inventory{Kinds: []string{"ConfigMap"}, Namespaces: []string{"app"}, Identity: IdentityLabel + "=ours"}}},
+		{Namespace: "kube-system", Name: "ours", Record: &Record{Inventory: &install.Inventory{Kinds: []string{"ConfigMap"}, Namespaces: []string{"app"}, Identity: IdentityLabel + "=ours"}}},
 		{Namespace: "kube-system", Name: "kops", Record: &Record{Channel: "s3://state/addons/bootstrap-channel.yaml"}},
 	}}
 	obj := func(declaredBy string, managers ...string) *unstructured.Unstructured {
@@ -180,6 +186,7 @@ func TestMayHold(t *testing.T) {
 }
 
 func TestDeclaredByValues(t *testing.T) {
+	t.Parallel()
 	key := ObjectKey{GroupKind: schema.GroupKind{Kind: "ConfigMap"}, Namespace: "ns", Name: "x"}
 	other := ObjectKey{GroupKind: schema.GroupKind{Kind: "ConfigMap"}, Namespace: "ns", Name: "y"}
 	got := declaredByValues("b", map[ObjectKey]map[string]bool{key: {"c": true, "a": true}, other: {}})
@@ -189,12 +196,13 @@ func TestDeclaredByValues(t *testing.T) {
 }
 
 func TestDefinitionUsers(t *testing.T) {
+	t.Parallel()
 	widget := schema.GroupKind{Group: "example.com", Kind: "Widget"}
 	installed := []Installed{
-		{Namespace: "kube-system", Name: "self", Record: &Record{Inventory: &Inventory{Kinds: []string{"Widget.example.com"}, Namespaces: []string{"app"}}}},
-		{Namespace: "kube-system", Name: "user", Record: &Record{Inventory: &Inventory{Kinds: []string{"ConfigMap", "Widget.example.com"}, Namespaces: []string{"app"}}}},
+		{Namespace: "kube-system", Name: "self", Record: &Record{Inventory: &install.Inventory{Kinds: []string{"Widget.example.com"}, Namespaces: []string{"app"}}}},
+		{Namespace: "kube-system", Name: "user", Record: &Record{Inventory: &install.Inventory{Kinds: []string{"ConfigMap", "Widget.example.com"}, Namespaces: []string{"app"}}}},
 		{Namespace: "records", Name: "elsewhere", Record: &Record{}},
-		{Namespace: "kube-system", Name: "half", Pending: &Pending{Inventory: Inventory{Kinds: []string{"Gadget.example.com"}, Namespaces: []string{"half-ns"}}}},
+		{Namespace: "kube-system", Name: "half", Pending: &install.Pending{Inventory: install.Inventory{Kinds: []string{"Gadget.example.com"}, Namespaces: []string{"half-ns"}}}},
 	}
 	for _, tc := range []struct {
 		name string
@@ -220,6 +228,7 @@ func TestDefinitionUsers(t *testing.T) {
 }
 
 func TestMetadataObject(t *testing.T) {
+	t.Parallel()
 	deleted := metav1.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)
 	m := &metav1.PartialObjectMetadata{
 		TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadata"},

@@ -7,6 +7,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/kos-sdn/kos/channels/install"
 )
 
 // weigh decides for one item of a plan. A pending release that a run
@@ -17,10 +19,10 @@ import (
 // unless opts allow going back (AllowDowngrade), weighs that release
 // instead of the channels' one, so that the plan completes it (records it)
 // rather than rolling back something that works.
-func (c *Client) weigh(ctx context.Context, it *PlanItem, rv *recordVersions, opts DecideOptions) {
+func (c *Client) weigh(ctx context.Context, it *PlanItem, rv *install.RecordVersions, opts DecideOptions) {
 	p := it.Pending
-	if p.namesRelease() && p.Applied && (p.is(it.Addon) || goesBack(it.Addon, p)) {
-		if rel := c.readyRelease(ctx, rv, it.Addon.Name, p, opts.offered); rel != nil {
+	if p.NamesRelease() && p.Applied && (p.Is(it.Addon) || install.GoesBack(it.Addon, p)) {
+		if rel := c.readyRelease(ctx, rv, it.Addon.Name, p, opts.Offered); rel != nil {
 			ready := *p
 			ready.Ready = true
 			it.Pending = &ready
@@ -29,22 +31,22 @@ func (c *Client) weigh(ctx context.Context, it *PlanItem, rv *recordVersions, op
 			}
 		}
 	}
-	it.Decision = Decide(it.Addon, it.Current, it.Pending, opts)
+	it.Decision = install.Decide(it.Addon, it.Current, it.Pending, opts)
 }
 
 // readyRelease returns the release pending release p names, found among
 // offered or else in the channel p names, when every object of it is there
 // and ready now; nil otherwise, and when it cannot tell (the channel or the
 // manifest cannot be read): then the release counts as failed.
-func (c *Client) readyRelease(ctx context.Context, rv *recordVersions, name string, p *Pending, offered []*Addon) *Addon {
+func (c *Client) readyRelease(ctx context.Context, rv *install.RecordVersions, name string, p *install.Pending, offered []*Addon) *Addon {
 	logger := klog.FromContext(ctx)
 	var rel *Addon
 	for _, list := range [][]*Addon{offered, nil} {
 		if list == nil && p.Channel != "" {
-			list = rv.load(ctx, name, p.Channel)
+			list = rv.Load(ctx, name, p.Channel)
 		}
 		for _, a := range list {
-			if a.Name == name && p.is(a) {
+			if a.Name == name && p.Is(a) {
 				rel = a
 				break
 			}
@@ -54,16 +56,16 @@ func (c *Client) readyRelease(ctx context.Context, rv *recordVersions, name stri
 		}
 	}
 	if rel == nil {
-		logger.V(1).Info("Cannot find the pending release to check whether it became ready", "addon", name, "release", p.release(), "channel", p.Channel)
+		logger.V(1).Info("Cannot find the pending release to check whether it became ready", "addon", name, "release", p.Release(), "channel", p.Channel)
 		return nil
 	}
-	notReady, err := c.notReady(ctx, rv.fetcher, rel)
+	notReady, err := c.notReady(ctx, rv.Fetcher, rel)
 	if err != nil {
-		logger.V(1).Info("Cannot check whether the pending release became ready", "addon", name, "release", p.release(), "err", err)
+		logger.V(1).Info("Cannot check whether the pending release became ready", "addon", name, "release", p.Release(), "err", err)
 		return nil
 	}
 	if notReady != "" {
-		logger.V(2).Info("Pending release is not ready", "addon", name, "release", p.release(), "object", notReady)
+		logger.V(2).Info("Pending release is not ready", "addon", name, "release", p.Release(), "object", notReady)
 		return nil
 	}
 	return rel

@@ -3,66 +3,45 @@ package channels
 import (
 	"context"
 	"fmt"
-	"io"
-	"text/tabwriter"
-
-	"github.com/blang/semver/v4"
-	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/kos-sdn/kos/channels/channel"
+	"github.com/kos-sdn/kos/channels/install"
 )
 
-// Plan is what a run would do: for each addon the channels offer a release
-// of that fits the cluster, the release, its install record, and the
-// decision between them. Making a plan only reads the cluster.
-type Plan struct {
-	// ServerVersion is the cluster's version, pre-release and build dropped,
-	// as kubernetesVersion ranges were matched against it.
-	ServerVersion semver.Version
-	// Items holds one entry per addon, sorted by name.
-	Items []PlanItem
-	// Unfit lists the addons the channels list but offer no release of
-	// that fits the cluster (see Problems).
-	Unfit []channel.NoFit
+// Deciding is package install's: it reads install records and weighs a
+// channel's release against them. These are the names a program that
+// embeds channels meets on the way from Plan to Apply.
+type (
+	// Plan is what a run would do (install.Plan).
+	Plan = install.Plan
+	// PlanItem is the decision for one addon (install.PlanItem).
+	PlanItem = install.PlanItem
+	// Decision says whether to apply a release, and why (install.Decision).
+	Decision = install.Decision
+	// DecideOptions tune the decisions of a plan (install.DecideOptions).
+	DecideOptions = install.DecideOptions
+	// Record is what is installed of one addon (install.Record).
+	Record = install.Record
+	// Installed is one install record found on the cluster
+	// (install.Installed).
+	Installed = install.Installed
+	// AddonError is why one addon failed (install.AddonError).
+	AddonError = install.AddonError
+	// BlockedError names the addons a plan leaves behind their channels
+	// (install.BlockedError).
+	BlockedError = install.BlockedError
+	// BlockedAddon is an addon a plan leaves behind its channels
+	// (install.BlockedAddon).
+	BlockedAddon = install.BlockedAddon
+)
 
-	// options are what the plan was decided with; Apply decides again
-	// with them once it holds the lease.
-	options DecideOptions
-}
+// AnnotationPrefix prefixes the install record annotation of an addon on
+// its record namespace (install.AnnotationPrefix).
+const AnnotationPrefix = install.AnnotationPrefix
 
-// PlanItem is the decision for one addon.
-type PlanItem struct {
-	// Addon is the release the channels offer.
-	Addon *Addon
-	// Current is the install record on the cluster; nil when there is none
-	// or it does not parse.
-	Current *Record
-	// Pending is the release a run started applying and did not finish,
-	// with the kinds and namespaces its objects may be in; nil when there
-	// is none.
-	Pending *Pending
-	// Decision says whether to apply Addon over Current.
-	Decision Decision
-
-	// shared names the other addons of the plan with the same selector.
-	shared []string
-}
-
-// sharingSelector names the other addons of the plan whose selector equals
-// a's.
-func (p *Plan) sharingSelector(a *Addon) []string {
-	if len(a.Selector) == 0 {
-		return nil
-	}
-	want := labels.SelectorFromSet(a.Selector).String()
-	var out []string
-	for _, it := range p.Items {
-		if it.Addon.Name != a.Name && len(it.Addon.Selector) > 0 && labels.SelectorFromSet(it.Addon.Selector).String() == want {
-			out = append(out, it.Addon.Name)
-		}
-	}
-	return out
-}
+// IdentityLabel is stamped, with the addon's name as value, on every object
+// an addon applies (install.IdentityLabel).
+const IdentityLabel = install.IdentityLabel
 
 // Plan reads the cluster's version and the install records of the addons,
 // and decides for each addon whether to apply the newest of releases that
@@ -83,7 +62,7 @@ func (c *Client) PlanWith(ctx context.Context, releases []*Addon, opts DecideOpt
 		return nil, err
 	}
 	selected := Select(releases, version)
-	opts.offered = channel.Fitting(releases, version)
+	opts.Offered = channel.Fitting(releases, version)
 	items := make([]PlanItem, len(selected))
 	for i, a := range selected {
 		items[i] = PlanItem{Addon: a}
@@ -91,7 +70,7 @@ func (c *Client) PlanWith(ctx context.Context, releases []*Addon, opts DecideOpt
 	if err := c.decide(ctx, items, opts); err != nil {
 		return nil, err
 	}
-	return &Plan{ServerVersion: version, Items: items, Unfit: channel.Unfit(releases, version), options: opts}, nil
+	return &Plan{ServerVersion: version, Items: items, Unfit: channel.Unfit(releases, version), Options: opts}, nil
 }
 
 // decide reads the install records and pending releases of items and sets
@@ -101,84 +80,16 @@ func (c *Client) decide(ctx context.Context, items []PlanItem, opts DecideOption
 	for i, it := range items {
 		namespaces[i] = it.Addon.Namespace
 	}
-	rs, err := c.readRecords(ctx, namespaces)
+	rs, err := install.ReadRecords(ctx, c.Kube, namespaces)
 	if err != nil {
 		return err
 	}
-	versions := newRecordVersions()
+	versions := install.NewRecordVersions()
 	for i := range items {
 		a := items[i].Addon
-		items[i].Current = versions.fill(ctx, a.Name, rs.lookup(a.Namespace, a.Name))
-		items[i].Pending = rs.pending(a.Namespace, a.Name)
+		items[i].Current = versions.Fill(ctx, a.Name, rs.Record(a.Namespace, a.Name))
+		items[i].Pending = rs.Pending(a.Namespace, a.Name)
 		c.weigh(ctx, &items[i], versions, opts)
-	}
-	return nil
-}
-
-// Pending returns the items to apply.
-func (p *Plan) Pending() []PlanItem {
-	var out []PlanItem
-	for _, it := range p.Items {
-		if it.Decision.Apply {
-			out = append(out, it)
-		}
-	}
-	return out
-}
-
-// skipped reports whether an item is worth showing although it will not be
-// applied: a newer release is refused, not merely up to date.
-func (it PlanItem) skipped() bool {
-	return !it.Decision.Apply && it.Decision.Reason != ReasonUpToDate
-}
-
-// HasRows reports whether WriteTable writes anything.
-func (p *Plan) HasRows() bool {
-	for _, it := range p.Items {
-		if it.Decision.Apply || it.skipped() {
-			return true
-		}
-	}
-	return false
-}
-
-// WriteTable writes the plan as a table of the addons to apply and the ones
-// refused (downgrades, records of a newer tool), with the installed and the
-// offered release of each:
-//
-//	NAME     CURRENT           UPDATE
-//	coredns  0.1.0 (k8s-1.29)  0.2.0 (k8s-1.29)
-//	metrics  -                 1.0.0
-//	old      2.0.0             1.0.0 skipped: downgrade refused
-//	dns      1.0.0             1.0.0 (2.0.0 did not finish)
-//
-// Addons that are up to date are left out. It writes nothing when no row
-// remains.
-func (p *Plan) WriteTable(w io.Writer) error {
-	if !p.HasRows() {
-		return nil
-	}
-	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tCURRENT\tUPDATE")
-	for _, it := range p.Items {
-		if !it.Decision.Apply && !it.skipped() {
-			continue
-		}
-		current := "-"
-		if it.Current != nil {
-			current = channel.DescribeRelease(it.Current.Version, it.Current.ID)
-		}
-		update := channel.DescribeRelease(it.Addon.VersionString(), it.Addon.ID)
-		if it.skipped() {
-			update += " skipped: " + it.Decision.Reason
-		}
-		if it.Decision.Notable() {
-			update += " (" + it.Decision.Reason + ")"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", it.Addon.Name, current, update)
-	}
-	if err := tw.Flush(); err != nil {
-		return fmt.Errorf("writing plan: %w", err)
 	}
 	return nil
 }

@@ -18,35 +18,36 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
 	"github.com/kos-sdn/kos/channels/internal/channelstest"
+	"github.com/kos-sdn/kos/channels/preview"
 )
 
 // planRow is one object of a plan, or what applying did to it.
 type planRow struct {
 	Addon, Object string
-	Action        Action
+	Action        preview.Action
 }
 
 // observed is what applying did to an object, seen from an addon, by its
 // state before and after (nil when absent or being deleted).
-func observed(addon string, before, after *unstructured.Unstructured) Action {
+func observed(addon string, before, after *unstructured.Unstructured) preview.Action {
 	label := func(u *unstructured.Unstructured) string { return u.GetLabels()[IdentityLabel] }
 	switch {
 	case before == nil && after != nil:
-		return ActionCreate
+		return preview.ActionCreate
 	case before != nil && after == nil:
-		return ActionPrune
+		return preview.ActionPrune
 	case before == nil:
 		return "absent"
 	case before.GetUID() != after.GetUID():
 		return "re-created"
 	case label(before) == "" && label(after) == addon:
-		return ActionAdopt
+		return preview.ActionAdopt
 	case label(before) == addon && label(after) != addon && label(after) != "":
-		return ActionHandOver
+		return preview.ActionHandOver
 	case before.GetResourceVersion() == after.GetResourceVersion():
-		return ActionUnchanged
+		return preview.ActionUnchanged
 	default:
-		return ActionUpdate
+		return preview.ActionUpdate
 	}
 }
 
@@ -76,7 +77,7 @@ func TestIntegrationPlanEqualsApply(t *testing.T) {
 			final: func(t *testing.T, dir, ns string) string {
 				return channelstest.WriteChannel(t, dir, "c.yaml", channelstest.Release{Name: ns + "-a", Version: "1.0.0", Manifest: cm(ns, "x", "1")})
 			},
-			want: []planRow{{"-a", "ConfigMap %s/x", ActionCreate}},
+			want: []planRow{{"-a", "ConfigMap %s/x", preview.ActionCreate}},
 		},
 		{
 			name: "update, unchanged, prune",
@@ -86,7 +87,7 @@ func TestIntegrationPlanEqualsApply(t *testing.T) {
 			final: func(t *testing.T, dir, ns string) string {
 				return channelstest.WriteChannel(t, dir, "v2.yaml", channelstest.Release{Name: ns + "-a", Version: "2.0.0", Manifest: channelstest.Manifest(cm(ns, "a", "2"), cm(ns, "b", "1"))})
 			},
-			want: []planRow{{"-a", "ConfigMap %s/a", ActionUpdate}, {"-a", "ConfigMap %s/b", ActionUnchanged}, {"-a", "ConfigMap %s/c", ActionPrune}},
+			want: []planRow{{"-a", "ConfigMap %s/a", preview.ActionUpdate}, {"-a", "ConfigMap %s/b", preview.ActionUnchanged}, {"-a", "ConfigMap %s/c", preview.ActionPrune}},
 		},
 		{
 			name: "keep a claim and an annotated object",
@@ -97,7 +98,7 @@ func TestIntegrationPlanEqualsApply(t *testing.T) {
 			final: func(t *testing.T, dir, ns string) string {
 				return channelstest.WriteChannel(t, dir, "v2.yaml", channelstest.Release{Name: ns + "-a", Version: "2.0.0", Manifest: cm(ns, "a", "1")})
 			},
-			want: []planRow{{"-a", "ConfigMap %s/a", ActionUnchanged}, {"-a", "ConfigMap %s/k", ActionKeep}, {"-a", "PersistentVolumeClaim %s/data", ActionKeep}},
+			want: []planRow{{"-a", "ConfigMap %s/a", preview.ActionUnchanged}, {"-a", "ConfigMap %s/k", preview.ActionKeep}, {"-a", "PersistentVolumeClaim %s/data", preview.ActionKeep}},
 		},
 		{
 			name: "hand-over in one run",
@@ -112,8 +113,8 @@ func TestIntegrationPlanEqualsApply(t *testing.T) {
 					channelstest.Release{Name: ns + "-b", Version: "2.0.0", Manifest: channelstest.Manifest(cm(ns, "b", "1"), cm(ns, "m", "2"))})
 			},
 			want: []planRow{
-				{"-a", "ConfigMap %s/a", ActionUnchanged}, {"-a", "ConfigMap %s/m", ActionHandOver},
-				{"-b", "ConfigMap %s/b", ActionUnchanged}, {"-b", "ConfigMap %s/m", ActionUpdate},
+				{"-a", "ConfigMap %s/a", preview.ActionUnchanged}, {"-a", "ConfigMap %s/m", preview.ActionHandOver},
+				{"-b", "ConfigMap %s/b", preview.ActionUnchanged}, {"-b", "ConfigMap %s/m", preview.ActionUpdate},
 			},
 		},
 		{
@@ -125,7 +126,7 @@ func TestIntegrationPlanEqualsApply(t *testing.T) {
 				return channelstest.WriteChannel(t, dir, "c.yaml", channelstest.Release{Name: ns + "-a", Version: "1.0.0", Manifest: channelstest.Manifest(cm(ns, "u", "release"), cm(ns, "x", "1"))})
 			},
 			adopt: true,
-			want:  []planRow{{"-a", "ConfigMap %s/u", ActionAdopt}, {"-a", "ConfigMap %s/x", ActionCreate}},
+			want:  []planRow{{"-a", "ConfigMap %s/u", preview.ActionAdopt}, {"-a", "ConfigMap %s/x", preview.ActionCreate}},
 		},
 		{
 			name: "refuse a user's object",
@@ -135,7 +136,7 @@ func TestIntegrationPlanEqualsApply(t *testing.T) {
 			final: func(t *testing.T, dir, ns string) string {
 				return channelstest.WriteChannel(t, dir, "c.yaml", channelstest.Release{Name: ns + "-a", Version: "1.0.0", Manifest: channelstest.Manifest(cm(ns, "u", "release"), cm(ns, "x", "1"))})
 			},
-			want:    []planRow{{"-a", "ConfigMap %s/u", ActionAdopt}, {"-a", "ConfigMap %s/x", ActionCreate}},
+			want:    []planRow{{"-a", "ConfigMap %s/u", preview.ActionAdopt}, {"-a", "ConfigMap %s/x", preview.ActionCreate}},
 			refused: []string{"-a"},
 		},
 		{
@@ -155,7 +156,7 @@ func TestIntegrationPlanEqualsApply(t *testing.T) {
 			final: func(t *testing.T, dir, ns string) string {
 				return channelstest.WriteChannel(t, dir, "c.yaml", channelstest.Release{Name: ns + "-a", Version: "1.0.0", Manifest: cm(ns, "k", "1")})
 			},
-			want: []planRow{{"-a", "ConfigMap %s/k", ActionUpdate}},
+			want: []planRow{{"-a", "ConfigMap %s/k", preview.ActionUpdate}},
 		},
 		{
 			name: "two addons declaring one object alike",
@@ -164,7 +165,7 @@ func TestIntegrationPlanEqualsApply(t *testing.T) {
 					channelstest.Release{Name: ns + "-a", Version: "1.0.0", Manifest: cm(ns, "s", "1")},
 					channelstest.Release{Name: ns + "-b", Version: "1.0.0", Manifest: cm(ns, "s", "1")})
 			},
-			want: []planRow{{"-a", "ConfigMap %s/s", ActionCreate}, {"-b", "ConfigMap %s/s", ActionCreate}},
+			want: []planRow{{"-a", "ConfigMap %s/s", preview.ActionCreate}, {"-b", "ConfigMap %s/s", preview.ActionCreate}},
 		},
 		{
 			name: "two addons declaring one object differently",
@@ -173,7 +174,7 @@ func TestIntegrationPlanEqualsApply(t *testing.T) {
 					channelstest.Release{Name: ns + "-a", Version: "1.0.0", Manifest: cm(ns, "s", "1")},
 					channelstest.Release{Name: ns + "-b", Version: "1.0.0", Manifest: cm(ns, "s", "2")})
 			},
-			want:    []planRow{{"-a", "ConfigMap %s/s", ActionCreate}, {"-b", "ConfigMap %s/s", ActionCreate}},
+			want:    []planRow{{"-a", "ConfigMap %s/s", preview.ActionCreate}, {"-b", "ConfigMap %s/s", preview.ActionCreate}},
 			refused: []string{"-a", "-b"},
 		},
 	} {
@@ -209,7 +210,7 @@ func TestIntegrationPlanEqualsApply(t *testing.T) {
 			for _, p := range previews {
 				for _, ch := range p.Objects {
 					rows = append(rows, planRow{p.Addon, ch.String(), ch.Action})
-					if to, ok := strings.CutPrefix(ch.Note, "to addon "); ch.Action == ActionHandOver && (!ok || ch.Merged == nil || ch.Merged.GetLabels()[IdentityLabel] != to) {
+					if to, ok := strings.CutPrefix(ch.Note, "to addon "); ch.Action == preview.ActionHandOver && (!ok || ch.Merged == nil || ch.Merged.GetLabels()[IdentityLabel] != to) {
 						t.Errorf("hand-over row %s (%s) does not show the object as addon %q will have it: %v", ch, ch.Note, to, ch.Merged)
 					}
 					key := ObjectKey{GroupKind: ch.Kind, Namespace: ch.Namespace, Name: ch.Name}
@@ -243,8 +244,8 @@ func TestIntegrationPlanEqualsApply(t *testing.T) {
 					continue
 				}
 				got := observed(r.Addon, before[key], after[key])
-				if r.Action == ActionKeep && got == ActionUnchanged {
-					got = ActionKeep
+				if r.Action == preview.ActionKeep && got == preview.ActionUnchanged {
+					got = preview.ActionKeep
 				}
 				did = append(did, planRow{r.Addon, r.Object, got})
 			}
@@ -344,7 +345,7 @@ func keyOfRow(r planRow, keys []ObjectKey) ObjectKey {
 
 // sameOrChanged is the plan's action when an object of a refused addon is
 // as it was, "changed" otherwise.
-func sameOrChanged(before, after *unstructured.Unstructured, planned Action) Action {
+func sameOrChanged(before, after *unstructured.Unstructured, planned preview.Action) preview.Action {
 	switch {
 	case before == nil && after == nil:
 		return planned

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kos-sdn/kos/channels/api"
+	"github.com/kos-sdn/kos/channels/install"
 )
 
 // listLimit is the page size of prune's lists.
@@ -85,7 +86,7 @@ type candidate struct {
 // carries the addon's label and no record names; such an object (its
 // record deleted by hand, or left by an uninstall that kept it) is not
 // proven the addon's to delete.
-func (w *addonWriter) prune(ctx context.Context, it PlanItem, in *applied, r *reporter) (*Inventory, error) {
+func (w *addonWriter) prune(ctx context.Context, it PlanItem, in *applied, r *reporter) (*install.Inventory, error) {
 	a, current := it.Addon, it.Current
 	if len(a.Selector) == 0 {
 		if a.Prune != nil {
@@ -193,11 +194,11 @@ func (w *addonWriter) pruneQueries(ctx context.Context, it PlanItem, legacy bool
 	for ns := range in.namespaces {
 		namespaces[ns] = true
 	}
-	var had *Inventory
+	var had *install.Inventory
 	if current != nil {
 		had = current.Inventory
 	}
-	for _, inv := range []*Inventory{had, it.Pending.inventory()} {
+	for _, inv := range []*install.Inventory{had, it.Pending.Scope()} {
 		if inv == nil {
 			continue
 		}

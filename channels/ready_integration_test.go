@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kos-sdn/kos/channels/install"
 	"github.com/kos-sdn/kos/channels/internal/channelstest"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
@@ -47,7 +48,7 @@ func TestIntegrationReadinessGate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rs, err := c.readRecords(context.Background(), []string{"kube-system"})
+		rs, err := install.ReadRecords(context.Background(), c.Kube, []string{"kube-system"})
 		if err != nil {
 			t.Fatal(err)
 		}

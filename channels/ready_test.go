@@ -6,6 +6,7 @@ import (
 )
 
 func TestReadiness(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		obj     string

@@ -101,11 +101,3 @@ func (c *Client) WithLease(ctx context.Context, identity string, onEvent func(Ev
 func (c *Client) Redecide(ctx context.Context, items []PlanItem, opts DecideOptions) error {
 	return c.decide(ctx, items, opts)
 }
-
-// Differs reports whether two forms of an object differ beyond their
-// managed fields, status and the metadata the server sets, as kubectl diff
-// compares them: a live object and a dry-run apply's answer differ when
-// applying would change the object.
-func Differs(a, b *unstructured.Unstructured) bool {
-	return !equalObjects(comparable(a), comparable(b))
-}

@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kos-sdn/kos/channels/install"
 	"github.com/kos-sdn/kos/channels/internal/channelstest"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
@@ -43,7 +44,7 @@ func TestIntegrationRollbackAfterFailedUpgrade(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, ok := obj.Annotations[InventoryAnnotationPrefix+"rollback"]
+		v, ok := obj.Annotations[install.InventoryAnnotationPrefix+"rollback"]
 		return v, ok
 	}
 	configValue := func() string {
@@ -72,7 +73,7 @@ func TestIntegrationRollbackAfterFailedUpgrade(t *testing.T) {
 	if !ok {
 		t.Fatal("no pending release after the failed release 2")
 	}
-	p, err := ParseInventory(raw)
+	p, err := install.ParseInventory(raw)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kos-sdn/kos/channels/api"
+	"github.com/kos-sdn/kos/channels/install"
 	"github.com/kos-sdn/kos/channels/internal/channelstest"
 	"github.com/kos-sdn/kos/channels/lease"
 	"github.com/kos-sdn/kos/tools/testenv"
@@ -261,7 +262,7 @@ func TestIntegrationUpgradeFromUnlabeledRelease(t *testing.T) {
 	if got := cm.Labels[IdentityLabel]; got != "legacy" {
 		t.Errorf("label %s of legacy-a = %q, want legacy", IdentityLabel, got)
 	}
-	rec, err := ParseRecord(recordOf(t, "kube-system", "legacy"))
+	rec, err := install.ParseRecord(recordOf(t, "kube-system", "legacy"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,7 +446,7 @@ func TestIntegrationKilledMidApply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pending, err := ParseInventory(ksNS.Annotations[InventoryAnnotationPrefix+"killed"])
+	pending, err := install.ParseInventory(ksNS.Annotations[install.InventoryAnnotationPrefix+"killed"])
 	if err != nil {
 		t.Fatalf("pending inventory after the killed run: %v", err)
 	}
@@ -476,7 +477,7 @@ func TestIntegrationKilledMidApply(t *testing.T) {
 	}); diff != "" {
 		t.Errorf("pruned by the next run (-got +want):\n%s\noutput:\n%s", diff, out)
 	}
-	rec, err := ParseRecord(recordOf(t, "kube-system", "killed"))
+	rec, err := install.ParseRecord(recordOf(t, "kube-system", "killed"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -487,7 +488,7 @@ func TestIntegrationKilledMidApply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, ok := ksNS.Annotations[InventoryAnnotationPrefix+"killed"]; ok {
+	if v, ok := ksNS.Annotations[install.InventoryAnnotationPrefix+"killed"]; ok {
 		t.Errorf("pending inventory left after the run converged: %s", v)
 	}
 	if diff := cmp.Diff(versionsOf(t, k, ns, IdentityLabel+"=killed-other"), otherBefore); diff != "" {

@@ -14,6 +14,9 @@ import (
 	"k8s.io/client-go/util/csaupgrade"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 	"sigs.k8s.io/structured-merge-diff/v6/value"
+
+	"github.com/kos-sdn/kos/channels/install"
+	"github.com/kos-sdn/kos/channels/preview"
 )
 
 // takenOver are the field managers whose fields applying takes over: kOps's
@@ -116,7 +119,7 @@ func takeOverPatch(obj *unstructured.Unstructured) ([]byte, error) {
 func recordPaths(obj *unstructured.Unstructured) (all, keys *fieldpath.Set) {
 	keys = fieldpath.NewSet()
 	for k := range obj.GetAnnotations() {
-		if strings.HasPrefix(k, AnnotationPrefix) || strings.HasPrefix(k, InventoryAnnotationPrefix) {
+		if strings.HasPrefix(k, AnnotationPrefix) || strings.HasPrefix(k, install.InventoryAnnotationPrefix) {
 			keys.Insert(fieldpath.MakePathOrDie("metadata", "annotations", k))
 		}
 	}
@@ -128,12 +131,12 @@ func recordPaths(obj *unstructured.Unstructured) (all, keys *fieldpath.Set) {
 	return all, keys
 }
 
-// ownRecords gives the record paths to RecordFieldManager's Update entry,
+// ownRecords gives the record paths to install.RecordFieldManager's Update entry,
 // adding one when there is none.
 func ownRecords(entries *[]metav1.ManagedFieldsEntry, paths *fieldpath.Set, apiVersion string) error {
 	for i := range *entries {
 		e := &(*entries)[i]
-		if e.Manager != RecordFieldManager || e.Operation != metav1.ManagedFieldsOperationUpdate || e.Subresource != "" || e.APIVersion != apiVersion {
+		if e.Manager != install.RecordFieldManager || e.Operation != metav1.ManagedFieldsOperationUpdate || e.Subresource != "" || e.APIVersion != apiVersion {
 			continue
 		}
 		set := &fieldpath.Set{}
@@ -152,11 +155,11 @@ func ownRecords(entries *[]metav1.ManagedFieldsEntry, paths *fieldpath.Set, apiV
 	}
 	raw, err := paths.ToJSON()
 	if err != nil {
-		return fmt.Errorf("writing fields of manager %s: %w", RecordFieldManager, err)
+		return fmt.Errorf("writing fields of manager %s: %w", install.RecordFieldManager, err)
 	}
 	now := metav1.Now()
 	*entries = append(*entries, metav1.ManagedFieldsEntry{
-		Manager:    RecordFieldManager,
+		Manager:    install.RecordFieldManager,
 		Operation:  metav1.ManagedFieldsOperationUpdate,
 		APIVersion: apiVersion,
 		Time:       &now,
@@ -164,21 +167,6 @@ func ownRecords(entries *[]metav1.ManagedFieldsEntry, paths *fieldpath.Set, apiV
 		FieldsV1:   &metav1.FieldsV1{Raw: raw},
 	})
 	return nil
-}
-
-// Takeover is what applying a release does to fields another field manager
-// owns on an object: it takes them over (the release sets them, to another
-// value, or the manager is one of takenOver), or, for a manager of
-// takenOver, removes those the release does not set, which no one else
-// owns.
-type Takeover struct {
-	// Manager is the field manager that loses the fields.
-	Manager string
-	// TakenOver are the paths of the fields FieldManager comes to own
-	// (".spec.replicas"), sorted.
-	TakenOver []string
-	// Removed are the paths of the fields applying removes, sorted.
-	Removed []string
 }
 
 // takeovers works out, from the managed fields of live (nil when the object
@@ -191,14 +179,14 @@ type Takeover struct {
 // before the apply, which then removes those the release does not set and
 // no third manager owns (install records and pending inventories excepted,
 // as takeOverPatch leaves them out).
-func takeovers(live, merged *unstructured.Unstructured) ([]Takeover, error) {
+func takeovers(live, merged *unstructured.Unstructured) ([]preview.Takeover, error) {
 	out, _, err := takeoverFields(live, merged)
 	return out, err
 }
 
 // takeoverFields is takeovers, returning also every field applying
 // removes.
-func takeoverFields(live, merged *unstructured.Unstructured) ([]Takeover, *fieldpath.Set, error) {
+func takeoverFields(live, merged *unstructured.Unstructured) ([]preview.Takeover, *fieldpath.Set, error) {
 	all := fieldpath.NewSet()
 	if live == nil {
 		return nil, all, nil
@@ -216,9 +204,9 @@ func takeoverFields(live, merged *unstructured.Unstructured) ([]Takeover, *field
 		ours = fieldpath.NewSet()
 	}
 	records, _ := recordPaths(live)
-	var out []Takeover
+	var out []preview.Takeover
 	for _, m := range slices.Sorted(maps.Keys(before)) {
-		if m == FieldManager || m == RecordFieldManager {
+		if m == FieldManager || m == install.RecordFieldManager {
 			continue
 		}
 		had := before[m]
@@ -240,7 +228,7 @@ func takeoverFields(live, merged *unstructured.Unstructured) ([]Takeover, *field
 			}
 			removed = fieldpath.NewSet()
 		}
-		t := Takeover{Manager: m, TakenOver: leafPaths(taken), Removed: leafPaths(removed)}
+		t := preview.Takeover{Manager: m, TakenOver: leafPaths(taken), Removed: leafPaths(removed)}
 		if len(t.TakenOver)+len(t.Removed) > 0 {
 			out = append(out, t)
 		}

@@ -9,9 +9,12 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	"github.com/kos-sdn/kos/channels/preview"
 )
 
 func TestTakeovers(t *testing.T) {
+	t.Parallel()
 	entry := func(manager string, op metav1.ManagedFieldsOperationType, fields string) metav1.ManagedFieldsEntry {
 		return metav1.ManagedFieldsEntry{Manager: manager, Operation: op, APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}
 	}
@@ -24,7 +27,7 @@ func TestTakeovers(t *testing.T) {
 	tests := []struct {
 		name         string
 		live, merged *unstructured.Unstructured
-		want         []Takeover
+		want         []preview.Takeover
 	}{{
 		name:   "created",
 		merged: object(entry(FieldManager, apply, `{"f:data":{"f:a":{}}}`)),
@@ -32,7 +35,7 @@ func TestTakeovers(t *testing.T) {
 		name:   "an edit reverted: the editor loses the field",
 		live:   object(entry(FieldManager, apply, `{"f:data":{"f:a":{}}}`), entry("kubectl-edit", update, `{"f:data":{"f:b":{}}}`)),
 		merged: object(entry(FieldManager, apply, `{"f:data":{"f:a":{},"f:b":{}}}`)),
-		want:   []Takeover{{Manager: "kubectl-edit", TakenOver: []string{".data.b"}}},
+		want:   []preview.Takeover{{Manager: "kubectl-edit", TakenOver: []string{".data.b"}}},
 	}, {
 		name:   "the same value: shared, no takeover",
 		live:   object(entry(FieldManager, apply, `{"f:data":{"f:a":{}}}`), entry("kubectl-edit", update, `{"f:data":{"f:b":{}}}`)),
@@ -52,7 +55,7 @@ func TestTakeovers(t *testing.T) {
 			entry("other", update, `{"f:data":{"f:shared":{}}}`),
 			entry(FieldManager, apply, `{"f:data":{"f:a":{}}}`),
 		),
-		want: []Takeover{{Manager: "kops", TakenOver: []string{".data.a"}, Removed: []string{".data.old"}}},
+		want: []preview.Takeover{{Manager: "kops", TakenOver: []string{".data.a"}, Removed: []string{".data.old"}}},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -72,6 +75,7 @@ func TestTakeovers(t *testing.T) {
 }
 
 func TestRemoveFields(t *testing.T) {
+	t.Parallel()
 	obj := func() map[string]any {
 		return map[string]any{
 			"data": map[string]any{"kept": "1", "old": "gone"},
@@ -120,6 +124,7 @@ func TestRemoveFields(t *testing.T) {
 }
 
 func TestWithoutFieldsOf(t *testing.T) {
+	t.Parallel()
 	release := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "apps/v1", "kind": "Deployment",
 		"metadata": map[string]any{"name": "app", "labels": map[string]any{"a": "1"}},

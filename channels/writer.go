@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
 	"k8s.io/klog/v2"
+
+	"github.com/kos-sdn/kos/channels/install"
 )
 
 // defaultParallelism bounds the requests in flight while applying one phase
@@ -72,12 +74,12 @@ type applied struct {
 
 // record is the inventory of the release, with the identity its objects
 // carry.
-func (in *applied) record(name string) *Inventory {
+func (in *applied) record(name string) *install.Inventory {
 	kinds := map[string]bool{}
 	for gk := range in.kinds {
 		kinds[gk.String()] = true
 	}
-	return &Inventory{
+	return &install.Inventory{
 		Kinds:      sortedStrings(kinds),
 		Namespaces: sortedStrings(in.namespaces),
 		Identity:   IdentityLabel + "=" + name,

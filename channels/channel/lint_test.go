@@ -42,6 +42,7 @@ func lintChannel(t *testing.T, location string, entries ...lintEntry) []*Addon {
 }
 
 func TestLint(t *testing.T) {
+	t.Parallel()
 	type found struct{ Addon, Rule string }
 	tests := []struct {
 		name     string
@@ -131,6 +132,7 @@ func TestLint(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			var releases []*Addon
 			for i, entries := range tt.channels {
 				releases = append(releases, lintChannel(t, fmt.Sprintf("/c/%d.yaml", i), entries...)...)
@@ -157,6 +159,7 @@ func TestLint(t *testing.T) {
 // The local channel given before the bootstrap channel splits kos-etcd and
 // kos-agent, which is why `make release FLAVOR=local` writes one channel.
 func TestLintBundle(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join("..", "..")
 	load := func(paths ...string) []*Addon {
 		var out []*Addon
@@ -176,12 +179,14 @@ func TestLintBundle(t *testing.T) {
 		{"bootstrap-channel.yaml", "addons/monitoring-channel.yaml"},
 	} {
 		t.Run(strings.Join(set, " "), func(t *testing.T) {
+			t.Parallel()
 			if problems := Lint(load(set...)); len(problems) > 0 {
 				t.Errorf("Lint found problems:\n%s", lintLines(problems))
 			}
 		})
 	}
 	t.Run("local and bootstrap together", func(t *testing.T) {
+		t.Parallel()
 		got := map[string]bool{}
 		for _, p := range Lint(load("addons/local-channel.yaml", "bootstrap-channel.yaml")) {
 			if p.Rule != LintSplit {
@@ -205,6 +210,7 @@ func lintLines(problems []LintProblem) string {
 }
 
 func TestLintUpgradePath(t *testing.T) {
+	t.Parallel()
 	entry := func(version, kubernetesVersion, upgradesFrom string) string {
 		e := fmt.Sprintf("  - {name: dns, version: %s, manifest: dns-%s.yaml, manifestHash: \"%s\", kubernetesVersion: %q, selector: {k8s-addon: dns}", version, version, strings.Repeat("0", 64), kubernetesVersion)
 		if upgradesFrom != "" {
@@ -246,6 +252,7 @@ func TestLintUpgradePath(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			releases, err := Parse("/c/0.yaml", []byte("kind: Addons\nmetadata: {name: test}\nspec:\n  addons:\n"+strings.Join(tt.entries, "")))
 			if err != nil {
 				t.Fatal(err)
@@ -262,6 +269,7 @@ func TestLintUpgradePath(t *testing.T) {
 }
 
 func TestLoadUpgradesFrom(t *testing.T) {
+	t.Parallel()
 	channel := func(entry string) []byte {
 		return []byte("kind: Addons\nmetadata: {name: test}\nspec:\n  addons:\n  - {name: dns, manifest: dns.yaml, selector: {k8s-addon: dns}, " + entry + "}\n")
 	}
@@ -279,6 +287,7 @@ func TestLoadUpgradesFrom(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.entry, func(t *testing.T) {
+			t.Parallel()
 			got, err := Parse("/c/0.yaml", channel(tt.entry))
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
@@ -301,6 +310,7 @@ func TestLoadUpgradesFrom(t *testing.T) {
 }
 
 func TestLintRangeEnds(t *testing.T) {
+	t.Parallel()
 	releases := lintChannel(t, "/c/0.yaml",
 		lintEntry{"capped-next", "0.1.0", "k8s-1.29", ">=1.29.0 <1.38.0"},
 		lintEntry{"capped-now", "0.1.0", "k8s-1.29", ">=1.29.0 <1.37.0"},

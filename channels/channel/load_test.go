@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,41 +12,17 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kos-sdn/kos/channels/api"
+	"github.com/kos-sdn/kos/tools/golden"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
-
-// golden compares got, as indented JSON, with testdata/<name>, or rewrites
-// the file with -update.
-func golden(t *testing.T, name string, got any) {
-	t.Helper()
-	data, err := json.MarshalIndent(got, "", "  ")
-	if err != nil {
-		t.Fatalf("encoding %s: %v", name, err)
-	}
-	data = append(data, '\n')
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("reading the golden file (run with -update to write it): %v", err)
-	}
-	if diff := cmp.Diff(string(data), string(want)); diff != "" {
-		t.Errorf("%s differs (-got +want):\n%s", path, diff)
-	}
-}
-
 func TestLoadKOpsChannel(t *testing.T) {
+	t.Parallel()
 	location := filepath.Join("testdata", "kops-bootstrap-channel.yaml")
 	addons, err := Load(context.Background(), NewFetcher(), location)
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
-	golden(t, "kops-bootstrap-channel.golden.json", addons)
+	golden.CheckJSON(t, "kops-bootstrap-channel.golden.json", addons)
 
 	// The parts a reader of the golden file could miss.
 	if got, want := len(addons), 8; got != want {
@@ -73,6 +47,7 @@ func TestLoadKOpsChannel(t *testing.T) {
 }
 
 func TestLoadVersionsAndDefaults(t *testing.T) {
+	t.Parallel()
 	addons, err := Load(context.Background(), NewFetcher(), filepath.Join("testdata", "ranges.yaml"))
 	if err != nil {
 		t.Fatalf("Load: %v", err)
@@ -99,6 +74,7 @@ func TestLoadVersionsAndDefaults(t *testing.T) {
 }
 
 func TestLoadEmptySelector(t *testing.T) {
+	t.Parallel()
 	// Loading allows an addon without selector; pruning refuses it later.
 	addons, err := Load(context.Background(), NewFetcher(), filepath.Join("testdata", "no-selector.yaml"))
 	if err != nil {
@@ -116,6 +92,7 @@ func TestLoadEmptySelector(t *testing.T) {
 }
 
 func TestLoadErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		file string
 		// want are the parts the message must hold, besides the file.
@@ -135,6 +112,7 @@ func TestLoadErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
+			t.Parallel()
 			location := filepath.Join("testdata", "bad", tt.file)
 			_, err := Load(context.Background(), NewFetcher(), location)
 			if err == nil {
@@ -157,6 +135,7 @@ func TestLoadErrors(t *testing.T) {
 // kubernetesVersion does not parse is skipped with a warning, and the
 // legacy needsRollingUpdate "worker" means workers.
 func TestLoadTolerance(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	loc := filepath.Join(dir, "channel.yaml")
 	data := `kind: Addons
@@ -189,6 +168,7 @@ spec:
 }
 
 func TestLoadPlainManifest(t *testing.T) {
+	t.Parallel()
 	location := filepath.Join("testdata", "plain-manifest.yaml")
 	content, err := os.ReadFile(location)
 	if err != nil {
@@ -214,6 +194,7 @@ func TestLoadPlainManifest(t *testing.T) {
 }
 
 func TestVerifyManifest(t *testing.T) {
+	t.Parallel()
 	data := []byte("kind: ConfigMap\n")
 	sum := sha256.Sum256(data)
 	good := hex.EncodeToString(sum[:])
@@ -233,6 +214,7 @@ func TestVerifyManifest(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			err := VerifyManifest(&Addon{Name: "x", Manifest: "m.yaml", ManifestHash: tt.hash}, data)
 			if tt.wantErr == nil {
 				if err != nil {

@@ -32,6 +32,7 @@ func loadTestdata(t *testing.T, names ...string) []*Addon {
 }
 
 func TestSelect(t *testing.T) {
+	t.Parallel()
 	one := loadTestdata(t, "ranges.yaml")
 	two := loadTestdata(t, "ranges.yaml", "ranges-next.yaml")
 	tests := []struct {
@@ -53,6 +54,7 @@ func TestSelect(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			v, err := ServerVersion(tt.server)
 			if err != nil {
 				t.Fatalf("ServerVersion(%q): %v", tt.server, err)
@@ -66,6 +68,7 @@ func TestSelect(t *testing.T) {
 }
 
 func TestSelectStripsPreRelease(t *testing.T) {
+	t.Parallel()
 	// Select strips what a caller forgot to: 1.31.0-beta.1 sorts below
 	// 1.31.0 in semver and would miss ">=1.31.0".
 	got := picks(Select(loadTestdata(t, "ranges.yaml"), semver.MustParse("1.31.0-beta.1")))
@@ -76,6 +79,7 @@ func TestSelectStripsPreRelease(t *testing.T) {
 }
 
 func TestSelectUnparseableRange(t *testing.T) {
+	t.Parallel()
 	// Releases built by hand skip Load's checks; a bad range never matches.
 	releases := []*Addon{{Name: "x", KubernetesVersion: ">=banana"}}
 	if got := Select(releases, semver.MustParse("1.30.0")); len(got) != 0 {
@@ -84,6 +88,7 @@ func TestSelectUnparseableRange(t *testing.T) {
 }
 
 func TestServerVersion(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		gitVersion string
 		want       string
@@ -99,6 +104,7 @@ func TestServerVersion(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.gitVersion, func(t *testing.T) {
+			t.Parallel()
 			got, err := ServerVersion(tt.gitVersion)
 			if tt.wantErr {
 				if err == nil {
@@ -117,6 +123,7 @@ func TestServerVersion(t *testing.T) {
 }
 
 func TestUnfit(t *testing.T) {
+	t.Parallel()
 	v := func(s string) *semver.Version {
 		sv := semver.MustParse(s)
 		return &sv
@@ -153,6 +160,7 @@ func TestUnfit(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			var got []string
 			for _, n := range Unfit(releases, semver.MustParse(tt.version)) {
 				got = append(got, n.Name+": "+n.Error())

@@ -17,7 +17,7 @@ func newApplyCommand(o *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "apply",
 		Short: "Apply addons to the cluster",
-		Args:  noArgs,
+		Args:  cmdline.NoArgs,
 		RunE:  groupRun,
 	}
 	cmd.AddCommand(newApplyChannelCommand(o))
@@ -265,7 +265,7 @@ func (o *options) applyChannels(cmd *cobra.Command, locations []string, yes, dif
 		}
 		if failed != nil {
 			for _, f := range failed.Failed {
-				fmt.Fprintf(o.stdout, "%s: error: %s\n", f.Addon, oneLine(f.Err.Error()))
+				fmt.Fprintf(o.stdout, "%s: error: %s\n", f.Addon, cmdline.OneLine(f.Err.Error()))
 			}
 		}
 	}

@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/spf13/cobra"
@@ -25,8 +24,8 @@ import (
 
 // Exit codes of Main.
 const (
-	exitOK    = 0
-	exitError = 1
+	exitOK    = cmdline.ExitOK
+	exitError = cmdline.ExitError
 	exitUsage = cmdline.ExitUsage
 )
 
@@ -42,7 +41,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	sig := stoppedBy(ctx)
 	if sig == os.Interrupt {
 		if err != nil {
-			fmt.Fprintln(stderr, "error: interrupted: "+oneLine(err.Error()))
+			fmt.Fprintln(stderr, "error: interrupted: "+cmdline.OneLine(err.Error()))
 		}
 		return exitInterrupted
 	}
@@ -50,17 +49,14 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	if sig != nil {
-		fmt.Fprintln(stderr, "error: terminated: "+oneLine(err.Error()))
+		fmt.Fprintln(stderr, "error: terminated: "+cmdline.OneLine(err.Error()))
 		return exitTerminated
 	}
-	fmt.Fprintln(stderr, "error: "+oneLine(err.Error()))
-	if cmdline.IsUsage(err) {
-		return exitUsage
+	code := cmdline.Exit(stderr, err)
+	if c, ok := exitCode(err); ok && code == exitError {
+		return c
 	}
-	if code, ok := exitCode(err); ok {
-		return code
-	}
-	return exitError
+	return code
 }
 
 // NewCommand returns the root command, writing output to stdout and warnings
@@ -99,7 +95,7 @@ Channels are read from a path, an https:// URL or an s3:// URL.`,
   channels get addons`,
 		SilenceErrors:     true,
 		SilenceUsage:      true,
-		Args:              noArgs,
+		Args:              cmdline.NoArgs,
 		RunE:              groupRun,
 		PersistentPreRunE: o.setUpLogging,
 	}
@@ -194,26 +190,7 @@ func (e *hintError) Unwrap() error { return e.err }
 
 func withHint(err error, hint string) error { return &hintError{err: err, hint: hint} }
 
-// noArgs refuses arguments to a command that groups subcommands, naming the
-// unknown subcommand.
-func noArgs(cmd *cobra.Command, args []string) error {
-	if len(args) > 0 {
-		return cmdline.UsageErrorf(cmd, "unknown command %q for %q", args[0], cmd.CommandPath())
-	}
-	return nil
-}
-
 // groupRun shows the help of a command that groups subcommands.
 func groupRun(cmd *cobra.Command, _ []string) error {
 	return cmd.Help()
-}
-
-// oneLine folds a multi-line message (errors.Join writes one error a line)
-// into one line.
-func oneLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	for i := range lines {
-		lines[i] = strings.TrimSpace(lines[i])
-	}
-	return strings.Join(lines, "; ")
 }

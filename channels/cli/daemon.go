@@ -151,7 +151,7 @@ func (o *options) runDaemon(ctx context.Context, locations []string, f *daemonFl
 		AllowDowngrade: allowDowngrade,
 		OnPass: func(r daemon.PassResult) {
 			if r.Err != nil {
-				fmt.Fprintln(o.stderr, stamp(fmt.Sprintf("pass %d failed after %s: %s", r.Number, r.Duration.Round(time.Millisecond), oneLine(r.Err.Error()))))
+				fmt.Fprintln(o.stderr, stamp(fmt.Sprintf("pass %d failed after %s: %s", r.Number, r.Duration.Round(time.Millisecond), cmdline.OneLine(r.Err.Error()))))
 				return
 			}
 			if len(r.Applied) > 0 || r.Drift.Changed > 0 || r.Drift.Deleted > 0 || r.Drift.Reported > 0 {

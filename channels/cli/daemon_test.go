@@ -8,6 +8,7 @@ import (
 )
 
 func TestParseNodeLabels(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name       string
 		in         string

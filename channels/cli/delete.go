@@ -16,7 +16,7 @@ func newDeleteCommand(o *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "delete",
 		Short: "Uninstall addons",
-		Args:  noArgs,
+		Args:  cmdline.NoArgs,
 		RunE:  groupRun,
 	}
 	cmd.AddCommand(newDeleteAddonCommand(o))

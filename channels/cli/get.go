@@ -15,7 +15,7 @@ func newGetCommand(o *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "get",
 		Short: "Show what is installed",
-		Args:  noArgs,
+		Args:  cmdline.NoArgs,
 		RunE:  groupRun,
 	}
 	cmd.AddCommand(newGetAddonsCommand(o))

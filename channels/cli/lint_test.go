@@ -12,6 +12,7 @@ import (
 // TestLint runs channels lint on a clean channel, a time-bombed one, and a
 // location that does not load: exit 0, 1 and 2.
 func TestLint(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	write := func(name, content string) string {
 		t.Helper()

@@ -9,6 +9,7 @@ import (
 )
 
 func TestCustomColumns(t *testing.T) {
+	t.Parallel()
 	objs := []*unstructured.Unstructured{
 		{Object: map[string]any{"metadata": map[string]any{"name": "a", "labels": map[string]any{"x": "1"}}, "items": []any{"p", "q"}}},
 		{Object: map[string]any{"metadata": map[string]any{"name": "b"}}},

@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kos-sdn/kos/channels"
+	"github.com/kos-sdn/kos/channels/install"
+	"github.com/kos-sdn/kos/channels/preview"
 )
 
 // planObject is one item of a plan as the printers see it: kind AddonUpdate,
@@ -102,7 +104,7 @@ var planColumns = []metav1.TableColumnDefinition{
 func planRows(plan *channels.Plan) []channels.PlanItem {
 	var out []channels.PlanItem
 	for _, it := range plan.Items {
-		if it.Decision.Apply || it.Decision.Reason != channels.ReasonUpToDate {
+		if it.Decision.Apply || it.Decision.Reason != install.ReasonUpToDate {
 			out = append(out, it)
 		}
 	}
@@ -178,7 +180,7 @@ func writeObjectPlan(w io.Writer, plan *channels.Plan, previews map[string]chann
 					fmt.Fprintf(w, "  removes %s, owned by %s, which the release does not set\n", listFields(t.Removed), t.Manager)
 				}
 			}
-			if !diff || ch.Action == channels.ActionUnchanged {
+			if !diff || ch.Action == preview.ActionUnchanged {
 				continue
 			}
 			d, err := ch.Diff()

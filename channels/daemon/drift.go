@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kos-sdn/kos/channels"
+	"github.com/kos-sdn/kos/channels/install"
 )
 
 // DriftMode says what a daemon does with an object of an installed addon
@@ -157,7 +158,7 @@ type driftLook struct {
 func upToDate(plan *channels.Plan) []channels.PlanItem {
 	var current []channels.PlanItem
 	for _, it := range plan.Items {
-		if !it.Decision.Apply && it.Decision.Reason == channels.ReasonUpToDate {
+		if !it.Decision.Apply && it.Decision.Reason == install.ReasonUpToDate {
 			current = append(current, it)
 		}
 	}
@@ -377,7 +378,7 @@ func (d *Daemon) repairDrift(ctx context.Context, repairs []driftLook, res *Drif
 		}
 		for i, rp := range repairs {
 			name := rp.item.Addon.Name
-			if items[i].Decision.Apply || items[i].Decision.Reason != channels.ReasonUpToDate {
+			if items[i].Decision.Apply || items[i].Decision.Reason != install.ReasonUpToDate {
 				d.drift.forget(name)
 				continue
 			}

@@ -11,6 +11,7 @@ import (
 )
 
 func TestFingerprint(t *testing.T) {
+	t.Parallel()
 	base := func() *metav1.ObjectMeta {
 		return &metav1.ObjectMeta{UID: "u1", ResourceVersion: "10", Generation: 3, Labels: map[string]string{"a": "1"}, Annotations: map[string]string{"b": "2"}}
 	}
@@ -48,6 +49,7 @@ func TestFingerprint(t *testing.T) {
 }
 
 func TestIsPerson(t *testing.T) {
+	t.Parallel()
 	for manager, want := range map[string]bool{
 		"kubectl": true, "kubectl-edit": true, "kubectl-patch": true, "kubectl-client-side-apply": true, "kubectl-scale": true, "k9s": true,
 		"kube-controller-manager": false, "cainjector": false, "channels": false, "kops": false, "": false,
@@ -59,6 +61,7 @@ func TestIsPerson(t *testing.T) {
 }
 
 func TestConflictOwners(t *testing.T) {
+	t.Parallel()
 	err := &apierrors.StatusError{ErrStatus: metav1.Status{
 		Status: metav1.StatusFailure, Code: 409, Reason: metav1.StatusReasonConflict,
 		Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/kos-sdn/kos/channels"
+	"github.com/kos-sdn/kos/channels/preview"
 )
 
 // IsPerson reports whether a field manager is a person's tool, whose
@@ -126,7 +127,7 @@ func (d *Daemon) inspect(ctx context.Context, t *channels.Object) (driftFinding,
 	if err != nil {
 		return driftFinding{}, fmt.Errorf("applying %s (dry run) to check for drift: %w", t.Key, err)
 	}
-	if channels.Differs(live, merged) {
+	if preview.Differs(live, merged) {
 		f.how = "changed"
 	}
 	return f, nil

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kos-sdn/kos/channels"
+	"github.com/kos-sdn/kos/channels/install"
 )
 
 // driftTarget is a target of kind kind named name, with annotations.
@@ -22,10 +23,11 @@ func driftTarget(kind, name string, annotations map[string]string) *channels.Obj
 }
 
 func TestUpToDate(t *testing.T) {
+	t.Parallel()
 	plan := &channels.Plan{Items: []channels.PlanItem{
-		{Addon: &channels.Addon{Name: "current"}, Decision: channels.Decision{Reason: channels.ReasonUpToDate}},
-		{Addon: &channels.Addon{Name: "upgrade"}, Decision: channels.Decision{Apply: true, Reason: channels.ReasonUpToDate}},
-		{Addon: &channels.Addon{Name: "downgrade"}, Decision: channels.Decision{Reason: channels.ReasonDowngrade}},
+		{Addon: &channels.Addon{Name: "current"}, Decision: channels.Decision{Reason: install.ReasonUpToDate}},
+		{Addon: &channels.Addon{Name: "upgrade"}, Decision: channels.Decision{Apply: true, Reason: install.ReasonUpToDate}},
+		{Addon: &channels.Addon{Name: "downgrade"}, Decision: channels.Decision{Reason: install.ReasonDowngrade}},
 	}}
 	var got []string
 	for _, it := range upToDate(plan) {
@@ -37,6 +39,7 @@ func TestUpToDate(t *testing.T) {
 }
 
 func TestChangedTargets(t *testing.T) {
+	t.Parallel()
 	same := driftTarget("ConfigMap", "same", nil)
 	edited := driftTarget("ConfigMap", "edited", nil)
 	gone := driftTarget("ConfigMap", "gone", nil)
@@ -64,6 +67,7 @@ func TestChangedTargets(t *testing.T) {
 }
 
 func TestLookMode(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name        string
 		annotations map[string]string
@@ -91,6 +95,7 @@ func TestLookMode(t *testing.T) {
 }
 
 func TestPlanRepair(t *testing.T) {
+	t.Parallel()
 	person := []fieldOwner{{Manager: "kubectl-edit", Field: ".data.a"}}
 	controller := []fieldOwner{{Manager: "injector", Field: ".data.b"}}
 	release := func() *channels.Object {
@@ -162,6 +167,7 @@ func TestPlanRepair(t *testing.T) {
 }
 
 func TestRepairOutcome(t *testing.T) {
+	t.Parallel()
 	cm := channels.ObjectKey{GroupKind: schema.GroupKind{Kind: "ConfigMap"}, Namespace: "ns", Name: "c"}
 	ns := channels.ObjectKey{GroupKind: schema.GroupKind{Kind: "Namespace"}, Name: "ns"}
 	out := func(rv string) *unstructured.Unstructured {

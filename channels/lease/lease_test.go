@@ -56,6 +56,7 @@ func (l *recordingLock) Update(_ context.Context, ler resourcelock.LeaderElectio
 }
 
 func TestWatchedLockSpacesRenewals(t *testing.T) {
+	t.Parallel()
 	start := time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)
 	now := start
 	inner := &recordingLock{identity: "me"}
@@ -143,6 +144,7 @@ func TestWatchedLockCreatesNamespace(t *testing.T) {
 }
 
 func TestLostError(t *testing.T) {
+	t.Parallel()
 	cause := errors.New("context canceled")
 	for _, tc := range []struct {
 		holder string

@@ -2,9 +2,6 @@ package agent_test
 
 import (
 	"context"
-	"flag"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -13,31 +10,10 @@ import (
 
 	"github.com/kos-sdn/kos/components/fabric"
 	"github.com/kos-sdn/kos/components/fabric/ovs"
+	"github.com/kos-sdn/kos/tools/golden"
 	"github.com/kos-sdn/kos/tools/ovsenv"
 	"github.com/kos-sdn/kos/tools/poll"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
-
-// golden compares got with testdata/<name>.golden, or rewrites the file
-// with -update.
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("reading the golden file (run with -update to write it): %v", err)
-	}
-	if diff := cmp.Diff(got, string(want)); diff != "" {
-		t.Errorf("%s differs from %s (-got +want):\n%s", name, path, diff)
-	}
-}
 
 // startOVS starts an Open vSwitch of the test's own, in a network
 // namespace of its own, and an OVS fabric on it with the userspace
@@ -102,7 +78,7 @@ func portsOf(atts ...fabric.LocalAttachment) []string {
 func checkSwitch(t *testing.T, step string, inst *ovsenv.Instance, fab fabric.Interface, want *fabric.Inventory) {
 	t.Helper()
 	poll.Until(t, settle, step, holds(fab, want))
-	golden(t, step, dumpFlows(t, inst))
+	golden.Check(t, step+".golden", dumpFlows(t, inst))
 	if diff := cmp.Diff(bridgePorts(t, inst), portsOf(want.Local...)); diff != "" {
 		t.Errorf("%s: ports (-got +want):\n%s", step, diff)
 	}

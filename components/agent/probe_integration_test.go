@@ -16,7 +16,6 @@ import (
 	"time"
 
 	agentapi "github.com/kos-sdn/kos/components/agent/api"
-	"github.com/kos-sdn/kos/components/agent/probe"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/tools/poll"
 )
@@ -51,7 +50,7 @@ func TestIntegrationProbes(t *testing.T) {
 
 	const vni = 321
 	k.subnet("s1", "10.32.0.0/24", vni)
-	labelled := func(att *v1alpha1.NetworkAttachment) { att.Labels = map[string]string{probe.Label: "true"} }
+	labelled := func(att *v1alpha1.NetworkAttachment) { att.Labels = map[string]string{agentapi.ProbeLabel: "true"} }
 	k.attachment("p1", k.node("a"), "s1", labelled)
 	k.attachment("p2", k.node("b"), "s1", labelled)
 	k.attachment("w1", k.node("a"), "s1")

@@ -118,7 +118,7 @@ func (a *Agent) StopProbe(ctx context.Context, req api.ProbeRequest) error {
 }
 
 // probeAttachment returns what a probe needs of the local attachment
-// namespace/name: one made for checks (probe.Label), not a pod's, Ready.
+// namespace/name: one made for checks (api.ProbeLabel), not a pod's, Ready.
 func (a *Agent) probeAttachment(ctx context.Context, namespace, name string) (probe.Attachment, error) {
 	key := namespace + "/" + name
 	obj, exists, err := a.localInformer.GetStore().GetByKey(key)
@@ -129,8 +129,8 @@ func (a *Agent) probeAttachment(ctx context.Context, namespace, name string) (pr
 	if !exists || att == nil || att.Spec.Node != a.node {
 		return probe.Attachment{}, fmt.Errorf("attachment %s is %w %s", key, debugserver.ErrNotLocal, a.node)
 	}
-	if _, ok := att.Labels[probe.Label]; !ok {
-		return probe.Attachment{}, fmt.Errorf("attachment %s is %w: only an attachment labelled %s (made for checks) gets a probe, which takes its interface", key, debugserver.ErrNotProbeable, probe.Label)
+	if _, ok := att.Labels[api.ProbeLabel]; !ok {
+		return probe.Attachment{}, fmt.Errorf("attachment %s is %w: only an attachment labelled %s (made for checks) gets a probe, which takes its interface", key, debugserver.ErrNotProbeable, api.ProbeLabel)
 	}
 	if _, ok := att.Labels[v1alpha1.PodUIDLabel]; ok {
 		return probe.Attachment{}, fmt.Errorf("attachment %s is %w: its interface is a pod's", key, debugserver.ErrNotProbeable)

@@ -24,10 +24,10 @@ import (
 const (
 	// ExitOK: everything asked for was done (a defragmentation skipped by
 	// policy counts as done).
-	ExitOK = 0
+	ExitOK = cmdline.ExitOK
 	// ExitError: it failed; save wrote no new snapshot, restore changed
 	// nothing.
-	ExitError = 1
+	ExitError = cmdline.ExitError
 	// ExitUsage: the command line was wrong; nothing was done.
 	ExitUsage = cmdline.ExitUsage
 	// ExitPartial: save wrote a new verified snapshot into --dir, but a
@@ -58,18 +58,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmd := NewCommand(stdout, stderr)
 	cmd.SetArgs(args)
 	err := cmd.ExecuteContext(ctx)
-	if err == nil {
-		return ExitOK
-	}
-	fmt.Fprintln(stderr, "error: "+strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " "))
+	code := cmdline.Exit(stderr, err)
 	var partial partialError
-	switch {
-	case cmdline.IsUsage(err):
-		return ExitUsage
-	case errors.As(err, &partial):
+	if code == ExitError && errors.As(err, &partial) {
 		return ExitPartial
 	}
-	return ExitError
+	return code
 }
 
 // NewCommand returns the kos-etcd-backup command.
@@ -305,7 +299,7 @@ defragments the members worth it, one at a time (see defrag).`,
   kos-etcd-backup save --dir /var/lib/kos-etcd-backup --keep 28 --defrag \
     --endpoints https://kos-etcd-0.kos-etcd.example-com.svc:2379 \
     --cacert ca.crt --cert tls.crt --key tls.key`,
-		Args: noArgs,
+		Args: cmdline.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.Validate(); err != nil {
 				return cmdline.Usage(err)
@@ -346,7 +340,7 @@ least --defrag-min-free-bytes and --defrag-min-free-ratio of the file is free;
 it prints what it did or why not for each. A member blocks its clients while
 it defragments, so when one member does not answer, none is defragmented. With
 --disarm-nospace it then clears the NOSPACE alarms etcd raises at its quota.`,
-		Args: noArgs,
+		Args: cmdline.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			errs := append(o.Client.validate(), validatePolicy(o.Policy)...)
 			if o.Timeout <= 0 {
@@ -514,7 +508,7 @@ s3://BUCKET/PREFIX/kos-etcd-<time>.db.`,
     --name kos-etcd-0 \
     --initial-advertise-peer-urls https://kos-etcd-0.kos-etcd.example-com.svc:2380 \
     --initial-cluster kos-etcd-0=https://kos-etcd-0.kos-etcd.example-com.svc:2380,kos-etcd-1=https://kos-etcd-1.kos-etcd.example-com.svc:2380,kos-etcd-2=https://kos-etcd-2.kos-etcd.example-com.svc:2380`,
-		Args: noArgs,
+		Args: cmdline.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.Validate(); err != nil {
 				return cmdline.Usage(err)
@@ -535,12 +529,4 @@ s3://BUCKET/PREFIX/kos-etcd-<time>.db.`,
 	fs.BoolVar(&o.Replace, "replace", false, "Move a data folder that holds data aside instead of refusing.")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "The longest the whole run may take.")
 	return cmd
-}
-
-// noArgs refuses positional arguments as a usage error.
-func noArgs(cmd *cobra.Command, args []string) error {
-	if len(args) > 0 {
-		return cmdline.Usage(fmt.Errorf("%s takes no arguments, got %q", cmd.CommandPath(), args))
-	}
-	return nil
 }

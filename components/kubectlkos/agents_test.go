@@ -20,6 +20,7 @@ import (
 // kube-apiserver's pod proxy, and checks the paths it asks for and how it
 // reports the agent's answers.
 func TestPodProxy(t *testing.T) {
+	t.Parallel()
 	var asked []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
@@ -92,6 +93,7 @@ func (p *recordingProxy) Do(_ context.Context, _, _ string, port int, _, _ strin
 // and through the tunnel on the releases' debug port when that agent does
 // not serve the path there (a 0.4.0 agent in a manifest without the port).
 func TestAgentsChooseTheWay(t *testing.T) {
+	t.Parallel()
 	pod := func(ports ...corev1.ContainerPort) *corev1.Pod {
 		return &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: agentContainer, Ports: ports}}}}
 	}

@@ -80,7 +80,7 @@ What could not be collected is listed in errors.txt inside the archive.`,
   kubectl kos support-bundle -A --since 2h
   kubectl kos support-bundle -n tenant-a -o /tmp/kos.tar.gz
   kubectl kos support-bundle -n tenant-a --node node-1 -o - > kos.tar.gz`,
-		Args: noArgs,
+		Args: cmdline.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if bo.tailLines == 0 || bo.tailLines < -1 {
 				return cmdline.UsageErrorf(cmd, "--tail must be positive, or -1 for whole logs")

@@ -109,6 +109,7 @@ func bundleFixture(t *testing.T) (*bundleSource, *fake.Clientset) {
 }
 
 func TestSupportBundle(t *testing.T) {
+	t.Parallel()
 	src, kube := bundleFixture(t)
 
 	var out bytes.Buffer
@@ -187,6 +188,7 @@ func TestSupportBundle(t *testing.T) {
 // only those) and the control plane's files: pods, logs of every
 // container (and previous runs), status, the APIService.
 func TestSupportBundleAll(t *testing.T) {
+	t.Parallel()
 	src, kube := bundleFixture(t)
 	cp, _ := controlPlaneFixture(t)
 	for _, pod := range []string{"kos-apiserver-7d9-aaaa", "kos-apiserver-7d9-bbbb", "kos-etcd-0", "kos-etcd-1", "kos-etcd-2", "kos-pki-5f4-cccc"} {

@@ -9,6 +9,8 @@ import (
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/printers"
+
+	"github.com/kos-sdn/kos/internal/cmdline"
 )
 
 // etcdQuotaWarning is the share of its quota a member's database may fill
@@ -54,7 +56,7 @@ probes (releases before they did) skip this part.`,
   kubectl kos check --skip-datapath
   kubectl kos check -n kos-scratch --timeout 5m
   kubectl kos check >/dev/null || echo "KOS is not healthy"`,
-		Args: noArgs,
+		Args: cmdline.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := o.clients()
 			if err != nil {

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kos-sdn/kos/components/agent/api"
+	"github.com/kos-sdn/kos/tools/golden"
 )
 
 // healthyReport is a report of a healthy cluster: every pod Ready, one
@@ -36,6 +37,7 @@ func healthyReport() statusReport {
 }
 
 func TestChecks(t *testing.T) {
+	t.Parallel()
 	passed := func(results []CheckResult) map[string]bool {
 		m := map[string]bool{}
 		for _, r := range results {
@@ -69,7 +71,7 @@ func TestChecks(t *testing.T) {
 	if err := printChecks(&out, results, false); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "check", out.String())
+	golden.Check(t, "check.golden", out.String())
 
 	// A database past 80% of its quota, and two leaders.
 	rep = healthyReport()

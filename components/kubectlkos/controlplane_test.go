@@ -15,6 +15,8 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/kos-sdn/kos/tools/golden"
 )
 
 // controlPlanePod returns a pod of component in the control plane's
@@ -92,6 +94,7 @@ kos_certificate_expiry_timestamp_seconds{namespace="example-com",secret="kos-api
 }
 
 func TestControlPlaneOutput(t *testing.T) {
+	t.Parallel()
 	cp, p := controlPlaneFixture(t)
 	rows := cp.collect(context.Background(), now)
 	// The pending member is not asked; kos-pki once.
@@ -124,12 +127,13 @@ func TestControlPlaneOutput(t *testing.T) {
 			if format != "" {
 				name += "-" + format
 			}
-			golden(t, name, out.String())
+			golden.Check(t, name+".golden", out.String())
 		})
 	}
 }
 
 func TestControlPlaneMissing(t *testing.T) {
+	t.Parallel()
 	cp, _ := controlPlaneFixture(t)
 	cp.namespace = "elsewhere"
 	cp.dynamic = dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())
@@ -151,6 +155,7 @@ func TestControlPlaneMissing(t *testing.T) {
 }
 
 func TestBytesIEC(t *testing.T) {
+	t.Parallel()
 	for n, want := range map[int64]string{512: "512 B", 2048: "2.0 KiB", 12 * 1024 * 1024: "12.0 MiB", 800 << 20: "800.0 MiB", 8 << 30: "8.0 GiB"} {
 		if got := bytesIEC(n); got != want {
 			t.Errorf("bytesIEC(%d) = %q, want %q", n, got, want)

@@ -25,11 +25,10 @@ import (
 )
 
 // Where check's scratch network lives: a Subnet of probeCIDR on the
-// highest VNI no Subnet uses, labelled probeLabel so that an operator can
+// highest VNI no Subnet uses, labelled api.ProbeLabel so that an operator can
 // find what an interrupted run left.
 const (
 	probeCIDR      = "172.31.254.0/24"
-	probeLabel     = "kos.example.com/check"
 	maxVNI         = 2097151
 	cleanupTimeout = time.Minute
 )
@@ -98,13 +97,13 @@ func (d *datapathCheck) run(ctx context.Context, nodes []string) (results []Pair
 			}
 		}
 		if len(errs) > 0 {
-			err = errors.Join(err, fmt.Errorf("cleaning up the scratch network (objects labelled %s): %w", probeLabel, errors.Join(errs...)))
+			err = errors.Join(err, fmt.Errorf("cleaning up the scratch network (objects labelled %s): %w", api.ProbeLabel, errors.Join(errs...)))
 		}
 	}()
 
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
-	labels := map[string]string{probeLabel: "true"}
+	labels := map[string]string{api.ProbeLabel: "true"}
 	ns := d.namespace
 	if ns == "" {
 		created, err := d.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "kos-check-", Labels: labels}}, metav1.CreateOptions{})

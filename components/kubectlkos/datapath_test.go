@@ -134,7 +134,7 @@ func leftovers(t *testing.T, kube *kubefake.Clientset, kos *kosfake.Clientset, p
 	for _, ns := range nss.Items {
 		left = append(left, "namespace "+ns.Name)
 	}
-	subnets, err := kos.NetworkV1alpha1().Subnets("").List(ctx, metav1.ListOptions{LabelSelector: probeLabel})
+	subnets, err := kos.NetworkV1alpha1().Subnets("").List(ctx, metav1.ListOptions{LabelSelector: api.ProbeLabel})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,6 +163,7 @@ func agentsOn(nodes ...string) []NodeStatus {
 }
 
 func TestDatapathCheck(t *testing.T) {
+	t.Parallel()
 	ok := api.ProbeOutcome{OK: true}
 	pass := api.ProbeCheckResult{Ping: ok, FullSizePing: ok, TCP: ok}
 	tests := []struct {
@@ -272,6 +273,7 @@ func TestDatapathCheck(t *testing.T) {
 // Ctrl-C does, while it checks the pairs: what it made is deleted all the
 // same.
 func TestDatapathCheckCleansUpWhenInterrupted(t *testing.T) {
+	t.Parallel()
 	kube, kos := newFakeClusters()
 	p := newFakeProber()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -296,6 +298,7 @@ func TestDatapathCheckCleansUpWhenInterrupted(t *testing.T) {
 }
 
 func TestFreeVNI(t *testing.T) {
+	t.Parallel()
 	subnet := func(ns string, vni uint32) runtime.Object {
 		return &v1alpha1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprint(vni)}, Spec: v1alpha1.SubnetSpec{VNI: vni}}
 	}
@@ -311,6 +314,7 @@ func TestFreeVNI(t *testing.T) {
 }
 
 func TestPrintPairs(t *testing.T) {
+	t.Parallel()
 	ok := api.ProbeOutcome{OK: true}
 	results := []PairResult{
 		{From: "node-1", To: "node-2", Result: api.ProbeCheckResult{Ping: ok, FullSizePing: ok, TCP: ok}},
@@ -338,6 +342,7 @@ func TestPrintPairs(t *testing.T) {
 }
 
 func TestChecksErrorNamesThePairs(t *testing.T) {
+	t.Parallel()
 	results := []CheckResult{
 		{Check: "agents", Passed: true},
 		{Check: "attachments", Passed: false},
@@ -358,6 +363,7 @@ func TestChecksErrorNamesThePairs(t *testing.T) {
 // delete a Subnet while it still counts a deleted attachment (409); the
 // cleanup asks again until it may.
 func TestDatapathCheckWaitsForTheSubnetToBeUnused(t *testing.T) {
+	t.Parallel()
 	kube, kos := newFakeClusters()
 	refusals := 2
 	kos.PrependReactor("delete", "subnets", func(action k8stesting.Action) (bool, runtime.Object, error) {

@@ -14,7 +14,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -28,13 +27,6 @@ import (
 	kosclient "github.com/kos-sdn/kos/components/generated/clientset/versioned"
 
 	"github.com/kos-sdn/kos/internal/cmdline"
-)
-
-// Exit codes of Main.
-const (
-	exitOK    = 0
-	exitError = 1
-	exitUsage = cmdline.ExitUsage
 )
 
 // Defaults of the agent flags: where the releases since 0.2.0 run the node
@@ -53,15 +45,7 @@ func Main(ctx context.Context, args []string, streams genericiooptions.IOStreams
 		args = []string{} // cobra takes nil for os.Args
 	}
 	cmd.SetArgs(args)
-	err := cmd.ExecuteContext(ctx)
-	if err == nil {
-		return exitOK
-	}
-	fmt.Fprintln(streams.ErrOut, "error: "+strings.Join(strings.Fields(err.Error()), " "))
-	if cmdline.IsUsage(err) {
-		return exitUsage
-	}
-	return exitError
+	return cmdline.Exit(streams.ErrOut, cmd.ExecuteContext(ctx))
 }
 
 // NewCommand returns the root command, kubectl-kos, which kubectl runs as
@@ -94,7 +78,7 @@ with your credentials; see docs/kubectl-kos.md).`,
   kubectl kos support-bundle -n tenant-a -o bundle.tar.gz`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
-		Args:          noArgs,
+		Args:          cmdline.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return cmd.Help()
 		},
@@ -185,13 +169,6 @@ func (o *options) agents(c *clients) *agents {
 // c's kube-apiserver.
 func (o *options) controlPlane(c *clients) *controlPlane {
 	return &controlPlane{kube: c.kube, dynamic: c.dynamic, namespace: o.controlPlaneNamespace, proxy: podProxy{kube: c.kube}}
-}
-
-func noArgs(cmd *cobra.Command, args []string) error {
-	if len(args) > 0 {
-		return cmdline.UsageErrorf(cmd, "unexpected arguments %q", args)
-	}
-	return nil
 }
 
 // warnf writes a warning to the error stream, as kubectl does.

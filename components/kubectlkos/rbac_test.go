@@ -26,6 +26,7 @@ var clusterScoped = []string{"NetworkConfig"}
 // the group and left out here would be missing from bundles and, through
 // TestTroubleshooterRoleReadsTheBundle, from the documented role.
 func TestBundleResourcesAreEveryNamespacedKind(t *testing.T) {
+	t.Parallel()
 	scheme := runtime.NewScheme()
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
@@ -51,6 +52,7 @@ func TestBundleResourcesAreEveryNamespacedKind(t *testing.T) {
 // support bundle holds; the end-to-end test proves the same on a cluster,
 // this one says so in a second.
 func TestTroubleshooterRoleReadsTheBundle(t *testing.T) {
+	t.Parallel()
 	role := docRole(t, "ClusterRole", "")
 	for _, resource := range kosResources {
 		if !grants(role.Rules, v1alpha1.GroupName, resource, "list") {
@@ -76,6 +78,7 @@ func grants(rules []rbacv1.PolicyRule, group, resource, verb string) bool {
 // kos-check` does: find a free VNI, make and delete the scratch network in
 // kos-check, wait for its attachments and reach the agents' probes.
 func TestTroubleshooterRoleRunsTheDatapathCheck(t *testing.T) {
+	t.Parallel()
 	cluster := docRole(t, "ClusterRole", "").Rules
 	scratch := docRole(t, "Role", "kos-check").Rules
 	agents := docRole(t, "Role", DefaultAgentNamespace).Rules

@@ -8,6 +8,7 @@ import (
 )
 
 func TestRedactText(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		in   string
@@ -37,6 +38,7 @@ func TestRedactText(t *testing.T) {
 }
 
 func TestRedactObject(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		in   map[string]any

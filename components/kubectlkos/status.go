@@ -96,7 +96,7 @@ Ready, and the agent's errors. Everything is asked through the kube-apiserver.`,
 		Example: `  kubectl kos status
   kubectl kos status -o wide
   kubectl kos status --node node-1 -o yaml`,
-		Args: noArgs,
+		Args: cmdline.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			print, err := so.printer(cmd)
 			if err != nil {

@@ -4,10 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -22,29 +19,8 @@ import (
 	"github.com/kos-sdn/kos/components/agent/api"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	kosfake "github.com/kos-sdn/kos/components/generated/clientset/versioned/fake"
+	"github.com/kos-sdn/kos/tools/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
-
-// golden compares got with testdata/<name>.golden, or rewrites the file
-// with -update.
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("reading the golden file (run with -update to write it): %v", err)
-	}
-	if diff := cmp.Diff(got, string(want)); diff != "" {
-		t.Errorf("%s differs from %s (-got +want):\n%s", name, path, diff)
-	}
-}
 
 // fakeProxy answers the pod proxy's requests from memory, by pod, method
 // and path, and records them.
@@ -123,6 +99,7 @@ func statusFixture() (*agents, *fakeProxy, *kosfake.Clientset) {
 }
 
 func TestStatusOutput(t *testing.T) {
+	t.Parallel()
 	ag, _, kos := statusFixture()
 	statuses, err := collectStatus(context.Background(), ag, kos, "", func(f string, a ...any) { t.Errorf("warning: "+f, a...) })
 	if err != nil {
@@ -144,12 +121,13 @@ func TestStatusOutput(t *testing.T) {
 			if format != "" {
 				name += "-" + format
 			}
-			golden(t, name, out.String())
+			golden.Check(t, name+".golden", out.String())
 		})
 	}
 }
 
 func TestStatusOfOneNode(t *testing.T) {
+	t.Parallel()
 	ag, p, kos := statusFixture()
 	statuses, err := collectStatus(context.Background(), ag, kos, "node-2", func(string, ...any) {})
 	if err != nil {
@@ -165,6 +143,7 @@ func TestStatusOfOneNode(t *testing.T) {
 }
 
 func TestStatusWithoutAttachments(t *testing.T) {
+	t.Parallel()
 	ag, _, kos := statusFixture()
 	kos.PrependReactor("list", "networkattachments", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("forbidden")
@@ -180,6 +159,7 @@ func TestStatusWithoutAttachments(t *testing.T) {
 }
 
 func TestImageVersion(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ ref, want string }{
 		{"kos.example.com/kos-agent:0.3.0", "0.3.0"},
 		{"registry:5000/kos/kos-agent:0.3.0@sha256:0123456789abcdef", "0.3.0"},
@@ -195,6 +175,7 @@ func TestImageVersion(t *testing.T) {
 }
 
 func TestSummarize(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		errs []string
 		want string

@@ -40,8 +40,8 @@ current-context: c
 		{args: []string{"status", "--help"}, wantCode: 0, wantOut: "kubectl kos status [flags]"},
 		{args: []string{"trace", "--help"}, wantCode: 0, wantOut: "kubectl kos trace ATTACHMENT --to IP [flags]"},
 		{args: []string{"support-bundle", "--help"}, wantCode: 0, wantOut: "kubectl kos support-bundle [flags]"},
-		{args: []string{"nonsense"}, wantCode: 2, wantErr: `unexpected arguments ["nonsense"]`},
-		{args: []string{"status", "node-1"}, wantCode: 2, wantErr: "unexpected arguments"},
+		{args: []string{"nonsense"}, wantCode: 2, wantErr: `unknown command "nonsense" for "kubectl kos"`},
+		{args: []string{"status", "node-1"}, wantCode: 2, wantErr: `kubectl kos status takes no arguments, got ["node-1"]`},
 		{args: []string{"status", "-o", "xml"}, wantCode: 2, wantErr: `--output "xml" is not a format`},
 		{args: []string{"status", "--bogus"}, wantCode: 2, wantErr: "unknown flag: --bogus"},
 		{args: []string{"trace"}, wantCode: 2, wantErr: "give one attachment name, got 0 arguments"},
@@ -53,7 +53,7 @@ current-context: c
 		{args: []string{"trace", "a1", "--to", "10.0.0.1", "--protocol", "sctp"}, wantCode: 2, wantErr: `protocol "sctp"`},
 		{args: []string{"trace", "A_1", "--to", "10.0.0.1"}, wantCode: 2, wantErr: `name "A_1"`},
 		{args: []string{"support-bundle", "--tail", "0"}, wantCode: 2, wantErr: "--tail must be positive"},
-		{args: []string{"support-bundle", "extra"}, wantCode: 2, wantErr: "unexpected arguments"},
+		{args: []string{"support-bundle", "extra"}, wantCode: 2, wantErr: "takes no arguments"},
 		// Valid, then no cluster to talk to.
 		{args: []string{"trace", "a1", "--to", "10.0.0.1"}, wantCode: 1, wantErr: "getting attachment t1/a1: Get \"https://127.0.0.1:1/apis/network.example.com/v1alpha1/namespaces/t1/networkattachments/a1\""},
 		{args: []string{"trace", "a1", "--to", "10.0.0.1", "-n", "t2"}, wantCode: 1, wantErr: "getting attachment t2/a1"},
@@ -81,6 +81,7 @@ current-context: c
 }
 
 func TestTrace(t *testing.T) {
+	t.Parallel()
 	ag, p, kos := statusFixture()
 	p.answers["kos-agent-bbbb POST "+api.PathTrace] = "Flow: icmp,in_port=3\n\nDatapath actions: drop\n"
 	tests := []struct {

@@ -19,6 +19,7 @@ import (
 // checked, the kubeconfig's impersonation does not, and a refusal says
 // which right the agent wants.
 func TestTunnelAsk(t *testing.T) {
+	t.Parallel()
 	var asked []string
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		asked = append(asked, r.Method+" "+r.URL.Path+" "+r.Header.Get("Authorization")+" "+r.Header.Get("Impersonate-User"))

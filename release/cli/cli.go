@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -25,25 +24,7 @@ import (
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmd := NewCommand(stdout, stderr)
 	cmd.SetArgs(args)
-	err := cmd.ExecuteContext(ctx)
-	if err == nil {
-		return 0
-	}
-	fmt.Fprintln(stderr, "error: "+oneLine(err.Error()))
-	if cmdline.IsUsage(err) {
-		return cmdline.ExitUsage
-	}
-	return 1
-}
-
-// oneLine joins the lines of a message by "; ": an error is printed on
-// one line.
-func oneLine(msg string) string {
-	lines := strings.Split(msg, "\n")
-	for i := range lines {
-		lines[i] = strings.TrimSpace(lines[i])
-	}
-	return strings.Join(lines, "; ")
+	return cmdline.Exit(stderr, cmd.ExecuteContext(ctx))
 }
 
 // NewCommand returns the root command.

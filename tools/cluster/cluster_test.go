@@ -3,7 +3,6 @@ package cluster
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"io/fs"
 	"net/netip"
 	"os"
@@ -13,10 +12,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-)
 
-// update rewrites the golden files in testdata instead of comparing.
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+	"github.com/kos-sdn/kos/tools/golden"
+)
 
 func TestFreeSubnet(t *testing.T) {
 	p := netip.MustParsePrefix
@@ -230,23 +228,7 @@ func TestConfigs(t *testing.T) {
 		"hosts.toml":           registryHosts("192.168.250.1:5000"),
 	}
 	for name, content := range got {
-		golden := filepath.Join("testdata", name)
-		if *update {
-			if err := os.MkdirAll("testdata", 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(golden, []byte(content), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		want, err := os.ReadFile(golden)
-		if err != nil {
-			t.Fatalf("%v (run the test with -update to write it)", err)
-		}
-		if diff := cmp.Diff(string(want), content); diff != "" {
-			t.Errorf("%s (-want +got):\n%s", name, diff)
-		}
+		golden.Check(t, name, content)
 	}
 	var js any
 	if err := json.Unmarshal([]byte(got["kubelet.json"]), &js); err != nil {

@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kos-sdn/kos/channels"
+	"github.com/kos-sdn/kos/channels/install"
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	networkv1alpha1 "github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/nodeovs"
@@ -366,7 +367,7 @@ func (lu *liveUpgrade) pass(t *testing.T, d liveDriver) {
 	// (which hold none) in the channel they name, by id and hash.
 	out := lu.channelsProcess(t, "apply", "channel", lu.https.URL+lu.oldChannel, "--yes")
 	want := len(lu.selected(t, lu.oldChannel))
-	if n := strings.Count(out, channels.ReasonDowngrade); n != want || !strings.Contains(out, "No update required") {
+	if n := strings.Count(out, install.ReasonDowngrade); n != want || !strings.Contains(out, "No update required") {
 		t.Errorf("applying the %s channel with ours after %s's upgrade: want every addon's downgrade refused (%d), got %d refused:\n%s", lu.old, d.name, want, n, out)
 	}
 	lu.checkInstalled(t, lu.newChannel, kosinstall.AgentNamespace)

@@ -119,3 +119,14 @@ func WriteChannel(t *testing.T, dir, file string, releases ...Release) string {
 	}
 	return location
 }
+
+// KOpsRecord has the fields kOps reads from an install record, as its own
+// type (channelsapi.ChannelVersion) declares them: a record decodes into it
+// when kOps can read it.
+type KOpsRecord struct {
+	Version          *string `json:"version,omitempty"`
+	Channel          *string `json:"channel,omitempty"`
+	ID               string  `json:"id,omitempty"`
+	ManifestHash     string  `json:"manifestHash,omitempty"`
+	SystemGeneration int     `json:"systemGeneration"`
+}

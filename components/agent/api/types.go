@@ -177,6 +177,11 @@ const (
 	PathProbeCheck = "/debug/probes/check"
 	// ProbePort is the TCP port every probe listens on.
 	ProbePort = 7946
+	// ProbeLabel marks the attachments that may have a probe, as `kubectl
+	// kos check` labels its scratch network (its Subnet and attachments):
+	// a probe takes its attachment's interface, which no workload may then
+	// use. The agent refuses a probe on an attachment without it.
+	ProbeLabel = "kos.example.com/check"
 )
 
 // ProbeRequest names the local attachment that gets a probe.

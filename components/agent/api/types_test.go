@@ -3,6 +3,7 @@ package api
 import "testing"
 
 func TestTraceRequestValidate(t *testing.T) {
+	t.Parallel()
 	ok := TraceRequest{Namespace: "ns", Name: "a1", To: "10.0.0.9"}
 	tests := []struct {
 		name    string
@@ -27,6 +28,7 @@ func TestTraceRequestValidate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			r := ok
 			tt.change(&r)
 			if err := r.Validate(); (err != nil) != tt.wantErr {

@@ -55,7 +55,7 @@ var (
 // Errors of a Prober that say whose the problem is.
 var (
 	// ErrNotProbeable is of an attachment that may not have a probe: one
-	// without the check label (probe.Label), or a pod's, whose interface
+	// without the check label (api.ProbeLabel), or a pod's, whose interface
 	// is the pod's.
 	ErrNotProbeable = errors.New("not probeable")
 	// ErrNotReady is of an attachment whose interface is not ready.

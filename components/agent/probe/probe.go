@@ -31,11 +31,6 @@ import (
 	"github.com/kos-sdn/kos/components/agent/api"
 )
 
-// Label marks the attachments that may have a probe, as `kubectl kos
-// check` labels its scratch network: a probe takes its attachment's
-// interface, which no workload may then use.
-const Label = "kos.example.com/check"
-
 // ErrNoProbe is of a request for a probe that does not exist.
 var ErrNoProbe = errors.New("no probe")
 

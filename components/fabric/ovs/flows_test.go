@@ -1,7 +1,6 @@
 package ovs
 
 import (
-	"flag"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -14,29 +13,8 @@ import (
 	"github.com/kos-sdn/kos/components/apis/network"
 	"github.com/kos-sdn/kos/components/fabric"
 	"github.com/kos-sdn/kos/components/fabric/ovs/policy"
+	"github.com/kos-sdn/kos/tools/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
-
-// golden compares got with testdata/<name>.golden, or rewrites the file
-// under -update.
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("reading golden file (run go test -update to write it): %v", err)
-	}
-	if diff := cmp.Diff(string(want), got); diff != "" {
-		t.Errorf("%s differs (-want +got):\n%s", path, diff)
-	}
-}
 
 // flowLines is the text ovs-ofctl add-flows takes, one flow a line.
 func flowLines(t *testing.T, flows []*goovs.Flow) string {
@@ -67,7 +45,7 @@ func TestFlowsGolden(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			golden(t, "flows-"+tt.name, flowLines(t, tt.flows))
+			golden.Check(t, "flows-"+tt.name+".golden", flowLines(t, tt.flows))
 		})
 	}
 }

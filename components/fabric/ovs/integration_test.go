@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/kos-sdn/kos/components/fabric"
+	"github.com/kos-sdn/kos/tools/golden"
 	"github.com/kos-sdn/kos/tools/ovsenv"
 )
 
@@ -150,7 +151,7 @@ func TestIntegrationFlows(t *testing.T) {
 		if err := step.do(); err != nil {
 			t.Fatalf("%s: %v", step.name, err)
 		}
-		golden(t, "dump-"+step.name, dumpFlows(t, inst))
+		golden.Check(t, "dump-"+step.name+".golden", dumpFlows(t, inst))
 		if diff := cmp.Diff(step.wantPorts, bridgePorts(t, inst)); diff != "" {
 			t.Errorf("%s: ports differ (-want +got):\n%s", step.name, diff)
 		}

@@ -1,22 +1,17 @@
 package policy
 
 import (
-	"flag"
 	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	goovs "github.com/digitalocean/go-openvswitch/ovs"
-	"github.com/google/go-cmp/cmp"
 
 	"github.com/kos-sdn/kos/components/apis/network"
 	"github.com/kos-sdn/kos/components/fabric"
+	"github.com/kos-sdn/kos/tools/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 // testPipeline is the OVS fabric's pipeline, with a cookie that shows.
 var testPipeline = Pipeline{Forward: 1, State: 2, Egress: 3, Ingress: 4, Cookie: 0x6b8000070000000}
@@ -47,24 +42,6 @@ func flowLines(t *testing.T, flows []*goovs.Flow) string {
 		b.WriteByte('\n')
 	}
 	return b.String()
-}
-
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("reading golden file (run go test -update to write it): %v", err)
-	}
-	if diff := cmp.Diff(string(want), got); diff != "" {
-		t.Errorf("%s differs (-want +got):\n%s", path, diff)
-	}
 }
 
 func TestCompileGolden(t *testing.T) {
@@ -128,7 +105,7 @@ func TestCompileGolden(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Compile: %v", err)
 			}
-			golden(t, "compile-"+tt.name, flowLines(t, flows))
+			golden.Check(t, "compile-"+tt.name+".golden", flowLines(t, flows))
 		})
 	}
 }

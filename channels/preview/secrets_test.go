@@ -1,4 +1,4 @@
-package channels
+package preview
 
 import (
 	"strings"
@@ -10,6 +10,7 @@ import (
 )
 
 func TestObjectChangeDiffMasksSecrets(t *testing.T) {
+	t.Parallel()
 	secret := func(fields map[string]any) *unstructured.Unstructured {
 		u := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "v1",
@@ -123,6 +124,7 @@ func TestObjectChangeDiffMasksSecrets(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			ch := ObjectChange{Kind: schema.GroupKind{Kind: "Secret"}, Namespace: "ns", Name: "s", Live: tt.live, Merged: tt.merged}
 			if tt.kind != (schema.GroupKind{}) {
 				ch.Kind = tt.kind

@@ -1,4 +1,4 @@
-package channels
+package install
 
 import (
 	"encoding/json"
@@ -72,7 +72,7 @@ func FuzzParseInventory(f *testing.F) {
 		if err != nil {
 			return
 		}
-		text, err := inv.encode()
+		text, err := inv.Encode()
 		if err != nil {
 			t.Fatalf("encoding a parsed inventory: %v", err)
 		}
@@ -83,7 +83,7 @@ func FuzzParseInventory(f *testing.F) {
 		if diff := cmp.Diff(inv, again, cmpopts.EquateEmpty()); diff != "" {
 			t.Fatalf("inventory changes through encode and parse (-first +again):\n%s", diff)
 		}
-		if !inv.covers(again.inventory()) || !again.covers(inv.inventory()) {
+		if !inv.Covers(again.Scope()) || !again.Covers(inv.Scope()) {
 			t.Fatalf("inventory does not cover its own copy: %+v", inv)
 		}
 	})
@@ -100,14 +100,15 @@ func deref(s *string) string {
 // inventory that lists a kind twice did not cover itself, and hid a kind
 // another inventory adds, so that no pending inventory was written for it.
 func TestInventoryCoversDuplicates(t *testing.T) {
+	t.Parallel()
 	dup := &Inventory{Kinds: []string{"ConfigMap", "ConfigMap"}, Namespaces: []string{"a", "a"}}
-	if !dup.covers(dup) {
+	if !dup.Covers(dup) {
 		t.Error("an inventory with duplicates does not cover itself")
 	}
-	if dup.covers(&Inventory{Kinds: []string{"Deployment.apps"}}) {
+	if dup.Covers(&Inventory{Kinds: []string{"Deployment.apps"}}) {
 		t.Error("duplicates hide a new kind")
 	}
-	if dup.covers(&Inventory{Namespaces: []string{"b"}}) {
+	if dup.Covers(&Inventory{Namespaces: []string{"b"}}) {
 		t.Error("duplicates hide a new namespace")
 	}
 }

@@ -1,13 +1,17 @@
-package channels
+package install
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/blang/semver/v4"
+
+	"github.com/kos-sdn/kos/channels/channel"
 )
 
 // AnnotationPrefix prefixes the annotation that records an installed addon on
@@ -98,8 +102,8 @@ type Pending struct {
 	Ready bool `json:"-"`
 }
 
-// newPending is the pending annotation of release a with inventory inv.
-func newPending(a *Addon, inv *Inventory) *Pending {
+// NewPending is the pending annotation of release a with inventory inv.
+func NewPending(a *channel.Addon, inv *Inventory) *Pending {
 	return &Pending{Version: a.VersionString(), Channel: a.Channel, ID: a.ID, ManifestHash: a.ManifestHash, Inventory: *inv}
 }
 
@@ -112,24 +116,24 @@ func ParseInventory(value string) (*Pending, error) {
 	return p, nil
 }
 
-// inventory returns the kinds and namespaces of p; nil when p is nil.
-func (p *Pending) inventory() *Inventory {
+// Scope returns the kinds and namespaces of p; nil when p is nil.
+func (p *Pending) Scope() *Inventory {
 	if p == nil {
 		return nil
 	}
 	return &p.Inventory
 }
 
-// namesRelease reports whether p says which release was being applied;
+// NamesRelease reports whether p says which release was being applied;
 // annotations of older tools do not.
-func (p *Pending) namesRelease() bool {
+func (p *Pending) NamesRelease() bool {
 	return p != nil && (p.Version != "" || p.ID != "" || p.ManifestHash != "")
 }
 
-// is reports whether p names release a: the same version, id and manifest
+// Is reports whether p names release a: the same version, id and manifest
 // hash.
-func (p *Pending) is(a *Addon) bool {
-	if !p.namesRelease() || p.ID != a.ID || !strings.EqualFold(p.ManifestHash, a.ManifestHash) {
+func (p *Pending) Is(a *channel.Addon) bool {
+	if !p.NamesRelease() || p.ID != a.ID || !strings.EqualFold(p.ManifestHash, a.ManifestHash) {
 		return false
 	}
 	if p.Version == "" || a.Version == nil {
@@ -139,9 +143,9 @@ func (p *Pending) is(a *Addon) bool {
 	return err == nil && v.Equals(*a.Version)
 }
 
-// release describes the pending release as the plan shows releases:
+// Release describes the pending release as the plan shows releases:
 // "0.2.0", or its id when it has no version.
-func (p *Pending) release() string {
+func (p *Pending) Release() string {
 	switch {
 	case p.Version != "":
 		return p.Version
@@ -152,8 +156,8 @@ func (p *Pending) release() string {
 	}
 }
 
-// encode renders the pending annotation as compact JSON.
-func (p *Pending) encode() (string, error) {
+// Encode renders the pending annotation as compact JSON.
+func (p *Pending) Encode() (string, error) {
 	data, err := json.Marshal(p)
 	if err != nil {
 		return "", fmt.Errorf("encoding pending release: %w", err)
@@ -161,8 +165,8 @@ func (p *Pending) encode() (string, error) {
 	return string(data), nil
 }
 
-// union returns the kinds and namespaces of both inventories; b may be nil.
-func (inv *Inventory) union(b *Inventory) *Inventory {
+// Union returns the kinds and namespaces of both inventories; b may be nil.
+func (inv *Inventory) Union(b *Inventory) *Inventory {
 	kinds := map[string]bool{}
 	namespaces := map[string]bool{}
 	for _, x := range []*Inventory{inv, b} {
@@ -176,11 +180,11 @@ func (inv *Inventory) union(b *Inventory) *Inventory {
 			namespaces[ns] = true
 		}
 	}
-	return &Inventory{Kinds: sortedStrings(kinds), Namespaces: sortedStrings(namespaces), Identity: inv.Identity}
+	return &Inventory{Kinds: slices.Sorted(maps.Keys(kinds)), Namespaces: slices.Sorted(maps.Keys(namespaces)), Identity: inv.Identity}
 }
 
-// covers reports whether inv holds every kind and namespace of b.
-func (inv *Inventory) covers(b *Inventory) bool {
+// Covers reports whether inv holds every kind and namespace of b.
+func (inv *Inventory) Covers(b *Inventory) bool {
 	if b == nil || len(b.Kinds) == 0 && len(b.Namespaces) == 0 {
 		return true
 	}
@@ -190,13 +194,13 @@ func (inv *Inventory) covers(b *Inventory) bool {
 	// Compare with inv deduplicated: a hand-edited annotation may list a
 	// kind twice, which would otherwise hide a kind b adds (found by
 	// FuzzParseInventory).
-	self, u := inv.union(nil), inv.union(b)
+	self, u := inv.Union(nil), inv.Union(b)
 	return len(u.Kinds) == len(self.Kinds) && len(u.Namespaces) == len(self.Namespaces)
 }
 
 // NewRecord is the record of a release once it is applied, at
 // CurrentSystemGeneration and without inventory; the caller adds that.
-func NewRecord(a *Addon) *Record {
+func NewRecord(a *channel.Addon) *Record {
 	return &Record{
 		Version:          a.VersionString(),
 		Channel:          a.Channel,
@@ -206,9 +210,9 @@ func NewRecord(a *Addon) *Record {
 	}
 }
 
-// same reports whether r and b record the same release: version, id and
+// Same reports whether r and b record the same release: version, id and
 // manifest hash.
-func (r *Record) same(b *Record) bool {
+func (r *Record) Same(b *Record) bool {
 	return r.Version == b.Version && r.ID == b.ID && strings.EqualFold(r.ManifestHash, b.ManifestHash)
 }
 

@@ -1,15 +1,18 @@
-package channels
+package install
 
 import (
 	"testing"
 
 	"github.com/blang/semver/v4"
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/kos-sdn/kos/channels/channel"
 )
 
 func TestDecide(t *testing.T) {
-	release := func(version, id, hash string) *Addon {
-		a := &Addon{Name: "dns", ID: id, ManifestHash: hash}
+	t.Parallel()
+	release := func(version, id, hash string) *channel.Addon {
+		a := &channel.Addon{Name: "dns", ID: id, ManifestHash: hash}
 		if version != "" {
 			v := semver.MustParse(version)
 			a.Version = &v
@@ -27,18 +30,18 @@ func TestDecide(t *testing.T) {
 		p.Applied, p.Ready = true, true
 		return p
 	}
-	from := func(a *Addon, upgradesFrom string) *Addon {
+	from := func(a *channel.Addon, upgradesFrom string) *channel.Addon {
 		v := semver.MustParse(upgradesFrom)
 		a.UpgradesFrom = &v
 		return a
 	}
-	offering := func(releases ...*Addon) DecideOptions { return DecideOptions{offered: releases} }
+	offering := func(releases ...*channel.Addon) DecideOptions { return DecideOptions{Offered: releases} }
 	allow := DecideOptions{AllowDowngrade: true}
 	daemon := DecideOptions{Unattended: true}
 	daemonAllow := DecideOptions{Unattended: true, AllowDowngrade: true}
 	tests := []struct {
 		name string
-		c    *Addon
+		c    *channel.Addon
 		r    *Record
 		p    *Pending
 		opts DecideOptions
@@ -93,7 +96,7 @@ func TestDecide(t *testing.T) {
 		// A pending release that became ready since its run's wait ended.
 		{"ready pending release weighed: complete it", release("2.0.0", "k8s-1.29", "bb"), record("1.0.0", "k8s-1.29", "aa"), ready("2.0.0", "k8s-1.29", "bb"), DecideOptions{},
 			Decision{Apply: true, Reason: "complete: 2.0.0 became ready", Unfinished: "2.0.0"}},
-		{"ready pending release, the recorded one offered: no rollback without consent", release("1.0.0", "k8s-1.29", "aa"), record("1.0.0", "k8s-1.29", "aa"), ready("2.0.0", "k8s-1.29", "bb"), DecideOptions{},
+		{"ready pending release, the recorded one Offered: no rollback without consent", release("1.0.0", "k8s-1.29", "aa"), record("1.0.0", "k8s-1.29", "aa"), ready("2.0.0", "k8s-1.29", "bb"), DecideOptions{},
 			Decision{Reason: "rollback refused: 2.0.0 became ready; going back from it needs --allow-downgrade", Blocked: true}},
 		{"ready pending release, the recorded one offered, consented", release("1.0.0", "k8s-1.29", "aa"), record("1.0.0", "k8s-1.29", "aa"), ready("2.0.0", "k8s-1.29", "bb"), allow,
 			Decision{Apply: true, Reason: "rollback: 2.0.0 did not finish", Unfinished: "2.0.0"}},
@@ -101,7 +104,7 @@ func TestDecide(t *testing.T) {
 			Decision{Apply: true, Reason: "2.0.0 did not finish", Unfinished: "2.0.0"}},
 
 		// A daemon never goes back on its own.
-		{"daemon: failed pending release, the recorded one offered: refused", release("1.0.0", "k8s-1.29", "aa"), record("1.0.0", "k8s-1.29", "aa"), pending("2.0.0", "k8s-1.29", "bb"), daemon,
+		{"daemon: failed pending release, the recorded one Offered: refused", release("1.0.0", "k8s-1.29", "aa"), record("1.0.0", "k8s-1.29", "aa"), pending("2.0.0", "k8s-1.29", "bb"), daemon,
 			Decision{Reason: "rollback refused: 2.0.0 did not finish; a daemon does not roll back on its own: fix the release, or roll back once with apply channel --yes", Blocked: true}},
 		{"daemon: failed pending release, consented", release("1.0.0", "k8s-1.29", "aa"), record("1.0.0", "k8s-1.29", "aa"), pending("2.0.0", "k8s-1.29", "bb"), daemonAllow,
 			Decision{Apply: true, Reason: "rollback: 2.0.0 did not finish", Unfinished: "2.0.0"}},
@@ -135,6 +138,7 @@ func TestDecide(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			if diff := cmp.Diff(Decide(tt.c, tt.r, tt.p, tt.opts), tt.want); diff != "" {
 				t.Errorf("Decide (-got +want):\n%s", diff)
 			}
@@ -145,16 +149,17 @@ func TestDecide(t *testing.T) {
 // TestDecidePlainManifest checks that the record of a plain manifest
 // always carries the content's hash, so that an edit re-applies.
 func TestDecidePlainManifest(t *testing.T) {
+	t.Parallel()
 	location := "/channels/plain-manifest.yaml"
 	content := []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: plain, namespace: default}\ndata: {key: value}\n")
-	addons, err := Parse(location, content)
+	addons, err := channel.Parse(location, content)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got, want := Decide(addons[0], NewRecord(addons[0]), nil, DecideOptions{}), (Decision{Reason: ReasonUpToDate}); got != want {
 		t.Errorf("same content: got %+v, want %+v", got, want)
 	}
-	edited, err := Parse(location, append(content, "# edited\n"...))
+	edited, err := channel.Parse(location, append(content, "# edited\n"...))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package channels
+package install
 
 import (
 	"encoding/json"
@@ -6,9 +6,13 @@ import (
 
 	"github.com/blang/semver/v4"
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/kos-sdn/kos/channels/channel"
+	"github.com/kos-sdn/kos/channels/internal/channelstest"
 )
 
 func TestRecordEncode(t *testing.T) {
+	t.Parallel()
 	hash := "8a32e516d7415be524a7fcec482ad2918f2b6ef2a7f4cb8e2e232b361436b20b"
 	tests := []struct {
 		name   string
@@ -36,6 +40,7 @@ func TestRecordEncode(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			got, err := tt.record.Encode()
 			if err != nil {
 				t.Fatalf("Encode: %v", err)
@@ -55,8 +60,9 @@ func TestRecordEncode(t *testing.T) {
 }
 
 func TestNewRecord(t *testing.T) {
+	t.Parallel()
 	v := semver.MustParse("1.6.0")
-	a := &Addon{Name: "dns", Version: &v, ID: "k8s-1.29", ManifestHash: "aa", Channel: "https://h/c.yaml", Manifest: "https://h/m.yaml"}
+	a := &channel.Addon{Name: "dns", Version: &v, ID: "k8s-1.29", ManifestHash: "aa", Channel: "https://h/c.yaml", Manifest: "https://h/m.yaml"}
 	got := NewRecord(a)
 	want := &Record{Version: "1.6.0", Channel: "https://h/c.yaml", ID: "k8s-1.29", ManifestHash: "aa", SystemGeneration: CurrentSystemGeneration}
 	if diff := cmp.Diff(got, want); diff != "" {
@@ -69,6 +75,7 @@ func TestNewRecord(t *testing.T) {
 }
 
 func TestParseRecord(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		value   string
@@ -96,6 +103,7 @@ func TestParseRecord(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			got, err := ParseRecord(tt.value)
 			if tt.wantErr {
 				if err == nil {
@@ -113,29 +121,20 @@ func TestParseRecord(t *testing.T) {
 	}
 }
 
-// kopsChannelVersion has the fields kOps reads from a record, as its own
-// type declares them.
-type kopsChannelVersion struct {
-	Version          *string `json:"version,omitempty"`
-	Channel          *string `json:"channel,omitempty"`
-	ID               string  `json:"id,omitempty"`
-	ManifestHash     string  `json:"manifestHash,omitempty"`
-	SystemGeneration int     `json:"systemGeneration"`
-}
-
 func TestRecordReadableByKOps(t *testing.T) {
+	t.Parallel()
 	r := &Record{Version: "0.2.0", Channel: "s3://b/kos/bootstrap-channel.yaml", ID: "k8s-1.29", ManifestHash: "aa", SystemGeneration: 1,
 		Inventory: &Inventory{Kinds: []string{"ConfigMap"}}}
 	value, err := r.Encode()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got kopsChannelVersion
+	var got channelstest.KOpsRecord
 	if err := json.Unmarshal([]byte(value), &got); err != nil {
 		t.Fatalf("kOps's decoding of %s: %v", value, err)
 	}
 	version, channel := "0.2.0", "s3://b/kos/bootstrap-channel.yaml"
-	want := kopsChannelVersion{Version: &version, Channel: &channel, ID: "k8s-1.29", ManifestHash: "aa", SystemGeneration: 1}
+	want := channelstest.KOpsRecord{Version: &version, Channel: &channel, ID: "k8s-1.29", ManifestHash: "aa", SystemGeneration: 1}
 	if diff := cmp.Diff(got, want); diff != "" {
 		t.Errorf("as kOps reads it (-got +want):\n%s", diff)
 	}

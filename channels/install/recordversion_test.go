@@ -1,4 +1,4 @@
-package channels
+package install
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 
 	"github.com/blang/semver/v4"
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/kos-sdn/kos/channels/channel"
 )
 
 // TestRecordVersions checks that a record without a version (as kOps writes
@@ -14,8 +16,9 @@ import (
 // downgrade for it too, and that anything less than a sure match leaves the
 // record alone.
 func TestRecordVersions(t *testing.T) {
+	t.Parallel()
 	v := func(s string) *semver.Version { x := semver.MustParse(s); return &x }
-	channel := []*Addon{
+	offered := []*channel.Addon{
 		{Name: "kos-agent", Version: v("0.1.0"), ID: "k8s-1.29", ManifestHash: "aa"},
 		{Name: "kos-agent", Version: v("0.2.0"), ID: "k8s-1.29", ManifestHash: "BB"},
 		{Name: "kos-etcd", Version: v("0.2.0"), ID: "k8s-1.29", ManifestHash: "cc"},
@@ -38,24 +41,25 @@ func TestRecordVersions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			fetches := 0
-			rv := &recordVersions{channels: map[string][]*Addon{}, fetch: func(ctx context.Context, loc string) ([]*Addon, error) {
+			rv := &RecordVersions{channels: map[string][]*channel.Addon{}, fetch: func(ctx context.Context, loc string) ([]*channel.Addon, error) {
 				fetches++
 				if loc == "https://gone/c.yaml" {
 					return nil, errors.New("connection refused")
 				}
-				return channel, nil
+				return offered, nil
 			}}
 			var before Record
 			if tt.record != nil {
 				before = *tt.record
 			}
-			got := rv.fill(t.Context(), tt.addon, tt.record)
+			got := rv.Fill(t.Context(), tt.addon, tt.record)
 			// Twice: the channel is read once.
-			got = rv.fill(t.Context(), tt.addon, got)
+			got = rv.Fill(t.Context(), tt.addon, got)
 			if tt.record == nil {
 				if got != nil {
-					t.Errorf("fill(nil) = %+v", got)
+					t.Errorf("Fill(nil) = %+v", got)
 				}
 				return
 			}
@@ -69,7 +73,7 @@ func TestRecordVersions(t *testing.T) {
 				t.Errorf("%d fetches, want %d", fetches, tt.fetches)
 			}
 			if before.Version == "" && tt.want != "" {
-				if d := Decide(&Addon{Name: tt.addon, Version: v("0.1.0"), ID: "k8s-1.29", ManifestHash: "aa"}, got, nil, DecideOptions{}); d.Reason != ReasonDowngrade {
+				if d := Decide(&channel.Addon{Name: tt.addon, Version: v("0.1.0"), ID: "k8s-1.29", ManifestHash: "aa"}, got, nil, DecideOptions{}); d.Reason != ReasonDowngrade {
 					t.Errorf("0.1.0 over the filled record: %+v, want the downgrade refused", d)
 				}
 			}

@@ -1,9 +1,8 @@
-package channels
+package install
 
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"testing"
 
 	"github.com/blang/semver/v4"
@@ -13,12 +12,13 @@ import (
 )
 
 func TestPlanWriteTable(t *testing.T) {
+	t.Parallel()
 	v := func(s string) *semver.Version {
 		sv := semver.MustParse(s)
 		return &sv
 	}
 	item := func(name string, version *semver.Version, id string, current *Record) PlanItem {
-		a := &Addon{Name: name, Version: version, ID: id}
+		a := &channel.Addon{Name: name, Version: version, ID: id}
 		return PlanItem{Addon: a, Current: current, Decision: Decide(a, current, nil, DecideOptions{})}
 	}
 	tests := []struct {
@@ -48,12 +48,12 @@ func TestPlanWriteTable(t *testing.T) {
 			name: "a release that did not finish, and a downgrade the operator allowed",
 			items: []PlanItem{
 				func() PlanItem {
-					a, current := &Addon{Name: "dns", Version: v("1.0.0")}, &Record{Version: "1.0.0"}
+					a, current := &channel.Addon{Name: "dns", Version: v("1.0.0")}, &Record{Version: "1.0.0"}
 					p := &Pending{Version: "2.0.0"}
 					return PlanItem{Addon: a, Current: current, Pending: p, Decision: Decide(a, current, p, DecideOptions{})}
 				}(),
 				func() PlanItem {
-					a, current := &Addon{Name: "old", Version: v("1.0.0")}, &Record{Version: "2.0.0"}
+					a, current := &channel.Addon{Name: "old", Version: v("1.0.0")}, &Record{Version: "2.0.0"}
 					return PlanItem{Addon: a, Current: current, Decision: Decide(a, current, nil, DecideOptions{AllowDowngrade: true})}
 				}(),
 			},
@@ -70,6 +70,7 @@ func TestPlanWriteTable(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			var buf bytes.Buffer
 			p := &Plan{Items: tt.items}
 			if err := p.WriteTable(&buf); err != nil {
@@ -82,31 +83,15 @@ func TestPlanWriteTable(t *testing.T) {
 	}
 }
 
-func TestApplyErrorMessage(t *testing.T) {
-	err := &ApplyError{Failed: []AddonError{
-		{Addon: "a", Err: errors.New("applying ConfigMap ns/x: boom")},
-		{Addon: "b", Err: errors.Join(errors.New("one"), errors.New("two"))},
-	}}
-	got := err.Error()
-	want := `2 addons failed: addon "a": applying ConfigMap ns/x: boom; addon "b": one; two`
-	if got != want {
-		t.Errorf("Error() = %q, want %q", got, want)
-	}
-	inner := fmt.Errorf("wrapped: %w", err)
-	var ae *ApplyError
-	if !errors.As(inner, &ae) || len(ae.Failed) != 2 {
-		t.Errorf("errors.As(%v) did not find the ApplyError", inner)
-	}
-}
-
 func TestPlanProblems(t *testing.T) {
+	t.Parallel()
 	v := semver.MustParse("0.3.0")
 	p := &Plan{
-		Unfit: []channel.NoFit{{Name: "zeta", KubeVersion: semver.MustParse("1.38.0"), Releases: []*Addon{{Name: "zeta", Version: &v, KubernetesVersion: "<1.38.0"}}}},
+		Unfit: []channel.NoFit{{Name: "zeta", KubeVersion: semver.MustParse("1.38.0"), Releases: []*channel.Addon{{Name: "zeta", Version: &v, KubernetesVersion: "<1.38.0"}}}},
 		Items: []PlanItem{
-			{Addon: &Addon{Name: "alpha"}, Decision: Decision{Reason: "upgrade path: 0.3.0 upgrades from 0.2.0 or later, not from 0.1.0: upgrade to 0.2.0 first", Blocked: true}},
-			{Addon: &Addon{Name: "beta"}, Decision: Decision{Reason: ReasonDowngrade}},
-			{Addon: &Addon{Name: "gamma"}, Decision: Decision{Apply: true, Reason: ReasonUpgrade}},
+			{Addon: &channel.Addon{Name: "alpha"}, Decision: Decision{Reason: "upgrade path: 0.3.0 upgrades from 0.2.0 or later, not from 0.1.0: upgrade to 0.2.0 first", Blocked: true}},
+			{Addon: &channel.Addon{Name: "beta"}, Decision: Decision{Reason: ReasonDowngrade}},
+			{Addon: &channel.Addon{Name: "gamma"}, Decision: Decision{Apply: true, Reason: ReasonUpgrade}},
 		},
 	}
 	err := p.Problems()

@@ -1,9 +1,7 @@
-package channels
+package install
 
 import (
-	"errors"
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/blang/semver/v4"
@@ -58,14 +56,14 @@ func (d Decision) Notable() bool {
 	return d.Apply && (d.Unfinished != "" || d.Reason == ReasonDowngradeAllowed)
 }
 
-// completes reports whether the decision records a pending release that
+// Completes reports whether the decision records a pending release that
 // became ready since its run's wait ended.
-func (d Decision) completes() bool {
+func (d Decision) Completes() bool {
 	return d.Apply && strings.HasPrefix(d.Reason, ReasonComplete+":")
 }
 
-// rollsBack reports whether the decision goes back from a pending release.
-func (d Decision) rollsBack() bool {
+// RollsBack reports whether the decision goes back from a pending release.
+func (d Decision) RollsBack() bool {
 	return d.Apply && strings.HasPrefix(d.Reason, ReasonRollback+":")
 }
 
@@ -83,9 +81,11 @@ type DecideOptions struct {
 	// failed, unless AllowDowngrade. It reports the addon and waits.
 	Unattended bool
 
-	// offered are the releases of the channels that fit the cluster, where
-	// Decide looks for the release a jump must go through.
-	offered []*Addon
+	// Offered are the releases of the channels that fit the cluster, where
+	// Decide looks for the release a jump must go through. Client.PlanWith
+	// sets them; a caller of Decide may leave them out, and a blocked jump
+	// then names no release of the channels.
+	Offered []*channel.Addon
 }
 
 // Decide weighs release c against r, the install record of its addon on the
@@ -114,14 +114,14 @@ type DecideOptions struct {
 //   - either without a version (kOps 1.22 and later write records without
 //     one): apply when the ids or the manifest hashes differ. Plan first
 //     looks such a record's version up in the channel it names
-//     (recordVersions), so this applies only when that fails.
+//     (RecordVersions), so this applies only when that fails.
 //
 // A pending annotation of an older tool names no release (only kinds and
 // namespaces to prune) and leaves the decision as if there were none.
 // The hashes compared are the channel entry's manifestHash and the record's,
 // either possibly empty; no hash of the fetched manifest stands in for a
 // missing one.
-func Decide(c *Addon, r *Record, p *Pending, opts DecideOptions) Decision {
+func Decide(c *channel.Addon, r *Record, p *Pending, opts DecideOptions) Decision {
 	if r != nil && r.SystemGeneration > CurrentSystemGeneration {
 		return Decision{Reason: ReasonNewerTool}
 	}
@@ -146,14 +146,14 @@ func Decide(c *Addon, r *Record, p *Pending, opts DecideOptions) Decision {
 		}
 		return Decision{Apply: true, Reason: ReasonDowngradeAllowed}
 	}
-	if p.namesRelease() {
+	if p.NamesRelease() {
 		return decidePending(c, installed, p, opts)
 	}
 	switch {
 	case r == nil:
 		return Decision{Apply: true, Reason: ReasonInstall}
 	case newer > 0:
-		if d, ok := upgradePath(c, installed, opts.offered); !ok {
+		if d, ok := upgradePath(c, installed, opts.Offered); !ok {
 			return d
 		}
 		return Decision{Apply: true, Reason: ReasonUpgrade}
@@ -179,16 +179,16 @@ func Decide(c *Addon, r *Record, p *Pending, opts DecideOptions) Decision {
 //
 // c goes back from p when it is older, or when either has no version (no
 // order is known, so consent is asked for as for going back).
-func decidePending(c *Addon, installed *semver.Version, p *Pending, opts DecideOptions) Decision {
-	rel := p.release()
+func decidePending(c *channel.Addon, installed *semver.Version, p *Pending, opts DecideOptions) Decision {
+	rel := p.Release()
 	unfinished := rel + " " + ReasonUnfinished
 	switch {
-	case p.is(c) && p.Ready:
+	case p.Is(c) && p.Ready:
 		return Decision{Apply: true, Reason: ReasonComplete + ": " + rel + " became ready", Unfinished: rel}
-	case p.is(c):
+	case p.Is(c):
 		return Decision{Apply: true, Reason: unfinished, Unfinished: rel}
-	case !goesBack(c, p):
-		if d, ok := upgradePath(c, installed, opts.offered); !ok {
+	case !GoesBack(c, p):
+		if d, ok := upgradePath(c, installed, opts.Offered); !ok {
 			return d
 		}
 		return Decision{Apply: true, Reason: unfinished, Unfinished: rel}
@@ -203,9 +203,9 @@ func decidePending(c *Addon, installed *semver.Version, p *Pending, opts DecideO
 	}
 }
 
-// goesBack reports whether applying c would go back from pending release p:
+// GoesBack reports whether applying c would go back from pending release p:
 // c is older, or the two cannot be ordered.
-func goesBack(c *Addon, p *Pending) bool {
+func GoesBack(c *channel.Addon, p *Pending) bool {
 	if c.Version == nil || p.Version == "" {
 		return true
 	}
@@ -219,7 +219,7 @@ func goesBack(c *Addon, p *Pending) bool {
 // upgradePath checks that c upgrades from the installed version: it does
 // unless c names an UpgradesFrom above it. A jump is blocked with a reason
 // naming the release to go through, found among offered when they hold one.
-func upgradePath(c *Addon, installed *semver.Version, offered []*Addon) (Decision, bool) {
+func upgradePath(c *channel.Addon, installed *semver.Version, offered []*channel.Addon) (Decision, bool) {
 	if c.UpgradesFrom == nil || installed == nil || !installed.LT(*c.UpgradesFrom) {
 		return Decision{}, true
 	}
@@ -234,8 +234,8 @@ func upgradePath(c *Addon, installed *semver.Version, offered []*Addon) (Decisio
 // UpgradesFrom and c, that upgrades from installed; else the oldest one
 // between them (which names its own step in turn); else any release from
 // UpgradesFrom on.
-func through(c *Addon, installed semver.Version, offered []*Addon) string {
-	var direct, first *Addon
+func through(c *channel.Addon, installed semver.Version, offered []*channel.Addon) string {
+	var direct, first *channel.Addon
 	for _, a := range offered {
 		if a.Name != c.Name || a.Version == nil || a.Version.LT(*c.UpgradesFrom) || !a.Version.LT(*c.Version) {
 			continue
@@ -255,93 +255,4 @@ func through(c *Addon, installed semver.Version, offered []*Addon) string {
 	default:
 		return fmt.Sprintf("upgrade to a release from %s on first; the channels list none", c.UpgradesFrom)
 	}
-}
-
-// BlockedError names the addons a plan leaves behind their channels until
-// someone acts: no release fits the cluster (NoFit), a jump the release
-// does not allow, a rollback a daemon does not make on its own. The other
-// addons are planned (and applied) as usual.
-type BlockedError struct {
-	Blocked []AddonError
-}
-
-// Error names every blocked addon and why, on one line.
-func (e *BlockedError) Error() string {
-	parts := make([]string, len(e.Blocked))
-	for i, b := range e.Blocked {
-		parts[i] = fmt.Sprintf("addon %q: %v", b.Addon, b.Err)
-	}
-	noun := "addon is"
-	if len(e.Blocked) > 1 {
-		noun = "addons are"
-	}
-	return fmt.Sprintf("%d %s left behind the channels: %s", len(e.Blocked), noun, strings.Join(parts, "; "))
-}
-
-// Unwrap returns the reasons of the blocked addons.
-func (e *BlockedError) Unwrap() []error {
-	errs := make([]error, len(e.Blocked))
-	for i, b := range e.Blocked {
-		errs[i] = b.Err
-	}
-	return errs
-}
-
-// Problems returns a *BlockedError naming the addons the plan leaves behind
-// its channels, sorted by name, or nil when there is none.
-func (p *Plan) Problems() error {
-	all := p.Blocked()
-	if len(all) == 0 {
-		return nil
-	}
-	errs := make([]AddonError, len(all))
-	for i, b := range all {
-		errs[i] = AddonError{Addon: b.Name, Err: b.Err}
-	}
-	return &BlockedError{Blocked: errs}
-}
-
-// The kinds of blocked addons, as the metric channels_addon_blocked and the
-// reasons of the daemon's Events name them.
-const (
-	blockedNoFit    = "NoReleaseFits"
-	blockedPath     = "UpgradePathRefused"
-	blockedRollback = "RollbackRefused"
-)
-
-// BlockedAddon is an addon a plan leaves behind its channels until
-// someone acts.
-type BlockedAddon struct {
-	// Name is the addon's, Namespace its record's.
-	Name, Namespace string
-	// Kind is why, as the metric channels_addon_blocked and the daemon's
-	// Events name it: NoReleaseFits, UpgradePathRefused or
-	// RollbackRefused.
-	Kind string
-	Err  error
-}
-
-// Blocked lists the addons the plan leaves behind its channels, sorted by
-// name.
-func (p *Plan) Blocked() []BlockedAddon {
-	var out []BlockedAddon
-	for _, n := range p.Unfit {
-		ns := channel.DefaultNamespace
-		if len(n.Releases) > 0 {
-			ns = n.Releases[0].Namespace
-		}
-		out = append(out, BlockedAddon{Name: n.Name, Namespace: ns, Kind: blockedNoFit, Err: n})
-	}
-	for _, it := range p.Items {
-		if !it.Decision.Blocked {
-			continue
-		}
-		kind := blockedPath
-		if strings.HasPrefix(it.Decision.Reason, ReasonRollbackRefused) {
-			kind = blockedRollback
-		}
-		out = append(out, BlockedAddon{Name: it.Addon.Name, Namespace: it.Addon.Namespace, Kind: kind, Err: errors.New(it.Decision.Reason)})
-	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
 }
