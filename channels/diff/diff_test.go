@@ -14,6 +14,7 @@ import (
 )
 
 func TestUnified(t *testing.T) {
+	t.Parallel()
 	long := func(change map[int]string, drop ...int) string {
 		var b strings.Builder
 		for i := 1; i <= 30; i++ {
@@ -41,11 +42,12 @@ func TestUnified(t *testing.T) {
 		{name: "close changes share a hunk", a: long(nil), b: long(map[int]string{10: "first", 15: "second"})},
 		{name: "insertions and deletions", a: long(nil, 2, 20), b: long(map[int]string{1: "new first", 29: "x"}, 7)},
 	}
-	dir := t.TempDir()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			got := Unified("a", "b", splitLines(tt.a), splitLines(tt.b))
-			// diff(1) is the reference.
+			// diff(1) is the reference, on files of this case's own.
+			dir := t.TempDir()
 			fa, fb := filepath.Join(dir, "a"), filepath.Join(dir, "b")
 			if err := os.WriteFile(fa, []byte(tt.a), 0o644); err != nil {
 				t.Fatal(err)
@@ -74,6 +76,7 @@ func splitLines(s string) []string {
 // lines, where the search meets the edges of the edit graph most often:
 // each script must turn a into b and be as short as can be.
 func TestDiffLinesMinimal(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
 	random := func(n, alphabet int) []string {
 		out := make([]string, n)
