@@ -1,8 +1,9 @@
 // Package ovs is the fabric that programs Open vSwitch: one bridge with a
 // VXLAN tunnel port, a port per local attachment (an internal port, or an
 // interface its caller plugged, such as the host end of a pod's veth pair),
-// and the OpenFlow flows that join them, all through the ovs-vsctl and ovs-ofctl
-// tools (github.com/digitalocean/go-openvswitch runs ovs-ofctl).
+// and the OpenFlow flows that join them, through the ovs-vsctl and ovs-ofctl
+// tools (github.com/digitalocean/go-openvswitch runs ovs-ofctl) and, for
+// the ports PlugLocal adds, a kept connection to ovsdb-server (ovsdb.go).
 //
 // Which flows KOS wants is in flows.go, as values; how to get them into the
 // switch is in switch.go. Every flow carries a cookie naming the attachment

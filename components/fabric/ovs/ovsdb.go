@@ -2,11 +2,10 @@ package ovs
 
 // This file talks to ovsdb-server itself, over its Unix socket, with the
 // OVSDB protocol (RFC 7047: JSON-RPC): one kept connection on which the plug
-// adds ports and waits for their OpenFlow numbers without running
-// ovs-vsctl, whose two runs per plug cost more than anything else in a
-// pod's ADD but the flow bundle. go-openvswitch's ovsdb package answers
-// select alone and drops the errors of a transaction's operations, which
-// the plug must see, so the few requests it needs are written here.
+// adds ports and waits, in ovsdb-server, for their OpenFlow numbers, instead
+// of running ovs-vsctl twice per batch. go-openvswitch's ovsdb package
+// answers select alone and drops the errors of a transaction's operations,
+// which the plug must see, so the few requests it needs are written here.
 
 import (
 	"context"
