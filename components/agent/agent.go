@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"net/netip"
 	"sync"
 	"time"
@@ -100,9 +99,6 @@ type Config struct {
 // addressIndex indexes attachments by the address they hold (address.String).
 const addressIndex = "address"
 
-// addressLocks is how many locks guard fabric operations by address.
-const addressLocks = 64
-
 // Agent is the node agent: it keeps the node's fabric in line with the
 // attachments of this node and with those of the other nodes in the same
 // virtual networks, and reports each local attachment's interface in its
@@ -153,13 +149,14 @@ type Agent struct {
 	//     and for writing by a full reconcile, which needs the fabric to
 	//     itself.
 	//  2. addrLocks serialise the fabric operations on one address, which
-	//     two attachments may claim at once; a worker takes one (and only
-	//     one) while it holds fabricMu for reading.
+	//     two attachments may claim at once; a worker or a CNI plug takes
+	//     one (and only one) while it holds fabricMu for reading. Each
+	//     address has a lock of its own: a plug holds it until its port
+	//     and flows are in, and pods' plugs must not wait for each other.
 	//  3. The mutexes inside state and health, which only their own
 	//     methods take, each for a moment and without taking another.
 	fabricMu  sync.RWMutex
-	addrLocks [addressLocks]sync.Mutex
-	addrSeed  maphash.Seed
+	addrLocks addressLocks
 
 	// state is what the agent remembers between syncs.
 	state *state
@@ -232,7 +229,6 @@ func New(cfg Config) (*Agent, error) {
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kos-agent"},
 		),
-		addrSeed:    maphash.MakeSeed(),
 		nodes:       cfg.Nodes,
 		underlayMTU: cfg.UnderlayMTU,
 		// The switch's ports live where the host ends of pods' veths go.
@@ -491,16 +487,42 @@ func (a *Agent) processNextItem(ctx context.Context) bool {
 	return true
 }
 
-// addrLock returns the lock of an address.
-func (a *Agent) addrLock(addr address) *sync.Mutex {
-	var h maphash.Hash
-	h.SetSeed(a.addrSeed)
-	b := addr.ip.As4()
-	h.Write(b[:])
-	h.WriteByte(byte(addr.vni))
-	h.WriteByte(byte(addr.vni >> 8))
-	h.WriteByte(byte(addr.vni >> 16))
-	return &a.addrLocks[h.Sum64()%addressLocks]
+// addressLocks are locks by address, each made when first taken and
+// dropped when its last holder or waiter lets go.
+type addressLocks struct {
+	mu    sync.Mutex
+	locks map[address]*addressLock
+}
+
+type addressLock struct {
+	sync.Mutex
+	// users are the goroutines that hold or wait for it; addressLocks.mu
+	// guards it.
+	users int
+}
+
+// lock takes the lock of an address and returns what releases it.
+func (l *addressLocks) lock(addr address) (unlock func()) {
+	l.mu.Lock()
+	if l.locks == nil {
+		l.locks = map[address]*addressLock{}
+	}
+	al := l.locks[addr]
+	if al == nil {
+		al = &addressLock{}
+		l.locks[addr] = al
+	}
+	al.users++
+	l.mu.Unlock()
+	al.Lock()
+	return func() {
+		al.Unlock()
+		l.mu.Lock()
+		if al.users--; al.users == 0 {
+			delete(l.locks, addr)
+		}
+		l.mu.Unlock()
+	}
 }
 
 // Healthy returns nil when the agent is working: its first reconcile is

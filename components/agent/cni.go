@@ -86,10 +86,9 @@ func (c cniAgent) NotReady(att *v1alpha1.NetworkAttachment, at fabric.LocalAttac
 func (c cniAgent) Hold(at fabric.LocalAttachment, key string) (func(), error) {
 	a, addr := c.a, addressAt(at)
 	a.fabricMu.RLock()
-	l := a.addrLock(addr)
-	l.Lock()
+	unlock := a.addrLocks.lock(addr)
 	release := func() {
-		l.Unlock()
+		unlock()
 		a.fabricMu.RUnlock()
 	}
 	if p := a.state.installedAt(addr); p.kind != local || p.owner != key {

@@ -185,9 +185,7 @@ func (a *Agent) wanted(addr address) (placement, *v1alpha1.NetworkAttachment) {
 func (a *Agent) settle(ctx context.Context, key string, addr address) (placement, error) {
 	a.fabricMu.RLock()
 	defer a.fabricMu.RUnlock()
-	l := a.addrLock(addr)
-	l.Lock()
-	defer l.Unlock()
+	defer a.addrLocks.lock(addr)()
 
 	want, att := a.wanted(addr)
 	have := a.state.installedAt(addr)

@@ -14,8 +14,6 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -61,7 +59,7 @@ func (s *Server) add(ctx context.Context, req *cni.Request) (*types100.Result, *
 	case req.Subnet == "":
 		return nil, cniError(types.ErrInvalidNetworkConfig, "network configuration %q names no subnet", req.Network)
 	}
-	prefix, cniErr := s.subnetPrefix(ctx, req.Pod.Namespace, req.Subnet)
+	prefix, cniErr := s.subnets.prefix(ctx, req.Pod.Namespace, req.Subnet, nil)
 	if cniErr != nil {
 		return nil, cniErr
 	}
@@ -78,6 +76,11 @@ func (s *Server) add(ctx context.Context, req *cni.Request) (*types100.Result, *
 	if att.Spec.Subnet != req.Subnet {
 		return nil, cniError(types.ErrInvalidNetworkConfig, "NetworkAttachment %s is in subnet %s, but network %q names subnet %s", cache.MetaObjectToName(att).String(), att.Spec.Subnet, req.Network, req.Subnet)
 	}
+	// The prefix read before the wait may be of an earlier subnet of
+	// that name; the attachment says which one its address is from.
+	if prefix, cniErr = s.subnets.prefix(ctx, req.Pod.Namespace, req.Subnet, att.Status.SubnetCreationTime); cniErr != nil {
+		return nil, cniErr
+	}
 	if err := checkRequestedIPs(req.IPs, addr.IP); err != nil {
 		return nil, cniError(types.ErrInvalidNetworkConfig, "NetworkAttachment %s has address %s: %v", cache.MetaObjectToName(att).String(), addr.IP, err)
 	}
@@ -91,23 +94,6 @@ func (s *Server) add(ctx context.Context, req *cni.Request) (*types100.Result, *
 	}
 	s.sandboxes.remember(ctx, p.key, req)
 	return p.result(), nil
-}
-
-// subnetPrefix returns the prefix length of a subnet, or a CNI error that
-// says it does not exist.
-func (s *Server) subnetPrefix(ctx context.Context, ns, name string) (int, *types.Error) {
-	subnet, err := s.client.NetworkV1alpha1().Subnets(ns).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return 0, cniError(types.ErrInvalidNetworkConfig, "subnet %s not found in namespace %s", name, ns)
-	}
-	if err != nil {
-		return 0, cniError(types.ErrTryAgainLater, "reading subnet %s in namespace %s: %v", name, ns, err)
-	}
-	p, err := netip.ParsePrefix(subnet.Spec.IPv4)
-	if err != nil {
-		return 0, cniError(types.ErrInvalidNetworkConfig, "subnet %s in namespace %s has no valid CIDR block (%q): %v", name, ns, subnet.Spec.IPv4, err)
-	}
-	return p.Bits(), nil
 }
 
 // podPlugOf returns what a request plugs for the attachment key at addr,

@@ -35,7 +35,7 @@ func (s *Server) check(ctx context.Context, req *cni.Request) *types.Error {
 	if why := s.agent.NotReady(att, addr); why != "" {
 		return cniError(types.ErrInternal, "%s", why)
 	}
-	prefix, cniErr := s.subnetPrefix(ctx, req.Pod.Namespace, att.Spec.Subnet)
+	prefix, cniErr := s.subnets.prefix(ctx, req.Pod.Namespace, att.Spec.Subnet, att.Status.SubnetCreationTime)
 	if cniErr != nil {
 		return cniErr
 	}

@@ -119,6 +119,8 @@ type Server struct {
 	sandboxes sandboxes
 	// budgets are the total waits of sandboxes' ADDs.
 	budgets budgets
+	// subnets are the prefix lengths of the subnets read.
+	subnets *subnets
 	// peerUID is the only user whose processes may connect: root, who
 	// runs kos-cni.
 	peerUID uint32
@@ -134,7 +136,7 @@ func New(cfg Config, node string, a Agent, ports Ports, client kosclient.Interfa
 	if cfg.TotalWait <= 0 {
 		cfg.TotalWait = DefaultTotalWait
 	}
-	return &Server{cfg: cfg, node: node, agent: a, ports: ports, client: client, retry: retry, observe: observe}
+	return &Server{cfg: cfg, node: node, agent: a, ports: ports, client: client, retry: retry, observe: observe, subnets: &subnets{client: client}}
 }
 
 // Run serves kos-cni's requests on the CNI socket until ctx is done.

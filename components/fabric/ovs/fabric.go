@@ -1,8 +1,9 @@
 // Package ovs is the fabric that programs Open vSwitch: one bridge with a
 // VXLAN tunnel port, a port per local attachment (an internal port, or an
 // interface its caller plugged, such as the host end of a pod's veth pair),
-// and the OpenFlow flows that join them, all through the ovs-vsctl and ovs-ofctl
-// tools (github.com/digitalocean/go-openvswitch runs ovs-ofctl).
+// and the OpenFlow flows that join them, through the ovs-vsctl and ovs-ofctl
+// tools (github.com/digitalocean/go-openvswitch runs ovs-ofctl) and, for
+// the ports PlugLocal adds, a kept connection to ovsdb-server (ovsdb.go).
 //
 // Which flows KOS wants is in flows.go, as values; how to get them into the
 // switch is in switch.go. Every flow carries a cookie naming the attachment
@@ -282,10 +283,22 @@ func (f *Fabric) plugLocal(ctx context.Context, plugs []fabric.Plug) error {
 		atts = append(atts, p.LocalAttachment)
 		names = append(names, p.InterfaceName())
 	}
-	if err := f.ovs.addSystemPorts(ctx, f.bridge, ports); err != nil {
-		return err
+	// Over OVSDB a plug costs one ovs-ofctl run (the bundle) and no
+	// ovs-vsctl: the port's transaction and the wait for its OpenFlow
+	// number go over the kept connection. ovs-vsctl still does what that
+	// does not: a port of the name on the switch already (--may-exist),
+	// and a switch whose database socket the agent cannot reach.
+	rows, err := f.ovs.addSystemPortsDirect(ctx, f.bridge, ports)
+	if err != nil {
+		klog.FromContext(ctx).V(3).Info("Plugging over OVSDB did not work; running ovs-vsctl", "bridge", f.bridge, "count", len(plugs), "err", err)
+		if err := f.ovs.addSystemPorts(ctx, f.bridge, ports); err != nil {
+			return err
+		}
+		if rows, err = f.ovs.interfaces(ctx, names...); err != nil {
+			return err
+		}
 	}
-	if err := f.installLocalFlows(ctx, atts, names); err != nil {
+	if err := f.installLocalFlowsAt(ctx, atts, rows); err != nil {
 		return err
 	}
 	klog.FromContext(ctx).V(4).Info("Plugged local attachments", "bridge", f.bridge, "count", len(plugs))
@@ -354,6 +367,13 @@ func (f *Fabric) installLocalFlows(ctx context.Context, atts []fabric.LocalAttac
 	if err != nil {
 		return err
 	}
+	return f.installLocalFlowsAt(ctx, atts, rows)
+}
+
+// installLocalFlowsAt installs the flows of local attachments whose
+// interfaces have the Interface rows rows, in one bundle that first
+// deletes whatever flows they had.
+func (f *Fabric) installLocalFlowsAt(ctx context.Context, atts []fabric.LocalAttachment, rows []interfaceRow) error {
 	ofports := make(map[string]int, len(rows))
 	for _, r := range rows {
 		if r.OFPort <= 0 {

@@ -51,7 +51,7 @@ func plugGuest(t *testing.T, ctx context.Context, f *Fabric, inst *ovsenv.Instan
 // newGuest makes a veth pair into a guest namespace of its own for att, as
 // the agent's CNI server does for a pod: the host end named as the
 // attachment's interface, the guest end net1 with its MAC and address.
-func newGuest(t *testing.T, ctx context.Context, inst *ovsenv.Instance, att fabric.LocalAttachment) *ovsenv.Netns {
+func newGuest(t testing.TB, ctx context.Context, inst *ovsenv.Instance, att fabric.LocalAttachment) *ovsenv.Netns {
 	t.Helper()
 	guest := ovsenv.NetnsT(t)
 	if err := ovsenv.AddVethPair(ctx, inst.Netns, att.InterfaceName(), guest, "net1"); err != nil {

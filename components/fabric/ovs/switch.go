@@ -1,8 +1,9 @@
 package ovs
 
 // This file says how to talk to Open vSwitch: ovs-vsctl for the database
-// (bridge, ports, interfaces) and ovs-ofctl, through go-openvswitch, for
-// flows. It knows nothing of attachments; fabric.go and flows.go do.
+// (bridge, ports, interfaces), but for the plug's ports (ovsdb.go), and
+// ovs-ofctl, through go-openvswitch, for flows. It knows nothing of
+// attachments; fabric.go and flows.go do.
 
 import (
 	"bytes"
@@ -13,6 +14,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -21,10 +23,13 @@ import (
 )
 
 // ovsClient runs the Open vSwitch tools against one OVS instance, the one
-// whose run dir OVS_RUNDIR names in their environment.
+// whose run dir OVS_RUNDIR names in their environment, and talks to its
+// ovsdb-server directly where that saves a tool run in a pod's ADD
+// (ovsdb.go).
 type ovsClient struct {
 	env     []string
 	timeout time.Duration
+	db      *ovsdbConn
 }
 
 func newOVSClient(runDir string, timeout time.Duration) *ovsClient {
@@ -32,7 +37,9 @@ func newOVSClient(runDir string, timeout time.Duration) *ovsClient {
 	if runDir != "" {
 		env = append(env, "OVS_RUNDIR="+runDir)
 	}
-	return &ovsClient{env: env, timeout: timeout}
+	c := &ovsClient{env: env, timeout: timeout}
+	c.db = &ovsdbConn{socket: filepath.Join(c.runDir(), "db.sock"), timeout: timeout}
+	return c
 }
 
 // run runs an OVS tool, with stdin if not nil, and returns what it wrote to
