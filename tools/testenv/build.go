@@ -152,7 +152,21 @@ func sharedBuild(ctx context.Context, shared, pkg string) (string, error) {
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil
 	}
-	return buildInto(ctx, dir, pkg)
+	// Built aside and renamed, so that a program killed while building
+	// leaves no half-written binary for the next.
+	partial, err := os.MkdirTemp(dir, ".build-")
+	if err != nil {
+		return "", fmt.Errorf("creating a folder to build %s in: %w", pkg, err)
+	}
+	defer os.RemoveAll(partial)
+	built, err := buildInto(ctx, partial, pkg)
+	if err != nil {
+		return "", err
+	}
+	if err := os.Rename(built, bin); err != nil {
+		return "", fmt.Errorf("moving the build of %s into place: %w", pkg, err)
+	}
+	return bin, nil
 }
 
 // buildInto builds the package pkg (cleaned by modulePackage) into dir.

@@ -83,6 +83,13 @@ func TestSharedBuild(t *testing.T) {
 	if built.Mode()&0o111 == 0 {
 		t.Errorf("%s has mode %s, want it executable", bins[0], built.Mode())
 	}
+	entries, err := os.ReadDir(filepath.Dir(bins[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].Name() != filepath.Base(bins[0]) {
+		t.Errorf("the command's folder holds %v, want only %s", entries, filepath.Base(bins[0]))
+	}
 	// A rebuild would write the file again.
 	old := built.ModTime().Add(-time.Hour)
 	if err := os.Chtimes(bins[0], old, old); err != nil {
