@@ -40,6 +40,15 @@ esac
 export KOS_TEST_LANE=$lane
 [ "$lane" != beta ] || KOS_TEST_LANE=cluster
 
+# The test programs of the unit and integration lanes share the commands
+# they build (tools/testenv.Build): each is linked once a lane, not once a
+# package; kos-apiserver alone was linked by ten packages.
+if [ "$lane" = unit ] || [ "$lane" = integration ]; then
+	KOS_TEST_BUILDS=$(mktemp -d "${TMPDIR:-/tmp}/kos-test-builds.XXXXXX")
+	export KOS_TEST_BUILDS
+	trap 'rm -rf "$KOS_TEST_BUILDS"' EXIT
+fi
+
 began=$(date +%s)
 status=0
 case $lane in

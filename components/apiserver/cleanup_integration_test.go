@@ -14,7 +14,6 @@ import (
 
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/tools/poll"
-	"github.com/kos-sdn/kos/tools/testenv"
 )
 
 // TestIntegrationProtectedCleanup checks that what protects a running pod's
@@ -25,28 +24,11 @@ import (
 // garbage collector through its owner reference, and a deleted namespace
 // holding a pod, its attachment and their Subnet goes entirely.
 //
-// It runs a control plane of its own, as the shared one has no
-// kube-controller-manager.
+// It runs on the control plane with kube-controller-manager (controllersEnv),
+// as the shared one has none.
 func TestIntegrationProtectedCleanup(t *testing.T) {
 	ctx := context.Background()
-	env, err := testenv.Start(ctx, testenv.Options{Components: []string{testenv.KubeControllerManager}})
-	if err != nil {
-		t.Fatalf("starting a control plane with kube-controller-manager: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stopping the control plane: %v", err)
-		}
-	})
-	kos, err := env.StartKOS(ctx, testenv.KOSOptions{Name: "cleanup"})
-	if err != nil {
-		t.Fatalf("starting kos-apiserver: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := kos.Stop(); err != nil {
-			t.Errorf("stopping kos-apiserver: %v", err)
-		}
-	})
+	env, _ := controllersEnv(t)
 	kube, err := kubernetes.NewForConfig(env.RESTConfig)
 	if err != nil {
 		t.Fatalf("creating a client: %v", err)

@@ -15,7 +15,6 @@ import (
 
 	kosclient "github.com/kos-sdn/kos/components/generated/clientset/versioned"
 	"github.com/kos-sdn/kos/tools/poll"
-	"github.com/kos-sdn/kos/tools/testenv"
 )
 
 // TestIntegrationResourceQuota checks that kos-apiserver enforces object-count
@@ -24,28 +23,11 @@ import (
 // refused with the quota's message through both paths, and a delete frees a
 // slot once the controller has counted again.
 //
-// It runs a control plane of its own, as the shared one has no
-// kube-controller-manager.
+// It runs on the control plane with kube-controller-manager (controllersEnv),
+// as the shared one has none.
 func TestIntegrationResourceQuota(t *testing.T) {
 	ctx := context.Background()
-	env, err := testenv.Start(ctx, testenv.Options{Components: []string{testenv.KubeControllerManager}})
-	if err != nil {
-		t.Fatalf("starting a control plane with kube-controller-manager: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stopping the control plane: %v", err)
-		}
-	})
-	kos, err := env.StartKOS(ctx, testenv.KOSOptions{Name: "quota"})
-	if err != nil {
-		t.Fatalf("starting kos-apiserver: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := kos.Stop(); err != nil {
-			t.Errorf("stopping kos-apiserver: %v", err)
-		}
-	})
+	env, kos := controllersEnv(t)
 	kube, err := kubernetes.NewForConfig(env.RESTConfig)
 	if err != nil {
 		t.Fatalf("creating a client: %v", err)

@@ -26,12 +26,13 @@ import (
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
-// Lifetimes of the rotation test: a leaf lasts 30 s and is re-issued at 2/3
-// of it, so the test sees several rotations of each in about a minute.
+// Lifetimes of the rotation test: a leaf lasts 24 s and is re-issued 10 s
+// before it expires (the margin the servers have to read a renewed one), so
+// every 14 s, and the test sees at least three rotations of each in 50 s.
 const (
-	rotationValidity    = 30 * time.Second
+	rotationValidity    = 24 * time.Second
 	rotationRenewBefore = 10 * time.Second
-	rotationRun         = 70 * time.Second
+	rotationRun         = 50 * time.Second
 )
 
 // TestIntegrationRotation runs the signer (kos-pki run) with short-lived
@@ -210,7 +211,7 @@ func TestIntegrationRotation(t *testing.T) {
 	if f := failures.Load(); f > 0 {
 		t.Errorf("the client saw %d errors, the first: %v", f, firstFailure.Load())
 	}
-	// 70 s at a renewal every 20 s: at least 3 renewals of each leaf.
+	// 50 s at a renewal every 14 s: at least 3 renewals of each leaf.
 	for secret, n := range renewals {
 		if n < 3 {
 			t.Errorf("secret %s renewed %v times in %s, want at least 3", secret, n, rotationRun)

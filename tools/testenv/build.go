@@ -12,7 +12,18 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
+
+// BuildsEnv names a folder that the test programs of one run share for the
+// commands Build builds (tools/lanes.sh makes one per lane and removes it
+// afterwards): the first program that asks for a command builds it there,
+// and the others wait for it and run the same binary, instead of each
+// linking its own (kos-apiserver alone is 10 s of CPU and 120 MB a link,
+// in ten packages of the integration lane). Whoever sets it removes the
+// folder; the tree must not change while the programs run.
+const BuildsEnv = "KOS_TEST_BUILDS"
 
 // buildTimeout bounds one build of a command: a cold build of one that
 // imports client-go takes a few minutes on a busy two-core machine.
@@ -45,9 +56,10 @@ type build struct {
 // (tools/reporoot), with the environment's GOFLAGS.
 //
 // Under Main a test program builds each package once, into a folder of its
-// own that Main removes when the tests end; elsewhere every call builds
-// into t.TempDir, which goes when t ends: a package whose subtests build
-// what later subtests run needs Main.
+// own that Main removes when the tests end; with $KOS_TEST_BUILDS set, once
+// for every program into that folder; elsewhere every call builds into
+// t.TempDir, which goes when t ends: a package whose subtests build what
+// later subtests run needs Main.
 func Build(t testing.TB, pkg string) string {
 	t.Helper()
 	pkg, err := modulePackage(pkg)
@@ -76,15 +88,17 @@ func modulePackage(pkg string) (string, error) {
 }
 
 // programBuild returns the binary of pkg (cleaned by modulePackage) built
-// once for the program, or errNoMain when Main does not run the program:
-// nothing would remove it.
+// once for the program, or once for every program in $KOS_TEST_BUILDS, or
+// errNoMain when neither Main nor $KOS_TEST_BUILDS is there: nothing would
+// remove it.
 func programBuild(pkg string) (string, error) {
 	builds.mu.Lock()
-	if !builds.main {
+	shared := os.Getenv(BuildsEnv)
+	if !builds.main && shared == "" {
 		builds.mu.Unlock()
 		return "", errNoMain
 	}
-	if builds.dir == "" {
+	if shared == "" && builds.dir == "" {
 		dir, err := os.MkdirTemp("", "kos-test-bin-")
 		if err != nil {
 			builds.mu.Unlock()
@@ -107,9 +121,52 @@ func programBuild(pkg string) (string, error) {
 		// after it too.
 		ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
 		defer cancel()
+		if shared != "" {
+			b.bin, b.err = sharedBuild(ctx, shared, pkg)
+			return
+		}
 		b.bin, b.err = buildInto(ctx, dir, pkg)
 	})
 	return b.bin, b.err
+}
+
+// sharedBuild returns the binary of pkg in the folder shared, building it
+// there unless another program already has. A lock file per package,
+// held while building, keeps the others from running a half-written
+// binary or building it too.
+func sharedBuild(ctx context.Context, shared, pkg string) (string, error) {
+	dir := filepath.Join(shared, filepath.FromSlash(pkg))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("creating %s: %w", dir, err)
+	}
+	lock, err := os.OpenFile(dir+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", fmt.Errorf("opening the build lock of %s: %w", pkg, err)
+	}
+	// Closing the file releases the lock.
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		return "", fmt.Errorf("locking the build of %s: %w", pkg, err)
+	}
+	bin := filepath.Join(dir, path.Base(pkg))
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	// Built aside and renamed, so that a program killed while building
+	// leaves no half-written binary for the next.
+	partial, err := os.MkdirTemp(dir, ".build-")
+	if err != nil {
+		return "", fmt.Errorf("creating a folder to build %s in: %w", pkg, err)
+	}
+	defer os.RemoveAll(partial)
+	built, err := buildInto(ctx, partial, pkg)
+	if err != nil {
+		return "", err
+	}
+	if err := os.Rename(built, bin); err != nil {
+		return "", fmt.Errorf("moving the build of %s into place: %w", pkg, err)
+	}
+	return bin, nil
 }
 
 // buildInto builds the package pkg (cleaned by modulePackage) into dir.

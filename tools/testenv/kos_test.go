@@ -63,18 +63,11 @@ func createSubnet(t *testing.T, cfg *rest.Config, obj *unstructured.Unstructured
 
 // TestIntegrationStartKOS starts kos-apiserver twice in one environment, one
 // aggregated and one direct only, writes through each path, and restarts the
-// aggregated one: its data and both paths survive.
+// aggregated one: its data and both paths survive. It is the only test of
+// the package that registers an APIService on the shared control plane.
 func TestIntegrationStartKOS(t *testing.T) {
 	ctx := context.Background()
-	env, err := Start(ctx, Options{})
-	if err != nil {
-		t.Fatalf("starting the control plane: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stopping the control plane: %v", err)
-		}
-	})
+	env := Shared(t)
 
 	kos, err := env.StartKOS(ctx, KOSOptions{})
 	if err != nil {
@@ -134,15 +127,7 @@ func TestIntegrationStartKOS(t *testing.T) {
 // that kos-apiserver serves the data again.
 func TestIntegrationStartKOSEtcdTLS(t *testing.T) {
 	ctx := context.Background()
-	env, err := Start(ctx, Options{})
-	if err != nil {
-		t.Fatalf("starting the control plane: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stopping the control plane: %v", err)
-		}
-	})
+	env := Shared(t)
 
 	kos, err := env.StartKOS(ctx, KOSOptions{Name: "tls", DirectOnly: true, EtcdTLS: true})
 	if err != nil {
