@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	kosclient "github.com/kos-sdn/kos/components/generated/clientset/versioned"
 	"github.com/kos-sdn/kos/tools/poll"
 	"github.com/kos-sdn/kos/tools/testenv"
@@ -85,4 +87,43 @@ func runKubectl(kubeconfig string, args ...string) (string, error) {
 		return "", fmt.Errorf("kubectl %s: %w\nstderr: %s", strings.Join(args, " "), err, stderr.String())
 	}
 	return stdout.String(), nil
+}
+
+// newNamespace creates a namespace in the main cluster, where the server's
+// namespace lifecycle admission looks for it.
+func newNamespace(t testing.TB) string {
+	t.Helper()
+	return testenv.Shared(t).NewNamespace(t, "kos-")
+}
+
+func newSubnet(ns, name, cidr string, vni uint32) *v1alpha1.Subnet {
+	return &v1alpha1.Subnet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       v1alpha1.SubnetSpec{IPv4: cidr, VNI: vni},
+	}
+}
+
+func newAttachment(ns, name, node, subnet string) *v1alpha1.NetworkAttachment {
+	return &v1alpha1.NetworkAttachment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       v1alpha1.NetworkAttachmentSpec{Node: node, Subnet: subnet},
+	}
+}
+
+func mustCreateSubnet(t testing.TB, c kosclient.Interface, s *v1alpha1.Subnet) *v1alpha1.Subnet {
+	t.Helper()
+	got, err := c.NetworkV1alpha1().Subnets(s.Namespace).Create(context.Background(), s, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating subnet %s/%s: %v", s.Namespace, s.Name, err)
+	}
+	return got
+}
+
+func mustCreateAttachment(t testing.TB, c kosclient.Interface, a *v1alpha1.NetworkAttachment) *v1alpha1.NetworkAttachment {
+	t.Helper()
+	got, err := c.NetworkV1alpha1().NetworkAttachments(a.Namespace).Create(context.Background(), a, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating attachment %s/%s: %v", a.Namespace, a.Name, err)
+	}
+	return got
 }

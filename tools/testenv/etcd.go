@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 
@@ -194,4 +195,21 @@ func newEtcdTLS(dir string) (*etcdTLS, error) {
 		Certificates: []tls.Certificate{cert},
 	}}}
 	return t, nil
+}
+
+var etcdNamePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// StartEtcd starts another etcd, named etcd-<name> in Dir (data, log and pid
+// file), on free loopback ports, and returns its client URL once it is
+// healthy. Stop stops it with the rest.
+func (e *Env) StartEtcd(ctx context.Context, name string) (string, error) {
+	if !etcdNamePattern.MatchString(name) {
+		return "", fmt.Errorf("etcd name %q: want lowercase letters, digits and inner dashes", name)
+	}
+	var ps ports
+	p, err := e.startEtcd(ctx, &ps, etcdName+"-"+name, nil, nil, false)
+	if err != nil {
+		return "", err
+	}
+	return p.URL, nil
 }
