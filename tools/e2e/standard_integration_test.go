@@ -58,8 +58,9 @@ var guestPrefix = fmt.Sprintf("kos-e2e-%d-", os.Getpid())
 // the nodes pull from, the release tree written for that registry and
 // published to an S3 bucket and an HTTPS server, installed with `channels
 // apply channel s3://...`. Then the SDN is used across the nodes, and one
-// node is stopped and started again. Every step needs the ones before it,
-// so a failing step ends the test.
+// node is stopped (its attachments become Ready=Unknown, as its agent's
+// heartbeat stops) and started again (Ready again). Every step needs the
+// ones before it, so a failing step ends the test.
 func TestIntegrationStandardRelease(t *testing.T) {
 	began := time.Now()
 	root, err := testenv.RepoRoot()
@@ -483,7 +484,8 @@ func (s *standard) testNodeStops(t *testing.T) {
 	if err := s.env.StopNode(ctx, s.stopped.Name); err != nil {
 		t.Fatalf("stopping node %s: %v", s.stopped.Name, err)
 	}
-	figures.Duration(t, "node-stop", time.Since(began))
+	stopped := time.Now()
+	figures.Duration(t, "node-stop", stopped.Sub(began))
 	// A write through the KOS API, and the controllers act on it. A
 	// request in flight to the stopped etcd member fails (its connection
 	// times out), so the write is tried until it passes, as a client
@@ -527,6 +529,9 @@ func (s *standard) testNodeStops(t *testing.T) {
 	}
 	alive = append(alive, s.guests[late])
 	checkPings(t, alive, 10, 1, 30*time.Second)
+	// Its agent renews its heartbeat no more: its attachments are no
+	// longer known to be Ready (issue 36's stale Ready), the others are.
+	s.awaitReadiness(t, s.stopped.Name, metav1.ConditionUnknown, stopped, 3*time.Minute, "stale-ready-unknown-after-node-stop")
 }
 
 // testNodeComesBack starts the stopped node again: it becomes Ready, its
@@ -547,6 +552,7 @@ func (s *standard) testNodeComesBack(t *testing.T) {
 	s.waitAgentBack(t, back.Name, began, 4*time.Minute)
 	s.waitKOSReady(t, 4*time.Minute)
 	figures.Duration(t, "node-back-to-kos-ready", time.Since(began))
+	s.awaitReadiness(t, back.Name, metav1.ConditionTrue, began, time.Minute, "stale-ready-back-after-node-start")
 	for name, g := range s.guests {
 		if g.Attachment.Spec.Node == back.Name {
 			s.plumb(t, name)
