@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,6 +20,10 @@ import (
 	"github.com/kos-sdn/kos/components/apis/network/v1alpha1"
 	"github.com/kos-sdn/kos/components/policymodel"
 )
+
+// concurrentWrites is how many NodeNetworkPolicy writes of one namespace
+// publish has in flight at most.
+const concurrentWrites = 16
 
 // publish brings the NodeNetworkPolicies of the namespace named by ref (its
 // Name) to the model of the namespace's policies: one per network of the
@@ -55,37 +60,58 @@ func (c *Controller) publish(ctx context.Context, ref cache.ObjectName) error {
 	}
 	client := c.kos.NetworkV1alpha1().NodeNetworkPolicies(ns)
 	logger := klog.FromContext(ctx)
-	var errs []error
+	// The writes go out together: one per node, and each node's agent
+	// waits for its own, so that written one after the other the last
+	// node would wait for every other's round trip.
+	var writes []func() error
 	for _, p := range have {
 		spec, ok := want[p.Name]
 		delete(want, p.Name)
 		switch {
 		case !ok:
-			err := client.Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
-			if err != nil && !apierrors.IsNotFound(err) {
-				errs = append(errs, fmt.Errorf("deleting NodeNetworkPolicy %s/%s: %w", ns, p.Name, err))
-				continue
-			}
-			logger.V(2).Info("Deleted a NodeNetworkPolicy", "nodeNetworkPolicy", klog.KObj(p))
+			writes = append(writes, func() error {
+				err := client.Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
+				if err != nil && !apierrors.IsNotFound(err) {
+					return fmt.Errorf("deleting NodeNetworkPolicy %s/%s: %w", ns, p.Name, err)
+				}
+				logger.V(2).Info("Deleted a NodeNetworkPolicy", "nodeNetworkPolicy", klog.KObj(p))
+				return nil
+			})
 		case !equality.Semantic.DeepEqual(p.Spec, spec):
 			// The cache's object is shared: change a copy.
 			p = p.DeepCopy()
 			p.Spec = spec
-			if _, err := client.Update(ctx, p, metav1.UpdateOptions{}); err != nil {
-				errs = append(errs, fmt.Errorf("updating NodeNetworkPolicy %s/%s: %w", ns, p.Name, err))
-				continue
-			}
-			logger.V(2).Info("Updated a NodeNetworkPolicy", "nodeNetworkPolicy", klog.KObj(p), "policies", len(spec.Policies))
+			writes = append(writes, func() error {
+				if _, err := client.Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+					return fmt.Errorf("updating NodeNetworkPolicy %s/%s: %w", ns, p.Name, err)
+				}
+				logger.V(2).Info("Updated a NodeNetworkPolicy", "nodeNetworkPolicy", klog.KObj(p), "policies", len(spec.Policies))
+				return nil
+			})
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(want)) {
 		p := &v1alpha1.NodeNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: want[name]}
-		if _, err := client.Create(ctx, p, metav1.CreateOptions{}); err != nil {
-			errs = append(errs, fmt.Errorf("creating NodeNetworkPolicy %s/%s: %w", ns, name, err))
-			continue
-		}
-		logger.V(2).Info("Created a NodeNetworkPolicy", "nodeNetworkPolicy", klog.KObj(p), "policies", len(p.Spec.Policies))
+		writes = append(writes, func() error {
+			if _, err := client.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("creating NodeNetworkPolicy %s/%s: %w", ns, name, err)
+			}
+			logger.V(2).Info("Created a NodeNetworkPolicy", "nodeNetworkPolicy", klog.KObj(p), "policies", len(p.Spec.Policies))
+			return nil
+		})
 	}
+	errs := make([]error, len(writes))
+	slots := make(chan struct{}, concurrentWrites)
+	var wg sync.WaitGroup
+	for i, write := range writes {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			errs[i] = write()
+		})
+	}
+	wg.Wait()
+	errs = slices.DeleteFunc(errs, func(err error) bool { return err == nil })
 	if len(errs) > 0 {
 		return fmt.Errorf("publishing the policies of namespace %s: %w", ns, errors.Join(errs...))
 	}

@@ -110,6 +110,12 @@ type Fabric struct {
 	// unknown. OVS keeps port numbers across restarts of ovs-vswitchd, but
 	// Ensure re-reads it all the same.
 	tunnelPort int
+	// gates says, by VNI, whether the network's policy gate is on the
+	// switch, as SetPolicy last left it; a network not in it is read from
+	// the switch. Only SetPolicy changes policy flows, so it stays true
+	// until the switch loses its flows, which Ensure finds and then
+	// forgets it all.
+	gates map[uint32]bool
 }
 
 var _ fabric.Interface = (*Fabric)(nil)
@@ -173,6 +179,9 @@ func (f *Fabric) Ensure(ctx context.Context) (flowsLost bool, err error) {
 	if sameFlows(got, want) {
 		return false, nil
 	}
+	// The switch lost its flows (ovs-vswitchd restarted, or someone
+	// deleted them): what SetPolicy knew of its policy gates is stale.
+	f.forgetGates()
 	if err := f.flows.apply(ctx, []*goovs.MatchFlow{flowsWithCookie(c)}, want); err != nil {
 		return false, fmt.Errorf("installing the default flows: %w", err)
 	}
@@ -566,6 +575,7 @@ func (f *Fabric) List(ctx context.Context) (*fabric.Inventory, error) {
 	if inv.Policies, err = f.policyVNIs(ctx); err != nil {
 		return nil, err
 	}
+	f.checkGates(inv.Policies)
 	f.peers.replace(inv)
 	inv.Sort()
 	return inv, nil

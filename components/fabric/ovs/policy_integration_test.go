@@ -5,11 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/kos-sdn/kos/components/fabric"
 	"github.com/kos-sdn/kos/tools/ovsenv"
@@ -505,4 +508,61 @@ func TestIntegrationPolicyAcrossNodes(t *testing.T) {
 	// And without node A's, B2 reaches A.
 	set(a)
 	opens(guestB2, attA.IP)
+}
+
+// TestIntegrationPolicyGates checks what SetPolicy keeps of the networks'
+// gates, which spares it a read of the switch per call: it follows
+// SetPolicy's calls, is forgotten when Ensure finds the switch lost its
+// flows, and, for one network, when List finds the switch says otherwise.
+func TestIntegrationPolicyGates(t *testing.T) {
+	f, inst := startFabric(t)
+	ctx := t.Context()
+	isolating := func(vni uint32) fabric.NetworkPolicy {
+		return fabric.NetworkPolicy{VNI: vni, Policies: []fabric.Policy{{Name: "ns/deny", Ingress: true,
+			Selected: []netip.Addr{netip.MustParseAddr("10.0.0.5")}}}}
+	}
+	gates := func() map[uint32]bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return maps.Clone(f.gates)
+	}
+	for _, p := range []fabric.NetworkPolicy{isolating(1), isolating(2), {VNI: 3}} {
+		if err := f.SetPolicy(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if diff := cmp.Diff(gates(), map[uint32]bool{1: true, 2: true, 3: false}); diff != "" {
+		t.Errorf("gates after SetPolicy (-got +want):\n%s", diff)
+	}
+	// Someone else lifts network 2's policy: List sees it and forgets
+	// network 2 alone, so that its next SetPolicy reads the switch.
+	if _, err := inst.Run(ctx, "ovs-ofctl", "-O", "OpenFlow14", "del-flows", DefaultBridge, fmt.Sprintf("cookie=%#x/-1", policyCookie(2))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.List(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(gates(), map[uint32]bool{1: true, 3: false}); diff != "" {
+		t.Errorf("gates after List (-got +want):\n%s", diff)
+	}
+	// The switch loses every flow, as when ovs-vswitchd restarts.
+	if _, err := inst.Run(ctx, "ovs-ofctl", "-O", "OpenFlow14", "del-flows", DefaultBridge); err != nil {
+		t.Fatal(err)
+	}
+	if lost, err := f.Ensure(ctx); err != nil || !lost {
+		t.Fatalf("Ensure after the flows went: lost %v, %v; want lost", lost, err)
+	}
+	if got := gates(); len(got) != 0 {
+		t.Errorf("gates after Ensure found the flows lost: %v, want none", got)
+	}
+	if err := f.SetPolicy(ctx, isolating(1)); err != nil {
+		t.Fatal(err)
+	}
+	inv, err := f.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(inv.Policies, []uint32{1}); diff != "" {
+		t.Errorf("networks with policy (-got +want):\n%s", diff)
+	}
 }
