@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
 	"github.com/kos-sdn/kos/components/fabric/ovs"
@@ -25,6 +26,12 @@ const (
 // anyInterface is the --tunnel-filter-interface that admits peers on every
 // interface.
 const anyInterface = "*"
+
+// underlayBridgeWait is how long a starting agent waits for the underlay
+// bridge of the userspace datapath's tunnel filter: kos-ovs makes it as it
+// starts beside the agent (seconds on a loaded node), and a node without
+// one at all only starts that much later.
+const underlayBridgeWait = 30 * time.Second
 
 // tunnelFilter returns the tunnel filter --tunnel-filter asks for, nil for
 // none, for the node at hostIP whose Open vSwitch runs in runDir. A filter
@@ -73,8 +80,19 @@ func (o *Options) tunnelFilter(ctx context.Context, hostIP netip.Addr, runDir st
 		if err != nil {
 			return nil, err
 		}
-		if err := f.Check(ctx); err != nil {
-			return unusable(err)
+		// The underlay bridge is kos-ovs's, beside the agent in its pod,
+		// and may come a moment after the agent starts: waited for, so
+		// that the node is not left unfiltered for the agent's life.
+		var last error
+		waited := wait.PollUntilContextTimeout(ctx, time.Second, underlayBridgeWait, true, func(ctx context.Context) (bool, error) {
+			last = f.Check(ctx)
+			return last == nil, nil
+		})
+		if waited != nil {
+			if last == nil {
+				last = waited
+			}
+			return unusable(fmt.Errorf("%w (waited %s for it)", last, underlayBridgeWait))
 		}
 		logger.Info("Filtering the tunnel port on the underlay bridge: only peer nodes", "bridge", o.UnderlayBridge)
 		return f, nil
