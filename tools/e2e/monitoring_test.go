@@ -65,11 +65,12 @@ type monitoring struct {
 	faultAt time.Time
 }
 
-// testRender pushes the Prometheus image (Debian's Prometheus, as
-// tools/kosimages packs it) to the cluster's registry, and renders the
-// release with kos-release and a configuration that names it in place of
-// quay.io's, which the cluster cannot reach, with Grafana scaled to 0:
-// Debian has no Grafana to pack, and its upstream image is not pulled here.
+// testRender pushes the Prometheus image (the Prometheus tools/prometheus
+// builds, as tools/kosimages packs it) to the cluster's registry, and
+// renders the release with kos-release and a configuration that names it
+// in place of quay.io's, which the cluster cannot reach, with Grafana
+// scaled to 0: Debian has no Grafana to pack, and its upstream image is not
+// pulled here.
 func (m *monitoring) testRender(t *testing.T) {
 	ctx := t.Context()
 	repo := m.env.Registry + "/" + registryPrefix

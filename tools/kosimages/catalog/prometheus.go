@@ -1,9 +1,12 @@
 package catalog
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 
@@ -13,6 +16,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/kos-sdn/kos/tools/images"
+	"github.com/kos-sdn/kos/tools/reporoot"
 )
 
 // Prometheus names the Prometheus image that PushPrometheus pushes. It is
@@ -22,13 +26,17 @@ import (
 // (kos-release).
 const Prometheus = "prometheus"
 
-// PrometheusProgram is the program the Prometheus image runs: Debian's
-// package prometheus (tools/deps.sh installs it), linked against the C
-// library, which the image carries with it.
-const PrometheusProgram = "/usr/bin/prometheus"
+// PrometheusProgram is where the Prometheus image holds its program, and its
+// entrypoint, as in the upstream image.
+const PrometheusProgram = "/bin/prometheus"
+
+// PrometheusBinDirEnv names the folder of a Prometheus that
+// tools/prometheus/build.sh built (tools/test.sh sets it); without it,
+// PrometheusBinary runs the script.
+const PrometheusBinDirEnv = "KOS_PROMETHEUS_BIN_DIR"
 
 // prometheusVersionLine is the line of `prometheus --version` that names
-// the version, such as "prometheus, version 2.42.0+ds (branch: ...)".
+// the version, such as "prometheus, version 2.53.3 (branch: ...)".
 var prometheusVersionLine = regexp.MustCompile(`(?m)^prometheus, version ([0-9]+\.[0-9]+\.[0-9]+(?:-[0-9A-Za-z.]+)?)`)
 
 // PrometheusVersion reads the version out of `prometheus --version`: the
@@ -42,26 +50,55 @@ func PrometheusVersion(versionOutput string) (string, error) {
 	return m[1], nil
 }
 
-// PrometheusImage packs this machine's Prometheus (PrometheusProgram) and
-// the shared libraries it loads into an image for this machine's platform,
-// with the program as its entrypoint, and returns it with its version. The
-// image holds nothing else: no shell, no web UI assets (the HTTP API, which
-// the tests and Grafana use, needs none), no user database (the manifest
-// names the user by number).
+// PrometheusBinary returns the host path of the Prometheus the image packs:
+// the one tools/prometheus/build.sh builds from the Go module proxy, at the
+// version kos-monitoring's manifest runs, static and with Kubernetes
+// service discovery (Debian's package has none, so the manifest's
+// configuration does not load in it). It is $KOS_PROMETHEUS_BIN_DIR's when
+// that is set, else the script runs (several minutes the first time, cached
+// in .cache/prometheus/ after).
+func PrometheusBinary(ctx context.Context) (string, error) {
+	dir := os.Getenv(PrometheusBinDirEnv)
+	if dir == "" {
+		root, err := reporoot.Find()
+		if err != nil {
+			return "", err
+		}
+		var stdout, stderr bytes.Buffer
+		cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "tools", "prometheus", "build.sh"))
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			return "", fmt.Errorf("building Prometheus with tools/prometheus/build.sh (%s): %w", strings.TrimSpace(stderr.String()), err)
+		}
+		lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+		dir = lines[len(lines)-1]
+	}
+	binary := filepath.Join(dir, "prometheus")
+	if _, err := os.Stat(binary); err != nil {
+		return "", fmt.Errorf("finding Prometheus: %w", err)
+	}
+	return binary, nil
+}
+
+// PrometheusImage packs the Prometheus PrometheusBinary returns into an
+// image, at PrometheusProgram and as its entrypoint, and returns it with
+// its version. The program is static, so the image holds nothing else: no
+// shell, no web UI assets (the HTTP API, which the tests and Grafana use,
+// needs none), no user database (the manifest names the user by number).
 func PrometheusImage(ctx context.Context) (v1.Image, string, error) {
-	files, err := images.HostBinaries(ctx, PrometheusProgram)
+	binary, err := PrometheusBinary(ctx)
 	if err != nil {
 		return nil, "", fmt.Errorf("image %s: %w", Prometheus, err)
 	}
-	out, err := exec.CommandContext(ctx, PrometheusProgram, "--version").CombinedOutput()
+	out, err := exec.CommandContext(ctx, binary, "--version").CombinedOutput()
 	if err != nil {
-		return nil, "", fmt.Errorf("image %s: asking %s for its version (%s): %w", Prometheus, PrometheusProgram, strings.TrimSpace(string(out)), err)
+		return nil, "", fmt.Errorf("image %s: asking %s for its version (%s): %w", Prometheus, binary, strings.TrimSpace(string(out)), err)
 	}
 	version, err := PrometheusVersion(string(out))
 	if err != nil {
 		return nil, "", fmt.Errorf("image %s: %w", Prometheus, err)
 	}
-	layer, err := images.Layer(files)
+	layer, err := images.Layer([]images.File{{Path: PrometheusProgram, Source: binary}})
 	if err != nil {
 		return nil, "", fmt.Errorf("image %s: %w", Prometheus, err)
 	}
