@@ -39,6 +39,10 @@ const (
 	// upstreamPrometheus is the image kos-monitoring names for Prometheus,
 	// which a release configuration's images may replace.
 	upstreamPrometheus = "quay.io/prometheus/prometheus"
+	// monitoringRetention is the release configuration's
+	// monitoring.retention, not the shipped 2d: the running Prometheus
+	// must say it (testReach).
+	monitoringRetention = "3d"
 	// monitoringManifest is the release's kos-monitoring, relative to the
 	// addons folder.
 	monitoringManifest = "kos-monitoring/" + release.Version + ".yaml"
@@ -95,7 +99,7 @@ func (m *monitoring) testRender(t *testing.T) {
 
 // renderMonitoring writes the release into out with kos-release, for the
 // registry repo, with the image prometheus (a full reference) in place of
-// quay.io's and Grafana at 0 replicas, and returns kos-monitoring's
+// quay.io's, the retention monitoringRetention and Grafana at 0 replicas, and returns kos-monitoring's
 // manifest. Everything else is the shipped release
 // (TestMonitoringReleaseIsShipped).
 func renderMonitoring(ctx context.Context, out, repo, prometheus string) ([]byte, error) {
@@ -104,6 +108,7 @@ func renderMonitoring(ctx context.Context, out, repo, prometheus string) ([]byte
 		Kind:       api.Kind,
 		Registry:   repo,
 		Images:     map[string]string{upstreamPrometheus: prometheus},
+		Monitoring: api.Monitoring{Retention: monitoringRetention},
 		Patches: []api.Patch{{Patch: `apiVersion: apps/v1
 kind: Deployment
 metadata: {name: grafana, namespace: kos-monitoring}
@@ -197,6 +202,15 @@ func (m *monitoring) testReach(t *testing.T) {
 		}
 		return err
 	})
+	// The configuration's monitoring.retention, read back from the
+	// Prometheus that runs (issue 34: every key read back live).
+	flags, err := m.prometheus.flags(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := flags["storage.tsdb.retention.time"]; got != monitoringRetention {
+		t.Errorf("Prometheus runs with --storage.tsdb.retention.time=%q, want the configuration's monitoring.retention %q", got, monitoringRetention)
+	}
 }
 
 // testGoneNode leaves the heartbeat Lease of a node gone for good, as its

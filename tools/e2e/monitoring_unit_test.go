@@ -16,12 +16,13 @@ import (
 // TestMonitoringReleaseIsShipped renders kos-monitoring as
 // TestIntegrationMonitoring installs it and compares it with the shipped
 // manifest: every object is the same but for Prometheus's image and
-// Grafana's replicas, so that the cluster test tries what ships.
+// retention and Grafana's replicas, so that the cluster test tries what
+// ships.
 func TestMonitoringReleaseIsShipped(t *testing.T) {
 	if !slices.Contains(api.Images, upstreamPrometheus) {
 		t.Fatalf("the release configuration cannot replace %s (release/api.Images: %v)", upstreamPrometheus, api.Images)
 	}
-	const prometheus = "registry.test:5000/kos/prometheus:2.42.0@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	const prometheus = "registry.test:5000/kos/prometheus:3.16.0@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	rendered, err := renderMonitoring(t.Context(), t.TempDir(), "registry.test:5000/kos", prometheus)
 	if err != nil {
 		t.Fatal(err)
@@ -32,12 +33,17 @@ func TestMonitoringReleaseIsShipped(t *testing.T) {
 	}
 	got, want := objectsByKey(t, rendered), objectsByKey(t, shipped)
 
-	// The two differences, checked, then put back as shipped.
+	// The three differences, checked, then put back as shipped.
 	const prom, grafana = "Deployment.apps/kos-monitoring/prometheus", "Deployment.apps/kos-monitoring/grafana"
-	if image := containerImage(t, got[prom]); image != prometheus {
+	if image := onlyContainerField(t, got[prom], "image"); image != prometheus {
 		t.Errorf("the rendered Prometheus runs %s, want %s", image, prometheus)
 	}
-	setContainerImage(t, got[prom], containerImage(t, want[prom]))
+	setOnlyContainerField(t, got[prom], "image", onlyContainerField(t, want[prom], "image"))
+	retention := "--storage.tsdb.retention.time=" + monitoringRetention
+	if args := onlyContainerField(t, got[prom], "args"); !slices.Contains(args.([]any), any(retention)) {
+		t.Errorf("the rendered Prometheus runs with %v, want %s among them", args, retention)
+	}
+	setOnlyContainerField(t, got[prom], "args", onlyContainerField(t, want[prom], "args"))
 	if replicas, _, _ := unstructured.NestedInt64(got[grafana], "spec", "replicas"); replicas != 0 {
 		t.Errorf("the rendered Grafana has %d replicas, want 0", replicas)
 	}
@@ -68,25 +74,25 @@ func objectsByKey(t *testing.T, manifest []byte) map[string]map[string]any {
 	return out
 }
 
-// containerImage returns the image of the only container of a Deployment.
-func containerImage(t *testing.T, deployment map[string]any) string {
+// onlyContainerField returns a field (image, args) of the only container of a
+// Deployment.
+func onlyContainerField(t *testing.T, deployment map[string]any, field string) any {
 	t.Helper()
 	containers, _, err := unstructured.NestedSlice(deployment, "spec", "template", "spec", "containers")
 	if err != nil || len(containers) != 1 {
 		t.Fatalf("want one container in %v (%v)", deployment, err)
 	}
-	image, _, _ := unstructured.NestedString(containers[0].(map[string]any), "image")
-	return image
+	return containers[0].(map[string]any)[field]
 }
 
-// setContainerImage sets the image of the only container of a Deployment.
-func setContainerImage(t *testing.T, deployment map[string]any, image string) {
+// setOnlyContainerField sets a field of the only container of a Deployment.
+func setOnlyContainerField(t *testing.T, deployment map[string]any, field string, value any) {
 	t.Helper()
 	containers, _, err := unstructured.NestedSlice(deployment, "spec", "template", "spec", "containers")
 	if err != nil || len(containers) != 1 {
 		t.Fatalf("want one container in %v (%v)", deployment, err)
 	}
-	containers[0].(map[string]any)["image"] = image
+	containers[0].(map[string]any)[field] = value
 	if err := unstructured.SetNestedSlice(deployment, containers, "spec", "template", "spec", "containers"); err != nil {
 		t.Fatal(err)
 	}

@@ -85,6 +85,14 @@ func (p promAPI) version(ctx context.Context) (string, error) {
 	return info.Version, err
 }
 
+// flags returns the command-line flags Prometheus runs with, by name
+// without the dashes (storage.tsdb.retention.time, say).
+func (p promAPI) flags(ctx context.Context) (map[string]string, error) {
+	var flags map[string]string
+	err := p.get(ctx, "/api/v1/status/flags", nil, &flags)
+	return flags, err
+}
+
 // targets returns the active targets.
 func (p promAPI) targets(ctx context.Context) ([]promTarget, error) {
 	var data struct {

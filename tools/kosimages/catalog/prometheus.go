@@ -1,12 +1,9 @@
 package catalog
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 
@@ -16,7 +13,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/kos-sdn/kos/tools/images"
-	"github.com/kos-sdn/kos/tools/reporoot"
+	"github.com/kos-sdn/kos/tools/prombuild"
 )
 
 // Prometheus names the Prometheus image that PushPrometheus pushes. It is
@@ -30,13 +27,8 @@ const Prometheus = "prometheus"
 // entrypoint, as in the upstream image.
 const PrometheusProgram = "/bin/prometheus"
 
-// PrometheusBinDirEnv names the folder of a Prometheus that
-// tools/prometheus/build.sh built (tools/test.sh sets it); without it,
-// PrometheusBinary runs the script.
-const PrometheusBinDirEnv = "KOS_PROMETHEUS_BIN_DIR"
-
 // prometheusVersionLine is the line of `prometheus --version` that names
-// the version, such as "prometheus, version 2.53.3 (branch: ...)".
+// the version, such as "prometheus, version 3.16.0 (branch: ...)".
 var prometheusVersionLine = regexp.MustCompile(`(?m)^prometheus, version ([0-9]+\.[0-9]+\.[0-9]+(?:-[0-9A-Za-z.]+)?)`)
 
 // PrometheusVersion reads the version out of `prometheus --version`: the
@@ -53,31 +45,9 @@ func PrometheusVersion(versionOutput string) (string, error) {
 // PrometheusBinary returns the host path of the Prometheus the image packs:
 // the one tools/prometheus/build.sh builds from the Go module proxy, at the
 // version kos-monitoring's manifest runs, static and with Kubernetes
-// service discovery (Debian's package has none, so the manifest's
-// configuration does not load in it). It is $KOS_PROMETHEUS_BIN_DIR's when
-// that is set, else the script runs (several minutes the first time, cached
-// in .cache/prometheus/ after).
+// service discovery (prombuild).
 func PrometheusBinary(ctx context.Context) (string, error) {
-	dir := os.Getenv(PrometheusBinDirEnv)
-	if dir == "" {
-		root, err := reporoot.Find()
-		if err != nil {
-			return "", err
-		}
-		var stdout, stderr bytes.Buffer
-		cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "tools", "prometheus", "build.sh"))
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		if err := cmd.Run(); err != nil {
-			return "", fmt.Errorf("building Prometheus with tools/prometheus/build.sh (%s): %w", strings.TrimSpace(stderr.String()), err)
-		}
-		lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-		dir = lines[len(lines)-1]
-	}
-	binary := filepath.Join(dir, "prometheus")
-	if _, err := os.Stat(binary); err != nil {
-		return "", fmt.Errorf("finding Prometheus: %w", err)
-	}
-	return binary, nil
+	return prombuild.Binary(ctx, "prometheus")
 }
 
 // PrometheusImage packs the Prometheus PrometheusBinary returns into an
