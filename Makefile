@@ -76,7 +76,7 @@ bench:
 
 ## tools: build the servers the tests run (cached by version under .cache/)
 tools:
-	tools/kube/build.sh etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy && tools/kube129/build.sh && tools/kube130/build.sh && tools/versitygw/build.sh && tools/kops/build.sh && tools/multus/build.sh
+	tools/kube/build.sh etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy && tools/kube129/build.sh && tools/kube130/build.sh && tools/versitygw/build.sh && tools/kops/build.sh && tools/multus/build.sh && tools/prometheus/build.sh
 
 clean:
 	rm -rf bin

@@ -13,7 +13,6 @@ declare -A wanted=(
   [runc]=runc                       # ... and its OCI runtime
   [/usr/lib/cni/bridge]=containernetworking-plugins # ... and its CNI plugins
   [docker-registry]=docker-registry # the OCI registry nodes pull KOS images from (tools/registry)
-  [prometheus]=prometheus           # checks that the dashboards' queries return data
 )
 
 missing=()

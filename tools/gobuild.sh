@@ -24,6 +24,7 @@ lock_build() {
 # go command's GOTOOLCHAIN: local (the default), or a release such as
 # go1.27.3 for a module that needs a newer Go than the tree's, which the go
 # command then fetches from the module proxy (once, into the module cache).
+# $BUILD_TAGS, when set, is the build's -tags list.
 build_cached() {
   local out=$1 name=$2 label=$3 pkg=$4 ldflags=$5 toolchain=${6:-local} start
   [ -x "$out/$name" ] && return 0
@@ -31,7 +32,7 @@ build_cached() {
   start=$(date +%s)
   # The temporary name keeps a half-written binary from ever looking built.
   GOTOOLCHAIN=$toolchain GOFLAGS=-mod=mod CGO_ENABLED=0 \
-    go build -trimpath -ldflags "$ldflags" -o "$out/$name.tmp.$$" "$pkg"
+    go build -trimpath -tags "${BUILD_TAGS:-}" -ldflags "$ldflags" -o "$out/$name.tmp.$$" "$pkg"
   mv "$out/$name.tmp.$$" "$out/$name"
   echo "built $label in $(( $(date +%s) - start ))s" >&2
 }

@@ -53,6 +53,10 @@ step "building kOps's own channels command (v1.32.0), which the channels tests r
 KOS_KOPS_BIN_DIR=$(tools/kops/build.sh)
 export KOS_KOPS_BIN_DIR
 
+step "building Prometheus 3.16.0 and promtool, which the monitoring tests run and pack into the image the test cluster pulls in place of quay.io's (cached in .cache/; the first build takes 2-4 minutes)"
+KOS_PROMETHEUS_BIN_DIR=$(tools/prometheus/build.sh)
+export KOS_PROMETHEUS_BIN_DIR
+
 step "building the S3-compatible test server (versitygw) (cached in .cache/)"
 tools/versitygw/build.sh >/dev/null
 

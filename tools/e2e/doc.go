@@ -38,7 +38,10 @@
 // cluster or add namespaced objects of their own call sharedStandard and
 // run, each in a namespace of its own (standard.namespace), on the three
 // nodes the first of them starts, with the standard release installed from
-// its tree once; TestIntegrationKubectlKos is one. A destructive test that
+// its tree once; TestIntegrationKubectlKos is one, and
+// TestIntegrationMonitoring, which installs kos-monitoring, checks that its
+// Prometheus scrapes every component and fires an alert on a real fault,
+// and uninstalls it, another. A destructive test that
 // starts from that install takes the cluster over as the last to use it
 // (takeSharedStandard): TestIntegrationOperate. They are declared in
 // shared_tests_integration_test.go in the order they run, so that the

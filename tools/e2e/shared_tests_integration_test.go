@@ -73,6 +73,42 @@ func TestIntegrationUpgradeRunbook(t *testing.T) {
 	}
 }
 
+// TestIntegrationMonitoring installs kos-monitoring (monitoring_test.go):
+// rendered with kos-release for the cluster's registry, Prometheus the
+// image tools/kosimages packs of the 2.53.3 tools/prometheus builds,
+// Grafana at 0 replicas (no image to pull). Through a port-forward, Prometheus scrapes every KOS pod, up,
+// and has loaded every shipped alert; a node gone for good, its agent's
+// Lease left behind, fires KOSAgentNotHeartbeating, which resolves once
+// the Lease is deleted as the runbook says; the uninstall leaves the
+// cluster's addon objects as they were.
+func TestIntegrationMonitoring(t *testing.T) {
+	began := time.Now()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &monitoring{standard: sharedStandard(t, root)}
+	runStepsDumping(t, func() {
+		m.dumpState()
+		m.dumpNamespace(monitoringNamespace)
+	}, []step{
+		// First, so that the Lease goes silent and the controller counts
+		// the node while Prometheus is installed: the alert's wait is
+		// then mostly its for: (figure monitoring-alert-firing counts
+		// from here).
+		{"a node gone, its Lease left", m.testGoneNode},
+		{"rendered for the cluster's registry", m.testRender},
+		{"installed", m.testInstall},
+		{"Prometheus reached", m.testReach},
+		{"every KOS pod a target, up", m.testTargets},
+		{"every shipped alert loaded", m.testRules},
+		{"the gone node's alert fires", m.testAlertFires},
+		{"and resolves once its Lease is deleted", m.testAlertResolves},
+		{"uninstall leaves the cluster as it was", m.testUninstall},
+	})
+	figures.Duration(t, "monitoring-whole-test", time.Since(began))
+}
+
 // TestIntegrationOperate runs what docs/backup.md and docs/operations.md
 // tell an operator of the standard release, on three nodes: the shared
 // cluster, taken over after the tests that share it (takeSharedStandard),

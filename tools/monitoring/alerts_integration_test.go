@@ -22,6 +22,7 @@ import (
 
 	"github.com/kos-sdn/kos/components/pki"
 	"github.com/kos-sdn/kos/tools/poll"
+	"github.com/kos-sdn/kos/tools/prombuild"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
@@ -48,13 +49,13 @@ func alertNames(t testing.TB, rules string) []string {
 }
 
 // TestIntegrationRulesPromtool checks the rules of the repository (which
-// TestRulesShipped compares with the releases) with Prometheus's own promtool: they parse (check rules), and each alert fires on its
+// TestRulesShipped compares with the releases) with the promtool of the Prometheus the manifest runs (prombuild): they parse (check rules), and each alert fires on its
 // fault's series, after its "for", and not on healthy ones
 // (testdata/kos.rules.test.yaml, which must test every alert).
 func TestIntegrationRulesPromtool(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
+	promtool, err := prombuild.Binary(t.Context(), "promtool")
 	if err != nil {
-		t.Fatalf("promtool is not installed (tools/deps.sh installs prometheus, which has it): %v", err)
+		t.Fatal(err)
 	}
 	rules := rulesFile(t)
 	if out, err := exec.Command(promtool, "check", "rules", writeFile(t, "kos.rules.yaml", []byte(rules))).CombinedOutput(); err != nil {

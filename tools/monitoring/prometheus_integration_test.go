@@ -42,6 +42,7 @@ import (
 	kosclient "github.com/kos-sdn/kos/components/generated/clientset/versioned"
 	"github.com/kos-sdn/kos/components/monitoring"
 	"github.com/kos-sdn/kos/tools/poll"
+	"github.com/kos-sdn/kos/tools/prombuild"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
@@ -235,13 +236,13 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// startPrometheus runs Debian's prometheus with config until the test ends,
+// startPrometheus runs the Prometheus the manifest runs (prombuild) with config until the test ends,
 // and returns its base URL.
 func startPrometheus(t *testing.T, config []byte) string {
 	t.Helper()
-	bin, err := exec.LookPath("prometheus")
+	bin, err := prombuild.Binary(t.Context(), "prometheus")
 	if err != nil {
-		t.Fatalf("prometheus is not installed (tools/deps.sh installs it): %v", err)
+		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	cfgFile := filepath.Join(dir, "prometheus.yml")

@@ -163,6 +163,18 @@ type bindMount struct{ source, target string }
 // the test when it fails.
 func chroot(t *testing.T, root string, mount *bindMount, env []string, program string, args ...string) string {
 	t.Helper()
+	cmd := chrootCommand(t, root, mount, env, "", program, args...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s in %s: %v\n%s", program, strings.Join(args, " "), root, err, out)
+	}
+	return string(out)
+}
+
+// chrootCommand returns the command chroot runs, the program running as
+// userspec (chroot's USER:GROUP) when it is not "".
+func chrootCommand(t *testing.T, root string, mount *bindMount, env []string, userspec string, program string, args ...string) *exec.Cmd {
+	t.Helper()
 	mounts := []bindMount{{source: "/dev", target: "/dev"}, {source: "/proc", target: "/proc"}}
 	if mount != nil {
 		mounts = append(mounts, *mount)
@@ -176,16 +188,17 @@ func chroot(t *testing.T, root string, mount *bindMount, env []string, program s
 		fmt.Fprintf(&script, `mount --rbind "$MOUNT_SOURCE_%d" "$MOUNT_TARGET_%d" && `, i, i)
 		env = append(slices.Clone(env), fmt.Sprintf("MOUNT_SOURCE_%d=%s", i, m.source), fmt.Sprintf("MOUNT_TARGET_%d=%s", i, target))
 	}
-	script.WriteString(`exec chroot "$0" "$@"`)
+	if userspec != "" {
+		script.WriteString(`exec chroot --userspec="$USERSPEC" "$0" "$@"`)
+		env = append(env, "USERSPEC="+userspec)
+	} else {
+		script.WriteString(`exec chroot "$0" "$@"`)
+	}
 	cmd := exec.CommandContext(t.Context(), "unshare", append([]string{"--mount", "--propagation", "private", "--", "sh", "-c", script.String(), root, program}, args...)...)
 	// Nothing of the host's environment: the image's programs find what
 	// they need in the image or not at all.
 	cmd.Env = append([]string{images.DefaultPath}, env...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s in %s: %v\n%s", program, strings.Join(args, " "), root, err, out)
-	}
-	return string(out)
+	return cmd
 }
 
 // unpack writes the files of an image, its layers flattened, under root.
