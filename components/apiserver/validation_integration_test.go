@@ -31,6 +31,24 @@ func statusErrorStrings(err error) []string {
 	return out
 }
 
+// checkRefusal checks the error of a write (op): none where want is nil,
+// else an Invalid error whose causes are want.
+func checkRefusal(t *testing.T, op string, err error, want []string) {
+	t.Helper()
+	if want == nil {
+		if err != nil {
+			t.Fatalf("%s: %v, want success", op, err)
+		}
+		return
+	}
+	if !apierrors.IsInvalid(err) {
+		t.Fatalf("%s: got %v, want an Invalid error", op, err)
+	}
+	if diff := cmp.Diff(statusErrorStrings(err), want); diff != "" {
+		t.Errorf("causes (-got +want):\n%s", diff)
+	}
+}
+
 func testCreateValidation(t *testing.T, clients apiClients) {
 	ns := newNamespace(t)
 	const inside = "must lie inside one RFC 1918 range (10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16)"
@@ -58,18 +76,7 @@ func testCreateValidation(t *testing.T, clients apiClients) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSubnet(ns, fmt.Sprintf("s%d", i), tc.cidr, tc.vni)
 			_, err := clients.aggregated.NetworkV1alpha1().Subnets(ns).Create(context.Background(), s, metav1.CreateOptions{})
-			if tc.want == nil {
-				if err != nil {
-					t.Fatalf("create: %v, want success", err)
-				}
-				return
-			}
-			if !apierrors.IsInvalid(err) {
-				t.Fatalf("create: got %v, want an Invalid error", err)
-			}
-			if diff := cmp.Diff(statusErrorStrings(err), tc.want); diff != "" {
-				t.Errorf("causes (-got +want):\n%s", diff)
-			}
+			checkRefusal(t, "create", err, tc.want)
 		})
 	}
 
@@ -115,18 +122,7 @@ func testConflictCheck(t *testing.T, clients apiClients) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := subnets(tc.subnet.Namespace).Create(ctx, tc.subnet, metav1.CreateOptions{})
-			if tc.want == nil {
-				if err != nil {
-					t.Fatalf("create: %v, want success", err)
-				}
-				return
-			}
-			if !apierrors.IsInvalid(err) {
-				t.Fatalf("create: got %v, want an Invalid error", err)
-			}
-			if diff := cmp.Diff(statusErrorStrings(err), tc.want); diff != "" {
-				t.Errorf("causes (-got +want):\n%s", diff)
-			}
+			checkRefusal(t, "create", err, tc.want)
 		})
 	}
 }
@@ -183,19 +179,7 @@ func testImmutability(t *testing.T, clients apiClients) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err := tc.update()
-			if tc.want == nil {
-				if err != nil {
-					t.Fatalf("update: %v, want success", err)
-				}
-				return
-			}
-			if !apierrors.IsInvalid(err) {
-				t.Fatalf("update: got %v, want an Invalid error", err)
-			}
-			if diff := cmp.Diff(statusErrorStrings(err), tc.want); diff != "" {
-				t.Errorf("causes (-got +want):\n%s", diff)
-			}
+			checkRefusal(t, "update", tc.update(), tc.want)
 		})
 	}
 	got, err := c.Subnets(ns).Get(ctx, "s1", metav1.GetOptions{})
