@@ -169,21 +169,7 @@ func BenchmarkCNIAdd(b *testing.B) {
 	})
 	b.Run(fmt.Sprintf("%gpods/s", *cniRate), func(b *testing.B) {
 		sandboxes := netnses(b, b.N)
-		took := make([]time.Duration, b.N)
-		var wg sync.WaitGroup
-		tick := time.NewTicker(time.Duration(float64(time.Second) / *cniRate))
-		defer tick.Stop()
-		ops := fabricTimes(b, agt.registry)
-		began := time.Now()
-		b.ResetTimer()
-		for i := range b.N {
-			if i > 0 {
-				<-tick.C
-			}
-			wg.Go(func() { took[i] = add(b.Context(), b, sandboxes[i]) })
-		}
-		wg.Wait()
-		reportLatencies(b, took, time.Since(began), ops, fabricTimes(b, agt.registry))
+		runAtRate(b, *cniRate, agt.registry, func(i int) time.Duration { return add(b.Context(), b, sandboxes[i]) })
 	})
 	b.Run(fmt.Sprintf("ready-%gpods/s", *cniRate), func(b *testing.B) {
 		sandboxes := netnses(b, b.N)
@@ -208,22 +194,29 @@ func BenchmarkCNIAdd(b *testing.B) {
 			}
 			return nil
 		})
-		took := make([]time.Duration, b.N)
-		var wg sync.WaitGroup
-		tick := time.NewTicker(time.Duration(float64(time.Second) / *cniRate))
-		defer tick.Stop()
-		ops := fabricTimes(b, agt.registry)
-		began := time.Now()
-		b.ResetTimer()
-		for i := range b.N {
-			if i > 0 {
-				<-tick.C
-			}
-			wg.Go(func() { took[i] = runADD(b.Context(), b, sandboxes[i]) })
-		}
-		wg.Wait()
-		reportLatencies(b, took, time.Since(began), ops, fabricTimes(b, agt.registry))
+		runAtRate(b, *cniRate, agt.registry, func(i int) time.Duration { return runADD(b.Context(), b, sandboxes[i]) })
 	})
+}
+
+// runAtRate starts b.N ADDs at rate a second, each beside the others:
+// add(i) runs the i-th and returns its latency. It reports the latencies
+// and the agent's fabric times (from reg) over the run.
+func runAtRate(b *testing.B, rate float64, reg prometheus.Gatherer, add func(i int) time.Duration) {
+	took := make([]time.Duration, b.N)
+	var wg sync.WaitGroup
+	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+	defer tick.Stop()
+	ops := fabricTimes(b, reg)
+	began := time.Now()
+	b.ResetTimer()
+	for i := range b.N {
+		if i > 0 {
+			<-tick.C
+		}
+		wg.Go(func() { took[i] = add(i) })
+	}
+	wg.Wait()
+	reportLatencies(b, took, time.Since(began), ops, fabricTimes(b, reg))
 }
 
 // reportLatencies reports the p50, p99 and longest of a sub-benchmark's ADD

@@ -31,6 +31,24 @@ func statusErrorStrings(err error) []string {
 	return out
 }
 
+// checkRefusal checks the error of a write (op): none where want is nil,
+// else an Invalid error whose causes are want.
+func checkRefusal(t *testing.T, op string, err error, want []string) {
+	t.Helper()
+	if want == nil {
+		if err != nil {
+			t.Fatalf("%s: %v, want success", op, err)
+		}
+		return
+	}
+	if !apierrors.IsInvalid(err) {
+		t.Fatalf("%s: got %v, want an Invalid error", op, err)
+	}
+	if diff := cmp.Diff(statusErrorStrings(err), want); diff != "" {
+		t.Errorf("causes (-got +want):\n%s", diff)
+	}
+}
+
 func testCreateValidation(t *testing.T, clients apiClients) {
 	ns := newNamespace(t)
 	const inside = "must lie inside one RFC 1918 range (10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16)"
@@ -58,18 +76,7 @@ func testCreateValidation(t *testing.T, clients apiClients) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSubnet(ns, fmt.Sprintf("s%d", i), tc.cidr, tc.vni)
 			_, err := clients.aggregated.NetworkV1alpha1().Subnets(ns).Create(context.Background(), s, metav1.CreateOptions{})
-			if tc.want == nil {
-				if err != nil {
-					t.Fatalf("create: %v, want success", err)
-				}
-				return
-			}
-			if !apierrors.IsInvalid(err) {
-				t.Fatalf("create: got %v, want an Invalid error", err)
-			}
-			if diff := cmp.Diff(statusErrorStrings(err), tc.want); diff != "" {
-				t.Errorf("causes (-got +want):\n%s", diff)
-			}
+			checkRefusal(t, "create", err, tc.want)
 		})
 	}
 
@@ -115,19 +122,19 @@ func testConflictCheck(t *testing.T, clients apiClients) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := subnets(tc.subnet.Namespace).Create(ctx, tc.subnet, metav1.CreateOptions{})
-			if tc.want == nil {
-				if err != nil {
-					t.Fatalf("create: %v, want success", err)
-				}
-				return
-			}
-			if !apierrors.IsInvalid(err) {
-				t.Fatalf("create: got %v, want an Invalid error", err)
-			}
-			if diff := cmp.Diff(statusErrorStrings(err), tc.want); diff != "" {
-				t.Errorf("causes (-got +want):\n%s", diff)
-			}
+			checkRefusal(t, "create", err, tc.want)
 		})
+	}
+}
+
+// updated returns an update (with the client's Update) of a copy of obj
+// that edit changed.
+func updated[T interface{ DeepCopy() T }](ctx context.Context, obj T, edit func(T), update func(context.Context, T, metav1.UpdateOptions) (T, error)) func() error {
+	return func() error {
+		o := obj.DeepCopy()
+		edit(o)
+		_, err := update(ctx, o, metav1.UpdateOptions{})
+		return err
 	}
 }
 
@@ -150,52 +157,20 @@ func testImmutability(t *testing.T, clients apiClients) {
 		update func() error
 		want   []string
 	}{
-		{"subnet vni", func() error {
-			s := subnet.DeepCopy()
-			s.Spec.VNI = 31
-			_, err := c.Subnets(ns).Update(ctx, s, metav1.UpdateOptions{})
-			return err
-		}, []string{"spec.vni: Invalid value: 31: field is immutable"}},
-		{"subnet cidr", func() error {
-			s := subnet.DeepCopy()
-			s.Spec.IPv4 = "10.30.1.0/24"
-			_, err := c.Subnets(ns).Update(ctx, s, metav1.UpdateOptions{})
-			return err
-		}, []string{`spec.ipv4: Invalid value: "10.30.1.0/24": field is immutable`}},
-		{"attachment node and subnet", func() error {
-			a := att.DeepCopy()
-			a.Spec.Node, a.Spec.Subnet = "node-2", "s2"
-			_, err := c.NetworkAttachments(ns).Update(ctx, a, metav1.UpdateOptions{})
-			return err
-		}, []string{`spec.node: Invalid value: "node-2": field is immutable`, `spec.subnet: Invalid value: "s2": field is immutable`}},
-		{"IP lock subnet", func() error {
-			l := lock.DeepCopy()
-			l.Spec.SubnetName = "s2"
-			_, err := c.IPLocks(ns).Update(ctx, l, metav1.UpdateOptions{})
-			return err
-		}, []string{`spec.subnetName: Invalid value: "s2": field is immutable`}},
-		{"attachment exec commands may change", func() error {
-			a := att.DeepCopy()
-			a.Spec.PostCreateExec = []string{"/bin/true"}
-			_, err := c.NetworkAttachments(ns).Update(ctx, a, metav1.UpdateOptions{})
-			return err
-		}, nil},
+		{"subnet vni", updated(ctx, subnet, func(s *v1alpha1.Subnet) { s.Spec.VNI = 31 }, c.Subnets(ns).Update),
+			[]string{"spec.vni: Invalid value: 31: field is immutable"}},
+		{"subnet cidr", updated(ctx, subnet, func(s *v1alpha1.Subnet) { s.Spec.IPv4 = "10.30.1.0/24" }, c.Subnets(ns).Update),
+			[]string{`spec.ipv4: Invalid value: "10.30.1.0/24": field is immutable`}},
+		{"attachment node and subnet", updated(ctx, att, func(a *v1alpha1.NetworkAttachment) { a.Spec.Node, a.Spec.Subnet = "node-2", "s2" }, c.NetworkAttachments(ns).Update),
+			[]string{`spec.node: Invalid value: "node-2": field is immutable`, `spec.subnet: Invalid value: "s2": field is immutable`}},
+		{"IP lock subnet", updated(ctx, lock, func(l *v1alpha1.IPLock) { l.Spec.SubnetName = "s2" }, c.IPLocks(ns).Update),
+			[]string{`spec.subnetName: Invalid value: "s2": field is immutable`}},
+		{"attachment exec commands may change", updated(ctx, att, func(a *v1alpha1.NetworkAttachment) { a.Spec.PostCreateExec = []string{"/bin/true"} }, c.NetworkAttachments(ns).Update),
+			nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err := tc.update()
-			if tc.want == nil {
-				if err != nil {
-					t.Fatalf("update: %v, want success", err)
-				}
-				return
-			}
-			if !apierrors.IsInvalid(err) {
-				t.Fatalf("update: got %v, want an Invalid error", err)
-			}
-			if diff := cmp.Diff(statusErrorStrings(err), tc.want); diff != "" {
-				t.Errorf("causes (-got +want):\n%s", diff)
-			}
+			checkRefusal(t, "update", tc.update(), tc.want)
 		})
 	}
 	got, err := c.Subnets(ns).Get(ctx, "s1", metav1.GetOptions{})

@@ -319,7 +319,34 @@ var (
 	assigned2    = fmt.Sprintf("update networkattachments/status a/att rv=10: 10.0.0.2 on VNI 1, lock %s", created2)
 	l7, name7    = testLock("10.0.0.7", attUID), lockName(1, "10.0.0.7")
 	taken7       = "Requested address 10.0.0.7 is taken by NetworkAttachment a/other"
+	assigned7    = fmt.Sprintf("update networkattachments/status a/att rv=10: 10.0.0.7 on VNI 1, lock %s", createdUID(name7))
 )
+
+// take2 returns the requests before, then the create of a/att's lock of
+// 10.0.0.2 and the write that assigns it.
+func take2(before ...string) []string {
+	return append(before, "create iplocks a/v1-1-10-0-0-2 (owner att-uid, subnet s)", assigned2)
+}
+
+// retake7 returns the requests before, then the release of the lock of
+// 10.0.0.7 that another attachment held, the create of a/att's and the
+// write that assigns it.
+func retake7(before ...string) []string {
+	return append(before, "delete iplocks a/v1-1-10-0-0-7 (uid v1-1-10-0-0-7-uid)", "create iplocks a/v1-1-10-0-0-7 (owner att-uid, subnet s)", assigned7)
+}
+
+// held7 returns the requests that find 10.0.0.7 held by a/other (the
+// create of a lock that fails, and live reads of the lock and its owner),
+// then the requests then.
+func held7(then ...string) []string {
+	return append([]string{"create iplocks a/v1-1-10-0-0-7 (owner att-uid, subnet s)", "get iplocks a/v1-1-10-0-0-7", "get networkattachments a/other"}, then...)
+}
+
+// recWritten records that this controller locked lockName (lock UID
+// lockUID) for a/att, based on the cached attachment, and wrote it.
+func recWritten(lockName string, lockUID types.UID) *inflight {
+	return &inflight{attUID: attUID, subnetUID: subnetUID, lockName: lockName, lockUID: lockUID, seenRV: attRV, writtenRV: "11"}
+}
 
 // rec2 records that this controller locked 10.0.0.2 for a/att, based on
 // the cached attachment, and has not written it yet.

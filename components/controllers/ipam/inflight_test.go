@@ -31,7 +31,7 @@ func TestSyncAdoptsHeldLock(t *testing.T) {
 			wantActions: []string{
 				"update networkattachments/status a/att rv=10: 10.0.0.3 on VNI 1, lock v1-1-10-0-0-3-uid",
 			},
-			wantRecord: &inflight{attUID: attUID, subnetUID: subnetUID, lockName: name3, lockUID: l3.UID, seenRV: attRV, writtenRV: "11"},
+			wantRecord: recWritten(name3, l3.UID),
 		},
 		{
 			name:       "recorded lock the cache lacks is adopted after a live read",
@@ -45,15 +45,11 @@ func TestSyncAdoptsHeldLock(t *testing.T) {
 			wantRecord: rec2(l2.UID, "11"),
 		},
 		{
-			name:   "recorded lock released meanwhile: a new one",
-			objs:   objects(validSubnet(), testAttachment()),
-			record: rec2("released-uid", ""),
-			wantActions: []string{
-				"get iplocks a/v1-1-10-0-0-2",
-				"create iplocks a/v1-1-10-0-0-2 (owner att-uid, subnet s)",
-				assigned2,
-			},
-			wantRecord: rec2(created2, "11"),
+			name:        "recorded lock released meanwhile: a new one",
+			objs:        objects(validSubnet(), testAttachment()),
+			record:      rec2("released-uid", ""),
+			wantActions: take2("get iplocks a/v1-1-10-0-0-2"),
+			wantRecord:  recWritten(name2, created2),
 		},
 		{
 			name:        "live read of the recorded lock fails: retried",
@@ -92,14 +88,11 @@ func TestSyncInflightRecord(t *testing.T) {
 			record: rec2(l2.UID, "11"),
 		},
 		{
-			name:   "record of an earlier attachment of the same name is void",
-			objs:   objects(validSubnet(), testAttachment()),
-			record: &inflight{attUID: "earlier-uid", subnetUID: subnetUID, lockName: name3, lockUID: l3.UID, seenRV: attRV, writtenRV: "11"},
-			wantActions: []string{
-				"create iplocks a/v1-1-10-0-0-2 (owner att-uid, subnet s)",
-				assigned2,
-			},
-			wantRecord: rec2(created2, "11"),
+			name:        "record of an earlier attachment of the same name is void",
+			objs:        objects(validSubnet(), testAttachment()),
+			record:      &inflight{attUID: "earlier-uid", subnetUID: subnetUID, lockName: name3, lockUID: l3.UID, seenRV: attRV, writtenRV: "11"},
+			wantActions: take2(),
+			wantRecord:  recWritten(name2, created2),
 		},
 		{
 			name:   "record of an earlier attachment of the same name is forgotten",
@@ -107,14 +100,11 @@ func TestSyncInflightRecord(t *testing.T) {
 			record: &inflight{attUID: "earlier-uid", subnetUID: subnetUID, lockName: name3, lockUID: l3.UID, seenRV: attRV, writtenRV: "11"},
 		},
 		{
-			name:   "record of an earlier subnet of the same name is void",
-			objs:   objects(validSubnet(), testAttachment()),
-			record: &inflight{attUID: attUID, subnetUID: "earlier-s-uid", lockName: name3, lockUID: l3.UID, seenRV: attRV, writtenRV: "11"},
-			wantActions: []string{
-				"create iplocks a/v1-1-10-0-0-2 (owner att-uid, subnet s)",
-				assigned2,
-			},
-			wantRecord: rec2(created2, "11"),
+			name:        "record of an earlier subnet of the same name is void",
+			objs:        objects(validSubnet(), testAttachment()),
+			record:      &inflight{attUID: attUID, subnetUID: "earlier-s-uid", lockName: name3, lockUID: l3.UID, seenRV: attRV, writtenRV: "11"},
+			wantActions: take2(),
+			wantRecord:  recWritten(name2, created2),
 		},
 	})
 }
