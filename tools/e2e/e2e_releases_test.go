@@ -88,9 +88,9 @@ func (k *kos) listRecords(t *testing.T) map[string]record {
 	return got
 }
 
-// selected returns the releases the bootstrap channels offer this cluster,
-// as channels picks them.
-func (k *kos) selected(t *testing.T) []*channels.Addon {
+// offered returns every release of the bootstrap channels, for whichever
+// Kubernetes version.
+func (k *kos) offered(t *testing.T) []*channels.Addon {
 	t.Helper()
 	var releases []*channels.Addon
 	for _, loc := range k.channels {
@@ -100,7 +100,14 @@ func (k *kos) selected(t *testing.T) []*channels.Addon {
 		}
 		releases = append(releases, got...)
 	}
-	return channels.Select(releases, k.server)
+	return releases
+}
+
+// selected returns the releases the bootstrap channels offer this cluster,
+// as channels picks them.
+func (k *kos) selected(t *testing.T) []*channels.Addon {
+	t.Helper()
+	return channels.Select(k.offered(t), k.server)
 }
 
 // expectedAddons names the addons of the bootstrap channels.
@@ -116,14 +123,7 @@ func (k *kos) expectedAddons(t *testing.T) []string {
 // Kubernetes variants was installed from the one whose range holds the
 // server's version, and that another variant exists that does not.
 func (k *kos) testVariant(t *testing.T) {
-	var releases []*channels.Addon
-	for _, loc := range k.channels {
-		got, err := channels.Load(t.Context(), channels.NewFetcher(), loc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		releases = append(releases, got...)
-	}
+	releases := k.offered(t)
 	records := k.records(t)
 	variants := 0
 	for name, rec := range records {
