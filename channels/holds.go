@@ -1,0 +1,95 @@
+package channels
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+)
+
+// heldShown bounds the kept objects a Namespace's keep reason names.
+const heldShown = 5
+
+// keptIn lists, as "Kind namespace/name", the objects in a Namespace that
+// delete keeps (see protection: annotated KeepAnnotation, or
+// PersistentVolumeClaims not annotated DeletableAnnotation) and that
+// deleting the Namespace would delete with it, whichever addon, or none,
+// they belong to: a claim a StatefulSet made holds data as much as one a
+// release declares. It lists every namespaced kind the server serves,
+// metadata only. Objects being deleted, or owned by a controller (deleted
+// with their owner whatever happens to the Namespace), do not count.
+// Kinds whose API group does not answer discovery or lists (an aggregated
+// API whose server is down) are passed over: the namespace controller
+// cannot delete them either until it answers.
+func (c *Client) keptIn(ctx context.Context, namespace string) ([]string, error) {
+	lists, err := c.Discovery.ServerPreferredNamespacedResources()
+	if err != nil && !discovery.IsGroupDiscoveryFailedError(err) {
+		return nil, fmt.Errorf("finding the kinds namespace %s may hold: %w", namespace, err)
+	}
+	type resource struct {
+		gvr schema.GroupVersionResource
+		gk  schema.GroupKind
+	}
+	var resources []resource
+	for _, l := range lists {
+		gv, err := schema.ParseGroupVersion(l.GroupVersion)
+		if err != nil {
+			continue
+		}
+		for _, r := range l.APIResources {
+			if !slices.Contains(r.Verbs, "list") || !slices.Contains(r.Verbs, "delete") {
+				continue
+			}
+			resources = append(resources, resource{gvr: gv.WithResource(r.Name), gk: gv.WithKind(r.Kind).GroupKind()})
+		}
+	}
+	found := make([][]string, len(resources))
+	w := &addonWriter{client: c, parallelism: defaultParallelism}
+	err = w.each(ctx, len(resources), func(ctx context.Context, i int) error {
+		r := resources[i]
+		opts := metav1.ListOptions{Limit: listLimit}
+		for {
+			list, err := c.Metadata.Resource(r.gvr).Namespace(namespace).List(ctx, opts)
+			switch {
+			case apierrors.IsNotFound(err), apierrors.IsServiceUnavailable(err), apierrors.IsMethodNotSupported(err):
+				return nil
+			case err != nil:
+				return fmt.Errorf("listing %s in namespace %s: %w", r.gk, namespace, err)
+			}
+			for _, obj := range list.Items {
+				if obj.DeletionTimestamp != nil || metav1.GetControllerOfNoCopy(&obj) != nil {
+					continue
+				}
+				if protectionOf(r.gk, obj.Annotations, false) != "" {
+					found[i] = append(found[i], ObjectKey{GroupKind: r.gk, Namespace: namespace, Name: obj.Name}.String())
+				}
+			}
+			if list.Continue == "" {
+				return nil
+			}
+			opts.Continue = list.Continue
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := slices.Concat(found...)
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// heldReason is why a Namespace holding kept objects is not deleted, with
+// what to do about it.
+func heldReason(namespace string, kept []string) string {
+	names := strings.Join(kept, ", ")
+	if len(kept) > heldShown {
+		names = fmt.Sprintf("%s and %d more", strings.Join(kept[:heldShown], ", "), len(kept)-heldShown)
+	}
+	return fmt.Sprintf("it holds objects channels keeps, which deleting it would delete: %s; to delete it, delete them yourself first (their data go with them), then the Namespace (kubectl delete namespace %s)",
+		names, namespace)
+}
