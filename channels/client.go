@@ -3,6 +3,7 @@ package channels
 import (
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -72,4 +73,13 @@ func NewClient(config *rest.Config) (*Client, error) {
 		Discovery: cached,
 		Mapper:    restmapper.NewDeferredDiscoveryRESTMapper(cached),
 	}, nil
+}
+
+// resourceFor is the dynamic client of a resource in a namespace ("" for
+// cluster-scoped).
+func resourceFor(dyn dynamic.Interface, gvr schema.GroupVersionResource, namespace string) dynamic.ResourceInterface {
+	if namespace == "" {
+		return dyn.Resource(gvr)
+	}
+	return dyn.Resource(gvr).Namespace(namespace)
 }
