@@ -41,6 +41,12 @@ type Client struct {
 	// Mapper maps kinds to resources. It reads discovery only when first
 	// needed, so a run with nothing to apply never reads it.
 	Mapper *restmapper.DeferredDiscoveryRESTMapper
+
+	// scan is Metadata without the server's deprecation warnings, for the
+	// lists of every kind a Namespace holds (keptIn): nobody asked for
+	// those kinds (v1 Endpoints warns). Nil, in a Client made without
+	// NewClient, means Metadata.
+	scan metadata.Interface
 }
 
 // NewClient builds a Client from a REST config. It copies the config and
@@ -65,6 +71,12 @@ func NewClient(config *rest.Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating metadata client: %w", err)
 	}
+	quiet := rest.CopyConfig(cfg)
+	quiet.WarningHandler, quiet.WarningHandlerWithContext = nil, rest.NoWarnings{}
+	scan, err := metadata.NewForConfig(quiet)
+	if err != nil {
+		return nil, fmt.Errorf("creating metadata client: %w", err)
+	}
 	cached := memory.NewMemCacheClient(kube.Discovery())
 	return &Client{
 		Kube:      kube,
@@ -72,6 +84,7 @@ func NewClient(config *rest.Config) (*Client, error) {
 		Metadata:  meta,
 		Discovery: cached,
 		Mapper:    restmapper.NewDeferredDiscoveryRESTMapper(cached),
+		scan:      scan,
 	}, nil
 }
 

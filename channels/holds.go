@@ -48,13 +48,17 @@ func (c *Client) keptIn(ctx context.Context, namespace string) ([]string, error)
 			resources = append(resources, resource{gvr: gv.WithResource(r.Name), gk: gv.WithKind(r.Kind).GroupKind()})
 		}
 	}
+	scan := c.scan
+	if scan == nil {
+		scan = c.Metadata
+	}
 	found := make([][]string, len(resources))
 	w := &addonWriter{client: c, parallelism: defaultParallelism}
 	err = w.each(ctx, len(resources), func(ctx context.Context, i int) error {
 		r := resources[i]
 		opts := metav1.ListOptions{Limit: listLimit}
 		for {
-			list, err := c.Metadata.Resource(r.gvr).Namespace(namespace).List(ctx, opts)
+			list, err := scan.Resource(r.gvr).Namespace(namespace).List(ctx, opts)
 			switch {
 			case apierrors.IsNotFound(err), apierrors.IsServiceUnavailable(err), apierrors.IsMethodNotSupported(err):
 				return nil
