@@ -11,8 +11,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kos-sdn/kos/channels/api"
 	"github.com/kos-sdn/kos/channels/channel"
 	"github.com/kos-sdn/kos/channels/internal/channelstest"
+	"github.com/kos-sdn/kos/channels/preview"
 )
 
 // TestIntegrationDeleteKeepsNamespaceHoldingKeptObjects uninstalls an
@@ -102,5 +104,58 @@ func TestIntegrationDeleteKeepsNamespaceHoldingKeptObjects(t *testing.T) {
 	}
 	if recordOf(t, channel.DefaultNamespace, "holds") != "" {
 		t.Error("the install record is still there")
+	}
+}
+
+// TestIntegrationPruneKeepsNamespaceHoldingKeptObjects drops two
+// Namespaces with a prune spec naming the kind: the one holding a kept
+// ConfigMap stays, as the plan says; the other is pruned.
+func TestIntegrationPruneKeepsNamespaceHoldingKeptObjects(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	kept := fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: kept, namespace: pruneheld-kept, annotations: {%s: \"true\"}}\ndata: {key: v}\n", KeepAnnotation)
+	v1 := channelstest.Manifest(channelstest.Namespace("pruneheld-kept"), channelstest.Namespace("pruneheld-none"), kept,
+		channelstest.ConfigMap("pruneheld-none", "plain", "1"), channelstest.ConfigMap("default", "pruneheld", "1"))
+	loc := channelstest.WriteChannel(t, dir, "v1.yaml", channelstest.Release{Name: "pruneheld", Version: "1.0.0", Manifest: v1})
+	c := newTestClient(t)
+	if res := run(t, c, loc); res.err != nil {
+		t.Fatalf("install: %v", res.err)
+	}
+
+	loc = channelstest.WriteChannel(t, dir, "v2.yaml", channelstest.Release{Name: "pruneheld", Version: "2.0.0",
+		Manifest: channelstest.ConfigMap("default", "pruneheld", "2"),
+		Prune:    &api.PruneSpec{Kinds: []api.PruneKindSpec{{Kind: "Namespace"}, {Kind: "ConfigMap"}}}})
+	reason := "it holds objects channels keeps, which deleting it would delete: ConfigMap pruneheld-kept/kept; " +
+		"to delete it, delete them yourself first (their data go with them), then the Namespace (kubectl delete namespace pruneheld-kept)"
+	var planned []string
+	for _, p := range planAndPreview(t, c, loc) {
+		for _, ch := range p.Objects {
+			if ch.Action == preview.ActionPrune || ch.Action == preview.ActionKeep {
+				planned = append(planned, string(ch.Action)+" "+ch.String()+" ("+ch.Note+")")
+			}
+		}
+	}
+	wantPlan := []string{
+		"keep ConfigMap pruneheld-kept/kept (it is annotated " + KeepAnnotation + ")",
+		"keep Namespace pruneheld-kept (" + reason + ")",
+		"prune ConfigMap pruneheld-none/plain ()",
+		"prune Namespace pruneheld-none ()",
+	}
+	if diff := cmp.Diff(planned, wantPlan, sortStrings); diff != "" {
+		t.Errorf("planned prunes (-got +want):\n%s", diff)
+	}
+	res := run(t, c, loc)
+	if res.err != nil {
+		t.Fatalf("upgrade: %v", res.err)
+	}
+	if diff := cmp.Diff(res.of(EventPruned), []string{"pruneheld: Pruned ConfigMap pruneheld-none/plain", "pruneheld: Pruned Namespace pruneheld-none"}); diff != "" {
+		t.Errorf("pruned (-got +want):\n%s", diff)
+	}
+	ns, err := kube(t).CoreV1().Namespaces().Get(ctx, "pruneheld-kept", metav1.GetOptions{})
+	if err != nil || ns.DeletionTimestamp != nil {
+		t.Errorf("namespace pruneheld-kept after the upgrade: %v, want it active", err)
+	}
+	if diff := cmp.Diff(configMapNames(t, "pruneheld-kept"), []string{"kept"}); diff != "" {
+		t.Errorf("ConfigMaps of pruneheld-kept (-got +want):\n%s", diff)
 	}
 }

@@ -69,7 +69,8 @@ type candidate struct {
 // declarations are unknown (its manifest did not load) is kept; a
 // Namespace or CRD that another addon's install record or pending release
 // uses is kept too. PersistentVolumeClaims and objects annotated
-// KeepAnnotation are always kept (see protection). It returns the kinds
+// KeepAnnotation are always kept (see protection), and so is a Namespace
+// that holds such an object, of any addon or none (see keptIn). It returns the kinds
 // and namespaces of the objects it kept that still carry the addon's
 // label, which its record must go on listing.
 //
@@ -328,6 +329,16 @@ func (w *addonWriter) list(ctx context.Context, q pruneQuery, in *applied, addon
 		}
 		if c.skip == "" {
 			c.skip = protection(u, q.named)
+		}
+		if c.skip == "" && key.IsNamespace() {
+			// Deleting it would delete what it holds, kept or not.
+			kept, err := w.client.keptIn(ctx, key.Name)
+			if err != nil {
+				return nil, err
+			}
+			if len(kept) > 0 {
+				c.skip = heldReason(key.Name, kept)
+			}
 		}
 		if c.skip == "" && w.decl != nil {
 			if err := w.keepForOthers(ctx, &c, addon, u); err != nil {
