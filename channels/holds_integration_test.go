@@ -3,6 +3,7 @@ package channels
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -157,5 +158,58 @@ func TestIntegrationPruneKeepsNamespaceHoldingKeptObjects(t *testing.T) {
 	}
 	if diff := cmp.Diff(configMapNames(t, "pruneheld-kept"), []string{"kept"}); diff != "" {
 		t.Errorf("ConfigMaps of pruneheld-kept (-got +want):\n%s", diff)
+	}
+}
+
+// TestIntegrationDeleteKeepsCRDWithKeptCustomResource uninstalls an addon
+// with its CRDs: the CRD of which a kept custom resource exists stays, as
+// the plan says; the other custom resource goes.
+func TestIntegrationDeleteKeepsCRDWithKeptCustomResource(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	crd := strings.NewReplacer("widgets", "keepsakes", "widget", "keepsake", "Widget", "Keepsake").Replace(widgetCRD)
+	kept := fmt.Sprintf("apiVersion: test.kos.example.com/v1\nkind: Keepsake\nmetadata: {name: k1, namespace: crdheld-ns, annotations: {%s: \"true\"}}\n", KeepAnnotation)
+	plain := "apiVersion: test.kos.example.com/v1\nkind: Keepsake\nmetadata: {name: k2, namespace: crdheld-ns}\n"
+	loc := channelstest.WriteChannel(t, dir, "v1.yaml", channelstest.Release{Name: "crdheld", Version: "1.0.0",
+		Manifest: channelstest.Manifest(crd, channelstest.Namespace("crdheld-ns"), kept, plain)})
+	c := newTestClient(t)
+	if res := run(t, c, loc); res.err != nil {
+		t.Fatalf("install: %v", res.err)
+	}
+
+	opts := DeleteOptions{CRDs: true}
+	u, err := c.PlanUninstall(ctx, channel.DefaultNamespace, "crdheld", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deleted, keptObjs []string
+	for _, o := range u.Delete {
+		deleted = append(deleted, o.String())
+	}
+	for _, o := range u.Keep {
+		keptObjs = append(keptObjs, o.String()+": "+o.Reason)
+	}
+	if diff := cmp.Diff(deleted, []string{"Keepsake.test.kos.example.com crdheld-ns/k2"}); diff != "" {
+		t.Errorf("deleted (-got +want):\n%s", diff)
+	}
+	wantKept := []string{
+		"CustomResourceDefinition.apiextensions.k8s.io keepsakes.test.kos.example.com: it holds objects channels keeps, which deleting it would delete: " +
+			"Keepsake.test.kos.example.com crdheld-ns/k1; to delete it, delete them yourself first (their data go with them), " +
+			"then the CustomResourceDefinition (kubectl delete crd keepsakes.test.kos.example.com)",
+		"Keepsake.test.kos.example.com crdheld-ns/k1: it is annotated " + KeepAnnotation,
+		"Namespace crdheld-ns: a Namespace: deleted only when asked",
+	}
+	if diff := cmp.Diff(keptObjs, wantKept, sortStrings); diff != "" {
+		t.Errorf("kept (-got +want):\n%s", diff)
+	}
+	if err := c.Uninstall(ctx, u, opts); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Dynamic.Resource(crdResource).Get(ctx, "keepsakes.test.kos.example.com", metav1.GetOptions{})
+	if err != nil || got.GetDeletionTimestamp() != nil {
+		t.Errorf("the CRD after uninstalling: %v, want it there", err)
+	}
+	if _, err := c.Dynamic.Resource(widgetResource.GroupVersion().WithResource("keepsakes")).Namespace("crdheld-ns").Get(ctx, "k1", metav1.GetOptions{}); err != nil {
+		t.Errorf("Keepsake k1 after uninstalling: %v", err)
 	}
 }

@@ -330,14 +330,11 @@ func (w *addonWriter) list(ctx context.Context, q pruneQuery, in *applied, addon
 		if c.skip == "" {
 			c.skip = protection(u, q.named)
 		}
-		if c.skip == "" && key.IsNamespace() {
-			// Deleting it would delete what it holds, kept or not.
-			kept, err := w.client.keptIn(ctx, key.Name)
-			if err != nil {
+		if c.skip == "" {
+			// Deleting a Namespace or CRD deletes what it holds, kept
+			// or not.
+			if c.skip, err = w.client.holds(ctx, key, c.defines); err != nil {
 				return nil, err
-			}
-			if len(kept) > 0 {
-				c.skip = heldReason(key.Name, kept)
 			}
 		}
 		if c.skip == "" && w.decl != nil {
