@@ -43,8 +43,8 @@ type Client struct {
 	Mapper *restmapper.DeferredDiscoveryRESTMapper
 
 	// scan is Metadata without the server's deprecation warnings, for the
-	// lists of every kind a Namespace holds (keptIn): nobody asked for
-	// those kinds (v1 Endpoints warns). Nil, in a Client made without
+	// lists of what a Namespace or CRD holds (keptIn, keptOf): nobody
+	// asked for those kinds (v1 Endpoints warns). Nil, in a Client made without
 	// NewClient, means Metadata.
 	scan metadata.Interface
 }

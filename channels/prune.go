@@ -69,8 +69,9 @@ type candidate struct {
 // declarations are unknown (its manifest did not load) is kept; a
 // Namespace or CRD that another addon's install record or pending release
 // uses is kept too. PersistentVolumeClaims and objects annotated
-// KeepAnnotation are always kept (see protection), and so is a Namespace
-// that holds such an object, of any addon or none (see keptIn). It returns the kinds
+// KeepAnnotation are always kept (see protection), and so are a Namespace
+// that holds such an object and a CRD of which such a custom resource
+// exists, of any addon or none (see Client.holds). It returns the kinds
 // and namespaces of the objects it kept that still carry the addon's
 // label, which its record must go on listing.
 //
@@ -331,8 +332,7 @@ func (w *addonWriter) list(ctx context.Context, q pruneQuery, in *applied, addon
 			c.skip = protection(u, q.named)
 		}
 		if c.skip == "" {
-			// Deleting a Namespace or CRD deletes what it holds, kept
-			// or not.
+			// A Namespace or CRD takes what it holds with it.
 			if c.skip, err = w.client.holds(ctx, key, c.defines); err != nil {
 				return nil, err
 			}
