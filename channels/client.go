@@ -3,6 +3,7 @@ package channels
 import (
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -40,6 +41,12 @@ type Client struct {
 	// Mapper maps kinds to resources. It reads discovery only when first
 	// needed, so a run with nothing to apply never reads it.
 	Mapper *restmapper.DeferredDiscoveryRESTMapper
+
+	// scan is Metadata without the server's deprecation warnings, for the
+	// lists of what a Namespace or CRD holds (keptIn, keptOf): nobody
+	// asked for those kinds (v1 Endpoints warns). Nil, in a Client made without
+	// NewClient, means Metadata.
+	scan metadata.Interface
 }
 
 // NewClient builds a Client from a REST config. It copies the config and
@@ -64,6 +71,12 @@ func NewClient(config *rest.Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating metadata client: %w", err)
 	}
+	quiet := rest.CopyConfig(cfg)
+	quiet.WarningHandler, quiet.WarningHandlerWithContext = nil, rest.NoWarnings{}
+	scan, err := metadata.NewForConfig(quiet)
+	if err != nil {
+		return nil, fmt.Errorf("creating metadata client: %w", err)
+	}
 	cached := memory.NewMemCacheClient(kube.Discovery())
 	return &Client{
 		Kube:      kube,
@@ -71,5 +84,15 @@ func NewClient(config *rest.Config) (*Client, error) {
 		Metadata:  meta,
 		Discovery: cached,
 		Mapper:    restmapper.NewDeferredDiscoveryRESTMapper(cached),
+		scan:      scan,
 	}, nil
+}
+
+// resourceFor is the dynamic client of a resource in a namespace ("" for
+// cluster-scoped).
+func resourceFor(dyn dynamic.Interface, gvr schema.GroupVersionResource, namespace string) dynamic.ResourceInterface {
+	if namespace == "" {
+		return dyn.Resource(gvr)
+	}
+	return dyn.Resource(gvr).Namespace(namespace)
 }

@@ -31,11 +31,13 @@ type DeleteOptions struct {
 	// or an older channels), whose objects may carry only the selector.
 	Selector map[string]string
 	// Namespaces deletes the addon's Namespaces too, with everything in
-	// them. The record namespace and Kubernetes' own namespaces are never
-	// deleted.
+	// them. The record namespace, Kubernetes' own namespaces and a
+	// Namespace that holds an object delete keeps (KeepAnnotation, or a
+	// PersistentVolumeClaim), whoever made it, are never deleted.
 	Namespaces bool
 	// CRDs deletes the addon's CustomResourceDefinitions too, with every
-	// custom resource of them.
+	// custom resource of them; never a CRD of which a custom resource that
+	// delete keeps (KeepAnnotation) exists.
 	CRDs bool
 	// OnEvent, when set, is called for every step, one call at a time.
 	OnEvent func(Event)
@@ -99,7 +101,9 @@ var protectedNamespaces = map[string]bool{
 // owns, objects of another addon and (unless asked) Namespaces and CRDs are
 // kept; a Namespace or CRD is kept even when asked while another addon's
 // install record or pending release uses it (holds objects or records in
-// the Namespace, or objects of the CRD's kind).
+// the Namespace, or objects of the CRD's kind), and while it holds an
+// object delete keeps, of any addon or none (see keptIn, keptOf): its
+// reason names them and says what to do.
 func (c *Client) PlanUninstall(ctx context.Context, namespace, name string, opts DeleteOptions) (*Uninstall, error) {
 	rs, err := install.ReadRecords(ctx, c.Kube, []string{namespace})
 	if err != nil {
@@ -246,6 +250,13 @@ func (c *Client) decideUninstall(ctx context.Context, u *Uninstall, found [][]ca
 			}
 			if users := definitionUsers(installed, name, cand.key, cand.defines); cand.skip == "" && len(users) > 0 {
 				cand.skip = "the install record of addon " + strings.Join(users, ", ") + " uses it"
+			}
+			if cand.skip == "" {
+				held, err := c.holds(ctx, cand.key, cand.defines)
+				if err != nil {
+					return err
+				}
+				cand.skip = held
 			}
 			if cand.skip == "" && !cand.key.IsNamespace() && cand.key.GroupKind != crdKind {
 				if err := keepDeclared(ctx, decl, &cand, name); err != nil {

@@ -26,15 +26,16 @@
 // published.
 //
 // Other concerns live in packages of their own, which import this one or
-// nothing of channels but loading: channels/channel loads channel files
-// (Load, Addon, Fetcher and Lint here are its); channels/install reads
-// install records and decides which release applies (Plan, PlanItem,
-// Decision, Record here are its); channels/preview is what a preview shows
-// and its diff (AddonPreview, ObjectChange here are its; Client.Preview
-// fills them in with the apply code's dry-run); channels/daemon runs passes
-// again and again, reports or repairs drift and serves health and metrics
-// (what `channels apply --interval` runs); channels/lease is the Lease that
-// keeps two runs apart; channels/diff the unified diffs of previews;
-// channels/api the wire types of channel files; channels/cli the command
-// line.
+// nothing of channels but loading and previews: channels/channel loads
+// channel files (Load, Addon, Fetcher and Lint here are its);
+// channels/install reads install records and decides which release
+// applies (Plan, PlanItem, Decision, Record here are its);
+// channels/preview is what a preview shows and its diff (AddonPreview,
+// ObjectChange here are its); channels/dryrun fills previews in, dry-running
+// the releases the apply code prepared (Client.Preview hands them over);
+// channels/daemon runs passes again and again, reports or repairs drift
+// and serves health and metrics (what `channels apply --interval` runs);
+// channels/lease is the Lease that keeps two runs apart; channels/diff the
+// unified diffs of previews; channels/api the wire types of channel files;
+// channels/cli the command line.
 package channels

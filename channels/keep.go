@@ -25,11 +25,15 @@ var claimKind = schema.GroupKind{Kind: "PersistentVolumeClaim"}
 // or it is a PersistentVolumeClaim that is not DeletableAnnotation and
 // whose kind the prune spec does not name (named).
 func protection(u *unstructured.Unstructured, named bool) string {
-	an := u.GetAnnotations()
+	return protectionOf(u.GroupVersionKind().GroupKind(), u.GetAnnotations(), named)
+}
+
+// protectionOf is protection of an object of kind gk with annotations an.
+func protectionOf(gk schema.GroupKind, an map[string]string, named bool) string {
 	switch {
 	case an[KeepAnnotation] == "true":
 		return "it is annotated " + KeepAnnotation
-	case u.GroupVersionKind().GroupKind() == claimKind && an[DeletableAnnotation] != "true" && !named:
+	case gk == claimKind && an[DeletableAnnotation] != "true" && !named:
 		return "a PersistentVolumeClaim holds data: deleted only when its manifest annotates it " + DeletableAnnotation
 	}
 	return ""

@@ -69,7 +69,9 @@ type candidate struct {
 // declarations are unknown (its manifest did not load) is kept; a
 // Namespace or CRD that another addon's install record or pending release
 // uses is kept too. PersistentVolumeClaims and objects annotated
-// KeepAnnotation are always kept (see protection). It returns the kinds
+// KeepAnnotation are always kept (see protection), and so are a Namespace
+// that holds such an object and a CRD of which such a custom resource
+// exists, of any addon or none (see Client.holds). It returns the kinds
 // and namespaces of the objects it kept that still carry the addon's
 // label, which its record must go on listing.
 //
@@ -328,6 +330,12 @@ func (w *addonWriter) list(ctx context.Context, q pruneQuery, in *applied, addon
 		}
 		if c.skip == "" {
 			c.skip = protection(u, q.named)
+		}
+		if c.skip == "" {
+			// A Namespace or CRD takes what it holds with it.
+			if c.skip, err = w.client.holds(ctx, key, c.defines); err != nil {
+				return nil, err
+			}
 		}
 		if c.skip == "" && w.decl != nil {
 			if err := w.keepForOthers(ctx, &c, addon, u); err != nil {

@@ -42,14 +42,17 @@ forbid "./channels/... ./cmd/... ./release/... ./addons/..." "$module/tools" "to
 # channels' layers (channels/doc.go): the Lease and the diff import nothing of
 # channels, loading channel files its wire types only, deciding (install)
 # loading only and no client of arbitrary objects, previews the diff only
-# and no client at all; neither the library nor the daemon imports the CLI.
+# and no client at all, the dry-run previews only (the apply code hands it
+# the releases it prepared); neither the library nor the daemon imports the
+# CLI.
 forbid ./channels/lease "$module/channels" "the run Lease is a leaf" "$module/channels/lease"
 forbid ./channels/diff "$module/channels" "unified diffs are a leaf" "$module/channels/diff"
 forbid ./channels/channel "$module/channels" "loading channel files needs their wire types only" "$module/channels/(channel|api)"
 forbid ./channels/install "$module/channels" "deciding reads records and channels and applies nothing" "$module/channels/(install|channel|api)"
 forbid ./channels/install "k8s.io/client-go/dynamic" "deciding reads install records (Namespaces) only; the objects are the applier's"
 forbid ./channels/preview "$module/channels" "a preview is what a dry-run found and its diff" "$module/channels/(preview|diff)"
-forbid ./channels/preview "k8s.io/client-go" "a preview makes no request; channels.Client.Preview fills it in"
+forbid ./channels/preview "k8s.io/client-go" "a preview makes no request; channels/dryrun fills it in"
+forbid ./channels/dryrun "$module/channels" "a dry-run previews what the apply code prepared, which calls it" "$module/channels/(dryrun|preview|diff)"
 forbid ./channels/internal/channelstest "$module/channels" "the tests of package channels use it" "$module/channels/(channel|api|internal/channelstest)"
 forbid "./channels ./channels/daemon" "$module/channels/cli" "the CLI is one client of the library"
 forbid "./release/... ./addons/..." "$module/components" "a release's renderer knows manifests, not the SDN's code"

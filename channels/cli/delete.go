@@ -46,7 +46,12 @@ As when pruning, objects a controller owns and objects of another addon are
 kept, and so are the addon's Namespaces and CustomResourceDefinitions unless
 --include-namespaces or --include-crds asks (deleting them deletes
 everything in them, or every custom resource of them). The record
-namespace and Kubernetes' own namespaces are never deleted. An object
+namespace and Kubernetes' own namespaces are never deleted, nor is a
+Namespace that holds an object channels keeps (below), whoever made it,
+or a CRD of which a kept custom resource exists: the plan lists it as
+kept and names those objects. Delete them yourself first (or remove
+their keep annotation before running with --yes), then the Namespace or
+CRD. An object
 another installed addon declares is kept and handed over to it (and one
 that an installed addon may declare, its release unreadable, is kept);
 PersistentVolumeClaims are kept unless their manifest annotates them

@@ -190,3 +190,49 @@ spec:
 		}
 	})
 }
+
+// TestIntegrationDeleteKeepsNamespaceWithKeptObject deletes an addon with
+// --include-namespaces whose Namespace holds a kept ConfigMap: the plan
+// and --yes print the same keep line, naming the ConfigMap, and the
+// Namespace and the ConfigMap stay.
+func TestIntegrationDeleteKeepsNamespaceWithKeptObject(t *testing.T) {
+	d := channelDir{t: t, dir: t.TempDir()}
+	m, hash := d.manifest("held.yaml", `apiVersion: v1
+kind: Namespace
+metadata: {name: held-ns}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: held-kept, namespace: held-ns, annotations: {`+channels.KeepAnnotation+`: "true"}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: held-plain, namespace: held-ns}
+`)
+	loc := d.channel("held-channel.yaml", fmt.Sprintf(`kind: Addons
+metadata: {name: held}
+spec:
+  addons:
+  - {name: held, version: 1.0.0, namespace: cli-held, selector: {k8s-addon: held.addons.k8s.io}, manifest: %s, manifestHash: %s}
+`, m, hash))
+	if code, _, errOut := runCLI(t, "apply", "channel", loc, "--yes"); code != 0 {
+		t.Fatalf("installing: exit %d, %s", code, errOut)
+	}
+	keepLine := "held: keep Namespace held-ns (it holds objects channels keeps, which deleting it would delete: ConfigMap held-ns/held-kept; " +
+		"to delete it, delete them yourself first (their data go with them), then the Namespace (kubectl delete namespace held-ns))\n"
+	for _, args := range [][]string{nil, {"--yes"}} {
+		code, out, errOut := runCLI(t, append([]string{"delete", "addon", "held", "-n", "cli-held", "--include-namespaces"}, args...)...)
+		if code != 0 || errOut != "" {
+			t.Fatalf("delete %v: exit %d, stderr %q", args, code, errOut)
+		}
+		if !strings.Contains(out, keepLine) {
+			t.Errorf("delete %v: stdout %q does not contain %q", args, out, keepLine)
+		}
+	}
+	if !namespaceActive(t, "held-ns") || !configMapExists(t, "held-ns", "held-kept") {
+		t.Error("Namespace held-ns or its kept ConfigMap is gone")
+	}
+	if configMapExists(t, "held-ns", "held-plain") {
+		t.Error("ConfigMap held-plain is still there")
+	}
+}

@@ -4,10 +4,11 @@
 // it takes from other field managers, and the unified diff between the
 // two, with a Secret's values masked.
 //
-// It makes no request. Package channels fills previews in
-// (Client.Preview): a preview must do what Apply does (the same mapping,
-// placement, ownership and pruning), so the dry-run runs the apply code
-// with dryRun=All. `channels apply --dry-run` and --diff show them.
+// It makes no request. Package dryrun fills previews in, on the releases
+// the apply code (package channels, Client.Preview) prepared: a preview
+// must do what Apply does (the same mapping, placement, ownership and
+// pruning), so each object is applied with dryRun=All. `channels apply
+// --dry-run` and --diff show them.
 package preview
 
 import (
