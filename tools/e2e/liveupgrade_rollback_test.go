@@ -181,12 +181,19 @@ func (lu *liveUpgrade) checkAdopted(t *testing.T, atts map[string]attachmentStat
 	}
 }
 
-// testUninstall deletes the KOS addons with our channels, their namespaces
-// and the nodes' bridge kos, and gives etcd fresh volumes, so that the next
+// testUninstall deletes etcd's claims, the KOS addons with our channels,
+// their namespaces and the nodes' bridge kos, and gives etcd fresh volumes, so that the next
 // install starts from nothing.
 func (lu *liveUpgrade) testUninstall(t *testing.T) {
 	ctx := t.Context()
 	began := time.Now()
+	// channels keeps the claims (the KOS API's data and its backups) and
+	// with them their namespace; this test throws them away, as
+	// docs/install.md's uninstall says to by hand. Claims being deleted
+	// hold no namespace.
+	if err := lu.kube.CoreV1().PersistentVolumeClaims(kosinstall.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	lu.channelsCLI(t, "delete", "addon", "kos-agent", "kos-controller-manager", "kos-apiserver", "kos-etcd", "--include-namespaces", "--include-crds", "--yes")
 	poll.Until(t, 4*time.Minute, "the KOS namespaces to be gone", func(ctx context.Context) error {
 		for _, ns := range kosinstall.Namespaces() {
