@@ -17,12 +17,16 @@ import (
 // makes.
 const FieldManager = "channels"
 
-// Client rates of a cluster client. client-go's defaults (5 requests per
-// second, bursts of 10) would make applying an addon of a few hundred objects
-// in parallel take a minute.
+// Client rates of a cluster client. What bounds the load a run puts on the
+// kube-apiserver is the requests it keeps in flight (ApplyOptions.Parallelism);
+// the rate is only a guard against a request loop, set above what a
+// two-core control plane serves (about 500 writes a second). client-go's
+// defaults (5 requests per second, bursts of 10) would make applying an
+// addon of a few hundred objects take a minute, and 100 a second would
+// still cap an addon of 500 objects at twice the time the server needs.
 const (
-	defaultQPS   = 100
-	defaultBurst = 200
+	defaultQPS   = 1000
+	defaultBurst = 1000
 )
 
 // Client talks to one cluster: it reads and writes install records, applies
@@ -50,7 +54,7 @@ type Client struct {
 }
 
 // NewClient builds a Client from a REST config. It copies the config and
-// raises a QPS and Burst left at zero to 100 and 200.
+// raises a QPS and Burst left at zero to 1000.
 func NewClient(config *rest.Config) (*Client, error) {
 	cfg := rest.CopyConfig(config)
 	if cfg.QPS == 0 {

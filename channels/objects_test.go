@@ -1,6 +1,7 @@
 package channels
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -123,6 +124,37 @@ metadata: {generateName: p-}
 				t.Errorf("DecodeObjects() objects (-got +want):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestDecodeObjectsKeepsOrder decodes more documents than there are
+// decoders, two of them bad: the objects come out in manifest order, and
+// the errors too.
+func TestDecodeObjectsKeepsOrder(t *testing.T) {
+	t.Parallel()
+	var docs, want []string
+	for i := range 300 {
+		docs = append(docs, fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm-%03d, namespace: ns}\n", i))
+		want = append(want, fmt.Sprintf("ConfigMap ns/cm-%03d", i))
+	}
+	objs, err := DecodeObjects([]byte(strings.Join(docs, "---\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, u := range objs {
+		got = append(got, keyOf(u).String())
+	}
+	if diff := cmp.Diff(got, want); diff != "" {
+		t.Errorf("DecodeObjects() objects (-got +want):\n%s", diff)
+	}
+
+	docs[250] = "kind: ConfigMap\nmetadata: {name: late}\n"
+	docs[7] = "kind: ConfigMap\nmetadata: {name: early}\n"
+	_, err = DecodeObjects([]byte(strings.Join(docs, "---\n")))
+	wantErr := "document 8: ConfigMap early: apiVersion is missing\ndocument 251: ConfigMap late: apiVersion is missing"
+	if err == nil || err.Error() != wantErr {
+		t.Errorf("DecodeObjects() error = %v, want %q", err, wantErr)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kos-sdn/kos/channels"
+	"github.com/kos-sdn/kos/tools/spawner"
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
@@ -299,7 +301,10 @@ func BenchmarkNoOpRequests(b *testing.B) {
 // prunes server-side applied objects only with an ApplySet, so its
 // upgrade's objects were installed with one). It reports each tool's mean
 // time, kubectl's over channels' (the ratio), and the 1-minute load average
-// around each iteration.
+// around each iteration. For the cold install it also reports the CPU each
+// tool's process used (cold-*-cpu-s) and what kube-apiserver and etcd used
+// meanwhile (cold-*-server-cpu-s): on a machine of two cores a run cannot
+// take less than the sum of these over two, however little it waits.
 //
 // With $KOS_CHANNELS_BASELINE naming another channels binary (an older
 // build), every iteration also times its cold install of the same objects,
@@ -308,17 +313,43 @@ func BenchmarkNoOpRequests(b *testing.B) {
 func BenchmarkVersusKubectl(b *testing.B) {
 	bin := channelsBinary(b)
 	baseline := os.Getenv("KOS_CHANNELS_BASELINE")
-	kubeconfig := testenv.Shared(b).Kubeconfig
+	plane := testenv.Shared(b)
+	kubeconfig := plane.Kubeconfig
+	var servers []string
+	for _, p := range plane.Processes() {
+		if p.Name == "kube-apiserver" || p.Name == "etcd" {
+			servers = append(servers, strconv.Itoa(p.PID))
+		}
+	}
+	if len(servers) != 2 {
+		b.Fatalf("found the processes %v of kube-apiserver and etcd, want two", servers)
+	}
+	serverCPU := func(b *testing.B) time.Duration {
+		var sum time.Duration
+		for _, pid := range servers {
+			d, err := spawner.CPUTime(pid)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sum += d
+		}
+		return sum
+	}
+	// cpu is what a timed run used: its process, and the servers meanwhile.
+	type cpu struct{ client, server time.Duration }
+	var last cpu
 	timed := func(b *testing.B, env []string, name string, args ...string) time.Duration {
 		b.Helper()
 		cmd := exec.Command(name, append(args, "--kubeconfig", kubeconfig)...)
 		cmd.Env = append(os.Environ(), env...)
+		server := serverCPU(b)
 		start := time.Now()
 		out, err := cmd.CombinedOutput()
 		took := time.Since(start)
 		if err != nil {
 			b.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 		}
+		last = cpu{client: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(), server: serverCPU(b) - server}
 		return took
 	}
 	applySet := []string{"KUBECTL_APPLYSET=true"}
@@ -326,6 +357,7 @@ func BenchmarkVersusKubectl(b *testing.B) {
 		return timed(b, applySet, "kubectl", "apply", "--server-side", "--prune", "--applyset=bench", "-n", s.ns, "-f", manifest)
 	}
 	var sum struct{ cold, noop, upgrade [2]time.Duration }
+	var coldCPU [2]cpu
 	var baselineCold time.Duration
 	var load float64
 	iteration := 0
@@ -344,6 +376,8 @@ func BenchmarkVersusKubectl(b *testing.B) {
 		// channels: install, re-run, upgrade with prune.
 		c := newSet(b, "versus-channels")
 		sum.cold[0] += timed(b, nil, bin, "apply", "channel", c.channel(b, "1.0.0", c.full), "--yes", "--wait=false")
+		coldCPU[0].client += last.client
+		coldCPU[0].server += last.server
 		if iteration%2 == 0 {
 			coldBaseline()
 		}
@@ -354,6 +388,8 @@ func BenchmarkVersusKubectl(b *testing.B) {
 		// upgrade with prune.
 		k := newSet(b, "versus-kubectl")
 		sum.cold[1] += timed(b, nil, "kubectl", "apply", "--server-side", "-f", k.full)
+		coldCPU[1].client += last.client
+		coldCPU[1].server += last.server
 		sum.noop[1] += timed(b, nil, "kubectl", "apply", "--server-side", "-f", k.full)
 		p := newSet(b, "versus-kubectl-prune")
 		timed(b, nil, "kubectl", "create", "namespace", p.ns)
@@ -369,6 +405,10 @@ func BenchmarkVersusKubectl(b *testing.B) {
 		b.ReportMetric(m.d[0].Seconds()/n, m.name+"-channels-s")
 		b.ReportMetric(m.d[1].Seconds()/n, m.name+"-kubectl-s")
 		b.ReportMetric(float64(m.d[1])/float64(m.d[0]), m.name+"-ratio")
+	}
+	for i, tool := range []string{"channels", "kubectl"} {
+		b.ReportMetric(coldCPU[i].client.Seconds()/n, "cold-"+tool+"-cpu-s")
+		b.ReportMetric(coldCPU[i].server.Seconds()/n, "cold-"+tool+"-server-cpu-s")
 	}
 	if baseline != "" {
 		b.ReportMetric(baselineCold.Seconds()/n, "cold-baseline-s")
