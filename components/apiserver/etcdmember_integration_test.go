@@ -40,7 +40,11 @@ import (
 // 500 ms and a client without retries creates, updates and lists Subnets
 // through each server, 20 requests a second.
 //
-//   - Stopped (SIGTERM): no request fails, on either server.
+//   - Stopped (SIGTERM): no request through the released server fails.
+//     Through the library's, none failed in three runs, but a write that
+//     reaches the leader while it hands its leadership on can be dropped
+//     and fail after etcd's 7 s: the released server sent one such create
+//     again in one of those runs. Not asserted.
 //   - Killed (SIGKILL): through the released server no read and no create
 //     fails, and at most one update, with etcd's Unavailable: an update
 //     applied by etcd whose answer died with the member cannot be told from
@@ -94,9 +98,6 @@ func TestIntegrationEtcdMemberRestart(t *testing.T) {
 			if c.signal == syscall.SIGTERM {
 				if got.total() > 0 {
 					t.Errorf("requests through %s failed while an etcd member was stopped gracefully: %s", released.Name, got)
-				}
-				if lib := r.load[library]; lib.total() > 0 {
-					t.Errorf("requests through %s failed while an etcd member was stopped gracefully: %s", library.Name, lib)
 				}
 				return
 			}
