@@ -40,12 +40,13 @@ import (
 //   - An update is guarded by the mod revision it read. It is sent again
 //     only while the object still has that revision, read afresh from etcd:
 //     then the first was provably not applied, and at most one of the two
-//     can be. If the object changed meanwhile (perhaps by the first), the
-//     client gets the first error, as without the decorator: neither
-//     success nor a conflict would be sure.
+//     can be (both carry the same guard, even if the first lands late).
+//     If the object changed meanwhile (perhaps by the first), the client
+//     gets etcd's error, as without the decorator: neither success nor a
+//     conflict would be sure.
 //   - A delete is guarded by the mod revision it read, as an update is,
 //     and sent again on the same terms; if the object is gone, the client
-//     gets the first error.
+//     gets etcd's error.
 //
 // A write is sent again at most replays times, replayPause apart, within
 // the request's deadline. Each is logged.
@@ -110,7 +111,7 @@ func (s *replayingStorage) Create(ctx context.Context, key string, obj, out runt
 // applied), else exists, or uncertain when it cannot be read.
 func (s *replayingStorage) createdBy(ctx context.Context, key string, obj, out runtime.Object, exists, uncertain error) error {
 	want, err := meta.Accessor(obj)
-	if err != nil || want.GetUID() == "" {
+	if err != nil || want.GetUID() == "" || out == nil {
 		return exists
 	}
 	if err := s.Interface.Get(ctx, key, storage.GetOptions{}, out); err != nil {
