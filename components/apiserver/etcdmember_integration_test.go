@@ -41,10 +41,10 @@ import (
 // through each server, 20 requests a second.
 //
 //   - Stopped (SIGTERM): no request through the released server fails.
-//     Through the library's, none failed in three runs, but a write that
-//     reaches the leader while it hands its leadership on can be dropped
-//     and fail after etcd's 7 s: the released server sent one such create
-//     again in one of those runs. Not asserted.
+//     Through the library's, a write that reaches the leader while it
+//     hands its leadership on can be dropped and fail after etcd's 7 s
+//     (one update in one of four runs; the released server sent one such
+//     create again in another). Not asserted.
 //   - Killed (SIGKILL): through the released server no read and no create
 //     fails, and at most one update, with etcd's Unavailable: an update
 //     applied by etcd whose answer died with the member cannot be told from
