@@ -25,6 +25,7 @@ import (
 	"github.com/kos-sdn/kos/components/apiserver/admission/noderestriction"
 	"github.com/kos-sdn/kos/components/apiserver/admission/podattachments"
 	"github.com/kos-sdn/kos/components/apiserver/admission/quota"
+	"github.com/kos-sdn/kos/components/apiserver/registry"
 	generatedopenapi "github.com/kos-sdn/kos/components/generated/openapi"
 )
 
@@ -57,6 +58,10 @@ type Options struct {
 	// EtcdReadinessGrace is how long the server stays ready while its
 	// etcd checks fail (withEtcdGrace); 0 makes it unready at once.
 	EtcdReadinessGrace time.Duration
+	// EtcdReplayUncertainWrites sends a create or update again when etcd
+	// could not tell whether it was applied, where that cannot apply it
+	// twice (registry.ReplayUncertainWrites).
+	EtcdReplayUncertainWrites bool
 }
 
 // NewOptions returns the default settings of kos-apiserver.
@@ -69,6 +74,8 @@ func NewOptions() *Options {
 		AgentIdentities:       slices.Clone(noderestriction.DefaultAgents),
 		PodAttachmentDeleters: slices.Clone(podattachments.DefaultDeleters),
 		EtcdReadinessGrace:    DefaultEtcdReadinessGrace,
+
+		EtcdReplayUncertainWrites: true,
 	}
 	// NodeRestriction is on by default, next to the generic plugins; it is
 	// made after the flags are parsed, so it sees --agent-identities.
@@ -118,6 +125,10 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"How long /readyz keeps passing while its etcd checks fail. Every replica checks the same etcd, so without a grace an etcd blip "+
 			"(a member restarting, a leader election) makes every replica unready at once and the KOS API answers 503 until the probes pass again. "+
 			"0 makes the server unready as soon as a check fails. /livez checks etcd without a grace.")
+	fss.FlagSet("etcd").BoolVar(&o.EtcdReplayUncertainWrites, "etcd-replay-uncertain-writes", o.EtcdReplayUncertainWrites,
+		"Send a create or an update to etcd again when etcd could not tell whether it was applied (its connection to a member broke, or a leader died "+
+			"with the proposal): a create whose object is then found stored with its UID passed, and an update is sent again only while the object "+
+			"is still at the revision it was guarded by, so no write is applied twice. Else the client gets etcd's error (500), as with false.")
 	o.Recommended.SecureServing.AddFlags(fss.FlagSet("secure serving"))
 	fss.FlagSet("secure serving").StringSliceVar(&o.AlternateDNS, "alternate-dns", o.AlternateDNS,
 		"More DNS names for the self-signed serving certificate made when --tls-cert-file is not given (localhost and 127.0.0.1 are always in it).")
@@ -189,6 +200,9 @@ func (o *Options) Config() (*Config, error) {
 		return nil, fmt.Errorf("applying the settings: %w", err)
 	}
 	generic.ReadyzChecks = withEtcdGrace(generic.ReadyzChecks, o.EtcdReadinessGrace, time.Now)
+	if o.EtcdReplayUncertainWrites {
+		generic.RESTOptionsGetter = registry.ReplayUncertainWrites(generic.RESTOptionsGetter)
+	}
 	if generic.FlowControl != nil && o.Recommended.Etcd.EnableWatchCache {
 		generic.FlowControl = indexedWatches{generic.FlowControl}
 	}

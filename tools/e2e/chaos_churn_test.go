@@ -7,6 +7,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -73,6 +74,8 @@ type churn struct {
 	mu      sync.Mutex
 	workers []*churnWorker
 	stats   churnStats
+	// failures are the failed writes, each with its time, in order.
+	failures []string
 	// readied holds when each attachment that got ready was created, and
 	// how long it took.
 	readied []churnReady
@@ -134,6 +137,7 @@ func (c *churn) run(ctx context.Context, worker int, w *churnWorker) {
 			}
 			c.mu.Lock()
 			c.stats.failedWrites++
+			c.failures = append(c.failures, time.Now().Format("15:04:05.000")+" "+err.Error())
 			c.mu.Unlock()
 			time.Sleep(churnPause)
 		}
@@ -233,6 +237,14 @@ func (c *churn) awaitProgress(t *testing.T, since time.Time, timeout time.Durati
 		}
 		return nil
 	})
+}
+
+// failuresFrom returns the failed writes from the n-th on (failedWrites
+// before), each with its time.
+func (c *churn) failuresFrom(n int) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.failures[min(n, len(c.failures)):])
 }
 
 // failedWrites returns how many of the churn's writes have failed so far.

@@ -58,7 +58,15 @@ type KOSOptions struct {
 	DirectOnly bool
 
 	// ExtraArgs are more kos-apiserver flags, given last so that they win.
+	// A list flag given twice adds to its list instead (--etcd-servers):
+	// use EtcdServers for that.
 	ExtraArgs []string
+
+	// EtcdServers are the client URLs of an etcd the test runs, which
+	// kos-apiserver then uses instead of an etcd of its own: StartKOS starts
+	// none, and StopEtcd and RestartEtcd fail. EtcdTLS and EtcdFsync do not
+	// apply.
+	EtcdServers []string
 
 	// EtcdTLS makes its etcd serve clients over TLS only and require a
 	// client certificate, both from a CA of its own in Dir/etcd-certs;
@@ -73,7 +81,8 @@ type KOSOptions struct {
 	EtcdFsync bool
 }
 
-// KOS is a running kos-apiserver with an etcd of its own, delegating
+// KOS is a running kos-apiserver with an etcd of its own (unless
+// KOSOptions.EtcdServers named another), delegating
 // authentication and authorization to the environment's kube-apiserver. Its
 // exported fields are read-only.
 type KOS struct {
@@ -83,7 +92,8 @@ type KOS struct {
 	Dir string
 	// URL is https://127.0.0.1:<port>, where it serves.
 	URL string
-	// EtcdURL is the client URL of its etcd.
+	// EtcdURL is the client URL of its etcd, "" when KOSOptions.EtcdServers
+	// named another.
 	EtcdURL string
 	// EtcdMember, EtcdPeerURL and EtcdDataDir are its etcd's --name,
 	// peer URL and --data-dir, which a restore of that etcd needs.
@@ -125,7 +135,8 @@ var kosNamePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
 // StartKOS builds cmd/kos-apiserver (once per test program under Main, else
 // once per environment: see Build), starts an etcd for it (etcd-kos-<name>,
-// with its data, log and pid file in Dir as StartEtcd's), starts it on a
+// with its data, log and pid file in Dir as StartEtcd's) unless
+// opts.EtcdServers names one, starts it on a
 // free loopback port and, unless opts.DirectOnly, registers it with the
 // aggregator through an ExternalName Service to localhost. It returns once
 // the server is ready directly and, when registered, through kube-apiserver.
@@ -165,8 +176,12 @@ func (e *Env) StartKOS(ctx context.Context, opts KOSOptions) (*KOS, error) {
 		}
 		k.EtcdCAFile, k.EtcdCertFile, k.EtcdKeyFile = k.etcdTLS.caFile, k.etcdTLS.clientCertFile, k.etcdTLS.clientKeyFile
 	}
-	if err := k.startEtcd(ctx); err != nil {
-		return nil, err
+	etcdServers := strings.Join(opts.EtcdServers, ",")
+	if len(opts.EtcdServers) == 0 {
+		if err := k.startEtcd(ctx); err != nil {
+			return nil, err
+		}
+		etcdServers = k.EtcdURL
 	}
 	k.args = []string{
 		"--bind-address=127.0.0.1",
@@ -174,7 +189,7 @@ func (e *Env) StartKOS(ctx context.Context, opts KOSOptions) (*KOS, error) {
 		// The aggregator checks the serving certificate against the
 		// Service's DNS name.
 		"--alternate-dns=" + k.service + "." + namespace + ".svc",
-		"--etcd-servers=" + k.EtcdURL,
+		"--etcd-servers=" + etcdServers,
 		"--etcd-prefix=/kos",
 		"--kubeconfig=" + e.Kubeconfig,
 		"--authentication-kubeconfig=" + e.Kubeconfig,
@@ -418,6 +433,9 @@ func (k *KOS) StopEtcd() error {
 	k.mu.Lock()
 	p := k.etcd
 	k.mu.Unlock()
+	if p == nil {
+		return fmt.Errorf("kos-apiserver %s has no etcd of its own", k.Name)
+	}
 	return p.Stop(stopGrace)
 }
 
@@ -429,6 +447,9 @@ func (k *KOS) RestartEtcd(ctx context.Context) error {
 	k.mu.Lock()
 	old := k.etcd
 	k.mu.Unlock()
+	if old == nil {
+		return fmt.Errorf("kos-apiserver %s has no etcd of its own", k.Name)
+	}
 	if err := old.Stop(stopGrace); err != nil {
 		return err
 	}

@@ -75,7 +75,7 @@ func cachePerTrigger(decorate generic.StorageDecorator) generic.StorageDecorator
 				return nil, nil, err
 			}
 			r.destroy = append(r.destroy, d)
-			if _, cached := s.(*cacherstorage.CacheDelegator); i == 0 && !cached {
+			if i == 0 && !cached(s) {
 				// No watch cache: a trigger means nothing.
 				return s, d, nil
 			}
@@ -83,6 +83,21 @@ func cachePerTrigger(decorate generic.StorageDecorator) generic.StorageDecorator
 		}
 		r.Interface = r.stores[0]
 		return r, destroy, nil
+	}
+}
+
+// cached reports whether s is a watch cache, perhaps under decorators
+// that have an Unwrap method (replayingStorage).
+func cached(s storage.Interface) bool {
+	for {
+		switch d := s.(type) {
+		case *cacherstorage.CacheDelegator:
+			return true
+		case interface{ Unwrap() storage.Interface }:
+			s = d.Unwrap()
+		default:
+			return false
+		}
 	}
 }
 
