@@ -54,13 +54,7 @@ func TestIntegrationDeleteKeepsNamespaceHoldingKeptObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var deleted, keptObjs []string
-	for _, o := range u.Delete {
-		deleted = append(deleted, o.String())
-	}
-	for _, o := range u.Keep {
-		keptObjs = append(keptObjs, o.String()+": "+o.Reason)
-	}
+	deleted, keptObjs := uninstallLists(u)
 	wantDeleted := []string{
 		"ConfigMap holds-claim/plain", "ConfigMap holds-kept/plain", "ConfigMap holds-none/plain",
 		"Namespace holds-none",
@@ -182,13 +176,7 @@ func TestIntegrationDeleteKeepsCRDWithKeptCustomResource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var deleted, keptObjs []string
-	for _, o := range u.Delete {
-		deleted = append(deleted, o.String())
-	}
-	for _, o := range u.Keep {
-		keptObjs = append(keptObjs, o.String()+": "+o.Reason)
-	}
+	deleted, keptObjs := uninstallLists(u)
 	if diff := cmp.Diff(deleted, []string{"Keepsake.test.kos.example.com crdheld-ns/k2"}); diff != "" {
 		t.Errorf("deleted (-got +want):\n%s", diff)
 	}
@@ -212,4 +200,16 @@ func TestIntegrationDeleteKeepsCRDWithKeptCustomResource(t *testing.T) {
 	if _, err := c.Dynamic.Resource(widgetResource.GroupVersion().WithResource("keepsakes")).Namespace("crdheld-ns").Get(ctx, "k1", metav1.GetOptions{}); err != nil {
 		t.Errorf("Keepsake k1 after uninstalling: %v", err)
 	}
+}
+
+// uninstallLists returns what an uninstall plan deletes and what it keeps,
+// each kept object with its reason, in the plan's order.
+func uninstallLists(u *Uninstall) (deleted, kept []string) {
+	for _, o := range u.Delete {
+		deleted = append(deleted, o.String())
+	}
+	for _, o := range u.Keep {
+		kept = append(kept, o.String()+": "+o.Reason)
+	}
+	return deleted, kept
 }
