@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
 
 	"github.com/kos-sdn/kos/components/monitoring"
@@ -28,6 +29,13 @@ const (
 	retryDelay = 5 * time.Second
 	// minWait keeps a signer whose renewal is due now from spinning.
 	minWait = time.Second
+	// APIServiceCheckInterval is how often the signer checks the
+	// APIService's CA bundle between passes (one GET when it is right).
+	// An APIService made again after someone deleted it (channels
+	// --drift=repair, docs/operations.md) has no bundle, and the KOS API
+	// stays unavailable until it has one: that must not wait for the next
+	// pass, up to DefaultCheckInterval away.
+	APIServiceCheckInterval = 10 * time.Second
 )
 
 // SignerMetrics are what the signer exports, in a registry of its own.
@@ -90,12 +98,23 @@ type Signer struct {
 	mu sync.Mutex
 	// passed is set once a pass succeeded, for the readiness check.
 	passed bool
+	// caPEM is the CA certificate of the last pass that got that far,
+	// which CheckAPIService makes the APIService's CA bundle.
+	caPEM []byte
 }
 
 // Loop runs passes until ctx ends; a failed pass is logged and retried
 // after a few seconds. It returns nil when ctx ends.
 func (s *Signer) Loop(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
+	if s.Run.apiServices != nil {
+		checked := make(chan struct{})
+		defer func() { <-checked }()
+		go func() {
+			defer close(checked)
+			s.checkAPIServiceLoop(ctx)
+		}()
+	}
 	for {
 		wait, err := s.Pass(ctx)
 		if err != nil {
@@ -120,6 +139,11 @@ func (s *Signer) Pass(ctx context.Context) (time.Duration, error) {
 	r := s.Run
 	now := r.ensurer.now()
 	ca, results, err := r.ensurer.Ensure(ctx, r.cfg.Leaves)
+	if ca != nil {
+		s.mu.Lock()
+		s.caPEM = ca.CertPEM
+		s.mu.Unlock()
+	}
 	wait := s.Interval
 	if wait <= 0 {
 		wait = DefaultCheckInterval
@@ -186,6 +210,46 @@ func (s *Signer) Pass(ctx context.Context) (time.Duration, error) {
 	s.mu.Unlock()
 	klog.FromContext(ctx).V(2).Info("Ensured the KOS PKI", "next", wait)
 	return wait, nil
+}
+
+// checkAPIServiceLoop runs CheckAPIService every APIServiceCheckInterval
+// until ctx ends. A missing APIService is logged at V(2) only: that is
+// what the operator's runbook passes through before it is made again.
+func (s *Signer) checkAPIServiceLoop(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	tick := time.NewTicker(APIServiceCheckInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		res, err := s.CheckAPIService(ctx)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return
+		case apierrors.IsNotFound(err):
+			logger.V(2).Info("The APIService to give the CA bundle is missing", "err", err)
+		case err != nil:
+			logger.Error(err, "Checking the APIService's CA bundle failed; trying again", "after", APIServiceCheckInterval)
+		case res.Action != Kept && s.Out != nil:
+			fmt.Fprintln(s.Out, res)
+		}
+	}
+}
+
+// CheckAPIService makes the CA of the last pass the APIService's CA bundle
+// when it is not (EnsureCABundle): one GET when it is. Before a pass has
+// read the CA, or without an APIService to keep, it does nothing.
+func (s *Signer) CheckAPIService(ctx context.Context) (Result, error) {
+	s.mu.Lock()
+	caPEM := s.caPEM
+	s.mu.Unlock()
+	if s.Run.apiServices == nil || caPEM == nil {
+		return Result{Action: Kept}, nil
+	}
+	return EnsureCABundle(ctx, s.Run.apiServices, s.Run.cfg.APIService, caPEM)
 }
 
 // Ready reports whether a pass has succeeded.

@@ -197,8 +197,8 @@ func appliedState(obj *unstructured.Unstructured) string {
 }
 
 // dumpState logs what went on in the KOS namespaces: each pod with its
-// containers' states, the end of the logs of those not ready, and the
-// namespaces' warning events.
+// containers' states, the end of the logs of those not ready (and of
+// kos-pki), and the namespaces' warning events.
 func (k *kos) dumpState() {
 	for _, ns := range kosinstall.Namespaces() {
 		k.dumpNamespace(ns)
@@ -219,7 +219,9 @@ func (k *kos) dumpNamespace(ns string) {
 		statuses := append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...)
 		for _, c := range statuses {
 			t.Logf("  container %s: ready %t, restarts %d, state %+v, last %+v", c.Name, c.Ready, c.RestartCount, c.State, c.LastTerminationState)
-			if c.Ready {
+			// kos-pki's log says what it did to the APIService and the
+			// Secrets, which a failure of the KOS API comes back to.
+			if c.Ready && c.Name != "kos-pki" {
 				continue
 			}
 			for _, previous := range []bool{false, true} {
