@@ -32,20 +32,10 @@ func TestIntegrationRunRestoresCABundle(t *testing.T) {
 		}
 	})
 
-	ctx, cancel := context.WithCancel(context.Background())
-	var stdout, stderr bytes.Buffer
-	cmd := pki.NewCommand(&stdout, &stderr)
-	cmd.SetArgs([]string{"run", "--kubeconfig", env.Kubeconfig, "--namespace", ns, "--secrets", "all",
+	ctx := t.Context()
+	stdout := startRun(t, "--kubeconfig", env.Kubeconfig, "--namespace", ns, "--secrets", "all",
 		"--apiservice", apiService, "--interval", "1h",
-		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", freePorts(t, 1)[0])})
-	done := make(chan error, 1)
-	go func() { done <- cmd.ExecuteContext(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("kos-pki run: %v\n%s", err, stderr.String())
-		}
-	}()
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", freePorts(t, 1)[0]))
 
 	var caPEM []byte
 	poll.Until(t, time.Minute, "the first pass to set the CA bundle", func(ctx context.Context) error {
@@ -79,4 +69,23 @@ func TestIntegrationRunRestoresCABundle(t *testing.T) {
 	if n := strings.Count(stdout.String(), "apiservice "+apiService+" patched"); n != 2 {
 		t.Errorf("kos-pki run printed %d patched lines for the APIService, want 2 (the first pass, the check):\n%s", n, stdout.String())
 	}
+}
+
+// startRun runs `kos-pki run` with args until the test ends, and returns
+// its standard output; the test fails if the command does.
+func startRun(t *testing.T, args ...string) *syncBuffer {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var stdout, stderr syncBuffer
+	cmd := pki.NewCommand(&stdout, &stderr)
+	cmd.SetArgs(append([]string{"run"}, args...))
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("kos-pki run: %v\n%s", err, stderr.String())
+		}
+	})
+	return &stdout
 }

@@ -1,7 +1,6 @@
 package pki_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -34,8 +33,7 @@ func TestIntegrationBackupMetrics(t *testing.T) {
 	env := testenv.Shared(t)
 	ns := newNamespace(t)
 	client := kubeClient(t, env.RESTConfig)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := t.Context()
 
 	secretRules, _, err := pki.Rules(pki.SetAll, "")
 	if err != nil {
@@ -43,18 +41,8 @@ func TestIntegrationBackupMetrics(t *testing.T) {
 	}
 	kubeconfig := serviceAccountKubeconfig(t, ns, "kos-pki", append(secretRules, backupmetrics.Rules()...))
 	addr := fmt.Sprintf("127.0.0.1:%d", freePorts(t, 1)[0])
-	var stdout, stderr bytes.Buffer
-	cmd := pki.NewCommand(&stdout, &stderr)
-	cmd.SetArgs([]string{"run", "--kubeconfig", kubeconfig, "--namespace", ns, "--secrets", "all",
-		"--metrics-bind-address", addr, "--etcd-backup-cronjob", "kos-etcd-backup"})
-	done := make(chan error, 1)
-	go func() { done <- cmd.ExecuteContext(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("kos-pki run: %v\n%s", err, stderr.String())
-		}
-	}()
+	startRun(t, "--kubeconfig", kubeconfig, "--namespace", ns, "--secrets", "all",
+		"--metrics-bind-address", addr, "--etcd-backup-cronjob", "kos-etcd-backup")
 
 	// Suspended, so that kube-controller-manager (if the environment runs
 	// one) starts no Job of its own.
