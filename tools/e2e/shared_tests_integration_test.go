@@ -114,7 +114,9 @@ func TestIntegrationMonitoring(t *testing.T) {
 // cluster, taken over after the tests that share it (takeSharedStandard),
 // with the release installed from its tree. A backup taken by a Job of the
 // CronJob, the etcd volumes lost and restored from S3 with the doc's own
-// commands, every object back and the network working; an agent restarted
+// commands, every object back and the network working; kos-etcd
+// uninstalled and installed again, its backup claim and snapshots kept
+// (operate_reinstall_test.go); an agent restarted
 // while the KOS API is away, which is not killed and becomes Ready once the
 // API is back; the KOS API down, which stalls a namespace's deletion until
 // the documented emergency step, and the way back; the release kos-release
@@ -138,6 +140,7 @@ func TestIntegrationOperate(t *testing.T) {
 		{"installed", func(t *testing.T) { o.waitKOSReady(t, 2*time.Minute) }},
 		{"a network across nodes", o.testNetwork},
 		{"backup and restore", o.testBackupRestore},
+		{"kos-etcd uninstalled and installed again, its backups kept", o.testEtcdReinstall},
 		{"an agent starts while the KOS API is away", o.testAgentStartsWithoutAPI},
 		{"the KOS API down, and the way out", o.testAPIDown},
 		{"a release configured in every key", o.testConfiguredRelease},
