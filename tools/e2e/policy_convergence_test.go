@@ -131,7 +131,7 @@ func (p *policyTest) testConvergence(t *testing.T) {
 			want = "closed"
 			write = func(ctx context.Context) error { return policies.Delete(ctx, toggle.Name, metav1.DeleteOptions{}) }
 		}
-		d := p.flipTime(t, flips, want, write, 20000+i*500)
+		d := p.flipTime(t, flips, want, write, 20000+i*1500)
 		t.Logf("write %d (%s): every node enforced it after %v", i+1, want, d)
 		took = append(took, d)
 	}
@@ -153,7 +153,7 @@ func (p *policyTest) testConvergence(t *testing.T) {
 // flipTime starts podnet flip for every cell, makes the write once each
 // is trying, and returns how long after the write the last cell turned.
 //
-// UDP cells send from the 500 source ports from udpBase (podnet flip's
+// UDP cells send from the 1500 source ports from udpBase (podnet flip's
 // block), which the caller makes different for each write: a port an
 // answered attempt of an earlier write used has an established flow that
 // a closing policy rightly lets on, so one reused would see the cell open

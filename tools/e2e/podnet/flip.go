@@ -8,15 +8,19 @@ import (
 )
 
 // flipPorts is the size of the block of UDP source ports a flip sends
-// from (base, base+1, ...): one attempt every 10 ms for 5 s.
-const flipPorts = 500
+// from (base, base+1, ...): one attempt every 10 ms for 15 s, longer than
+// a policy takes to turn (4 s at most seen) and a closed port's
+// confirmation together.
+const flipPorts = 1500
 
 // flip waits for addr to turn open or closed to the protocol and prints
 // when it did (see the package comment). An attempt starts every 10 ms, so
 // the time is at most 10 ms and a round trip late; a closed port is seen
-// a second after it closed, but dated to when the attempt began. A second,
-// not less: on a loaded two-core machine (load 17-30) answers came later
-// than 300 ms, and an open UDP port was taken for closed.
+// once attempts begun over 2.5 s after it went unanswered too, but dated
+// to when the first unanswered attempt began. An attempt waits a second
+// for its answer, not less: on a loaded two-core machine (load 17-30)
+// answers came later than 300 ms, and an open UDP port was taken for
+// closed.
 //
 // A UDP attempt from a source port that an earlier, answered attempt used
 // rides that flow's conntrack entry, which a closing policy lets on (as it
@@ -67,32 +71,83 @@ func flip(want, protocol, addr string, base int) error {
 		// answered.
 		timeout = 2 * time.Second
 	}
-	turned := make(chan time.Time, 1)
-	report := func(at time.Time) {
-		select {
-		case turned <- at:
-		default:
-		}
-	}
+	results := make(chan attemptResult, 64)
 	fmt.Println("ready")
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	for attempt := 0; ; attempt++ {
+	var closed closedWatch
+	attempts := 0
+	for {
 		select {
-		case at := <-turned:
-			fmt.Println(at.UnixNano())
-			return nil
+		case r := <-results:
+			if want == "open" && r.answered {
+				fmt.Println(r.at.UnixNano())
+				return nil
+			}
+			if at, ok := closed.add(r); ok && want == "closed" {
+				fmt.Println(at.UnixNano())
+				return nil
+			}
 		case began := <-tick.C:
+			attempt := attempts
+			attempts++
 			go func() {
 				err := try(attempt, began, timeout)
 				var ne net.Error
 				switch {
-				case err == nil && want == "open":
-					report(time.Now())
-				case want == "closed" && errors.As(err, &ne) && ne.Timeout():
-					report(began)
+				case err == nil:
+					results <- attemptResult{began: began, answered: true, at: time.Now()}
+				case errors.As(err, &ne) && ne.Timeout():
+					results <- attemptResult{began: began}
 				}
 			}()
 		}
 	}
+}
+
+// attemptResult is how an attempt of flip fared: answered (at), or timed
+// out.
+type attemptResult struct {
+	began    time.Time
+	answered bool
+	at       time.Time
+}
+
+// closedConfirm is how long after the first unanswered attempt every
+// attempt must go unanswered for the port to be taken for closed.
+const closedConfirm = 2500 * time.Millisecond
+
+// closedWatch tells when a port turned closed: at the first attempt that
+// got no answer while every attempt begun after it, for closedConfirm, got
+// none either. A stall of the pod or of a loaded machine also leaves
+// attempts unanswered, but one begun after the stall is answered again,
+// and that rules them out (a closed port was once seen 1.8 s before the
+// write that closed it, with the pod's echo stalled as long). Attempts all
+// wait as long, so once one begun closedConfirm after the candidate timed
+// out, every earlier one has ended; but an answer comes back before its
+// attempt would time out, so an answered attempt's result may arrive
+// before that of an earlier one that timed out, which lastAnswered keeps
+// from being taken.
+type closedWatch struct {
+	candidate, lastAnswered time.Time
+}
+
+// add takes an attempt's result and returns when the port closed, once
+// that is known.
+func (w *closedWatch) add(r attemptResult) (time.Time, bool) {
+	switch {
+	case r.answered:
+		if r.began.After(w.lastAnswered) {
+			w.lastAnswered = r.began
+		}
+		if !r.began.Before(w.candidate) {
+			w.candidate = time.Time{}
+		}
+	case !r.began.After(w.lastAnswered):
+	case w.candidate.IsZero():
+		w.candidate = r.began
+	case r.began.Sub(w.candidate) >= closedConfirm:
+		return w.candidate, true
+	}
+	return time.Time{}, false
 }

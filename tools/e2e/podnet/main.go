@@ -19,7 +19,8 @@
 //	                           print "ready", then try HOST:PORT every 10 ms until it turns open
 //	                           (or closed) and print when, in Unix nanoseconds: open is the
 //	                           first connection made or echo answered, closed the first attempt
-//	                           that got no answer in 300 ms (when it began)
+//	                           that got no answer in 1 s, when none begun in the 2.5 s after it
+//	                           got one either (when it began)
 //	podnet addr IFNAME         print "MTU ADDR/LEN..." of the interface
 //	podnet udp-sink PORT SECS  count the UDP datagrams to PORT for SECS seconds, print the count
 //	podnet udp-send [-src IP] HOST:PORT N
