@@ -25,9 +25,13 @@ import (
 // The record also lists every running node with what it takes to clean up
 // after it, so that a node whose owner died without stopping it (a killed
 // test) is swept by the next node that starts.
+//
+// Both are in /tmp, not os.TempDir(): the cluster lane gives its tests a
+// $TMPDIR of their own (tools/lanes.sh), and a local environment started
+// beside them must still see their nodes.
 var (
-	hostLockFile  = filepath.Join(os.TempDir(), "kos-testenv-host.lock")
-	hostStateFile = filepath.Join(os.TempDir(), "kos-testenv-host.json")
+	hostLockFile  = filepath.Join("/tmp", "kos-testenv-host.lock")
+	hostStateFile = filepath.Join("/tmp", "kos-testenv-host.json")
 )
 
 // hostSysctls are the kernel settings kubelet changes when they differ from
