@@ -241,12 +241,12 @@ func TestConfigs(t *testing.T) {
 // after, and the last node out puts the host back.
 func TestHostState(t *testing.T) {
 	dir := t.TempDir()
-	oldLock, oldState, oldPaths, oldSysctls, oldSysctlDir := hostLockFile, hostStateFile, hostPaths, hostSysctls, sysctlDir
+	oldLock, oldState, oldPaths, oldSysctls, oldSysctlDir := hostLockFile, HostStateFile, hostPaths, hostSysctls, sysctlDir
 	t.Cleanup(func() {
-		hostLockFile, hostStateFile, hostPaths, hostSysctls, sysctlDir = oldLock, oldState, oldPaths, oldSysctls, oldSysctlDir
+		hostLockFile, HostStateFile, hostPaths, hostSysctls, sysctlDir = oldLock, oldState, oldPaths, oldSysctls, oldSysctlDir
 	})
 	hostLockFile = filepath.Join(dir, "host.lock")
-	hostStateFile = filepath.Join(dir, "host.json")
+	HostStateFile = filepath.Join(dir, "host.json")
 	existing := filepath.Join(dir, "existing")
 	created := filepath.Join(dir, "created")
 	if err := os.Mkdir(existing, 0o755); err != nil {
@@ -350,7 +350,7 @@ func TestHostState(t *testing.T) {
 	if err := leaveHost(c); err != nil {
 		t.Fatal(err)
 	}
-	for _, gone := range []string{created, filepath.Join(dir, "made"), hostStateFile, hostLockFile} {
+	for _, gone := range []string{created, filepath.Join(dir, "made"), HostStateFile, hostLockFile} {
 		if _, err := os.Stat(gone); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("after the last node left, %s is still there (%v)", gone, err)
 		}
@@ -367,7 +367,7 @@ func TestHostState(t *testing.T) {
 	if err == nil || err.Error() != "no networks" {
 		t.Errorf("joinHost with a failing node: got error %v, want the node's", err)
 	}
-	for _, gone := range []string{hostStateFile, hostLockFile} {
+	for _, gone := range []string{HostStateFile, hostLockFile} {
 		if _, err := os.Stat(gone); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("after a node failed to join an idle host, %s is there (%v)", gone, err)
 		}

@@ -19,7 +19,7 @@ import (
 // fixed paths whatever their configuration says. Several nodes may run at
 // once (tests in parallel, a local environment next to them), so the first
 // node to start records what the host was like, and the last one to stop
-// puts it back. The record lives in hostStateFile, changed only under an
+// puts it back. The record lives in HostStateFile, changed only under an
 // exclusive lock of hostLockFile, and both files are gone when no node runs.
 //
 // The record also lists every running node with what it takes to clean up
@@ -30,8 +30,9 @@ import (
 // $TMPDIR of their own (tools/lanes.sh), and a local environment started
 // beside them must still see their nodes.
 var (
-	hostLockFile  = filepath.Join("/tmp", "kos-testenv-host.lock")
-	hostStateFile = filepath.Join("/tmp", "kos-testenv-host.json")
+	hostLockFile = filepath.Join("/tmp", "kos-testenv-host.lock")
+	// HostStateFile is the record of the host and its running nodes.
+	HostStateFile = filepath.Join("/tmp", "kos-testenv-host.json")
 )
 
 // hostSysctls are the kernel settings kubelet changes when they differ from
@@ -50,7 +51,7 @@ var hostSysctls = []string{
 // lock of iptables, which kube-proxy takes.
 var hostPaths = append(slices.Clone(NodePaths), "/run/xtables.lock")
 
-// hostState is the content of hostStateFile.
+// hostState is the content of HostStateFile.
 type hostState struct {
 	// Sysctls are the values of hostSysctls before the first node started.
 	Sysctls map[string]string `json:"sysctls"`
@@ -99,7 +100,7 @@ func (l *hostLock) unlock(remove bool) {
 
 // readHostState reads the record; with no record it returns an empty one.
 func readHostState() (*hostState, error) {
-	data, err := os.ReadFile(hostStateFile)
+	data, err := os.ReadFile(HostStateFile)
 	if errors.Is(err, os.ErrNotExist) {
 		return &hostState{}, nil
 	}
@@ -108,7 +109,7 @@ func readHostState() (*hostState, error) {
 	}
 	var st hostState
 	if err := json.Unmarshal(data, &st); err != nil {
-		return nil, fmt.Errorf("parsing %s: %w", hostStateFile, err)
+		return nil, fmt.Errorf("parsing %s: %w", HostStateFile, err)
 	}
 	return &st, nil
 }
@@ -116,7 +117,7 @@ func readHostState() (*hostState, error) {
 // write saves the record, or removes it when no node runs.
 func (st *hostState) write() error {
 	if len(st.Nodes) == 0 {
-		if err := os.Remove(hostStateFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := os.Remove(HostStateFile); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("removing the host state: %w", err)
 		}
 		return nil
@@ -125,11 +126,11 @@ func (st *hostState) write() error {
 	if err != nil {
 		return fmt.Errorf("encoding the host state: %w", err)
 	}
-	tmp := hostStateFile + ".tmp"
+	tmp := HostStateFile + ".tmp"
 	if err := os.WriteFile(tmp, append(data, '\n'), 0o600); err != nil {
 		return fmt.Errorf("writing the host state: %w", err)
 	}
-	if err := os.Rename(tmp, hostStateFile); err != nil {
+	if err := os.Rename(tmp, HostStateFile); err != nil {
 		return fmt.Errorf("writing the host state: %w", err)
 	}
 	return nil

@@ -57,7 +57,9 @@ func TestIntegrationCluster(t *testing.T) {
 	// alone.
 	for i, name := range []string{"first start", "second start, detached"} {
 		t.Run(name, func(t *testing.T) {
-			dir := t.TempDir()
+			// Not t.TempDir(): this subtest's name would make
+			// containerd's socket paths too long for a Unix socket.
+			dir := shortTempDir(t)
 			detach := i == 1
 			began := time.Now()
 			env, err := cluster.Start(t.Context(), cluster.Options{
@@ -584,4 +586,20 @@ func mustAddr(t *testing.T, s string) netip.Addr {
 		t.Fatalf("pod IP %q: %v", s, err)
 	}
 	return a
+}
+
+// shortTempDir makes a folder with a short name in the temporary folder,
+// removed when the test ends.
+func shortTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "kc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("removing %s: %v", dir, err)
+		}
+	})
+	return dir
 }

@@ -112,7 +112,7 @@ func checkHostRestored(t *testing.T, before hostState, dir string, node cluster.
 	if routes := run(t, "ip", "-4", "route", "show", node.PodCIDR.String()); routes != "" {
 		t.Errorf("the host still routes the node's pods: %s", routes)
 	}
-	if data, err := os.ReadFile(filepath.Join(os.TempDir(), "kos-testenv-host.json")); err == nil && bytes.Contains(data, []byte(dir)) {
+	if data, err := os.ReadFile(cluster.HostStateFile); err == nil && bytes.Contains(data, []byte(dir)) {
 		t.Errorf("the host state still lists the node of %s:\n%s", dir, data)
 	}
 }
