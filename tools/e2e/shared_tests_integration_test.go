@@ -75,7 +75,7 @@ func TestIntegrationUpgradeRunbook(t *testing.T) {
 
 // TestIntegrationMonitoring installs kos-monitoring (monitoring_test.go):
 // rendered with kos-release for the cluster's registry, Prometheus the
-// image tools/kosimages packs of the 2.53.3 tools/prometheus builds,
+// image tools/kosimages packs of the 3.16.0 tools/prometheus builds,
 // Grafana at 0 replicas (no image to pull). Through a port-forward, Prometheus scrapes every KOS pod, up,
 // and has loaded every shipped alert; a node gone for good, its agent's
 // Lease left behind, fires KOSAgentNotHeartbeating, which resolves once
