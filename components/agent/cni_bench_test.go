@@ -28,7 +28,10 @@ import (
 	"github.com/kos-sdn/kos/tools/testenv"
 )
 
-var cniRate = flag.Float64("cni.rate", 10, "pods BenchmarkCNIAdd's second sub-benchmark creates per second")
+var (
+	cniRate = flag.Float64("cni.rate", 10, "pods BenchmarkCNIAdd's second sub-benchmark creates per second")
+	cniKeep = flag.Int("cni.keep", 100, "pods BenchmarkCNIAdd's churn sub-benchmark keeps on the node at most (kubelet's default limit is 110)")
+)
 
 // BenchmarkCNIAdd times a pod's CNI ADD from the moment kos-cni is run
 // until it prints its result, with the whole pipeline behind it real:
@@ -48,7 +51,12 @@ var cniRate = flag.Float64("cni.rate", 10, "pods BenchmarkCNIAdd's second sub-be
 //   - ready-10pods/s: the node's part alone, kos-cni → agent → Open
 //     vSwitch, as kubelet sees it: the pods are created and their
 //     attachments made ready first (untimed), then their ADDs are run at
-//     10 a second (-cni.rate), each beside the others.
+//     10 a second (-cni.rate), each beside the others;
+//   - churn-10pods/s: as 10pods/s, for a node that stays within its pod
+//     limit however long the run: once an ADD is done and the node has
+//     more than 100 of the run's pods (-cni.keep), the oldest gets its
+//     DEL and is deleted (untimed, beside the ADDs), as kubelet does
+//     when a pod goes. Its adds/s is the rate a node sustains.
 //
 // Each reports the p50, p99 and longest ADD (p50-ms, p99-ms, max-ms), the
 // ADDs done per second from the first pod's creation to the last result
@@ -76,7 +84,7 @@ func BenchmarkCNIAdd(b *testing.B) {
 	installNADCRD(b, dyn)
 	k := newAPI(b)
 	const vni = 234
-	// Room for every pod of a long run: the benchmark deletes none.
+	// Room for every pod of a long run: only churn deletes its pods.
 	k.subnet("blue", "10.234.0.0/16", vni)
 	// Started after the subnet, so stopped before the subnet's cleanup,
 	// which would otherwise race it making the pods' attachments anew.
@@ -135,6 +143,16 @@ func BenchmarkCNIAdd(b *testing.B) {
 			tb.Errorf("ADD of pod %s: %v\n%s", p.pod.Name, err, out)
 		}
 		return took
+	}
+	// removePod runs a pod's DEL and deletes it, as kubelet does when a
+	// pod goes.
+	removePod := func(ctx context.Context, tb testing.TB, p *podSandbox) {
+		if out, err := rt.runPlugin(ctx, "DEL", p, filepath.Base(plugin), "net1", conf); err != nil {
+			tb.Errorf("DEL of pod %s: %v\n%s", p.pod.Name, err, out)
+		}
+		if err := kube.CoreV1().Pods(k.ns).Delete(ctx, p.pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64(0))}); err != nil {
+			tb.Errorf("deleting pod %s: %v", p.pod.Name, err)
+		}
 	}
 	add := func(ctx context.Context, tb testing.TB, p *podSandbox) time.Duration {
 		if !createPod(ctx, tb, p) {
@@ -195,6 +213,30 @@ func BenchmarkCNIAdd(b *testing.B) {
 			return nil
 		})
 		runAtRate(b, *cniRate, agt.registry, func(i int) time.Duration { return runADD(b.Context(), b, sandboxes[i]) })
+	})
+	b.Run(fmt.Sprintf("churn-%gpods/s", *cniRate), func(b *testing.B) {
+		sandboxes := netnses(b, b.N)
+		var mu sync.Mutex
+		var live []*podSandbox
+		most := 0
+		var gone sync.WaitGroup
+		runAtRate(b, *cniRate, agt.registry, func(i int) time.Duration {
+			took := add(b.Context(), b, sandboxes[i])
+			mu.Lock()
+			live = append(live, sandboxes[i])
+			most = max(most, len(live))
+			var oldest *podSandbox
+			if len(live) > *cniKeep {
+				oldest, live = live[0], live[1:]
+			}
+			mu.Unlock()
+			if oldest != nil {
+				gone.Go(func() { removePod(b.Context(), b, oldest) })
+			}
+			return took
+		})
+		gone.Wait()
+		b.Logf("at most %d of the run's pods on the node at once", most)
 	})
 }
 
