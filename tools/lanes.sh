@@ -50,13 +50,14 @@ if [ "$lane" = unit ] || [ "$lane" = integration ]; then
 fi
 
 # The cluster lanes' nodes, registries and kos-etcd members write and
-# fsync everything under $TMPDIR. On a disk whose fsync is slow the lane ran
-# 1.4x slower in CI than here while the other lanes did not (importing the
-# pause image 1.2 s against 0.4 s): the lane puts $TMPDIR on a tmpfs of its
-# own, where fsync costs nothing, and takes it down at the end.
-# KOS_LANE_TMPFS=0 keeps $TMPDIR; KOS_LANE_TMPFS_SIZE caps the tmpfs (12g;
-# the lane used at most 3.1 GB of it here). The folder's name is short: socket paths
-# under it must fit in 107 bytes.
+# fsync under $TMPDIR. In CI the cluster lane ran 1.4x slower than here
+# while the other lanes did not, and importing the pause image, mostly
+# disk work, took 1.2 s against 0.4 s: a slow fsync is the likeliest cause.
+# So the lane puts $TMPDIR on a tmpfs of its own, where fsync costs
+# nothing, and takes it down at the end. KOS_LANE_TMPFS=0 keeps $TMPDIR;
+# KOS_LANE_TMPFS_SIZE caps the tmpfs (12g; a whole lane used at most
+# 3.1 GB here). The folder's name is short: socket paths under it must fit
+# in 104 bytes (containerd's limit).
 if [ "$lane" = cluster ] || [ "$lane" = beta ]; then
 	if [ "${KOS_LANE_TMPFS:-1}" != 0 ]; then
 		lane_tmp=$(mktemp -d /tmp/kXXXX)

@@ -236,7 +236,7 @@ func BenchmarkCNIAdd(b *testing.B) {
 			return took
 		})
 		gone.Wait()
-		b.Logf("at most %d of the run's pods on the node at once", most)
+		b.Logf("at most %d of the run's pods plugged and not yet sent away at once (each goes with its DEL and delete)", most)
 	})
 }
 
