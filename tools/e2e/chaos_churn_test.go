@@ -137,7 +137,7 @@ func (c *churn) run(ctx context.Context, worker int, w *churnWorker) {
 			}
 			c.mu.Lock()
 			c.stats.failedWrites++
-			c.failures = append(c.failures, time.Now().Format("15:04:05.000")+" "+err.Error())
+			c.failures = append(c.failures, time.Now().Format("15:04:05.000")+" "+serverSaid(err))
 			c.mu.Unlock()
 			time.Sleep(churnPause)
 		}

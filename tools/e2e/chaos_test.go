@@ -17,8 +17,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 
 	"github.com/kos-sdn/kos/tools/figures"
 	"github.com/kos-sdn/kos/tools/kosinstall"
@@ -188,6 +190,7 @@ func (s *standard) kill(t *testing.T, tg chaosTarget, pings *kosinstall.PingWatc
 		slices.Sort(lost)
 	}
 	failedBefore := churn.failedWrites()
+	t.Logf("before the kill: %s", s.apiPath(t.Context()))
 	pid := tg.pid(t)
 	killed := time.Now()
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
@@ -227,7 +230,7 @@ func (s *standard) kill(t *testing.T, tg chaosTarget, pings *kosinstall.PingWatc
 	// view of the endpoints and its availability check follow the pods by
 	// a moment, and after an etcd member's kill 503s came for seconds
 	// after Ready. What users see counts.
-	apiFailed := s.apiSteady(t, convergeTimeout)
+	apiFailed := s.apiSteady(t, convergeTimeout, steadyLists)
 	churn.awaitProgress(t, killed, convergeTimeout)
 	poll.Until(t, convergeTimeout, "every guest's attachment ready", func(context.Context) error {
 		for name := range s.guests {
@@ -296,33 +299,39 @@ func requireEtcdKillUnseen(t *testing.T, listsFailed int, writeFailures []string
 	}
 }
 
-// steadyLists is how many lists in a row apiSteady wants answered.
+// steadyLists is how many lists in a row apiSteady wants answered after a
+// kill.
 const steadyLists = 5
 
-// apiSteady waits until steadyLists lists of attachments in a row, a tenth
-// of a second apart, are answered through the main kube-apiserver, as a
-// user's would be, and returns how many failed on the way. Not so within
-// timeout fails the test.
-func (s *standard) apiSteady(t *testing.T, timeout time.Duration) int {
+// apiSteady waits until lists lists of attachments in a row, a tenth of a
+// second apart, are answered through the main kube-apiserver, as a user's
+// would be, and returns how many failed on the way; each failure is logged
+// with what routes the KOS API then (apiPath). Not so within timeout fails
+// the test. Each list has a time limit of its own, so that a long streak is
+// not cut short by poll's bound on one check.
+func (s *standard) apiSteady(t *testing.T, timeout time.Duration, lists int) int {
 	t.Helper()
+	began := time.Now()
 	failed, streak := 0, 0
-	poll.Until(t, timeout, fmt.Sprintf("the KOS API answering %d lists in a row", steadyLists), func(ctx context.Context) error {
-		for streak < steadyLists {
-			if _, err := s.network.NetworkV1alpha1().NetworkAttachments("").List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
-				failed++
-				streak = 0
-				t.Logf("a list through the main kube-apiserver failed: %v", err)
-				return err
-			}
-			streak++
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(100 * time.Millisecond):
-			}
+	for streak < lists {
+		if time.Since(began) > timeout {
+			t.Fatalf("the KOS API did not answer %d lists in a row within %s: %d failed, the last streak %d", lists, timeout, failed, streak)
 		}
-		return nil
-	})
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		_, err := s.network.NetworkV1alpha1().NetworkAttachments("").List(ctx, metav1.ListOptions{Limit: 1})
+		cancel()
+		if err != nil {
+			failed++
+			streak = 0
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			t.Logf("a list through the main kube-apiserver failed: %s; %s", serverSaid(err), s.apiPath(ctx))
+			cancel()
+		} else {
+			streak++
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("the KOS API answering %d lists in a row after %s", lists, since(began))
 	return failed
 }
 
@@ -400,4 +409,67 @@ func containerPID(t *testing.T, pod *corev1.Pod, container string) int {
 		t.Fatal(err)
 	}
 	return pid
+}
+
+// serverSaid is err's text with what the server wrote when that was not a
+// Status: client-go keeps such a body (the aggregator's own 503s, "service
+// unavailable" or "Error trying to reach service: ...") only as a cause,
+// and which of them it was tells an unavailable APIService from an
+// endpoint that does not answer.
+func serverSaid(err error) string {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Details == nil {
+		return err.Error()
+	}
+	var said []string
+	for _, c := range status.Status().Details.Causes {
+		if c.Type == metav1.CauseTypeUnexpectedServerResponse {
+			said = append(said, strings.TrimSpace(c.Message))
+		}
+	}
+	if len(said) == 0 {
+		return err.Error()
+	}
+	return fmt.Sprintf("%v; the server said %q", err, strings.Join(said, "; "))
+}
+
+// apiPath says what the main kube-apiserver routes the KOS API by: the
+// APIService's Available condition and the kos-apiserver Service's
+// endpoints with their readiness.
+func (s *standard) apiPath(ctx context.Context) string {
+	var b strings.Builder
+	svc, err := s.agg.ApiregistrationV1().APIServices().Get(ctx, kosinstall.APIService, metav1.GetOptions{})
+	if err != nil {
+		fmt.Fprintf(&b, "APIService: %v", err)
+	}
+	for _, c := range svc.Status.Conditions {
+		if c.Type == apiregistrationv1.Available {
+			fmt.Fprintf(&b, "APIService Available %s since %s (%s: %s)", c.Status, c.LastTransitionTime.Format("15:04:05"), c.Reason, c.Message)
+		}
+	}
+	pods, err := s.kube.CoreV1().Pods(kosinstall.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		fmt.Fprintf(&b, "; pods: %v", err)
+	}
+	for _, p := range pods.Items {
+		fmt.Fprintf(&b, "; pod %s on %s IP %s ready %t started %s", p.Name, p.Spec.NodeName, p.Status.PodIP, podReady(&p), p.Status.StartTime)
+	}
+	endpoints, err := s.kube.DiscoveryV1().EndpointSlices(kosinstall.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: discoveryv1.LabelServiceName + "=kos-apiserver",
+	})
+	if err != nil {
+		fmt.Fprintf(&b, "; endpoints: %v", err)
+		return b.String()
+	}
+	for _, es := range endpoints.Items {
+		for _, e := range es.Endpoints {
+			ready := e.Conditions.Ready != nil && *e.Conditions.Ready
+			node := ""
+			if e.NodeName != nil {
+				node = *e.NodeName
+			}
+			fmt.Fprintf(&b, "; endpoint %v on %s ready %t", e.Addresses, node, ready)
+		}
+	}
+	return b.String()
 }
