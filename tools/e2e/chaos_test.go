@@ -434,25 +434,26 @@ func serverSaid(err error) string {
 }
 
 // apiPath says what the main kube-apiserver routes the KOS API by: the
-// APIService's Available condition and the kos-apiserver Service's
-// endpoints with their readiness.
+// APIService's Available condition, the KOS control pods with their nodes
+// and addresses, and the kos-apiserver Service's endpoints with their
+// readiness.
 func (s *standard) apiPath(ctx context.Context) string {
 	var b strings.Builder
-	svc, err := s.agg.ApiregistrationV1().APIServices().Get(ctx, kosinstall.APIService, metav1.GetOptions{})
-	if err != nil {
+	if svc, err := s.agg.ApiregistrationV1().APIServices().Get(ctx, kosinstall.APIService, metav1.GetOptions{}); err != nil {
 		fmt.Fprintf(&b, "APIService: %v", err)
-	}
-	for _, c := range svc.Status.Conditions {
-		if c.Type == apiregistrationv1.Available {
-			fmt.Fprintf(&b, "APIService Available %s since %s (%s: %s)", c.Status, c.LastTransitionTime.Format("15:04:05"), c.Reason, c.Message)
+	} else {
+		for _, c := range svc.Status.Conditions {
+			if c.Type == apiregistrationv1.Available {
+				fmt.Fprintf(&b, "APIService Available %s since %s (%s: %s)", c.Status, c.LastTransitionTime.Format("15:04:05"), c.Reason, c.Message)
+			}
 		}
 	}
-	pods, err := s.kube.CoreV1().Pods(kosinstall.Namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
+	if pods, err := s.kube.CoreV1().Pods(kosinstall.Namespace).List(ctx, metav1.ListOptions{}); err != nil {
 		fmt.Fprintf(&b, "; pods: %v", err)
-	}
-	for _, p := range pods.Items {
-		fmt.Fprintf(&b, "; pod %s on %s IP %s ready %t started %s", p.Name, p.Spec.NodeName, p.Status.PodIP, podReady(&p), p.Status.StartTime)
+	} else {
+		for _, p := range pods.Items {
+			fmt.Fprintf(&b, "; pod %s on %s IP %s ready %t", p.Name, p.Spec.NodeName, p.Status.PodIP, podReady(&p))
+		}
 	}
 	endpoints, err := s.kube.DiscoveryV1().EndpointSlices(kosinstall.Namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: discoveryv1.LabelServiceName + "=kos-apiserver",

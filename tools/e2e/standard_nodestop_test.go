@@ -98,11 +98,12 @@ func (s *standard) testNodeComesBack(t *testing.T) {
 	s.waitAgentBack(t, back.Name, began, 4*time.Minute)
 	s.waitKOSReady(t, 4*time.Minute)
 	figures.Duration(t, "node-back-to-kos-ready", time.Since(began))
-	// Ready pods and one list answered do not yet mean every request is:
-	// the node's pods came back in new sandboxes, with new addresses, and
-	// the main kube-apiserver routes to them by what the kubelet reports.
-	// Half a minute of lists in a row, and how many failed before.
-	failed := s.apiSteady(t, 4*time.Minute, 300)
+	// Ready pods and one list answered do not yet mean every request is
+	// answered: lists routed to the node's kos-apiserver replica have hung
+	// for their whole 10 s while the node's etcd member was not Ready yet
+	// (3 of them in a run here). Half a minute of lists in a row, and how
+	// many failed before; that they fail at all is issue 36's open finding.
+	failed := s.apiSteady(t, 6*time.Minute, 300)
 	figures.Duration(t, "node-back-to-api-steady", time.Since(began))
 	figures.Count(t, "node-back-api-errors-after-ready", failed, "requests")
 	s.awaitReadiness(t, back.Name, metav1.ConditionTrue, began, time.Minute, "stale-ready-back-after-node-start")
