@@ -51,6 +51,21 @@ func TestFreeSubnet(t *testing.T) {
 	}
 }
 
+func TestLinkNames(t *testing.T) {
+	out := strings.Join([]string{
+		"1: lo: <LOOPBACK,UP,LOWER_UP> mtu 65536 qdisc noqueue state UNKNOWN mode DEFAULT group default qlen 1000\\    link/loopback 00:00:00:00:00:00 brd 00:00:00:00:00:00",
+		"2: eth0@if31: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500 qdisc noqueue state UP mode DEFAULT group default qlen 1000\\    link/ether 4e:0c:6b:21:94:0a brd ff:ff:ff:ff:ff:ff link-netnsid 0",
+		"3: cni0: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500 qdisc noqueue state UP mode DEFAULT group default qlen 1000\\    link/ether a6:e2:80:80:6a:06 brd ff:ff:ff:ff:ff:ff",
+		"4: veth1c2d3e4f@if2: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500 qdisc noqueue master cni0 state UP mode DEFAULT group default\\    link/ether d2:b8:33:fb:a4:9d brd ff:ff:ff:ff:ff:ff link-netns cni-1",
+		"5: br-ul: <BROADCAST,MULTICAST,PROMISC,UP,LOWER_UP> mtu 1500 qdisc fq_codel state UNKNOWN mode DEFAULT group default qlen 1000\\    link/ether 4e:0c:6b:21:94:0a brd ff:ff:ff:ff:ff:ff",
+		"",
+	}, "\n")
+	want := []string{"lo", "eth0", "cni0", "veth1c2d3e4f", "br-ul"}
+	if diff := cmp.Diff(want, linkNames(out)); diff != "" {
+		t.Errorf("linkNames (-want +got):\n%s", diff)
+	}
+}
+
 func TestNewNodeState(t *testing.T) {
 	ctx := t.Context()
 	n, err := newNodeState(ctx, "/tmp/env", 0, NodeOptions{

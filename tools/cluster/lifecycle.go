@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/kos-sdn/kos/tools/ovsenv"
@@ -153,7 +154,11 @@ func (c *Cluster) StartNode(ctx context.Context, name string) error {
 			peers = append(peers, p)
 		}
 	}
-	if err := n.restoreNetwork(ctx, peers); err != nil {
+	deleted, err := n.restoreNetwork(ctx, peers)
+	if len(deleted) > 0 {
+		c.printf("node %s: deleted %d interfaces its stop left, as a reboot would: %s", n.Name, len(deleted), strings.Join(deleted, " "))
+	}
+	if err != nil {
 		return err
 	}
 	if err := createCgroup(n.CgroupRoot); err != nil {

@@ -127,39 +127,49 @@ func (n *nodeState) setUpNetwork(ctx context.Context, peers []*nodeState) error 
 	return nil
 }
 
-// restoreNetwork gives the node's eth0 its address and routes again, as a
-// rebooted node's network configuration does. A pod of the stopped node may
-// have moved them elsewhere and died: the KOS agent's Open vSwitch moves the
-// underlay address onto its bridge br-ul with the userspace datapath, and
-// that bridge's device outlives the daemon, holding the address while
-// nothing switches its packets. Such a device is deleted, as a reboot
-// would; what is in place already is left as it is.
-func (n *nodeState) restoreNetwork(ctx context.Context, peers []*nodeState) error {
+// restoreNetwork gives the node's network namespace what a rebooted node
+// has: eth0 alone, with its address and routes, and no neighbours. It
+// returns the names of the interfaces it deleted.
+//
+// The namespace outlives the stop, and so can what the node's processes
+// made in it. A reboot loses all of it, and a node that kept it would start
+// with state no real node has:
+//   - the KOS agent's Open vSwitch moves the underlay address onto its
+//     bridge br-ul with the userspace datapath, and that bridge's device
+//     outlives the daemon, holding the address while nothing switches its
+//     packets;
+//   - the pod network's bridge cni0 and the host ends of the pods' veths
+//     stay as long as a pod's network namespace does, and each still
+//     answers for the address it had. The pod addresses are handed out
+//     anew after the stop (forgetRuntimeState), so a new pod given such an
+//     address would share it with a ghost on the same bridge; deleting a
+//     host end deletes its pod end too;
+//   - the neighbour table would still map pod addresses to the MACs of
+//     pods that are gone.
+func (n *nodeState) restoreNetwork(ctx context.Context, peers []*nodeState) ([]string, error) {
 	ns := &ovsenv.Netns{Name: n.Netns}
-	out, err := ns.Run(ctx, "ip", "-o", "-4", "addr", "show")
+	out, err := ns.Run(ctx, "ip", "-o", "link", "show")
 	if err != nil {
-		return fmt.Errorf("restoring node %s's network: %w", n.Name, err)
+		return nil, fmt.Errorf("restoring node %s's network: %w", n.Name, err)
 	}
-	onEth0 := false
-	for line := range strings.SplitSeq(out, "\n") {
-		fields := strings.Fields(line)
-		if len(fields) < 4 || !strings.HasPrefix(fields[3], n.nodeIP().String()+"/") {
+	var deleted []string
+	for _, name := range linkNames(out) {
+		if name == "lo" || name == "eth0" {
 			continue
 		}
-		if fields[1] == "eth0" {
-			onEth0 = true
-			continue
+		if _, err := ns.Run(ctx, "ip", "link", "delete", name); err != nil {
+			// The other end of a veth deleted just before goes with it.
+			if strings.Contains(err.Error(), "Cannot find device") {
+				continue
+			}
+			return deleted, fmt.Errorf("restoring node %s's network: %w", n.Name, err)
 		}
-		if _, err := ns.Run(ctx, "ip", "link", "delete", fields[1]); err != nil {
-			return fmt.Errorf("restoring node %s's network: %w", n.Name, err)
-		}
-	}
-	if onEth0 {
-		return nil
+		deleted = append(deleted, name)
 	}
 	bits := strconv.Itoa(n.Link.Bits())
 	steps := [][]string{
-		{"ip", "addr", "add", n.nodeIP().String() + "/" + bits, "dev", "eth0"},
+		{"ip", "neigh", "flush", "all"},
+		{"ip", "addr", "replace", n.nodeIP().String() + "/" + bits, "dev", "eth0"},
 		{"ip", "link", "set", "eth0", "up"},
 		{"ip", "route", "replace", serviceCIDR.String(), "dev", "lo", "src", n.nodeIP().String()},
 	}
@@ -168,10 +178,28 @@ func (n *nodeState) restoreNetwork(ctx context.Context, peers []*nodeState) erro
 	}
 	for _, step := range steps {
 		if _, err := ns.Run(ctx, step[0], step[1:]...); err != nil {
-			return fmt.Errorf("restoring node %s's network: %w", n.Name, err)
+			return deleted, fmt.Errorf("restoring node %s's network: %w", n.Name, err)
 		}
 	}
-	return nil
+	return deleted, nil
+}
+
+// linkNames returns the interface names in the output of `ip -o link show`,
+// without the "@peer" of a veth's or a VLAN's name.
+func linkNames(out string) []string {
+	var names []string
+	for line := range strings.SplitSeq(out, "\n") {
+		_, rest, ok := strings.Cut(line, ": ")
+		if !ok {
+			continue
+		}
+		name, _, _ := strings.Cut(rest, ":")
+		name, _, _ = strings.Cut(name, "@")
+		if name = strings.TrimSpace(name); name != "" {
+			names = append(names, name)
+		}
+	}
+	return names
 }
 
 // deleteLink deletes a network interface of the host, if it is there.
