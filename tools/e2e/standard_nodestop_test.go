@@ -107,7 +107,7 @@ func (s *standard) testNodeComesBack(t *testing.T) {
 	figures.Duration(t, "node-back-to-api-steady", time.Since(began))
 	figures.Count(t, "node-back-api-errors-after-ready", failed, "requests")
 	if failed > 0 {
-		t.Errorf("%d lists through the main kube-apiserver failed after every KOS pod was Ready again (want 0)", failed)
+		t.Errorf("%d lists through the main kube-apiserver failed after every KOS pod was Ready again, want 0: each is logged above with what the server said and, every 2 s, which replica the API was routed to", failed)
 	}
 	s.awaitReadiness(t, back.Name, metav1.ConditionTrue, began, time.Minute, "stale-ready-back-after-node-start")
 	for name, g := range s.guests {
