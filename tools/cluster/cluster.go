@@ -183,7 +183,14 @@ func (c *Cluster) start(ctx context.Context, cp testenv.Options, nodes []NodeOpt
 		}
 		return c.saveState()
 	}
-	bins := []string{kubeletBinary}
+	// The control plane takes its binaries from the nodes' folder, so
+	// the folder is asked for all of them: in a fresh cache, the build
+	// adds each one missing (a demo's first cluster lacked the scheduler).
+	bins, err := testenv.Binaries(cp.Components)
+	if err != nil {
+		return err
+	}
+	bins = append(bins, kubeletBinary)
 	if c.proxy {
 		bins = append(bins, proxyBinary)
 	}

@@ -57,6 +57,18 @@ func parseComponents(names []string) (components, error) {
 	return c, errors.Join(errs...)
 }
 
+// Binaries returns the programs an environment with Options.Components
+// components runs: etcd, kube-apiserver and the components'. A caller that
+// runs more programs from the same folder (tools/cluster's nodes) asks
+// FindBinaries for them all at once, so that every missing one is built.
+func Binaries(components []string) ([]string, error) {
+	c, err := parseComponents(components)
+	if err != nil {
+		return nil, err
+	}
+	return c.binaries(), nil
+}
+
 // binaries are the programs the environment runs.
 func (c components) binaries() []string {
 	bins := []string{"etcd", apiServerName}
