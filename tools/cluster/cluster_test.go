@@ -377,6 +377,41 @@ func TestHostState(t *testing.T) {
 		t.Errorf("kernel.panic after the last node left: got %q (%v), want 1 as before", got, err)
 	}
 
+	// HostNodes counts the nodes whose owners live. A record whose every
+	// owner died, as a killed program or a machine restored from a
+	// snapshot leaves it, counts none, and is cleaned up as the next
+	// node's start would: the host put back, the files gone.
+	e, err := joinHost(node("e", self, selfBinary), warn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := joinHost(node("f", dead.Process.Pid, "true"), warn); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := HostNodes(); err != nil || n != 1 {
+		t.Errorf("HostNodes with a live node and a dead owner's: got %d (%v), want 1", n, err)
+	}
+	if err := leaveHost(e); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := joinHost(node("g", dead.Process.Pid, "true"), warn); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeSysctl("kernel.panic", "10"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := HostNodes(); err != nil || n != 0 {
+		t.Errorf("HostNodes with only a dead owner's node: got %d (%v), want 0", n, err)
+	}
+	for _, gone := range []string{HostStateFile, hostLockFile} {
+		if _, err := os.Stat(gone); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("after HostNodes swept the last node, %s is still there (%v)", gone, err)
+		}
+	}
+	if got, err := readSysctl("kernel.panic"); err != nil || got != "1" {
+		t.Errorf("kernel.panic after HostNodes swept the last node: got %q (%v), want 1 as before", got, err)
+	}
+
 	// A node that cannot even be set up leaves no record behind.
 	_, err = joinHost(func([]*nodeState) (*nodeState, error) { return nil, errors.New("no networks") }, warn)
 	if err == nil || err.Error() != "no networks" {

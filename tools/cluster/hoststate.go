@@ -432,16 +432,31 @@ func unescapeMountPath(s string) string {
 
 // HostNodes returns how many nodes run on this host, of any cluster or
 // program: the host's kernel settings and fixed paths are restored only
-// when the last of them stops.
+// when the last of them stops. It first cleans up after the nodes whose
+// owners died, as a node's start does, so that a record a killed program
+// left behind (or a machine restored from a snapshot) counts no node; what
+// could not be cleaned up is its error, beside the count.
 func HostNodes() (int, error) {
 	l, err := lockHost()
 	if err != nil {
 		return 0, err
 	}
 	st, err := readHostState()
+	if err != nil {
+		l.unlock(false)
+		return 0, err
+	}
+	swept := len(st.Nodes)
+	sweepErr := st.sweep()
+	if len(st.Nodes) < swept {
+		err = st.write()
+	}
 	l.unlock(err == nil && len(st.Nodes) == 0)
 	if err != nil {
 		return 0, err
 	}
-	return len(st.Nodes), nil
+	if sweepErr != nil {
+		sweepErr = fmt.Errorf("cleaning up after %d nodes whose owners died: %w", swept-len(st.Nodes), sweepErr)
+	}
+	return len(st.Nodes), sweepErr
 }
