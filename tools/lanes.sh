@@ -86,6 +86,13 @@ cluster)
 	# One package at a time, each to the end even when one fails. The
 	# timeout is past CI's whole budget: ./tools/e2e took 53 minutes in a
 	# CI run, and a go test timeout prints a panic, not the failing step.
+	# Nodes of another program (a demo left running, a local environment)
+	# share the host with the lane's: its tests pass beside them, slower,
+	# and the host checks cannot see the last node out restore the host.
+	if [ -s /tmp/kos-testenv-host.json ]; then
+		echo "==> cluster lane: nodes of another program run on this host; the tests share it with them (make demo-down stops a demo's):" >&2
+		grep -o '"nodeDir": *"[^"]*"' /tmp/kos-testenv-host.json | sed 's/.*: *"\(.*\)"/    \1/' >&2 || true
+	fi
 	for p in "${cluster_packages[@]}"; do
 		echo "==> cluster lane: $p"
 		go test -count=1 -timeout 85m -run '^TestIntegration' ${GOTEST_FLAGS:-} "$p" || status=1
