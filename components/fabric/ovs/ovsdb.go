@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"time"
 )
@@ -308,10 +309,14 @@ func interfaceRowOf(r map[string]json.RawMessage) (interfaceRow, error) {
 			row.Name, err = ovsdbString(v)
 		case "type":
 			row.Type, err = ovsdbString(v)
+		case "mac":
+			row.MAC, err = ovsdbString(v)
 		case "error":
 			row.Error, err = ovsdbString(v)
 		case "ofport":
 			row.OFPort, err = ovsdbInt(v)
+		case "mtu_request":
+			row.MTURequest, err = ovsdbInt(v)
 		case "external_ids":
 			row.ExternalIDs, err = ovsdbMap(v)
 		}
@@ -323,4 +328,122 @@ func interfaceRowOf(r map[string]json.RawMessage) (interfaceRow, error) {
 		return interfaceRow{}, fmt.Errorf("decoding a row of the Interface table: %w", err)
 	}
 	return row, nil
+}
+
+// interfacesDirect reads the Interface rows of those of names that exist,
+// in one transaction: what ovs-vsctl --if-exists list reads, without a
+// process, and without the copy of whole tables that ovs-vsctl fetches
+// before it answers. A pod's DEL reads its port this way.
+func (c *ovsClient) interfacesDirect(ctx context.Context, names []string) ([]interfaceRow, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	ops := make([]any, 0, len(names))
+	for _, n := range names {
+		ops = append(ops, map[string]any{
+			"op": "select", "table": "Interface", "where": []any{[]any{"name", "==", n}},
+			"columns": strings.Split(interfaceColumns, ","),
+		})
+	}
+	results, err := c.db.transact(ctx, ops...)
+	if err != nil {
+		return nil, fmt.Errorf("reading %d interfaces: %w", len(names), err)
+	}
+	var rows []interfaceRow
+	for _, r := range results {
+		for _, raw := range r.Rows {
+			row, err := interfaceRowOf(raw)
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, row)
+		}
+	}
+	return rows, nil
+}
+
+// deletePortsDirect deletes the ports of names that are on bridge (a port
+// of one of the names on another bridge stays), and
+// waits until ovs-vswitchd has applied the change, as ovs-vsctl del-port
+// does: a port of the same name plugged next must meet a switch that has
+// let go of the old one. It finds the ports in one transaction, takes them
+// off the bridge in a second (OVSDB then drops the rows no bridge refers
+// to), and reads ovs-vswitchd's progress until it has caught up.
+func (c *ovsClient) deletePortsDirect(ctx context.Context, bridge string, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	finds := make([]any, 0, len(names))
+	for _, n := range names {
+		finds = append(finds, map[string]any{
+			"op": "select", "table": "Port", "where": []any{[]any{"name", "==", n}}, "columns": []string{"_uuid"},
+		})
+	}
+	found, err := c.db.transact(ctx, finds...)
+	if err != nil {
+		return fmt.Errorf("finding %d ports: %w", len(names), err)
+	}
+	var uuids []any
+	for _, r := range found {
+		for _, row := range r.Rows {
+			var uuid [2]string
+			if err := json.Unmarshal(row["_uuid"], &uuid); err != nil || uuid[0] != "uuid" {
+				return fmt.Errorf("finding %d ports: a row's _uuid is %s", len(names), row["_uuid"])
+			}
+			uuids = append(uuids, []any{"uuid", uuid[1]})
+		}
+	}
+	if len(uuids) == 0 {
+		return nil
+	}
+	results, err := c.db.transact(ctx,
+		map[string]any{
+			"op": "mutate", "table": "Bridge", "where": []any{[]any{"name", "==", bridge}},
+			"mutations": []any{[]any{"ports", "delete", []any{"set", uuids}}},
+		},
+		// ovs-vswitchd sets cur_cfg to next_cfg once it has applied
+		// the database as of that value.
+		map[string]any{"op": "mutate", "table": "Open_vSwitch", "where": []any{}, "mutations": []any{[]any{"next_cfg", "+=", 1}}},
+		map[string]any{"op": "select", "table": "Open_vSwitch", "where": []any{}, "columns": []string{"next_cfg"}},
+	)
+	if err != nil {
+		return fmt.Errorf("deleting %d ports from bridge %s: %w", len(uuids), bridge, err)
+	}
+	if n := results[0].Count; n != 1 {
+		return fmt.Errorf("deleting %d ports from bridge %s: %d bridges of that name", len(uuids), bridge, n)
+	}
+	if len(results[2].Rows) != 1 {
+		return fmt.Errorf("deleting %d ports from bridge %s: %d rows in the Open_vSwitch table", len(uuids), bridge, len(results[2].Rows))
+	}
+	next, err := ovsdbInt(results[2].Rows[0]["next_cfg"])
+	if err != nil {
+		return fmt.Errorf("reading next_cfg: %w", err)
+	}
+	return c.awaitConfig(ctx, next)
+}
+
+// awaitConfig waits until ovs-vswitchd has applied the database as of
+// next_cfg value next. OVSDB's wait operation only compares for equality,
+// and another client may move next_cfg on before ovs-vswitchd catches up,
+// so this reads cur_cfg until it is next or later, a few milliseconds
+// apart, leaving the connection free between reads.
+func (c *ovsClient) awaitConfig(ctx context.Context, next int) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	for pause := time.Millisecond; ; pause = min(2*pause, 20*time.Millisecond) {
+		results, err := c.db.transact(ctx, map[string]any{"op": "select", "table": "Open_vSwitch", "where": []any{}, "columns": []string{"cur_cfg"}})
+		if err != nil {
+			return fmt.Errorf("waiting for ovs-vswitchd to apply configuration %d: %w", next, err)
+		}
+		if len(results[0].Rows) == 1 {
+			if cur, err := ovsdbInt(results[0].Rows[0]["cur_cfg"]); err == nil && cur >= next {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for ovs-vswitchd to apply configuration %d: %w", next, ctx.Err())
+		case <-time.After(pause):
+		}
+	}
 }

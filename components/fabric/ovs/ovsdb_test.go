@@ -19,8 +19,10 @@ import (
 // kept OVSDB connection, as a plug does, against a real ovsdb-server and
 // ovs-vswitchd: each gets the OpenFlow number ovs-vsctl reads for it, an
 // interface that does not exist gets -1 and OVS's reason, and a taken
-// name or a missing bridge adds nothing. A plug whose database socket is
-// unreachable still plugs, through ovs-vsctl.
+// name or a missing bridge adds nothing. Reads over the connection are
+// what ovs-vsctl reads, and a delete returns once ovs-vswitchd has let go
+// of the port. A plug whose database socket is unreachable still plugs,
+// through ovs-vsctl.
 func TestIntegrationPortsOverOVSDB(t *testing.T) {
 	f, inst := startFabric(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -63,8 +65,33 @@ func TestIntegrationPortsOverOVSDB(t *testing.T) {
 	if _, err := f.ovs.addSystemPortsDirect(ctx, f.bridge, []systemPort{port(a)}); !errors.Is(err, errPortsExist) {
 		t.Errorf("adding a port of a taken name: %v, want errPortsExist", err)
 	}
-	if err := f.ovs.deletePorts(ctx, f.bridge, []string{a.InterfaceName()}); err != nil {
+	// Reads over OVSDB are what ovs-vsctl reads; a name with no port
+	// reads as nothing.
+	byVsctl, err := f.ovs.interfaces(ctx, a.InterfaceName(), b.InterfaceName())
+	if err != nil {
 		t.Fatal(err)
+	}
+	byDB, err := f.ovs.interfacesDirect(ctx, []string{a.InterfaceName(), "kos-no-such-port", b.InterfaceName()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(byVsctl, byDB, cmp.AllowUnexported(interfaceRow{}), cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("rows read over OVSDB against ovs-vsctl's (-ovs-vsctl +OVSDB):\n%s", diff)
+	}
+
+	// A delete over OVSDB returns once ovs-vswitchd has let go of the
+	// port: OpenFlow no longer shows it.
+	if err := f.ovs.deletePortsDirect(ctx, f.bridge, []string{a.InterfaceName(), "kos-no-such-port"}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := inst.Run(ctx, "ovs-ofctl", "show", f.bridge); err != nil || strings.Contains(out, a.InterfaceName()) {
+		t.Errorf("after the delete returned, ovs-ofctl show (%v):\n%s\nwant no port %s", err, out, a.InterfaceName())
+	}
+	if err := f.ovs.deletePortsDirect(ctx, "no-such-bridge", []string{b.InterfaceName()}); err == nil {
+		t.Errorf("deleting a port from a bridge that does not exist succeeded")
+	}
+	if got, err := f.ovs.interfacesDirect(ctx, []string{b.InterfaceName()}); err != nil || len(got) != 1 {
+		t.Errorf("after a delete from another bridge: rows %+v (%v), want %s's still", got, err, b.InterfaceName())
 	}
 	if _, err := f.ovs.addSystemPortsDirect(ctx, "no-such-bridge", []systemPort{port(a)}); err == nil {
 		t.Errorf("adding a port to a bridge that does not exist succeeded")

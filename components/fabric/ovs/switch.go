@@ -170,8 +170,21 @@ func (c *ovsClient) addSystemPorts(ctx context.Context, bridge string, ports []s
 	return nil
 }
 
-// deletePorts deletes ports that exist, all in one transaction.
+// deletePorts deletes ports that exist, and waits until ovs-vswitchd has
+// let go of them: over the kept OVSDB connection, or, when that does not
+// work, with ovs-vsctl.
 func (c *ovsClient) deletePorts(ctx context.Context, bridge string, names []string) error {
+	err := c.deletePortsDirect(ctx, bridge, names)
+	if err == nil {
+		return nil
+	}
+	klog.FromContext(ctx).V(3).Info("Deleting ports over OVSDB did not work; running ovs-vsctl", "bridge", bridge, "count", len(names), "err", err)
+	return c.deletePortsVsctl(ctx, bridge, names)
+}
+
+// deletePortsVsctl deletes ports that exist, all in one ovs-vsctl
+// transaction.
+func (c *ovsClient) deletePortsVsctl(ctx context.Context, bridge string, names []string) error {
 	var args []string
 	for _, n := range names {
 		args = append(args, "--", "--if-exists", "del-port", bridge, n)
@@ -220,8 +233,14 @@ func (c *ovsClient) interfaces(ctx context.Context, names ...string) ([]interfac
 }
 
 // interfacesIfExist reads the rows of the Interface table of those of
-// names that exist.
+// names that exist: over the kept OVSDB connection, or, when that does not
+// work, with ovs-vsctl.
 func (c *ovsClient) interfacesIfExist(ctx context.Context, names ...string) ([]interfaceRow, error) {
+	rows, err := c.interfacesDirect(ctx, names)
+	if err == nil {
+		return rows, nil
+	}
+	klog.FromContext(ctx).V(3).Info("Reading interfaces over OVSDB did not work; running ovs-vsctl", "count", len(names), "err", err)
 	args := append([]string{"--if-exists", "--format=json", "--data=json", "--columns=" + interfaceColumns, "list", "Interface"}, names...)
 	out, err := c.vsctl(ctx, args...)
 	if err != nil {
