@@ -314,7 +314,7 @@ func (f *Fabric) plugLocal(ctx context.Context, plugs []fabric.Plug) error {
 	return nil
 }
 
-// DeletePorts deletes the ports of local attachments in one ovs-vsctl
+// DeletePorts deletes the ports of local attachments in one OVSDB
 // transaction and leaves their flows. OVS does not give a freed OpenFlow
 // port number to a new port while others are free (ofproto allocates the
 // least recently used), so the flows left behind match no port until
@@ -408,7 +408,7 @@ func (f *Fabric) installLocalFlowsAt(ctx context.Context, atts []fabric.LocalAtt
 }
 
 // DeleteLocal deletes local attachments: their flows in one bundle, then
-// their ports in one ovs-vsctl transaction.
+// their ports in one OVSDB transaction.
 func (f *Fabric) DeleteLocal(ctx context.Context, atts ...fabric.LocalAttachment) error {
 	if err := validateAll(atts); err != nil {
 		return err
