@@ -1,16 +1,17 @@
 package cni
 
 import (
-	"bytes"
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
+	"net/textproto"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -308,45 +309,66 @@ func send(socket string, req *Request, timeout time.Duration) ([]byte, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	client := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return dialPassing(ctx, socket, netns)
-		},
-		DisableKeepAlives: true,
-	}}
-	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://kos-agent"+RequestPath, bytes.NewReader(body))
+	conn, err := dialPassing(ctx, socket, netns)
 	if err != nil {
-		return nil, types.NewError(types.ErrInternal, fmt.Sprintf("building the request to kos-agent: %v", err), "")
+		return nil, &agentDownError{socket: socket, err: err}
 	}
-	httpReq.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(httpReq)
+	defer conn.Close()
+	code, status, answer, err := exchange(ctx, conn, body)
 	if err != nil {
-		return nil, &agentDownError{socket: socket, err: unwrapURL(err)}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			err = errors.New("no answer in time")
+		}
+		return nil, &agentDownError{socket: socket, err: err}
 	}
-	defer resp.Body.Close()
-	answer, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, &agentDownError{socket: socket, err: fmt.Errorf("reading the answer: %w", err)}
-	}
-	if resp.StatusCode == http.StatusOK {
+	if code == 200 {
 		return answer, nil
 	}
 	cniErr := &types.Error{}
 	if err := json.Unmarshal(answer, cniErr); err != nil || cniErr.Msg == "" {
-		return nil, types.NewError(types.ErrInternal, fmt.Sprintf("kos-agent answered %s: %s", resp.Status, strings.TrimSpace(string(answer))), "")
+		return nil, types.NewError(types.ErrInternal, fmt.Sprintf("kos-agent answered %s: %s", status, strings.TrimSpace(string(answer))), "")
 	}
 	return nil, cniErr
 }
 
-// unwrapURL drops the *url.Error around a transport error, whose text
-// repeats the made-up URL of the agent.
-func unwrapURL(err error) error {
-	var netErr *net.OpError
-	if errors.As(err, &netErr) {
-		return netErr
+// exchange posts body to the agent's RequestPath over conn as one HTTP/1.0
+// request, and returns the answer's status code, its status line's code
+// and text, and its body. HTTP/1.0 because its answer is unchunked and ends
+// with the connection, so that reading it takes a status line, headers and
+// the rest: the plugin runs once per pod interface change, and net/http's
+// client, with the TLS stack it links in, made each run cost more CPU than
+// its work (docs/benchmarks.md, CNI ADD under churn). The agent's server
+// is net/http's.
+func exchange(ctx context.Context, conn net.Conn, body []byte) (code int, status string, answer []byte, err error) {
+	if deadline, ok := ctx.Deadline(); ok {
+		if err := conn.SetDeadline(deadline); err != nil {
+			return 0, "", nil, err
+		}
 	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return errors.New("no answer in time")
+	req := fmt.Appendf(nil, "POST %s HTTP/1.0\r\nHost: kos-agent\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", RequestPath, len(body))
+	// One write: the first carries the namespace's descriptor.
+	if _, err := conn.Write(append(req, body...)); err != nil {
+		return 0, "", nil, fmt.Errorf("sending the request: %w", err)
 	}
-	return err
+	r := textproto.NewReader(bufio.NewReader(conn))
+	line, err := r.ReadLine()
+	if err != nil {
+		return 0, "", nil, fmt.Errorf("reading the answer: %w", err)
+	}
+	proto, status, _ := strings.Cut(line, " ")
+	codeText, _, _ := strings.Cut(status, " ")
+	if code, err = strconv.Atoi(codeText); err != nil || !strings.HasPrefix(proto, "HTTP/1.") {
+		return 0, "", nil, fmt.Errorf("reading the answer: not an HTTP status line: %q", line)
+	}
+	header, err := r.ReadMIMEHeader()
+	if err != nil {
+		return 0, "", nil, fmt.Errorf("reading the answer's header: %w", err)
+	}
+	if answer, err = io.ReadAll(r.R); err != nil {
+		return 0, "", nil, fmt.Errorf("reading the answer: %w", err)
+	}
+	if n := header.Get("Content-Length"); n != "" && n != strconv.Itoa(len(answer)) {
+		return 0, "", nil, fmt.Errorf("reading the answer: %d bytes of %s", len(answer), n)
+	}
+	return code, status, answer, nil
 }
