@@ -65,6 +65,8 @@ if [ -d components ]; then
   forbid ./components/agent/... "$module/components/(nodeovs|nodecleanup)" "kos-agent cleanup is package nodecleanup, which main adds; the agent starts no Open vSwitch"
   forbid ./components/apiserver/... "$module/components/fabric" "the apiserver knows no node's switch; the MAC function is v1alpha1's"
   forbid ./components/kubectlkos/... "$module/components/agent" "kubectl kos speaks to agents over HTTP and shares only their wire types" "$module/components/agent/api"
+  # docs/benchmarks.md, CNI ADD under churn.
+  forbid ./cmd/kos-cni "(net/http|crypto/tls|k8s\.io)" "the plugin runs per ADD and DEL, and a process's start pays for every package it links; it speaks HTTP/1.0 itself"
 fi
 forbid ./tools/testenv "$module/tools/(cluster|ovsenv|images)" "the control plane leads into no node: nodes are tools/cluster's"
 if [ -d components/fabric/ovs ]; then
